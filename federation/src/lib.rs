@@ -1,0 +1,3 @@
+//! comb-federation: the Comb engine, bridges, layers, the federation controller and the CLI.
+
+pub mod cli;

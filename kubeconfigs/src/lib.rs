@@ -1,0 +1,1 @@
+//! comb-kubeconfigs: one kube client per context, built lazily and kept.

@@ -1,0 +1,1 @@
+//! comb-sandbox: a Kubernetes API emulator faithful enough for `kube::Client` and `kubectl`.

@@ -1,0 +1,1 @@
+//! comb-upstreams: the places a Comb can borrow its service from.
