@@ -2,3 +2,32 @@
 //!
 //! Pure data and pure functions: this crate must never depend on a client or an async runtime,
 //! so that every other crate (and other programs) can use the types cheaply.
+//!
+//! - [`Comb`], [`CombSpec`] (with [`UpstreamSpec`]'s null-vs-absent rule), [`CombStatus`] and
+//!   the value types in it;
+//! - [`Endpoint`] with [`name_problem`], and [`Address`] for `host:port`;
+//! - [`LabelKeys`]: every label and annotation key from one prefix;
+//! - [`CombRef`]: references of the form `LAYER:NAMESPACE/NAME` (layer and namespace optional);
+//! - [`crd()`]: the CustomResourceDefinition for a group.
+
+mod comb;
+mod crd;
+mod endpoint;
+mod error;
+mod labels;
+mod reference;
+mod status;
+
+pub use comb::{
+    Comb, CombSpec, DEFAULT_GROUP, KIND, NO_RESOURCE_RECONCILIATION, OrphanResource, PLURAL,
+    UpstreamSpec, VERSION, api_resource,
+};
+pub use crd::{crd, custom_resource_definition};
+pub use endpoint::{Address, DEFAULT_PROTOCOL, Endpoint, Host, name_problem};
+pub use error::{Error, Result};
+pub use labels::{DEFAULT_PREFIX, LabelKeys, MANAGED_BY_LABEL, is_label_value};
+pub use reference::CombRef;
+pub use status::{
+    CONFIG_READY, CombCondition, CombEndpoint, CombResource, CombStatus, CombUpstreamStatus,
+    ConditionStatus, DEPENDENCIES_READY, READY, STATUS_WRITTEN,
+};

@@ -1,0 +1,207 @@
+//! The `Comb` custom resource and its spec.
+//!
+//! The API group is chosen at run time (default [`DEFAULT_GROUP`]), so `Comb` implements
+//! [`kube_core::Resource`] with an [`ApiResource`] as its dynamic type: build one with
+//! [`api_resource`] and use `Api::<Comb>::namespaced_with(client, ns, &api_resource(group))`.
+
+use std::borrow::Cow;
+
+use kube_core::{ApiResource, DynamicResourceScope, ObjectMeta, Resource, TypeMeta};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::status::CombStatus;
+
+/// The API group of the Comb CRD unless configured otherwise.
+pub const DEFAULT_GROUP: &str = "comb.internal";
+/// The one served and stored version.
+pub const VERSION: &str = "v1";
+/// The kind of the custom resource.
+pub const KIND: &str = "Comb";
+/// The plural (resource) name.
+pub const PLURAL: &str = "combs";
+/// The value of `spec.maintenance` that stops applying, pruning and restoring.
+pub const NO_RESOURCE_RECONCILIATION: &str = "NoResourceReconciliation";
+
+/// The [`ApiResource`] of the Comb CRD in `group`, the dynamic type of [`Comb`].
+pub fn api_resource(group: &str) -> ApiResource {
+    ApiResource {
+        group: group.to_string(),
+        version: VERSION.to_string(),
+        api_version: format!("{group}/{VERSION}"),
+        kind: KIND.to_string(),
+        plural: PLURAL.to_string(),
+    }
+}
+
+/// A Comb custom resource: one cell of the honeycomb.
+///
+/// Serialises as `apiVersion, kind, metadata, spec, status`. `metadata` follows k8s-openapi's
+/// (alphabetical) field order; `spec` and `status` follow the reference's canonical order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Comb {
+    /// `apiVersion` and `kind`; absent on some list items, so optional.
+    #[serde(flatten, default)]
+    pub types: Option<TypeMeta>,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CombSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CombStatus>,
+}
+
+impl Comb {
+    /// A new Comb CR of `group` named `name` in `namespace`.
+    pub fn new(group: &str, namespace: &str, name: &str, spec: CombSpec) -> Comb {
+        Comb {
+            types: Some(TypeMeta {
+                api_version: format!("{group}/{VERSION}"),
+                kind: KIND.to_string(),
+            }),
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    /// Parses a Comb from JSON data (e.g. a `DynamicObject` turned into a value), with an error
+    /// that says what is wrong instead of failing a whole list.
+    pub fn from_value(value: Value) -> crate::Result<Comb> {
+        Ok(serde_json::from_value(value)?)
+    }
+}
+
+impl Resource for Comb {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// `spec` of a Comb. A JSON `null` counts as absent for every field but `upstream`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CombSpec {
+    /// The class of the Comb, a name in the controller's class registry. Required by the CRD;
+    /// `None` only for a CR that lacks it, which then fails to build.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Dependencies, each `name` or `namespace/name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<Vec<String>>,
+    /// Free-form configuration for the class. Never credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<Map<String, Value>>,
+    /// Tri-state: unset = automatic, `false` = off, `true` = on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Where the service is borrowed from; the presence of the key matters, see [`UpstreamSpec`].
+    #[serde(default, skip_serializing_if = "UpstreamSpec::is_absent")]
+    pub upstream: UpstreamSpec,
+    /// `NoResourceReconciliation` stops applying, pruning and restoring (our extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<String>,
+    /// Kinds deleted with the Comb when they carry its labels (our extension, Deckhouse semantics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphan_resources: Option<Vec<OrphanResource>>,
+}
+
+impl CombSpec {
+    /// A spec naming `class` and nothing else.
+    pub fn of_class(class: &str) -> CombSpec {
+        CombSpec {
+            class: Some(class.to_string()),
+            ..CombSpec::default()
+        }
+    }
+
+    /// The dependencies as written, empty when there are none.
+    pub fn dependencies(&self) -> &[String] {
+        self.depends_on.as_deref().unwrap_or_default()
+    }
+
+    /// Whether `spec.maintenance` is `NoResourceReconciliation`.
+    pub fn in_maintenance(&self) -> bool {
+        self.maintenance.as_deref() == Some(NO_RESOURCE_RECONCILIATION)
+    }
+}
+
+/// `spec.upstream`, where `null` and absent differ: absent lets the next source decide, an
+/// explicit `null` means local and ends the resolution.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum UpstreamSpec {
+    /// The key is not there.
+    #[default]
+    Absent,
+    /// `upstream: null`: explicitly local.
+    Local,
+    /// `upstream: {class: ..., ...}`.
+    Declared(Map<String, Value>),
+}
+
+impl UpstreamSpec {
+    /// Whether the key is missing (then it is not serialised).
+    pub fn is_absent(&self) -> bool {
+        matches!(self, UpstreamSpec::Absent)
+    }
+
+    /// Whether the key exists, `null` included (the reference's `has_upstream`).
+    pub fn is_present(&self) -> bool {
+        !self.is_absent()
+    }
+}
+
+impl Serialize for UpstreamSpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            // Skipped by the field attribute; a bare value serialises like null.
+            UpstreamSpec::Absent | UpstreamSpec::Local => serializer.serialize_none(),
+            UpstreamSpec::Declared(map) => map.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for UpstreamSpec {
+    /// Only called when the key exists (absent is the field's default), so `null` is `Local`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(
+            match Option::<Map<String, Value>>::deserialize(deserializer)? {
+                None => UpstreamSpec::Local,
+                Some(map) => UpstreamSpec::Declared(map),
+            },
+        )
+    }
+}
+
+/// One entry of `spec.orphanResources`: a kind and its `group/version` (or bare `version`, which
+/// matches the kind in every group serving that version).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanResource {
+    pub kind: String,
+    pub version: String,
+}

@@ -1,0 +1,152 @@
+//! (De)serialisation of the Comb custom resource: the reference's full example round-trips
+//! byte-identically, `upstream: null` differs from an absent upstream, null counts as absent
+//! everywhere else.
+
+#![allow(clippy::unwrap_used)]
+
+use comb_api::{Comb, CombSpec, ConditionStatus, UpstreamSpec, api_resource};
+use kube_core::Resource;
+use serde_json::json;
+
+/// The reference's full example (§1.3). `metadata` is in k8s-openapi's (alphabetical) order; the
+/// reference orders it `name, namespace, generation`.
+const EXAMPLE: &str = concat!(
+    r#"{"apiVersion":"comb.internal/v1","kind":"Comb","#,
+    r#""metadata":{"generation":3,"name":"nats","namespace":"platform"},"#,
+    r#""spec":{"class":"MyApp::Comb::NATS","dependsOn":["db","infra/vault"],"#,
+    r#""config":{"cluster_size":3,"jetstream":{"enabled":true,"store":"10Gi"}},"enabled":true,"#,
+    r#""upstream":{"class":"Kubernetes::Comb::Upstream::K8s","context":"dev","namespace":"platform","name":"nats"}},"#,
+    r#""status":{"phase":"Running","#,
+    r#""conditions":[{"type":"Ready","status":"True","reason":"UpstreamRunning","message":"borrowed from dev","lastTransitionTime":"2026-09-26T12:00:00Z"}],"#,
+    r#""managedResources":[{"apiVersion":"v1","kind":"Service","namespace":"platform","name":"nats"}],"#,
+    r#""endpoints":[{"name":"client","protocol":"tcp","port":4222,"cluster":"nats.platform.svc:4222","external":"nats.example.com:4222"}],"#,
+    r#""upstream":{"class":"Kubernetes::Comb::Upstream::K8s","context":"dev","reachable":true,"phase":"Running","via":["dev","prod"],"observedAt":"2026-09-26T12:00:00Z"},"#,
+    r#""observedGeneration":3}}"#
+);
+
+#[test]
+fn the_full_example_round_trips_byte_identically() {
+    let comb: Comb = serde_json::from_str(EXAMPLE).unwrap();
+    assert_eq!(serde_json::to_string(&comb).unwrap(), EXAMPLE);
+
+    let status = comb.status.as_ref().unwrap();
+    assert_eq!(status.ready().unwrap().status, ConditionStatus::True);
+    assert_eq!(status.managed()[0].group(), "");
+    assert_eq!(status.observed_generation, Some(3));
+    assert_eq!(comb.spec.dependencies(), ["db", "infra/vault"]);
+    assert!(matches!(comb.spec.upstream, UpstreamSpec::Declared(_)));
+}
+
+#[test]
+fn upstream_null_differs_from_absent() {
+    let cases = [
+        (
+            json!({"class": "A"}),
+            UpstreamSpec::Absent,
+            r#"{"class":"A"}"#,
+        ),
+        (
+            json!({"class": "A", "upstream": null}),
+            UpstreamSpec::Local,
+            r#"{"class":"A","upstream":null}"#,
+        ),
+        (
+            json!({"class": "A", "upstream": {"class": "Static"}}),
+            UpstreamSpec::Declared(json!({"class": "Static"}).as_object().unwrap().clone()),
+            r#"{"class":"A","upstream":{"class":"Static"}}"#,
+        ),
+    ];
+    for (input, upstream, output) in cases {
+        let spec: CombSpec = serde_json::from_value(input.clone()).unwrap();
+        assert_eq!(spec.upstream, upstream, "{input}");
+        assert_eq!(spec.upstream.is_present(), !upstream.is_absent());
+        assert_eq!(serde_json::to_string(&spec).unwrap(), output);
+    }
+}
+
+#[test]
+fn null_counts_as_absent_for_other_fields() {
+    let spec: CombSpec = serde_json::from_value(json!({
+        "class": "A", "dependsOn": null, "enabled": null, "config": null,
+        "maintenance": null, "orphanResources": null
+    }))
+    .unwrap();
+    assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"class":"A"}"#);
+
+    let spec: CombSpec = serde_json::from_value(json!({"class": null})).unwrap();
+    assert_eq!(spec.class, None);
+
+    let spec: CombSpec = serde_json::from_value(json!({"class": "A", "enabled": false})).unwrap();
+    assert_eq!(
+        serde_json::to_string(&spec).unwrap(),
+        r#"{"class":"A","enabled":false}"#
+    );
+}
+
+#[test]
+fn upstream_null_survives_a_whole_comb_and_the_deserialize_guard() {
+    let text = r#"{"apiVersion":"comb.internal/v1","kind":"Comb","metadata":{"name":"x","namespace":"n"},"spec":{"class":"A","upstream":null}}"#;
+    let comb: Comb = serde_json::from_str(text).unwrap();
+    assert_eq!(comb.spec.upstream, UpstreamSpec::Local);
+    assert_eq!(serde_json::to_string(&comb).unwrap(), text);
+
+    // How a watcher meets malformed CRs: one bad object becomes an error value, not a failed list.
+    let guarded: kube_core::DeserializeGuard<Comb> = serde_json::from_str(text).unwrap();
+    assert_eq!(guarded.0.unwrap().spec.upstream, UpstreamSpec::Local);
+    let bad = r#"{"metadata":{"name":"x"},"spec":{"class":"A","enabled":"yes"}}"#;
+    let guarded: kube_core::DeserializeGuard<Comb> = serde_json::from_str(bad).unwrap();
+    let invalid = guarded.0.unwrap_err();
+    assert_eq!(invalid.metadata.name.as_deref(), Some("x"));
+    assert!(
+        invalid.error.contains("Expected a boolean"),
+        "{}",
+        invalid.error
+    );
+}
+
+#[test]
+fn maintenance_and_orphan_resources() {
+    let spec: CombSpec = serde_json::from_value(json!({
+        "class": "Manifests",
+        "maintenance": "NoResourceReconciliation",
+        "orphanResources": [{"kind": "Job", "version": "batch/v1"}]
+    }))
+    .unwrap();
+    assert!(spec.in_maintenance());
+    assert_eq!(spec.orphan_resources.as_ref().unwrap()[0].kind, "Job");
+    assert!(!CombSpec::of_class("A").in_maintenance());
+}
+
+#[test]
+fn condition_status_is_an_enum() {
+    let bad = json!({"type": "Ready", "status": "Maybe"});
+    assert!(serde_json::from_value::<comb_api::CombCondition>(bad).is_err());
+}
+
+#[test]
+fn resource_for_a_configurable_group() {
+    let ar = api_resource("comb.example.com");
+    assert_eq!(Comb::api_version(&ar), "comb.example.com/v1");
+    assert_eq!(Comb::plural(&ar), "combs");
+    assert_eq!(
+        Comb::url_path(&ar, Some("platform")),
+        "/apis/comb.example.com/v1/namespaces/platform/combs"
+    );
+    let comb = Comb::new(
+        "comb.example.com",
+        "platform",
+        "nats",
+        CombSpec::of_class("A"),
+    );
+    assert_eq!(
+        serde_json::to_value(&comb).unwrap(),
+        json!({"apiVersion": "comb.example.com/v1", "kind": "Comb",
+               "metadata": {"name": "nats", "namespace": "platform"}, "spec": {"class": "A"}})
+    );
+    assert_eq!(
+        Comb::from_value(json!({"spec": {"class": 5}}))
+            .unwrap_err()
+            .category(),
+        "parse"
+    );
+}
