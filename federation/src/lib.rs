@@ -1,3 +1,5 @@
 //! comb-federation: the Comb engine, bridges, layers, the federation controller and the CLI.
 
 pub mod cli;
+pub mod engine;
+pub mod error;

@@ -1,0 +1,4 @@
+//! The Comb engine: everything one Comb does in one layer (reference §1-10).
+//!
+//! Pure planning (class contract, rendering and digest, live status derivation, prune planning,
+//! status building, bridge planning) lives beside the client edge that executes it.

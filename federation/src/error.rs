@@ -1,0 +1,73 @@
+//! The one error type of comb-federation, a variant per stage.
+//!
+//! Messages are the reference's (`comb-behavior.md`) wherever it names one; reconcile wraps them
+//! into reasons (`rendering the manifests failed: <msg>` ...). [`Error::category`] is the
+//! reference's failure category where it has one (`manifests`, `deploy`, `bridge`): reconcile
+//! tells `BridgeImpossible` from `BridgeFailed` by it.
+
+use serde_json::Value;
+
+/// Everything that can go wrong in comb-federation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Comb that cannot be built from its CR: unknown class, no `spec.class`, a name that
+    /// cannot be a label value, a stub that breaks its original's contract.
+    #[error("{0}")]
+    Build(String),
+
+    /// Manifests that do not render or digest (reference category `manifests`).
+    #[error("{0}")]
+    Manifests(String),
+
+    /// Endpoint declarations that do not resolve (`<Class>->endpoints: ...`).
+    #[error("{0}")]
+    Endpoints(String),
+
+    /// A class's own lifecycle method failed (e.g. `check` could not look).
+    #[error("{0}")]
+    Class(String),
+
+    /// An upstream that cannot be bridged (reference category `bridge`): Blocked, not Error.
+    #[error("{0}")]
+    Bridge(String),
+
+    /// A deploy that failed (reference category `deploy`), with the objects stored before it.
+    #[error("{message}")]
+    Deploy { message: String, applied: Vec<Value> },
+
+    /// Reading or writing the status failed.
+    #[error("{0}")]
+    Status(String),
+
+    /// A request to an API server failed; `message` keeps the server's own words.
+    #[error("Kubernetes API error ({request}): {message}")]
+    Kube {
+        request: String,
+        message: String,
+        code: Option<u16>,
+    },
+
+    /// A value of comb-api that does not hold (an endpoint name, a reference, a CRD group).
+    #[error(transparent)]
+    Api(#[from] comb_api::Error),
+}
+
+impl Error {
+    /// A short static name of the stage, for metric labels, logs and the reference's categories.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Build(_) => "build",
+            Error::Manifests(_) => "manifests",
+            Error::Endpoints(_) => "endpoints",
+            Error::Class(_) => "class",
+            Error::Bridge(_) => "bridge",
+            Error::Deploy { .. } => "deploy",
+            Error::Status(_) => "status",
+            Error::Kube { .. } => "kube",
+            Error::Api(inner) => inner.category(),
+        }
+    }
+}
+
+/// The result type of comb-federation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
