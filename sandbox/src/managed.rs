@@ -1,0 +1,436 @@
+//! `metadata.managedFields`: who owns which fields, updated on every write that names a
+//! field manager, and server-side apply with its conflicts.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::api_error::ApiError;
+use crate::fieldset::{self, FieldPath, Walk};
+use crate::listtypes::{ListType, list_type, same_item};
+use crate::meta;
+use crate::resources::ResourceType;
+use crate::store::Subresource;
+
+/// One `managedFields` entry.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    manager: String,
+    operation: String,
+    api_version: String,
+    time: String,
+    subresource: String,
+    fields: BTreeSet<FieldPath>,
+}
+
+impl Entry {
+    fn parse(value: &Value) -> Entry {
+        let text = |k: &str| value[k].as_str().unwrap_or_default().to_string();
+        Entry {
+            manager: text("manager"),
+            operation: text("operation"),
+            api_version: text("apiVersion"),
+            time: text("time"),
+            subresource: text("subresource"),
+            fields: fieldset::from_fields_v1(&value["fieldsV1"]),
+        }
+    }
+
+    fn render(&self) -> Value {
+        let mut entry = json!({
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
+            "time": self.time,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fieldset::to_fields_v1(&self.fields),
+        });
+        if !self.subresource.is_empty() {
+            entry["subresource"] = json!(self.subresource);
+        }
+        entry
+    }
+
+    fn is(&self, manager: &str, operation: &str, subresource: &str) -> bool {
+        self.manager == manager && self.operation == operation && self.subresource == subresource
+    }
+}
+
+fn entries(object: &Value) -> Vec<Entry> {
+    object["metadata"]["managedFields"]
+        .as_array()
+        .map(|e| e.iter().map(Entry::parse).collect())
+        .unwrap_or_default()
+}
+
+fn store_entries(object: &mut Value, entries: Vec<Entry>) {
+    let kept: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(Entry::render)
+        .collect();
+    let value = (!kept.is_empty()).then(|| Value::Array(kept));
+    meta::set_metadata_field(object, "managedFields", value);
+}
+
+fn walk_for(rt: &ResourceType, subresource: Subresource) -> Walk<'_> {
+    Walk {
+        schema: rt.schema.as_deref(),
+        skip_status: rt.has_status() && subresource == Subresource::Main,
+    }
+}
+
+fn fields_of(object: &Value, rt: &ResourceType, subresource: Subresource) -> BTreeSet<FieldPath> {
+    let all = fieldset::of_object(object, &walk_for(rt, subresource));
+    match subresource {
+        Subresource::Main => all,
+        Subresource::Status => all
+            .into_iter()
+            .filter(|p| p.first().is_some_and(|f| f == "f:status"))
+            .collect(),
+    }
+}
+
+fn subresource_name(subresource: Subresource) -> &'static str {
+    match subresource {
+        Subresource::Main => "",
+        Subresource::Status => "status",
+    }
+}
+
+/// Records an `Update` by `manager`: the fields it changed become its own and leave others.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    rt: &ResourceType,
+    subresource: Subresource,
+) {
+    let now_fields = fields_of(new, rt, subresource);
+    let (changed, removed): (BTreeSet<FieldPath>, BTreeSet<FieldPath>) = match old {
+        None => (now_fields.clone(), BTreeSet::new()),
+        Some(old) => {
+            let before = fields_of(old, rt, subresource);
+            let changed = now_fields
+                .iter()
+                .filter(|p| {
+                    fieldset::value_at(old, p) != fieldset::value_at(new, p) || !before.contains(*p)
+                })
+                .cloned()
+                .collect();
+            let removed = before.difference(&now_fields).cloned().collect();
+            (changed, removed)
+        }
+    };
+    if changed.is_empty() && removed.is_empty() {
+        return;
+    }
+    let sub = subresource_name(subresource);
+    let mut all = entries(new);
+    let mut found = false;
+    for entry in &mut all {
+        if entry.is(manager, "Update", sub) {
+            found = true;
+            entry.fields = entry.fields.difference(&removed).cloned().collect();
+            entry.fields.extend(changed.iter().cloned());
+            entry.time = meta::now();
+            entry.api_version = rt.api_version();
+        } else {
+            entry.fields = entry
+                .fields
+                .iter()
+                .filter(|p| !changed.contains(*p) && !removed.contains(*p))
+                .cloned()
+                .collect();
+        }
+    }
+    if !found {
+        all.push(Entry {
+            manager: manager.to_string(),
+            operation: "Update".into(),
+            api_version: rt.api_version(),
+            time: meta::now(),
+            subresource: sub.to_string(),
+            fields: changed,
+        });
+    }
+    store_entries(new, all);
+}
+
+/// Merges an applied configuration into the live object: maps recursively, keyed lists item
+/// by item, sets by union, everything else replaced.
+fn merge_applied(
+    live: &mut Value,
+    config: &Value,
+    names: &mut Vec<String>,
+    schema: Option<&Value>,
+) {
+    match (live, config) {
+        (Value::Object(live_map), Value::Object(config_map)) => {
+            for (key, value) in config_map {
+                names.push(key.clone());
+                match live_map.get_mut(key) {
+                    Some(existing) if !value.is_null() => {
+                        merge_applied(existing, value, names, schema)
+                    }
+                    _ => {
+                        live_map.insert(key.clone(), value.clone());
+                    }
+                }
+                names.pop();
+            }
+        }
+        (Value::Array(live_items), Value::Array(config_items)) => match list_type(schema, names) {
+            ListType::Map(keys) if !keys.is_empty() => {
+                let mut merged = Vec::new();
+                for item in config_items {
+                    match live_items.iter().position(|l| same_item(&keys, l, item)) {
+                        Some(i) => {
+                            let mut existing = live_items.remove(i);
+                            merge_applied(&mut existing, item, names, schema);
+                            merged.push(existing);
+                        }
+                        None => merged.push(item.clone()),
+                    }
+                }
+                // Items the applier did not mention stay; removal of its own goes elsewhere.
+                merged.append(live_items);
+                *live_items = merged;
+            }
+            ListType::Set => {
+                for item in config_items {
+                    if !live_items.contains(item) {
+                        live_items.push(item.clone());
+                    }
+                }
+            }
+            _ => *live_items = config_items.clone(),
+        },
+        (live, config) => *live = config.clone(),
+    }
+}
+
+/// Server-side apply of `config` by `manager` over the live object (`None` creates): the
+/// object to write, with managedFields updated, or a 409 listing the conflicts.
+pub fn apply(
+    live: Option<&Value>,
+    config: &Value,
+    manager: &str,
+    rt: &ResourceType,
+    force: bool,
+) -> Result<Value, ApiError> {
+    let applied = fields_of(config, rt, Subresource::Main);
+    let Some(live) = live else {
+        let mut created = config.clone();
+        store_entries(
+            &mut created,
+            vec![Entry {
+                manager: manager.to_string(),
+                operation: "Apply".into(),
+                api_version: rt.api_version(),
+                time: meta::now(),
+                subresource: String::new(),
+                fields: applied,
+            }],
+        );
+        return Ok(created);
+    };
+    let mut all = entries(live);
+    let mut conflicts: Vec<(String, String, FieldPath)> = Vec::new();
+    for entry in &all {
+        if entry.is(manager, "Apply", "") || !entry.subresource.is_empty() {
+            continue;
+        }
+        for path in entry.fields.intersection(&applied) {
+            if fieldset::value_at(live, path) != fieldset::value_at(config, path) {
+                conflicts.push((
+                    entry.manager.clone(),
+                    entry.api_version.clone(),
+                    path.clone(),
+                ));
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(rt, meta::name(live), &conflicts));
+    }
+    for entry in &mut all {
+        if !entry.is(manager, "Apply", "") {
+            entry
+                .fields
+                .retain(|p| !conflicts.iter().any(|(_, _, c)| c == p));
+        }
+    }
+    let previous: BTreeSet<FieldPath> = all
+        .iter()
+        .find(|e| e.is(manager, "Apply", ""))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let mut merged = live.clone();
+    let mut body = config.clone();
+    if let Some(map) = body.as_object_mut() {
+        map.remove("status");
+    }
+    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        for system in [
+            "managedFields",
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "generation",
+        ] {
+            metadata.remove(system);
+        }
+    }
+    merge_applied(&mut merged, &body, &mut Vec::new(), rt.schema.as_deref());
+    // Fields this manager applied before and no longer does go, unless someone else owns them.
+    let owned_by_others: BTreeSet<FieldPath> = all
+        .iter()
+        .filter(|e| !e.is(manager, "Apply", ""))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    let mut dropped: Vec<&FieldPath> = previous
+        .difference(&applied)
+        .filter(|p| !owned_by_others.contains(*p))
+        .collect();
+    // Deepest first, so removing an item does not hide its fields.
+    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for path in dropped {
+        fieldset::remove_at(&mut merged, path);
+    }
+    all.retain(|e| !e.is(manager, "Apply", ""));
+    all.push(Entry {
+        manager: manager.to_string(),
+        operation: "Apply".into(),
+        api_version: rt.api_version(),
+        time: meta::now(),
+        subresource: String::new(),
+        fields: applied,
+    });
+    store_entries(&mut merged, all);
+    // The apply itself carries no resourceVersion precondition unless the config had one.
+    meta::set_metadata_field(
+        &mut merged,
+        "resourceVersion",
+        config["metadata"].get("resourceVersion").cloned(),
+    );
+    Ok(merged)
+}
+
+fn conflict_error(
+    rt: &ResourceType,
+    name: &str,
+    conflicts: &[(String, String, FieldPath)],
+) -> ApiError {
+    let count = conflicts.len();
+    let lines: Vec<String> = conflicts
+        .iter()
+        .map(|(manager, api_version, path)| {
+            format!(
+                "conflict with {manager:?} using {api_version}: {}",
+                fieldset::display(path)
+            )
+        })
+        .collect();
+    let message = if count == 1 {
+        format!("Apply failed with 1 conflict: {}", lines[0])
+    } else {
+        format!("Apply failed with {count} conflicts: {}", lines.join("\n"))
+    };
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|(manager, api_version, path)| {
+            json!({
+                "reason": "FieldManagerConflict",
+                "message": format!("conflict with {manager:?} using {api_version}"),
+                "field": fieldset::display(path),
+            })
+        })
+        .collect();
+    let mut error = ApiError::new(409, "Conflict", message);
+    let mut details = json!({"name": name, "kind": rt.plural, "causes": causes});
+    if !rt.group.is_empty() {
+        details["group"] = json!(rt.group);
+    }
+    error.details = Some(details);
+    error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::builtin;
+
+    fn deployment(replicas: i64, image: &str) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "web", "image": image}]}}}
+        })
+    }
+
+    #[test]
+    fn apply_creates_then_conflicts_with_another_manager() {
+        let rt = builtin("apps", "Deployment").expect("deployments");
+        let created = apply(None, &deployment(1, "nginx"), "alice", &rt, false).expect("create");
+        assert_eq!(created["metadata"]["managedFields"][0]["manager"], "alice");
+        assert_eq!(
+            created["metadata"]["managedFields"][0]["operation"],
+            "Apply"
+        );
+        // Same values by another manager: shared ownership, no conflict.
+        let shared =
+            apply(Some(&created), &deployment(1, "nginx"), "bob", &rt, false).expect("shared");
+        assert_eq!(
+            shared["metadata"]["managedFields"].as_array().map(Vec::len),
+            Some(2)
+        );
+        let error =
+            apply(Some(&shared), &deployment(3, "nginx"), "bob", &rt, false).expect_err("conflict");
+        assert_eq!(error.code, 409);
+        assert_eq!(
+            error.message,
+            r#"Apply failed with 1 conflict: conflict with "alice" using apps/v1: .spec.replicas"#
+        );
+        let forced =
+            apply(Some(&shared), &deployment(3, "nginx"), "bob", &rt, true).expect("forced");
+        assert_eq!(forced["spec"]["replicas"], 3);
+    }
+
+    #[test]
+    fn apply_removes_what_the_manager_stopped_applying() {
+        let rt = builtin("apps", "Deployment").expect("deployments");
+        let mut first = deployment(1, "nginx");
+        first["metadata"]["labels"] = json!({"tier": "front"});
+        let live = apply(None, &first, "alice", &rt, false).expect("create");
+        let next = apply(Some(&live), &deployment(1, "nginx"), "alice", &rt, false).expect("apply");
+        assert!(
+            next["metadata"]
+                .get("labels")
+                .is_none_or(|l| l.get("tier").is_none())
+        );
+    }
+
+    #[test]
+    fn updates_take_ownership_of_changed_fields() {
+        let rt = builtin("apps", "Deployment").expect("deployments");
+        let live = apply(None, &deployment(1, "nginx"), "alice", &rt, false).expect("create");
+        let mut scaled = live.clone();
+        scaled["spec"]["replicas"] = json!(5);
+        record_update(
+            Some(&live),
+            &mut scaled,
+            "kubectl-scale",
+            &rt,
+            Subresource::Main,
+        );
+        let managers: Vec<&str> = scaled["metadata"]["managedFields"]
+            .as_array()
+            .map(|e| e.iter().filter_map(|e| e["manager"].as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(managers, ["alice", "kubectl-scale"]);
+        let error = apply(Some(&scaled), &deployment(1, "nginx"), "alice", &rt, false)
+            .expect_err("conflict");
+        assert!(error.message.contains("kubectl-scale"), "{}", error.message);
+    }
+}

@@ -1,0 +1,207 @@
+//! Per-kind write rules (kube-apiserver's "strategies"): what create and update reset, keep,
+//! default and validate before an object is stored.
+
+use serde_json::{Value, json};
+
+use crate::api_error::FieldError;
+use crate::crd;
+use crate::resources::ResourceType;
+use crate::validation::validate_metadata;
+
+fn is(rt: &ResourceType, group: &str, kind: &str) -> bool {
+    rt.group == group && rt.kind == kind
+}
+
+/// Pod QoS class from its containers' requests and limits, as the apiserver derives it.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for container in &containers {
+        let requests = container["resources"]["requests"].as_object();
+        let limits = container["resources"]["limits"].as_object();
+        if requests.is_some_and(|r| !r.is_empty()) || limits.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        for resource in ["cpu", "memory"] {
+            let limit = limits.and_then(|l| l.get(resource));
+            let request = requests.and_then(|r| r.get(resource)).or(limit);
+            if limit.is_none() || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// What create resets and sets, beyond the system metadata the store fills in.
+pub fn prepare_for_create(rt: &ResourceType, object: &mut Value) {
+    if rt.has_status()
+        && let Some(map) = object.as_object_mut()
+    {
+        map.remove("status");
+    }
+    if is(rt, "", "Namespace") {
+        object["spec"] = json!({"finalizers": ["kubernetes"]});
+        object["status"] = json!({"phase": "Active"});
+    }
+    if is(rt, "", "Pod") {
+        object["status"] = json!({"phase": "Pending", "qosClass": qos_class(object)});
+    }
+    if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
+        crd::default_crd(object);
+        crd::add_cleanup_finalizer(object);
+    }
+}
+
+/// What an update of the main resource keeps from the stored object.
+pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
+    if rt.has_status() {
+        match old.get("status") {
+            Some(status) => new["status"] = status.clone(),
+            None => {
+                if let Some(map) = new.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+        }
+    }
+    // Namespace finalizers change only through the namespace controller's /finalize.
+    if is(rt, "", "Namespace") {
+        new["spec"] = old["spec"].clone();
+    }
+    if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
+        crd::default_crd(new);
+    }
+}
+
+/// Whether an update changes what `metadata.generation` counts.
+pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
+    if rt.is_custom() {
+        let skip_status = rt.has_status();
+        let keys = |v: &Value| -> Vec<(String, Value)> {
+            v.as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| {
+                            !(matches!(k.as_str(), "metadata" | "apiVersion" | "kind")
+                                || (skip_status && k.as_str() == "status"))
+                        })
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut a = keys(old);
+        let mut b = keys(new);
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        b.sort_by(|x, y| x.0.cmp(&y.0));
+        return a != b;
+    }
+    old.get("spec") != new.get("spec")
+}
+
+/// Field errors of an object about to be stored (`old` on update).
+pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = validate_metadata(rt, object);
+    if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
+        errors.extend(crd::validate_crd(object));
+        if let Some(old) = old
+            && old["spec"]["group"] != object["spec"]["group"]
+        {
+            errors.push(FieldError::invalid(
+                "spec.group",
+                &object["spec"]["group"],
+                "field is immutable",
+            ));
+        }
+    }
+    if let Some(old) = old {
+        errors.extend(immutable_fields(rt, old, object));
+    }
+    errors
+}
+
+/// Fields a kind forbids changing after creation.
+fn immutable_fields(rt: &ResourceType, old: &Value, new: &Value) -> Vec<FieldError> {
+    let pointers: &[(&str, &str)] = match (rt.group.as_str(), rt.kind.as_str()) {
+        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
+            &[("/spec/selector", "spec.selector")]
+        }
+        ("batch", "Job") => &[
+            ("/spec/selector", "spec.selector"),
+            ("/spec/template", "spec.template"),
+        ],
+        ("", "Secret" | "ConfigMap") if old["immutable"] == json!(true) => {
+            &[("/data", "data"), ("/binaryData", "binaryData")]
+        }
+        _ => &[],
+    };
+    pointers
+        .iter()
+        .filter(|(pointer, _)| old.pointer(pointer) != new.pointer(pointer))
+        .map(|(pointer, field)| {
+            FieldError::invalid(
+                *field,
+                new.pointer(pointer).unwrap_or(&Value::Null),
+                "field is immutable",
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::builtin;
+
+    #[test]
+    fn qos_classes() {
+        let cases = [
+            (
+                json!({"spec": {"containers": [{"name": "a"}]}}),
+                "BestEffort",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}}),
+                "Guaranteed",
+            ),
+            (
+                json!({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}}),
+                "Burstable",
+            ),
+        ];
+        for (pod, class) in cases {
+            assert_eq!(qos_class(&pod), class);
+        }
+    }
+
+    #[test]
+    fn generation_counts_spec_for_builtins() {
+        let deploy = builtin("apps", "Deployment").expect("deployments");
+        let old = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 1}});
+        let relabelled = json!({"metadata": {"labels": {"a": "2"}}, "spec": {"replicas": 1}});
+        let scaled = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 2}});
+        assert!(!generation_changed(&deploy, &old, &relabelled));
+        assert!(generation_changed(&deploy, &old, &scaled));
+    }
+
+    #[test]
+    fn selector_is_immutable() {
+        let deploy = builtin("apps", "Deployment").expect("deployments");
+        let old = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "a"}}}});
+        let new = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "b"}}}});
+        let errors = validate(&deploy, &new, Some(&old));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.selector");
+    }
+}
