@@ -10,6 +10,7 @@
 pub mod api_error;
 pub mod crd;
 pub mod fieldset;
+pub mod gc;
 pub mod listtypes;
 pub mod managed;
 pub mod meta;
