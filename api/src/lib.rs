@@ -29,5 +29,5 @@ pub use labels::{DEFAULT_PREFIX, LabelKeys, MANAGED_BY_LABEL, is_label_value};
 pub use reference::CombRef;
 pub use status::{
     CONFIG_READY, CombCondition, CombEndpoint, CombResource, CombStatus, CombUpstreamStatus,
-    ConditionStatus, DEPENDENCIES_READY, READY, STATUS_WRITTEN,
+    ConditionStatus, DEPENDENCIES_READY, READY, STATUS_WRITTEN, group_of,
 };

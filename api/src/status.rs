@@ -134,10 +134,13 @@ pub struct CombResource {
 impl CombResource {
     /// The API group: the part of `apiVersion` before the last `/`, `""` for the core group.
     pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map_or("", |(group, _)| group)
+        group_of(&self.api_version)
     }
+}
+
+/// The API group of an apiVersion: the part before the last `/`, `""` for the core group.
+pub fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
 /// `status.upstream`: what the upstream said in the last borrowing step.

@@ -33,7 +33,10 @@ pub enum Error {
 
     /// A deploy that failed (reference category `deploy`), with the objects stored before it.
     #[error("{message}")]
-    Deploy { message: String, applied: Vec<Value> },
+    Deploy {
+        message: String,
+        applied: Vec<Value>,
+    },
 
     /// Reading or writing the status failed.
     #[error("{0}")]

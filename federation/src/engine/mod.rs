@@ -2,3 +2,13 @@
 //!
 //! Pure planning (class contract, rendering and digest, live status derivation, prune planning,
 //! status building, bridge planning) lives beside the client edge that executes it.
+
+pub mod bridge;
+pub mod class;
+pub mod endpoints;
+pub mod kinds;
+pub mod kube_ops;
+pub mod manifests_class;
+pub mod observe;
+pub mod operations;
+pub mod render;

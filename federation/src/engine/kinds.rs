@@ -1,0 +1,206 @@
+//! What the engine knows about Kinds without asking an API server: the apiVersion of built-in
+//! Kinds (to fill a manifest that names none), which Kinds are namespaced, and which are
+//! workloads with Pod templates.
+//!
+//! The table is generated from k8s-openapi's types, so apiVersions and scopes are the API's own.
+//! A Kind it does not know counts as namespaced (reference §4.1 step 6).
+
+use k8s_openapi::api::{
+    admissionregistration::v1 as admissionregistration, apps::v1 as apps,
+    autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates,
+    coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+    flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node,
+    policy::v1 as policy, rbac::v1 as rbac, resource::v1 as resource, scheduling::v1 as scheduling,
+    storage::v1 as storage,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
+
+/// One built-in Kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KnownKind {
+    pub api_version: &'static str,
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+}
+
+/// Maps a k8s-openapi scope type to "namespaced" at compile time.
+trait Scoped {
+    const NAMESPACED: bool;
+}
+impl Scoped for NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+impl Scoped for ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+macro_rules! known_kinds {
+    ($($t:ty),* $(,)?) => {
+        &[$(KnownKind {
+            api_version: <$t as Resource>::API_VERSION,
+            group: <$t as Resource>::GROUP,
+            kind: <$t as Resource>::KIND,
+            namespaced: <<$t as Resource>::Scope as Scoped>::NAMESPACED,
+        }),*]
+    };
+}
+
+/// The stable built-in Kinds; the first entry of a Kind wins when filling an apiVersion (so
+/// `Event` is `v1`, not `events.k8s.io/v1`).
+pub static KNOWN_KINDS: &[KnownKind] = known_kinds![
+    core::Binding,
+    core::ComponentStatus,
+    core::ConfigMap,
+    core::Endpoints,
+    core::Event,
+    core::LimitRange,
+    core::Namespace,
+    core::Node,
+    core::PersistentVolume,
+    core::PersistentVolumeClaim,
+    core::Pod,
+    core::PodTemplate,
+    core::ReplicationController,
+    core::ResourceQuota,
+    core::Secret,
+    core::Service,
+    core::ServiceAccount,
+    apps::ControllerRevision,
+    apps::DaemonSet,
+    apps::Deployment,
+    apps::ReplicaSet,
+    apps::StatefulSet,
+    batch::CronJob,
+    batch::Job,
+    autoscaling::HorizontalPodAutoscaler,
+    admissionregistration::MutatingWebhookConfiguration,
+    admissionregistration::ValidatingAdmissionPolicy,
+    admissionregistration::ValidatingAdmissionPolicyBinding,
+    admissionregistration::ValidatingWebhookConfiguration,
+    certificates::CertificateSigningRequest,
+    coordination::Lease,
+    discovery::EndpointSlice,
+    flowcontrol::FlowSchema,
+    flowcontrol::PriorityLevelConfiguration,
+    networking::Ingress,
+    networking::IngressClass,
+    networking::IPAddress,
+    networking::NetworkPolicy,
+    networking::ServiceCIDR,
+    node::RuntimeClass,
+    policy::PodDisruptionBudget,
+    rbac::ClusterRole,
+    rbac::ClusterRoleBinding,
+    rbac::Role,
+    rbac::RoleBinding,
+    resource::DeviceClass,
+    resource::ResourceClaim,
+    resource::ResourceClaimTemplate,
+    resource::ResourceSlice,
+    scheduling::PriorityClass,
+    storage::CSIDriver,
+    storage::CSINode,
+    storage::CSIStorageCapacity,
+    storage::StorageClass,
+    storage::VolumeAttachment,
+    storage::VolumeAttributesClass,
+    CustomResourceDefinition,
+    APIService,
+];
+
+/// The apiVersion to fill in for a manifest of `kind` that names none; `comb_group` is the
+/// configured group of the Comb CRD, which the engine knows as well.
+pub fn default_api_version(kind: &str, comb_group: &str) -> Option<String> {
+    if kind == comb_api::KIND {
+        return Some(format!("{comb_group}/{}", comb_api::VERSION));
+    }
+    KNOWN_KINDS
+        .iter()
+        .find(|known| known.kind == kind)
+        .map(|known| known.api_version.to_string())
+}
+
+/// Whether objects of `kind` in `group` live in namespaces. Any version of a known group/Kind
+/// counts; unknown Kinds (custom resources) count as namespaced.
+pub fn is_namespaced(group: &str, kind: &str) -> bool {
+    KNOWN_KINDS
+        .iter()
+        .find(|known| known.group == group && known.kind == kind)
+        .is_none_or(|known| known.namespaced)
+}
+
+/// Where a workload keeps the Pod templates that get the Comb's labels: `None` for a Kind that
+/// is no workload, an empty list for a bare Pod (itself a workload).
+pub fn workload_templates(group: &str, kind: &str) -> Option<&'static [&'static [&'static str]]> {
+    const TEMPLATE: &[&[&str]] = &[&["spec", "template"]];
+    const CRON_JOB: &[&[&str]] = &[
+        &["spec", "jobTemplate"],
+        &["spec", "jobTemplate", "spec", "template"],
+    ];
+    match (group, kind) {
+        ("", "Pod") => Some(&[]),
+        ("", "ReplicationController")
+        | ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
+        | ("batch", "Job") => Some(TEMPLATE),
+        ("batch", "CronJob") => Some(CRON_JOB),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_api_versions() {
+        let cases = [
+            ("Deployment", Some("apps/v1")),
+            ("Service", Some("v1")),
+            ("Event", Some("v1")),
+            ("CronJob", Some("batch/v1")),
+            ("EndpointSlice", Some("discovery.k8s.io/v1")),
+            ("ClusterRoleBinding", Some("rbac.authorization.k8s.io/v1")),
+            ("Comb", Some("comb.example.com/v1")),
+            ("Widget", None),
+        ];
+        for (kind, want) in cases {
+            assert_eq!(
+                default_api_version(kind, "comb.example.com").as_deref(),
+                want,
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn scopes() {
+        let cases = [
+            ("", "Namespace", false),
+            ("rbac.authorization.k8s.io", "ClusterRole", false),
+            ("rbac.authorization.k8s.io", "ClusterRoleBinding", false),
+            ("apiextensions.k8s.io", "CustomResourceDefinition", false),
+            ("", "Service", true),
+            ("apps", "Deployment", true),
+            ("example.com", "Widget", true),
+            ("comb.internal", "Comb", true),
+        ];
+        for (group, kind, namespaced) in cases {
+            assert_eq!(is_namespaced(group, kind), namespaced, "{group}/{kind}");
+        }
+    }
+
+    #[test]
+    fn groups_and_workloads() {
+        assert_eq!(comb_api::group_of("v1"), "");
+        assert_eq!(comb_api::group_of("apps/v1beta1"), "apps");
+        assert_eq!(workload_templates("", "Pod").unwrap().len(), 0);
+        assert_eq!(workload_templates("batch", "CronJob").unwrap().len(), 2);
+        assert_eq!(workload_templates("apps", "Deployment").unwrap().len(), 1);
+        assert!(workload_templates("", "Service").is_none());
+        assert!(workload_templates("extensions", "Deployment").is_none());
+    }
+}

@@ -1,0 +1,689 @@
+//! Rendering one manifest (reference §4.1) and the applied digest, bit for bit (§4.2).
+//!
+//! Rendering works on a copy: the class's manifest is never changed. The result is a
+//! [`RenderedItem`]: the object to apply (labelled, namespaced, apiVersion filled, digest
+//! annotation set) and the record reconcile, prune and status work with.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use comb_api::{CombResource, group_of};
+use serde_json::{Map, Number, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::engine::class::CombContext;
+use crate::engine::kinds::{default_api_version, is_namespaced, workload_templates};
+use crate::error::{Error, Result};
+
+/// One rendered manifest and what the engine needs to know about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderedItem {
+    /// The object to apply.
+    pub manifest: Value,
+    pub api_version: String,
+    pub kind: String,
+    /// `""` for the core group.
+    pub group: String,
+    pub name: String,
+    /// `None` for cluster-scoped Kinds.
+    pub namespace: Option<String>,
+    /// `sha256:<hex>`, also in the manifest's digest annotation.
+    pub digest: String,
+    /// Whether the Kind has Pod templates (or is a Pod).
+    pub workload: bool,
+}
+
+impl RenderedItem {
+    /// `<apiVersion>/<Kind>`, e.g. `apps/v1/Deployment`: how requests and sorting key the type.
+    pub fn resource_id(&self) -> String {
+        format!("{}/{}", self.api_version, self.kind)
+    }
+
+    /// The entry of `status.managedResources` for this item.
+    pub fn resource(&self) -> CombResource {
+        CombResource {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// Whether deploy carries a live restart annotation into this item's Pod template: a
+    /// Deployment, StatefulSet or DaemonSet, whose template an update would otherwise reset.
+    pub fn keeps_restarts(&self) -> bool {
+        self.group == "apps"
+            && matches!(
+                self.kind.as_str(),
+                "Deployment" | "StatefulSet" | "DaemonSet"
+            )
+    }
+
+    /// Copies the live object's Pod template annotation `restart_annotation` into the rendered
+    /// Pod template, so that an update neither rolls the Pods again nor undoes a restart. The
+    /// digest is not changed: it excludes the annotation. Returns whether anything was copied.
+    pub fn keep_restart(&mut self, live: &Value, restart_annotation: &str) -> bool {
+        if !self.keeps_restarts() {
+            return false;
+        }
+        let Some(value) = live
+            .pointer("/spec/template/metadata/annotations")
+            .and_then(|annotations| annotations.get(restart_annotation))
+        else {
+            return false;
+        };
+        let Some(template) = self
+            .manifest
+            .pointer_mut("/spec/template")
+            .and_then(Value::as_object_mut)
+        else {
+            return false;
+        };
+        update_object(template, "metadata", |metadata| {
+            update_object(metadata, "annotations", |annotations| {
+                annotations.insert(restart_annotation.to_string(), value.clone());
+            })
+        });
+        true
+    }
+}
+
+/// Renders one manifest of `class` for the Comb of `ctx`: shape checks, the Comb's labels (they
+/// win over the manifest's), apiVersion, labels on Pod templates, namespace, digest.
+pub fn render_manifest(class: &str, manifest: &Value, ctx: &CombContext) -> Result<RenderedItem> {
+    let fail = |message: String| Error::Manifests(format!("{class}: {message}"));
+    let Value::Object(source) = manifest else {
+        return Err(fail(format!(
+            "a manifest is an object, got {}",
+            describe_value(manifest)
+        )));
+    };
+    let kind =
+        non_empty_str(source.get("kind")).ok_or_else(|| fail("a manifest has no kind".into()))?;
+    let name = non_empty_str(source.get("metadata").and_then(|m| m.get("name")))
+        .ok_or_else(|| fail(format!("manifest {kind} has no metadata.name")))?;
+    let (kind, name) = (kind.to_string(), name.to_string());
+
+    let mut object = source.clone();
+    let labels = ctx.comb_labels();
+    merge_labels(&mut object, &labels);
+
+    let api_version = match non_empty_str(object.get("apiVersion")) {
+        Some(api_version) => api_version.to_string(),
+        None => {
+            let filled = default_api_version(&kind, &ctx.settings.group).ok_or_else(|| {
+                fail(format!(
+                    "manifest {kind} has no apiVersion, and {kind} is no Kind comb knows"
+                ))
+            })?;
+            object.insert("apiVersion".into(), Value::String(filled.clone()));
+            filled
+        }
+    };
+    let group = group_of(&api_version).to_string();
+
+    let templates = workload_templates(&group, &kind);
+    for path in templates.unwrap_or_default() {
+        if let Some(template) = object_at_path(&mut object, path) {
+            merge_labels(template, &labels);
+        }
+    }
+
+    let namespace = if is_namespaced(&group, &kind) {
+        let explicit = non_empty_str(object.get("metadata").and_then(|m| m.get("namespace")));
+        match explicit {
+            Some(explicit) => Some(explicit.to_string()),
+            None => {
+                update_object(&mut object, "metadata", |metadata| {
+                    metadata.insert("namespace".into(), Value::String(ctx.namespace.clone()));
+                });
+                Some(ctx.namespace.clone())
+            }
+        }
+    } else {
+        None
+    };
+
+    let digest_annotation = ctx.settings.labels.digest_annotation();
+    let digest = applied_digest(&object, digest_annotation);
+    update_object(&mut object, "metadata", |metadata| {
+        update_object(metadata, "annotations", |annotations| {
+            annotations.insert(digest_annotation.to_string(), Value::String(digest.clone()));
+        })
+    });
+
+    Ok(RenderedItem {
+        manifest: Value::Object(object),
+        api_version,
+        kind,
+        group,
+        name,
+        namespace,
+        digest,
+        workload: templates.is_some(),
+    })
+}
+
+/// The applied digest of a rendered manifest (§4.2): a stale `digest_annotation` (and then
+/// empty annotations) removed, canonical JSON with every number and string as a string,
+/// `sha256:` + lowercase hex.
+pub fn applied_digest(manifest: &Map<String, Value>, digest_annotation: &str) -> String {
+    let mut copy = manifest.clone();
+    if let Some(Value::Object(metadata)) = copy.get_mut("metadata")
+        && let Some(Value::Object(annotations)) = metadata.get_mut("annotations")
+    {
+        annotations.remove(digest_annotation);
+        if annotations.is_empty() {
+            metadata.remove("annotations");
+        }
+    }
+    let mut canonical = String::new();
+    write_canonical(&mut canonical, &Value::Object(copy));
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    )
+}
+
+/// Canonical JSON as the digest needs it: keys sorted by codepoint, no whitespace, every number
+/// and string a JSON string, booleans and null as themselves; JSON::XS escaping (`"` and `\`,
+/// control characters as `\n \t \r \b \f` or `\u00xx`, `/` and non-ASCII unescaped).
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(&mut out, value);
+    out
+}
+
+fn write_canonical(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(number) => write_string(out, &number_text(number)),
+        Value::String(text) => write_string(out, text),
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            // Rust orders strings by UTF-8 bytes, which is codepoint order.
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (index, (key, item)) in entries.into_iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_string(out, key);
+                out.push(':');
+                write_canonical(out, item);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_string(out: &mut String, text: &str) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The textual form Perl gives a number: integers as they are, other floats like `%.15g`.
+fn number_text(number: &Number) -> String {
+    match number.as_f64() {
+        Some(float) if !number.is_i64() && !number.is_u64() => perl_float(float),
+        _ => number.to_string(),
+    }
+}
+
+fn perl_float(float: f64) -> String {
+    if float.fract() == 0.0 && float.abs() < 1e15 {
+        return format!("{}", float as i64);
+    }
+    // 15 significant digits, then the shorter of fixed and exponent notation as %g picks it.
+    let scientific = format!("{float:.14e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if !(-4..15).contains(&exponent) {
+        let mantissa = trim_fraction(mantissa);
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
+    } else {
+        let decimals = usize::try_from(14 - exponent).unwrap_or(0);
+        trim_fraction(&format!("{float:.decimals$}")).to_string()
+    }
+}
+
+fn trim_fraction(text: &str) -> &str {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        text
+    }
+}
+
+/// How the reference names a value that is not what it wanted: `an array`, `null`, or
+/// `a plain scalar` for strings, numbers and booleans.
+pub fn describe_value(value: &Value) -> &'static str {
+    match value {
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+        Value::Null => "null",
+        Value::Bool(_) | Value::Number(_) | Value::String(_) => "a plain scalar",
+    }
+}
+
+fn non_empty_str(value: Option<&Value>) -> Option<&str> {
+    value
+        .and_then(Value::as_str)
+        .filter(|text| !text.is_empty())
+}
+
+/// Runs `change` on `map[key]` as an object; a missing or non-object value starts as `{}`. The
+/// key keeps its position.
+fn update_object(
+    map: &mut Map<String, Value>,
+    key: &str,
+    change: impl FnOnce(&mut Map<String, Value>),
+) {
+    let mut inner = match map.get_mut(key) {
+        Some(Value::Object(inner)) => std::mem::take(inner),
+        _ => Map::new(),
+    };
+    change(&mut inner);
+    map.insert(key.to_string(), Value::Object(inner));
+}
+
+/// The object at `path`, or `None` when a step is missing or no object (left alone).
+fn object_at_path<'a>(
+    map: &'a mut Map<String, Value>,
+    path: &[&str],
+) -> Option<&'a mut Map<String, Value>> {
+    let (first, rest) = path.split_first()?;
+    let next = map.get_mut(*first)?.as_object_mut()?;
+    if rest.is_empty() {
+        Some(next)
+    } else {
+        object_at_path(next, rest)
+    }
+}
+
+/// Merges `labels` into `object.metadata.labels`; the Comb's labels win over equal keys.
+fn merge_labels(object: &mut Map<String, Value>, labels: &BTreeMap<String, String>) {
+    update_object(object, "metadata", |metadata| {
+        update_object(metadata, "labels", |target| {
+            for (key, value) in labels {
+                target.insert(key.clone(), Value::String(value.clone()));
+            }
+        })
+    });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::engine::class::test_context;
+    use serde_json::json;
+
+    fn deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nats"},
+               "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "nats"}},
+                        "template": {"metadata": {"labels": {"app": "nats"}},
+                                     "spec": {"containers": [{"name": "nats", "image": "nats:2.10"}]}}}})
+    }
+
+    fn with(mut manifest: Value, pointer: &str, value: Value) -> Value {
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        let target = if parent.is_empty() {
+            &mut manifest
+        } else {
+            manifest.pointer_mut(parent).unwrap()
+        };
+        target
+            .as_object_mut()
+            .unwrap()
+            .insert(key.to_string(), value);
+        manifest
+    }
+
+    fn without(mut manifest: Value, key: &str) -> Value {
+        manifest.as_object_mut().unwrap().remove(key);
+        manifest
+    }
+
+    /// Expected digests computed by an independent implementation of §4.2 (Perl, JSON::PP
+    /// canonical + Digest::SHA, every leaf stringified), not by this code.
+    const BASE: &str = "sha256:f5dd8ae7502bb7ecc32f85072cb1af3bba0ed147c7a6732da4784efeab426116";
+
+    #[test]
+    fn digest_vectors() {
+        let cases = [
+            ("plain", deployment(), "platform", BASE),
+            (
+                "replicas as a string",
+                with(deployment(), "/spec/replicas", json!("2")),
+                "platform",
+                BASE,
+            ),
+            (
+                "a stale digest annotation",
+                with(
+                    deployment(),
+                    "/metadata/annotations",
+                    json!({"comb.internal/applied-digest": "sha256:stale"}),
+                ),
+                "platform",
+                BASE,
+            ),
+            (
+                "apiVersion filled in",
+                without(deployment(), "apiVersion"),
+                "platform",
+                BASE,
+            ),
+            (
+                "labels the manifest claims are overridden",
+                with(
+                    deployment(),
+                    "/metadata/labels",
+                    json!({"comb.internal/comb": "other", "app.kubernetes.io/managed-by": "helm"}),
+                ),
+                "platform",
+                BASE,
+            ),
+            (
+                "an added annotation",
+                with(
+                    deployment(),
+                    "/metadata/annotations",
+                    json!({"team": "core"}),
+                ),
+                "platform",
+                "sha256:75f3d1364d4ba18a558102b139f760879e314a2d8c5b1541981415e2aeba78a0",
+            ),
+            (
+                "another namespace",
+                deployment(),
+                "staging",
+                "sha256:eb5722c6bb6013afeff1488be31778f7f33240339add4dd8689f2b70d027bd5e",
+            ),
+            (
+                "another image",
+                with(
+                    deployment(),
+                    "/spec/template/spec/containers",
+                    json!([{"name": "nats", "image": "nats:2.11"}]),
+                ),
+                "platform",
+                "sha256:98552ea8161125851f76d708e2cc5b4b1026bcccc5ef116904e5f312b2b93b03",
+            ),
+        ];
+        for (what, manifest, namespace, digest) in cases {
+            let item = render_manifest(
+                "NATS",
+                &manifest,
+                &test_context("nats", namespace, json!({})),
+            )
+            .unwrap();
+            assert_eq!(item.digest, digest, "{what}");
+            assert_eq!(
+                item.manifest["metadata"]["annotations"]["comb.internal/applied-digest"], digest,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn canonical_json_escapes_and_numbers_like_json_xs() {
+        let manifest = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "odd"},
+            "spec": {"paused": false, "x": 0.5, "y": 1e20, "z": 1.25e-7, "n": null,
+                     "s": "line\n\t\"q\" \\ / é ✓ \u{1}\u{1f}\u{8}\u{c}\r",
+                     "k": {"b": 1, "a": [true, 2, "3"], "é": 1, "Z": 2}}});
+        let item = render_manifest(
+            "NATS",
+            &manifest,
+            &test_context("nats", "platform", json!({})),
+        )
+        .unwrap();
+        let mut digested = item.manifest.clone();
+        digested["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("annotations");
+        assert_eq!(
+            canonical_json(&digested),
+            concat!(
+                r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"labels":{"app.kubernetes.io/managed-by":"comb","#,
+                r#""comb.internal/comb":"nats","comb.internal/comb-namespace":"platform"},"name":"odd","namespace":"platform"},"#,
+                r#""spec":{"k":{"Z":"2","a":[true,"2","3"],"b":"1","é":"1"},"n":null,"paused":false,"#,
+                r#""s":"line\n\t\"q\" \\ / é ✓ \u0001\u001f\b\f\r","x":"0.5","y":"1e+20","z":"1.25e-07"}}"#
+            )
+        );
+        assert_eq!(
+            item.digest,
+            "sha256:3c8bc1f17c685a4b5717efef3e4820e028b648e22899ac1697205858a5c7411f"
+        );
+    }
+
+    #[test]
+    fn perl_number_text() {
+        let cases = [
+            (2.0, "2"),
+            (-3.0, "-3"),
+            (0.1, "0.1"),
+            (1.5e15, "1.5e+15"),
+            (1e-5, "1e-05"),
+            (123.456, "123.456"),
+            (1.0 / 3.0, "0.333333333333333"),
+        ];
+        for (float, text) in cases {
+            assert_eq!(perl_float(float), text, "{float}");
+        }
+    }
+
+    #[test]
+    fn labels_templates_and_namespaces() {
+        let ctx = test_context("nats", "platform", json!({}));
+        let comb_labels = json!({"comb.internal/comb": "nats", "comb.internal/comb-namespace": "platform", "app.kubernetes.io/managed-by": "comb"});
+        let merged = json!({"app": "nats", "comb.internal/comb": "nats", "comb.internal/comb-namespace": "platform", "app.kubernetes.io/managed-by": "comb"});
+
+        let item = render_manifest("NATS", &without(deployment(), "apiVersion"), &ctx).unwrap();
+        assert_eq!(item.manifest["apiVersion"], "apps/v1");
+        assert_eq!(item.manifest["metadata"]["labels"], comb_labels);
+        assert_eq!(item.manifest["metadata"]["namespace"], "platform");
+        assert_eq!(
+            item.manifest["spec"]["template"]["metadata"]["labels"],
+            merged
+        );
+        assert_eq!(
+            item.manifest["spec"]["selector"],
+            json!({"matchLabels": {"app": "nats"}})
+        );
+        assert!(
+            item.manifest["spec"]["template"]["metadata"]
+                .get("annotations")
+                .is_none()
+        );
+        assert_eq!(
+            (
+                item.group.as_str(),
+                item.namespace.as_deref(),
+                item.workload,
+                item.resource_id().as_str()
+            ),
+            ("apps", Some("platform"), true, "apps/v1/Deployment")
+        );
+
+        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "backup"},
+                          "spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}}});
+        let item = render_manifest("NATS", &cron, &ctx).unwrap();
+        assert_eq!(
+            item.manifest["spec"]["jobTemplate"]["metadata"]["labels"],
+            comb_labels
+        );
+        assert_eq!(
+            item.manifest["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
+            comb_labels
+        );
+
+        let job_without_template =
+            json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "init"}});
+        let item = render_manifest("NATS", &job_without_template, &ctx).unwrap();
+        assert!(
+            item.manifest.get("spec").is_none(),
+            "a missing template path is left alone"
+        );
+
+        let cases = [
+            (
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+                Some("platform"),
+                true,
+            ),
+            (
+                json!({"kind": "Service", "metadata": {"name": "s", "namespace": "other"}}),
+                Some("other"),
+                false,
+            ),
+            (
+                json!({"kind": "Namespace", "metadata": {"name": "n"}}),
+                None,
+                false,
+            ),
+            (
+                json!({"kind": "ClusterRoleBinding", "metadata": {"name": "c"}}),
+                None,
+                false,
+            ),
+            (
+                json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+                Some("platform"),
+                false,
+            ),
+            (
+                json!({"kind": "Comb", "metadata": {"name": "child"}}),
+                Some("platform"),
+                false,
+            ),
+        ];
+        for (manifest, namespace, workload) in cases {
+            let item = render_manifest("NATS", &manifest, &ctx).unwrap();
+            assert_eq!(item.namespace.as_deref(), namespace, "{manifest}");
+            assert_eq!(
+                item.manifest["metadata"]
+                    .get("namespace")
+                    .and_then(Value::as_str),
+                namespace,
+                "{manifest}"
+            );
+            assert_eq!(item.workload, workload, "{manifest}");
+            assert_eq!(
+                item.manifest["metadata"]["labels"], comb_labels,
+                "{manifest}"
+            );
+        }
+        let comb = render_manifest(
+            "NATS",
+            &json!({"kind": "Comb", "metadata": {"name": "c"}}),
+            &ctx,
+        )
+        .unwrap();
+        assert_eq!(comb.api_version, "comb.internal/v1");
+    }
+
+    #[test]
+    fn the_class_manifest_is_not_changed_and_other_annotations_stay() {
+        let manifest = with(
+            deployment(),
+            "/metadata/annotations",
+            json!({"team": "core", "comb.internal/applied-digest": "sha256:stale"}),
+        );
+        let before = manifest.clone();
+        let item = render_manifest(
+            "NATS",
+            &manifest,
+            &test_context("nats", "platform", json!({})),
+        )
+        .unwrap();
+        assert_eq!(manifest, before);
+        assert_eq!(
+            item.manifest["metadata"]["annotations"],
+            json!({"team": "core", "comb.internal/applied-digest": item.digest})
+        );
+    }
+
+    #[test]
+    fn shape_errors() {
+        let ctx = test_context("nats", "platform", json!({}));
+        let cases = [
+            (
+                json!("Deployment"),
+                "NATS: a manifest is an object, got a plain scalar",
+            ),
+            (json!([1]), "NATS: a manifest is an object, got an array"),
+            (
+                json!({"metadata": {"name": "x"}}),
+                "NATS: a manifest has no kind",
+            ),
+            (
+                json!({"kind": "Deployment", "metadata": {}}),
+                "NATS: manifest Deployment has no metadata.name",
+            ),
+            (
+                json!({"kind": "Deployment"}),
+                "NATS: manifest Deployment has no metadata.name",
+            ),
+            (
+                json!({"kind": "Widget", "metadata": {"name": "w"}}),
+                "NATS: manifest Widget has no apiVersion, and Widget is no Kind comb knows",
+            ),
+        ];
+        for (manifest, message) in cases {
+            let error = render_manifest("NATS", &manifest, &ctx).unwrap_err();
+            assert_eq!(error.to_string(), message);
+            assert_eq!(error.category(), "manifests");
+        }
+    }
+
+    #[test]
+    fn restarts_are_kept_outside_the_digest() {
+        let ctx = test_context("nats", "platform", json!({}));
+        let mut item = render_manifest("NATS", &deployment(), &ctx).unwrap();
+        let live = json!({"spec": {"template": {"metadata": {"annotations": {"comb.internal/restartedAt": "2026-01-01T00:00:00Z"}}}}});
+        assert!(item.keep_restart(&live, "comb.internal/restartedAt"));
+        assert_eq!(
+            item.manifest["spec"]["template"]["metadata"]["annotations"]["comb.internal/restartedAt"],
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(item.digest, BASE);
+        assert!(!item.keep_restart(&json!({}), "comb.internal/restartedAt"));
+
+        let mut job = render_manifest("NATS", &json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {}}}), &ctx).unwrap();
+        assert!(
+            !job.keep_restart(&live, "comb.internal/restartedAt"),
+            "only Deployments, StatefulSets and DaemonSets"
+        );
+    }
+}
