@@ -16,6 +16,7 @@ pub mod managed;
 pub mod meta;
 pub mod resources;
 pub mod selectors;
+pub mod sim;
 pub mod store;
 pub mod strategy;
 pub mod validation;
