@@ -1,0 +1,993 @@
+//! What the cluster shows of a local Comb right now (reference §8.1): a pure derivation from the
+//! rendered items, their live objects and the Comb's pods.
+//!
+//! The caller reads the live objects (name label only, one list per resource id and namespace)
+//! and the pods (both labels, only when [`needs_pods`] says so), then calls
+//! [`derive_local_status`].
+
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::render::RenderedItem;
+
+/// Waiting reasons that will not pass by waiting: the phase is `Error`.
+pub const FAILURE_REASONS: [&str; 8] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// The phase of the live status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum LivePhase {
+    Running,
+    Pending,
+    Error,
+    /// As `stop` leaves a Comb.
+    Stopped,
+    /// None of the rendered resources exists.
+    NotDeployed,
+}
+
+impl LivePhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LivePhase::Running => "Running",
+            LivePhase::Pending => "Pending",
+            LivePhase::Error => "Error",
+            LivePhase::Stopped => "Stopped",
+            LivePhase::NotDeployed => "NotDeployed",
+        }
+    }
+}
+
+impl fmt::Display for LivePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How bad a problem is: `Error` problems make the phase Error, others Pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    Pending,
+    Error,
+}
+
+/// One thing keeping the Comb from Running.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub severity: Severity,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn pending(reason: &str, message: String) -> Problem {
+        Problem {
+            severity: Severity::Pending,
+            reason: reason.to_string(),
+            message,
+        }
+    }
+    pub fn error(reason: &str, message: String) -> Problem {
+        Problem {
+            severity: Severity::Error,
+            reason: reason.to_string(),
+            message,
+        }
+    }
+}
+
+/// One pod of the Comb as the status shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PodState {
+    pub name: String,
+    pub phase: String,
+    pub ready: bool,
+    pub restarts: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The live status: `{phase, healthy, reason?, message?, pods}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LiveStatus {
+    pub phase: LivePhase,
+    /// `phase == Running`.
+    pub healthy: bool,
+    /// The first error-severity problem's reason, else the first problem's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Every problem's message, joined with `"; "`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Sorted by name.
+    pub pods: Vec<PodState>,
+}
+
+impl LiveStatus {
+    /// A status with `phase` and one reason and message (no pods).
+    fn single(phase: LivePhase, reason: &str, message: &str, pods: Vec<PodState>) -> LiveStatus {
+        LiveStatus {
+            phase,
+            healthy: phase == LivePhase::Running,
+            reason: Some(reason.to_string()),
+            message: Some(message.to_string()),
+            pods,
+        }
+    }
+
+    /// The verdict of `problems`: Error if any is error-severity, Pending if any, else Running.
+    pub fn from_problems(problems: &[Problem], pods: Vec<PodState>) -> LiveStatus {
+        let first_error = problems.iter().find(|p| p.severity == Severity::Error);
+        let phase = match (first_error, problems.is_empty()) {
+            (Some(_), _) => LivePhase::Error,
+            (None, false) => LivePhase::Pending,
+            (None, true) => LivePhase::Running,
+        };
+        LiveStatus {
+            phase,
+            healthy: phase == LivePhase::Running,
+            reason: first_error.or(problems.first()).map(|p| p.reason.clone()),
+            message: (!problems.is_empty()).then(|| {
+                problems
+                    .iter()
+                    .map(|p| p.message.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }),
+            pods,
+        }
+    }
+}
+
+/// Whether the pods must be read: some workload item is live.
+pub fn needs_pods(items: &[RenderedItem], live: &[Option<Value>]) -> bool {
+    items
+        .iter()
+        .zip(live)
+        .any(|(item, live)| item.workload && live.is_some())
+}
+
+/// The live status of a local Comb. `live[i]` is the live object of `items[i]` (`None`: missing
+/// or without the Comb's name label); `pods` are the Comb's pods (empty unless [`needs_pods`]).
+pub fn derive_local_status(
+    items: &[RenderedItem],
+    live: &[Option<Value>],
+    pods: &[Value],
+) -> LiveStatus {
+    if items.is_empty() {
+        return LiveStatus::from_problems(&[], Vec::new());
+    }
+    let observed: Vec<(&RenderedItem, Option<&Value>)> = items
+        .iter()
+        .zip(
+            live.iter()
+                .map(Option::as_ref)
+                .chain(std::iter::repeat(None)),
+        )
+        .collect();
+
+    let mut pod_states = Vec::new();
+    let mut pod_problems = Vec::new();
+    for pod in pods {
+        let (state, problem) = pod_state(pod);
+        pod_states.push((state, problem));
+    }
+    pod_states.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let pods: Vec<PodState> = pod_states
+        .into_iter()
+        .map(|(state, problem)| {
+            pod_problems.extend(problem);
+            state
+        })
+        .collect();
+
+    if observed.iter().all(|(_, live)| live.is_none()) {
+        return LiveStatus::single(LivePhase::NotDeployed, "NotDeployed", "not deployed", pods);
+    }
+    if stopped(&observed) {
+        return LiveStatus::single(LivePhase::Stopped, "Stopped", "stopped", pods);
+    }
+
+    let mut problems: Vec<Problem> = observed
+        .iter()
+        .filter(|(_, live)| live.is_none())
+        .map(|(item, _)| {
+            Problem::pending(
+                "ResourcesMissing",
+                format!("{} {} is missing", item.kind, item.name),
+            )
+        })
+        .collect();
+    problems.extend(pod_problems);
+    problems.extend(
+        observed
+            .iter()
+            .filter_map(|(item, live)| live.and_then(|live| workload_problem(item, live))),
+    );
+    LiveStatus::from_problems(&problems, pods)
+}
+
+/// As `stop` leaves a Comb: every live Deployment and StatefulSet at 0 replicas, every live
+/// CronJob suspended, and at least one of them against its manifest.
+fn stopped(observed: &[(&RenderedItem, Option<&Value>)]) -> bool {
+    let mut against_manifest = false;
+    for (item, live) in observed {
+        let Some(live) = live else { continue };
+        match (item.group.as_str(), item.kind.as_str()) {
+            ("apps", "Deployment" | "StatefulSet") => {
+                if number_or(live.pointer("/spec/replicas"), 1) != 0 {
+                    return false;
+                }
+                if number_or(item.manifest.pointer("/spec/replicas"), 1) != 0 {
+                    against_manifest = true;
+                }
+            }
+            ("batch", "CronJob") => {
+                if !truthy(live.pointer("/spec/suspend")) {
+                    return false;
+                }
+                if !truthy(item.manifest.pointer("/spec/suspend")) {
+                    against_manifest = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    against_manifest
+}
+
+/// What keeps a live workload from ready: a failed or unfinished Job, missing replicas.
+fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
+    let name = &item.name;
+    let (ready, desired, scaled_below) = match (item.group.as_str(), item.kind.as_str()) {
+        ("batch", "Job") => return job_problem(name, live),
+        ("apps", "DaemonSet") => (
+            number_or(live.pointer("/status/numberReady"), 0),
+            number_or(live.pointer("/status/desiredNumberScheduled"), 0),
+            None,
+        ),
+        ("", "ReplicationController") | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") => {
+            let scaled = number_or(live.pointer("/spec/replicas"), 1);
+            let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
+            // Scaling down is measured against the manifest; scaling up (by hand, by an
+            // autoscaler) counts as the new desired.
+            let (desired, scaled_below) = if scaled < wanted {
+                (wanted, Some(scaled))
+            } else {
+                (scaled, None)
+            };
+            (
+                number_or(live.pointer("/status/readyReplicas"), 0),
+                desired,
+                scaled_below,
+            )
+        }
+        _ => return None,
+    };
+    (ready < desired).then(|| {
+        let scaled = scaled_below
+            .map(|scaled| format!(" (scaled to {scaled})"))
+            .unwrap_or_default();
+        Problem::pending(
+            "ReplicasNotReady",
+            format!("{} {name}: {ready} of {desired} ready{scaled}", item.kind),
+        )
+    })
+}
+
+fn job_problem(name: &str, live: &Value) -> Option<Problem> {
+    let conditions = live
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let is_true = |kind: &str| {
+        conditions
+            .iter()
+            .find(|c| text(c.get("type")) == Some(kind) && text(c.get("status")) == Some("True"))
+    };
+    if let Some(failed) = is_true("Failed") {
+        let reason = text(failed.get("reason")).unwrap_or("JobFailed");
+        let detail = text(failed.get("message"))
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        return Some(Problem::error(reason, format!("Job {name} failed{detail}")));
+    }
+    let complete = is_true("Complete").is_some()
+        || number_or(live.pointer("/status/succeeded"), 0)
+            >= number_or(live.pointer("/spec/completions"), 1);
+    (!complete).then(|| Problem::pending("JobNotComplete", format!("Job {name} has not completed")))
+}
+
+/// A pod's state and, unless it is fine (or failed under a controller), its problem.
+fn pod_state(pod: &Value) -> (PodState, Option<Problem>) {
+    let name = text(pod.pointer("/metadata/name"))
+        .unwrap_or_default()
+        .to_string();
+    let phase = text(pod.pointer("/status/phase"))
+        .unwrap_or("Unknown")
+        .to_string();
+    let statuses = |key: &str| {
+        pod.pointer(&format!("/status/{key}"))
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    let regular = statuses("containerStatuses");
+    let all: Vec<&Value> = statuses("initContainerStatuses")
+        .iter()
+        .chain(regular)
+        .collect();
+    let restarts = all
+        .iter()
+        .map(|s| number_or(s.get("restartCount"), 0))
+        .sum();
+    let ready =
+        phase == "Running" && !regular.is_empty() && regular.iter().all(|s| truthy(s.get("ready")));
+    let mut state = PodState {
+        name,
+        phase,
+        ready,
+        restarts,
+        reason: None,
+        message: None,
+    };
+    if state.phase == "Succeeded" || ready {
+        return (state, None);
+    }
+
+    // The first container that waits, or ended with a non-zero exit (completed init
+    // containers are fine).
+    let container = all.iter().find_map(|status| {
+        if let Some(waiting) = status.pointer("/state/waiting") {
+            return Some(ContainerTrouble::Waiting(waiting));
+        }
+        status
+            .pointer("/state/terminated")
+            .filter(|terminated| number_or(terminated.get("exitCode"), 0) != 0)
+            .map(ContainerTrouble::Terminated)
+    });
+    let terminated = match container {
+        Some(ContainerTrouble::Terminated(terminated)) => Some(terminated),
+        _ => None,
+    };
+    let unscheduled = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|conditions| {
+            conditions.iter().find(|c| {
+                text(c.get("type")) == Some("PodScheduled")
+                    && text(c.get("status")) == Some("False")
+            })
+        });
+    let status_text = |key: &str| text(pod.pointer(&format!("/status/{key}")));
+
+    let (severity, reason, message) = if state.phase == "Failed" {
+        let owned = pod
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|owners| !owners.is_empty());
+        let reason = status_text("reason")
+            .or_else(|| terminated.and_then(|t| text(t.get("reason"))))
+            .unwrap_or("Failed");
+        let message = status_text("message")
+            .map(str::to_string)
+            .or_else(|| terminated.map(exit_message));
+        // A failed pod of a controller is left to it.
+        ((!owned).then_some(Severity::Error), reason, message)
+    } else if let Some(condition) = unscheduled {
+        (
+            Some(Severity::Pending),
+            text(condition.get("reason")).unwrap_or("Unschedulable"),
+            text(condition.get("message")).map(str::to_string),
+        )
+    } else if let Some(ContainerTrouble::Waiting(waiting)) = container {
+        let reason = text(waiting.get("reason")).unwrap_or("Waiting");
+        let severity = if FAILURE_REASONS.contains(&reason) {
+            Severity::Error
+        } else {
+            Severity::Pending
+        };
+        (
+            Some(severity),
+            reason,
+            text(waiting.get("message")).map(str::to_string),
+        )
+    } else if let Some(terminated) = terminated {
+        (
+            Some(Severity::Error),
+            text(terminated.get("reason")).unwrap_or("Error"),
+            Some(exit_message(terminated)),
+        )
+    } else if state.phase == "Unknown" {
+        (
+            Some(Severity::Error),
+            status_text("reason").unwrap_or("Unknown"),
+            status_text("message").map(str::to_string),
+        )
+    } else {
+        let reason = if state.phase == "Pending" {
+            "Pending"
+        } else {
+            "ContainersNotReady"
+        };
+        (Some(Severity::Pending), reason, None)
+    };
+
+    state.reason = Some(reason.to_string());
+    state.message = message;
+    let problem = severity.map(|severity| {
+        let mut text = format!("Pod {}: {reason}", state.name);
+        if let Some(message) = state.message.as_deref().filter(|m| !m.is_empty()) {
+            text.push_str(&format!(": {message}"));
+        }
+        if state.restarts > 0 {
+            text.push_str(&format!(" ({} restarts)", state.restarts));
+        }
+        Problem {
+            severity,
+            reason: reason.to_string(),
+            message: text,
+        }
+    });
+    (state, problem)
+}
+
+enum ContainerTrouble<'a> {
+    Waiting(&'a Value),
+    Terminated(&'a Value),
+}
+
+/// `exit code <exitCode or ?>` + `: <message>` when the container left one.
+fn exit_message(terminated: &Value) -> String {
+    let code = match terminated.get("exitCode") {
+        None | Some(Value::Null) => "?".to_string(),
+        Some(code) => number_or(Some(code), 0).to_string(),
+    };
+    match text(terminated.get("message")) {
+        Some(message) => format!("exit code {code}: {message}"),
+        None => format!("exit code {code}"),
+    }
+}
+
+/// A non-empty string.
+fn text(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// Perl's `value // default` in numeric context: missing or null gives `default`, numbers and
+/// numeric strings their value, anything else 0.
+pub(crate) fn number_or(value: Option<&Value>, default: i64) -> i64 {
+    match value {
+        None | Some(Value::Null) => default,
+        Some(Value::Number(number)) => number
+            .as_i64()
+            .or_else(|| number.as_f64().map(|f| f as i64))
+            .unwrap_or(0),
+        Some(Value::String(text)) => text.trim().parse::<f64>().map_or(0, |f| f as i64),
+        Some(Value::Bool(flag)) => i64::from(*flag),
+        Some(_) => 0,
+    }
+}
+
+/// Perl truthiness: missing, null, false, 0, `""` and `"0"` are false.
+pub(crate) fn truthy(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(flag)) => *flag,
+        Some(Value::Number(number)) => number.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(text)) => !text.is_empty() && text != "0",
+        Some(_) => true,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::engine::class::test_context;
+    use crate::engine::render::render_manifest;
+    use serde_json::json;
+
+    fn item(manifest: Value) -> RenderedItem {
+        render_manifest(
+            "NATS",
+            &manifest,
+            &test_context("nats", "platform", json!({})),
+        )
+        .unwrap()
+    }
+    fn deployment(replicas: Option<i64>) -> RenderedItem {
+        let mut spec = json!({"template": {"spec": {}}});
+        if let Some(replicas) = replicas {
+            spec["replicas"] = json!(replicas);
+        }
+        item(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nats"}, "spec": spec}),
+        )
+    }
+    fn service() -> RenderedItem {
+        item(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nats"}}))
+    }
+    fn of_kind(api_version: &str, kind: &str, name: &str, spec: Value) -> RenderedItem {
+        item(
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, "spec": spec}),
+        )
+    }
+    fn live_deployment(replicas: i64, ready: i64) -> Option<Value> {
+        Some(json!({"spec": {"replicas": replicas}, "status": {"readyReplicas": ready}}))
+    }
+    fn ready_pod(name: &str) -> Value {
+        json!({"metadata": {"name": name}, "status": {"phase": "Running",
+               "containerStatuses": [{"name": "c", "ready": true, "restartCount": 0, "state": {"running": {}}}]}})
+    }
+    fn pod(name: &str, status: Value) -> Value {
+        json!({"metadata": {"name": name}, "status": status})
+    }
+    fn waiting(reason: &str, message: &str, restarts: i64) -> Value {
+        json!({"phase": "Pending", "containerStatuses": [{"name": "c", "ready": false, "restartCount": restarts,
+               "state": {"waiting": {"reason": reason, "message": message}}}]})
+    }
+
+    /// (phase, reason, message) of a derivation.
+    fn verdict(status: &LiveStatus) -> (LivePhase, Option<&str>, Option<&str>) {
+        (
+            status.phase,
+            status.reason.as_deref(),
+            status.message.as_deref(),
+        )
+    }
+
+    #[test]
+    fn verdicts() {
+        let ok_deploy = || {
+            (
+                vec![deployment(None), service()],
+                vec![live_deployment(1, 1), Some(json!({}))],
+            )
+        };
+        type Case = (
+            &'static str,
+            Vec<RenderedItem>,
+            Vec<Option<Value>>,
+            Vec<Value>,
+            (LivePhase, Option<&'static str>, Option<&'static str>),
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "no items",
+                vec![],
+                vec![],
+                vec![],
+                (LivePhase::Running, None, None),
+            ),
+            (
+                "nothing live",
+                vec![deployment(None), service()],
+                vec![None, None],
+                vec![],
+                (
+                    LivePhase::NotDeployed,
+                    Some("NotDeployed"),
+                    Some("not deployed"),
+                ),
+            ),
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "healthy",
+                    items,
+                    live,
+                    vec![ready_pod("nats-a")],
+                    (LivePhase::Running, None, None),
+                )
+            },
+            (
+                "a resource missing",
+                vec![deployment(None), service()],
+                vec![live_deployment(1, 1), None],
+                vec![ready_pod("nats-a")],
+                (
+                    LivePhase::Pending,
+                    Some("ResourcesMissing"),
+                    Some("Service nats is missing"),
+                ),
+            ),
+            (
+                "stopped",
+                vec![deployment(None), service()],
+                vec![live_deployment(0, 0), Some(json!({}))],
+                vec![],
+                (LivePhase::Stopped, Some("Stopped"), Some("stopped")),
+            ),
+            (
+                "replicas 0 in the manifest is at rest",
+                vec![deployment(Some(0))],
+                vec![live_deployment(0, 0)],
+                vec![],
+                (LivePhase::Running, None, None),
+            ),
+            (
+                "a suspended CronJob against its manifest",
+                vec![of_kind(
+                    "batch/v1",
+                    "CronJob",
+                    "backup",
+                    json!({"suspend": false}),
+                )],
+                vec![Some(json!({"spec": {"suspend": true}}))],
+                vec![],
+                (LivePhase::Stopped, Some("Stopped"), Some("stopped")),
+            ),
+            (
+                "a CronJob suspended as rendered",
+                vec![of_kind(
+                    "batch/v1",
+                    "CronJob",
+                    "backup",
+                    json!({"suspend": true}),
+                )],
+                vec![Some(json!({"spec": {"suspend": true}}))],
+                vec![],
+                (LivePhase::Running, None, None),
+            ),
+            (
+                "one workload still running is not stopped",
+                vec![
+                    deployment(None),
+                    of_kind("apps/v1", "StatefulSet", "store", json!({"replicas": 2})),
+                ],
+                vec![
+                    live_deployment(0, 0),
+                    Some(json!({"spec": {"replicas": 2}, "status": {"readyReplicas": 2}})),
+                ],
+                vec![],
+                (
+                    LivePhase::Pending,
+                    Some("ReplicasNotReady"),
+                    Some("Deployment nats: 0 of 1 ready (scaled to 0)"),
+                ),
+            ),
+            (
+                "scaled down by hand",
+                vec![deployment(Some(3))],
+                vec![live_deployment(1, 1)],
+                vec![],
+                (
+                    LivePhase::Pending,
+                    Some("ReplicasNotReady"),
+                    Some("Deployment nats: 1 of 3 ready (scaled to 1)"),
+                ),
+            ),
+            (
+                "scaled up counts as desired",
+                vec![deployment(Some(3))],
+                vec![live_deployment(4, 3)],
+                vec![],
+                (
+                    LivePhase::Pending,
+                    Some("ReplicasNotReady"),
+                    Some("Deployment nats: 3 of 4 ready"),
+                ),
+            ),
+            (
+                "a DaemonSet",
+                vec![of_kind("apps/v1", "DaemonSet", "agent", json!({}))],
+                vec![Some(
+                    json!({"status": {"numberReady": 2, "desiredNumberScheduled": 3}}),
+                )],
+                vec![],
+                (
+                    LivePhase::Pending,
+                    Some("ReplicasNotReady"),
+                    Some("DaemonSet agent: 2 of 3 ready"),
+                ),
+            ),
+            (
+                "a failed Job",
+                vec![of_kind("batch/v1", "Job", "init", json!({}))],
+                vec![Some(
+                    json!({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]}}),
+                )],
+                vec![],
+                (
+                    LivePhase::Error,
+                    Some("BackoffLimitExceeded"),
+                    Some("Job init failed: Job has reached the specified backoff limit"),
+                ),
+            ),
+            (
+                "a failed Job without a reason",
+                vec![of_kind("batch/v1", "Job", "init", json!({}))],
+                vec![Some(
+                    json!({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}),
+                )],
+                vec![],
+                (LivePhase::Error, Some("JobFailed"), Some("Job init failed")),
+            ),
+            (
+                "a Job still running",
+                vec![of_kind("batch/v1", "Job", "init", json!({}))],
+                vec![Some(
+                    json!({"spec": {"completions": 2}, "status": {"succeeded": 1, "active": 1}}),
+                )],
+                vec![],
+                (
+                    LivePhase::Pending,
+                    Some("JobNotComplete"),
+                    Some("Job init has not completed"),
+                ),
+            ),
+            (
+                "a completed Job",
+                vec![of_kind("batch/v1", "Job", "init", json!({}))],
+                vec![Some(json!({"status": {"succeeded": 1}}))],
+                vec![],
+                (LivePhase::Running, None, None),
+            ),
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "CrashLoopBackOff",
+                    items,
+                    live,
+                    vec![pod(
+                        "nats-a",
+                        waiting(
+                            "CrashLoopBackOff",
+                            "back-off 5m0s restarting failed container",
+                            7,
+                        ),
+                    )],
+                    (
+                        LivePhase::Error,
+                        Some("CrashLoopBackOff"),
+                        Some(
+                            "Pod nats-a: CrashLoopBackOff: back-off 5m0s restarting failed container (7 restarts)",
+                        ),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "ImagePullBackOff",
+                    items,
+                    live,
+                    vec![pod("nats-a", waiting("ImagePullBackOff", "", 0))],
+                    (
+                        LivePhase::Error,
+                        Some("ImagePullBackOff"),
+                        Some("Pod nats-a: ImagePullBackOff"),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "a container being created",
+                    items,
+                    live,
+                    vec![pod("nats-a", waiting("ContainerCreating", "", 0))],
+                    (
+                        LivePhase::Pending,
+                        Some("ContainerCreating"),
+                        Some("Pod nats-a: ContainerCreating"),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "unschedulable",
+                    items,
+                    live,
+                    vec![pod(
+                        "nats-a",
+                        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]}),
+                    )],
+                    (
+                        LivePhase::Pending,
+                        Some("Unschedulable"),
+                        Some(
+                            "Pod nats-a: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.",
+                        ),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "a container that exited",
+                    items,
+                    live,
+                    vec![pod(
+                        "nats-a",
+                        json!({"phase": "Running", "containerStatuses": [{"ready": false, "restartCount": 1, "state": {"terminated": {"exitCode": 1, "message": "boom"}}}]}),
+                    )],
+                    (
+                        LivePhase::Error,
+                        Some("Error"),
+                        Some("Pod nats-a: Error: exit code 1: boom (1 restarts)"),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "a failed bare pod",
+                    items,
+                    live,
+                    vec![pod(
+                        "nats-a",
+                        json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}),
+                    )],
+                    (
+                        LivePhase::Error,
+                        Some("Evicted"),
+                        Some("Pod nats-a: Evicted: The node was low on resource: memory."),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                let mut owned = pod(
+                    "nats-a",
+                    json!({"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 2, "reason": "Error"}}}]}),
+                );
+                owned["metadata"]["ownerReferences"] =
+                    json!([{"kind": "ReplicaSet", "name": "nats-1"}]);
+                (
+                    "a failed pod of a controller is left to it",
+                    items,
+                    live,
+                    vec![owned],
+                    (LivePhase::Running, None, None),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "a pod in phase Unknown",
+                    items,
+                    live,
+                    vec![pod(
+                        "nats-a",
+                        json!({"phase": "Unknown", "reason": "NodeLost"}),
+                    )],
+                    (
+                        LivePhase::Error,
+                        Some("NodeLost"),
+                        Some("Pod nats-a: NodeLost"),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "running, not ready",
+                    items,
+                    live,
+                    vec![pod(
+                        "nats-a",
+                        json!({"phase": "Running", "containerStatuses": [{"ready": false, "restartCount": 0, "state": {"running": {}}}]}),
+                    )],
+                    (
+                        LivePhase::Pending,
+                        Some("ContainersNotReady"),
+                        Some("Pod nats-a: ContainersNotReady"),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "a pending pod",
+                    items,
+                    live,
+                    vec![pod("nats-a", json!({"phase": "Pending"}))],
+                    (
+                        LivePhase::Pending,
+                        Some("Pending"),
+                        Some("Pod nats-a: Pending"),
+                    ),
+                )
+            },
+            {
+                let (items, live) = ok_deploy();
+                (
+                    "a completed pod never counts",
+                    items,
+                    live,
+                    vec![pod("nats-a", json!({"phase": "Succeeded"}))],
+                    (LivePhase::Running, None, None),
+                )
+            },
+            (
+                "errors decide the reason, messages keep their order",
+                vec![deployment(Some(2)), service()],
+                vec![live_deployment(2, 1), None],
+                vec![
+                    pod("nats-b", waiting("CrashLoopBackOff", "", 3)),
+                    pod("nats-a", waiting("ContainerCreating", "", 0)),
+                ],
+                (
+                    LivePhase::Error,
+                    Some("CrashLoopBackOff"),
+                    Some(
+                        "Service nats is missing; Pod nats-a: ContainerCreating; Pod nats-b: CrashLoopBackOff (3 restarts); Deployment nats: 1 of 2 ready",
+                    ),
+                ),
+            ),
+        ];
+        for (what, items, live, pods, want) in cases {
+            let status = derive_local_status(&items, &live, &pods);
+            assert_eq!(verdict(&status), want, "{what}");
+            assert_eq!(status.healthy, want.0 == LivePhase::Running, "{what}");
+        }
+    }
+
+    #[test]
+    fn pod_entries() {
+        let init_done_then_waiting = pod(
+            "nats-b",
+            json!({"phase": "Pending",
+            "initContainerStatuses": [{"restartCount": 2, "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+            "containerStatuses": [{"ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+        );
+        let status = derive_local_status(
+            &[deployment(None)],
+            &[live_deployment(1, 1)],
+            &[init_done_then_waiting, ready_pod("nats-a")],
+        );
+        assert_eq!(
+            serde_json::to_value(&status.pods).unwrap(),
+            json!([
+                {"name": "nats-a", "phase": "Running", "ready": true, "restarts": 0},
+                {"name": "nats-b", "phase": "Pending", "ready": false, "restarts": 3, "reason": "CrashLoopBackOff"}
+            ])
+        );
+        assert_eq!(
+            status.message.as_deref(),
+            Some("Pod nats-b: CrashLoopBackOff (3 restarts)")
+        );
+    }
+
+    #[test]
+    fn pods_are_needed_only_for_live_workloads() {
+        assert!(!needs_pods(
+            &[deployment(None), service()],
+            &[None, Some(json!({}))]
+        ));
+        assert!(needs_pods(
+            &[deployment(None), service()],
+            &[Some(json!({})), None]
+        ));
+    }
+
+    #[test]
+    fn perl_numbers_and_truth() {
+        assert_eq!(number_or(None, 1), 1);
+        assert_eq!(number_or(Some(&json!(null)), 1), 1);
+        assert_eq!(number_or(Some(&json!("3")), 1), 3);
+        assert_eq!(number_or(Some(&json!(0)), 1), 0);
+        for falsy in [json!(null), json!(false), json!(0), json!(""), json!("0")] {
+            assert!(!truthy(Some(&falsy)), "{falsy}");
+        }
+        for true_ in [json!(true), json!(1), json!("x"), json!({})] {
+            assert!(truthy(Some(&true_)), "{true_}");
+        }
+    }
+}
