@@ -12,6 +12,7 @@ pub mod crd;
 pub mod fieldset;
 pub mod gc;
 pub mod listtypes;
+pub mod logs;
 pub mod managed;
 pub mod meta;
 pub mod resources;
