@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 /// `status` of a Comb, as the last reconcile step recorded it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CombStatus {
     /// `Running`, `Pending`, `Blocked`, `NeedsConfig`, `Disabled`, `Error` or `Maintenance`.
@@ -62,7 +62,7 @@ pub const CONFIG_READY: &str = "ConfigReady";
 pub const STATUS_WRITTEN: &str = "StatusWritten";
 
 /// One condition of a Comb.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CombCondition {
     #[serde(rename = "type")]
@@ -144,7 +144,7 @@ pub fn group_of(api_version: &str) -> &str {
 }
 
 /// `status.upstream`: what the upstream said in the last borrowing step.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CombUpstreamStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,4 +9,6 @@ pub mod endpoints;
 pub mod kinds;
 pub mod live_status;
 pub mod manifests_class;
+pub mod prune;
 pub mod render;
+pub mod status;

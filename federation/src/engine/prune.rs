@@ -1,0 +1,539 @@
+//! Prune planning and the digest comparison of the local path (reference §6.5, §6.7), pure.
+//!
+//! Identity is (group, kind, namespace, name): a new API version of a Kind is no orphan. The
+//! client edge executes a [`PrunePlan`] (one list per group with both labels; delete Background
+//! what is found, get what is not) and reports each orphan's [`OrphanFate`] to a
+//! [`PruneOutcome`], which keeps the notes and what stays recorded.
+
+use std::collections::{BTreeMap, HashSet};
+
+use comb_api::{CombResource, group_of};
+use serde_json::Value;
+
+use crate::engine::class::CombContext;
+use crate::engine::kinds::is_namespaced;
+use crate::engine::live_status::truthy;
+use crate::engine::render::RenderedItem;
+use crate::engine::status::clean_message;
+
+/// A resource's identity regardless of its API version.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    pub group: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ResourceKey {
+    pub fn of(resource: &CombResource) -> ResourceKey {
+        ResourceKey {
+            group: group_of(&resource.api_version).to_string(),
+            kind: resource.kind.clone(),
+            namespace: resource.namespace.clone(),
+            name: resource.name.clone(),
+        }
+    }
+
+    pub fn of_item(item: &RenderedItem) -> ResourceKey {
+        ResourceKey {
+            group: item.group.clone(),
+            kind: item.kind.clone(),
+            namespace: item.namespace.clone(),
+            name: item.name.clone(),
+        }
+    }
+}
+
+/// Whether the recorded `managedResources` name other resources than the rendered items: the
+/// counts differ, or a rendered item is not recorded.
+pub fn record_differs(recorded: &[CombResource], items: &[RenderedItem]) -> bool {
+    let recorded_keys: HashSet<ResourceKey> = recorded.iter().map(ResourceKey::of).collect();
+    recorded.len() != items.len()
+        || items
+            .iter()
+            .any(|item| !recorded_keys.contains(&ResourceKey::of_item(item)))
+}
+
+/// Live resources applied from another manifest than the one rendered now.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChangedItems<'a> {
+    /// The live digest annotation differs from the rendered digest.
+    pub rendered_differently: Vec<&'a RenderedItem>,
+    /// The live object carries no digest annotation (applied before there was one).
+    pub without_digest: Vec<&'a RenderedItem>,
+}
+
+impl ChangedItems<'_> {
+    pub fn is_empty(&self) -> bool {
+        self.rendered_differently.is_empty() && self.without_digest.is_empty()
+    }
+
+    /// `rendered differently now: Deployment nats, ...; applied without a digest: Service nats, ...`
+    /// (each part only when it names something).
+    pub fn describe(&self) -> String {
+        let names = |items: &[&RenderedItem]| {
+            items
+                .iter()
+                .map(|item| format!("{} {}", item.kind, item.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.rendered_differently.is_empty() {
+            parts.push(format!(
+                "rendered differently now: {}",
+                names(&self.rendered_differently)
+            ));
+        }
+        if !self.without_digest.is_empty() {
+            parts.push(format!(
+                "applied without a digest: {}",
+                names(&self.without_digest)
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// The live items whose digest counts and differs from the rendered one. `live[i]` belongs to
+/// `items[i]`. The digest does not count for what a deploy would not replace (a `v1`
+/// PersistentVolumeClaim, a `batch/v1` Job that runs or succeeded) and for what a same-named
+/// Comb of another namespace applied last.
+pub fn changed_items<'a>(
+    items: &'a [RenderedItem],
+    live: &[Option<Value>],
+    ctx: &CombContext,
+) -> ChangedItems<'a> {
+    let keys = &ctx.settings.labels;
+    let mut changed = ChangedItems::default();
+    for (item, live) in items.iter().zip(live) {
+        let Some(live) = live else { continue };
+        let labels = live.pointer("/metadata/labels");
+        let other_namespace = labels
+            .and_then(|labels| labels.get(keys.namespace_label()))
+            .and_then(Value::as_str)
+            .is_some_and(|namespace| namespace != ctx.namespace);
+        let kept_by_ensure = (item.api_version == "v1" && item.kind == "PersistentVolumeClaim")
+            || (item.api_version == "batch/v1"
+                && item.kind == "Job"
+                && (truthy(live.pointer("/status/succeeded"))
+                    || truthy(live.pointer("/status/active"))));
+        if other_namespace || kept_by_ensure {
+            continue;
+        }
+        match live
+            .pointer("/metadata/annotations")
+            .and_then(|annotations| annotations.get(keys.digest_annotation()))
+        {
+            None => changed.without_digest.push(item),
+            Some(digest) if digest.as_str() != Some(item.digest.as_str()) => {
+                changed.rendered_differently.push(item)
+            }
+            Some(_) => {}
+        }
+    }
+    changed
+}
+
+/// `a ∪ b` by identity, keeping the first entry per identity, in order.
+pub fn union(first: &[CombResource], second: &[CombResource]) -> Vec<CombResource> {
+    let mut seen = HashSet::new();
+    first
+        .iter()
+        .chain(second)
+        .filter(|resource| seen.insert(ResourceKey::of(resource)))
+        .cloned()
+        .collect()
+}
+
+/// Namespaced orphans of one resource type in one namespace: one list finds them all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PruneGroup {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub orphans: Vec<CombResource>,
+}
+
+/// What to prune after a successful apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrunePlan {
+    /// Notes for the cluster-scoped orphans: never deleted, never looked up, dropped from the
+    /// record.
+    pub notes: Vec<String>,
+    /// The namespaced orphans by (`apiVersion/Kind`, namespace), sorted.
+    pub groups: Vec<PruneGroup>,
+}
+
+impl PrunePlan {
+    pub fn is_empty(&self) -> bool {
+        self.notes.is_empty() && self.groups.is_empty()
+    }
+}
+
+/// The orphans are `previous − desired` by identity. Cluster-scoped ones (recorded without a
+/// namespace, or of a Kind that is not namespaced) only get a note.
+pub fn plan_prune(previous: &[CombResource], desired: &[CombResource]) -> PrunePlan {
+    let desired_keys: HashSet<ResourceKey> = desired.iter().map(ResourceKey::of).collect();
+    let mut plan = PrunePlan::default();
+    let mut groups: BTreeMap<(String, String), Vec<CombResource>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for orphan in previous {
+        let key = ResourceKey::of(orphan);
+        if desired_keys.contains(&key) || !seen.insert(key.clone()) {
+            continue;
+        }
+        match &orphan.namespace {
+            Some(namespace) if is_namespaced(&key.group, &orphan.kind) => {
+                groups
+                    .entry((
+                        format!("{}/{}", orphan.api_version, orphan.kind),
+                        namespace.clone(),
+                    ))
+                    .or_default()
+                    .push(orphan.clone());
+            }
+            _ => plan.notes.push(note_cluster_scoped(orphan)),
+        }
+    }
+    plan.groups = groups
+        .into_iter()
+        .filter_map(|((_, namespace), orphans)| {
+            let first = orphans.first()?;
+            Some(PruneGroup {
+                api_version: first.api_version.clone(),
+                kind: first.kind.clone(),
+                namespace,
+                orphans,
+            })
+        })
+        .collect();
+    plan
+}
+
+/// What happened to one namespaced orphan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OrphanFate {
+    /// Found with both labels and deleted.
+    Deleted,
+    /// Found with both labels; the delete failed with this message: kept for the next step.
+    DeleteFailed(String),
+    /// Not in the list, but it exists: it lost our labels (or another namespace's Comb applied
+    /// it last). Left alone, dropped from the record.
+    LostLabels,
+    /// Not in the list and gone.
+    Gone,
+    /// The list of its group failed with this message: kept for the next step.
+    Unchecked(String),
+}
+
+/// The result of executing a [`PrunePlan`]: what stays recorded, and the notes for the Ready
+/// message (cluster-scoped notes first, then groups in order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PruneOutcome {
+    pub kept: Vec<CombResource>,
+    pub notes: Vec<String>,
+}
+
+impl PruneOutcome {
+    /// Starts with the plan's cluster-scoped notes.
+    pub fn new(plan: &PrunePlan) -> PruneOutcome {
+        PruneOutcome {
+            kept: Vec::new(),
+            notes: plan.notes.clone(),
+        }
+    }
+
+    /// Records what happened to `orphan`; `selector` is the Comb's label selector (both labels).
+    pub fn record(&mut self, orphan: &CombResource, fate: OrphanFate, selector: &str) {
+        let (kind, name) = (&orphan.kind, &orphan.name);
+        match fate {
+            OrphanFate::Deleted | OrphanFate::Gone => {}
+            OrphanFate::LostLabels => self.notes.push(format!(
+                "left {kind} {name} alone: it no longer carries {selector}"
+            )),
+            OrphanFate::DeleteFailed(message) => {
+                self.kept.push(orphan.clone());
+                self.notes.push(format!(
+                    "deleting {kind} {name} failed: {}",
+                    clean_message(&message)
+                ));
+            }
+            OrphanFate::Unchecked(message) => {
+                self.kept.push(orphan.clone());
+                self.notes.push(format!(
+                    "could not check {kind} {name} for pruning: {}",
+                    clean_message(&message)
+                ));
+            }
+        }
+    }
+
+    /// `managedResources` after the apply: `union(desired, kept)`.
+    pub fn managed(&self, desired: &[CombResource]) -> Vec<CombResource> {
+        union(desired, &self.kept)
+    }
+}
+
+/// The note for a cluster-scoped orphan.
+pub fn note_cluster_scoped(orphan: &CombResource) -> String {
+    format!(
+        "left {} {} in place: cluster-scoped, never pruned automatically",
+        orphan.kind, orphan.name
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::engine::class::test_context;
+    use crate::engine::render::render_manifest;
+    use serde_json::json;
+
+    fn res(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> CombResource {
+        CombResource {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+        }
+    }
+
+    fn item(api_version: &str, kind: &str, name: &str) -> RenderedItem {
+        render_manifest(
+            "NATS",
+            &json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}),
+            &test_context("nats", "platform", json!({})),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn identity_ignores_the_version() {
+        let items = [
+            item("apps/v1", "Deployment", "nats"),
+            item("v1", "Service", "nats"),
+        ];
+        let recorded = [
+            res("apps/v1beta1", "Deployment", Some("platform"), "nats"),
+            res("v1", "Service", Some("platform"), "nats"),
+        ];
+        assert!(!record_differs(&recorded, &items));
+        assert!(
+            record_differs(&recorded[..1], &items),
+            "an item not recorded"
+        );
+        let extra = [
+            recorded[0].clone(),
+            recorded[1].clone(),
+            res("v1", "ConfigMap", Some("platform"), "x"),
+        ];
+        assert!(record_differs(&extra, &items), "counts differ");
+        let other_ns = [
+            recorded[0].clone(),
+            res("v1", "Service", Some("other"), "nats"),
+        ];
+        assert!(record_differs(&other_ns, &items));
+        assert!(
+            plan_prune(
+                &recorded,
+                &items.iter().map(RenderedItem::resource).collect::<Vec<_>>()
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn changed_items_and_when_the_digest_does_not_count() {
+        let ctx = test_context("nats", "platform", json!({}));
+        let items = vec![
+            item("apps/v1", "Deployment", "same"),
+            item("apps/v1", "Deployment", "changed"),
+            item("v1", "Service", "undigested"),
+            item("v1", "PersistentVolumeClaim", "data"),
+            item("batch/v1", "Job", "running"),
+            item("batch/v1", "Job", "failed"),
+            item("v1", "ConfigMap", "shared"),
+            item("v1", "ConfigMap", "missing"),
+        ];
+        let with_digest = |digest: &str, extra: Value| {
+            let mut live = json!({"metadata": {"annotations": {"comb.internal/applied-digest": digest},
+                                               "labels": {"comb.internal/comb-namespace": "platform"}}});
+            if let Value::Object(extra) = extra {
+                live.as_object_mut().unwrap().extend(extra);
+            }
+            Some(live)
+        };
+        let live = vec![
+            with_digest(&items[0].digest, json!({})),
+            with_digest("sha256:old", json!({})),
+            Some(json!({"metadata": {}})),
+            with_digest("sha256:old", json!({})),
+            with_digest("sha256:old", json!({"status": {"active": 1}})),
+            with_digest("sha256:old", json!({"status": {"failed": 1}})),
+            Some(
+                json!({"metadata": {"labels": {"comb.internal/comb-namespace": "staging"},
+                                     "annotations": {"comb.internal/applied-digest": "sha256:theirs"}}}),
+            ),
+            None,
+        ];
+        let changed = changed_items(&items, &live, &ctx);
+        let names =
+            |list: &[&RenderedItem]| list.iter().map(|i| i.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&changed.rendered_differently), ["changed", "failed"]);
+        assert_eq!(names(&changed.without_digest), ["undigested"]);
+        assert_eq!(
+            changed.describe(),
+            "rendered differently now: Deployment changed, Job failed; applied without a digest: Service undigested"
+        );
+        assert!(changed_items(&items[..1], &live[..1], &ctx).is_empty());
+        let only_new = ChangedItems {
+            without_digest: vec![&items[2]],
+            ..Default::default()
+        };
+        assert_eq!(
+            only_new.describe(),
+            "applied without a digest: Service undigested"
+        );
+    }
+
+    #[test]
+    fn planning_groups_and_notes() {
+        let desired = [res("apps/v1", "Deployment", Some("platform"), "nats")];
+        let previous = [
+            res("apps/v1", "Deployment", Some("platform"), "nats"),
+            res("v1", "Service", Some("platform"), "b"),
+            res(
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRoleBinding",
+                Some("platform"),
+                "crb",
+            ),
+            res("apps/v1", "Deployment", Some("platform"), "old"),
+            res("v1", "Service", Some("platform"), "a"),
+            res("v1", "Namespace", None, "team"),
+            res("v1", "Service", Some("other"), "c"),
+            res("example.com/v1", "Widget", None, "w"),
+        ];
+        let plan = plan_prune(&previous, &desired);
+        assert_eq!(
+            plan.notes,
+            [
+                "left ClusterRoleBinding crb in place: cluster-scoped, never pruned automatically",
+                "left Namespace team in place: cluster-scoped, never pruned automatically",
+                "left Widget w in place: cluster-scoped, never pruned automatically",
+            ]
+        );
+        let groups: Vec<(String, String, Vec<String>)> = plan
+            .groups
+            .iter()
+            .map(|g| {
+                (
+                    format!("{}/{}", g.api_version, g.kind),
+                    g.namespace.clone(),
+                    g.orphans.iter().map(|o| o.name.clone()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (
+                    "apps/v1/Deployment".to_string(),
+                    "platform".to_string(),
+                    vec!["old".to_string()]
+                ),
+                (
+                    "v1/Service".to_string(),
+                    "other".to_string(),
+                    vec!["c".to_string()]
+                ),
+                (
+                    "v1/Service".to_string(),
+                    "platform".to_string(),
+                    vec!["b".to_string(), "a".to_string()]
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn outcomes_keep_and_note() {
+        let plan = plan_prune(
+            &[
+                res("v1", "Namespace", None, "team"),
+                res("v1", "Service", Some("platform"), "deleted"),
+                res("v1", "Service", Some("platform"), "stuck"),
+                res("v1", "Service", Some("platform"), "relabelled"),
+                res("v1", "Service", Some("platform"), "gone"),
+                res("v1", "ConfigMap", Some("platform"), "unlisted"),
+            ],
+            &[],
+        );
+        let selector = "comb.internal/comb=nats,comb.internal/comb-namespace=platform";
+        let mut outcome = PruneOutcome::new(&plan);
+        let fates = [
+            ("deleted", OrphanFate::Deleted),
+            (
+                "stuck",
+                OrphanFate::DeleteFailed(
+                    "Kubernetes API error (delete Service): 500 boom\n".into(),
+                ),
+            ),
+            ("relabelled", OrphanFate::LostLabels),
+            ("gone", OrphanFate::Gone),
+            (
+                "unlisted",
+                OrphanFate::Unchecked("Kubernetes API error (list ConfigMap): 503".into()),
+            ),
+        ];
+        for group in &plan.groups {
+            for orphan in &group.orphans {
+                let fate = fates
+                    .iter()
+                    .find(|(name, _)| *name == orphan.name)
+                    .unwrap()
+                    .1
+                    .clone();
+                outcome.record(orphan, fate, selector);
+            }
+        }
+        assert_eq!(
+            outcome.notes,
+            [
+                "left Namespace team in place: cluster-scoped, never pruned automatically",
+                "could not check ConfigMap unlisted for pruning: Kubernetes API error (list ConfigMap): 503",
+                "deleting Service stuck failed: Kubernetes API error (delete Service): 500 boom",
+                "left Service relabelled alone: it no longer carries comb.internal/comb=nats,comb.internal/comb-namespace=platform",
+            ]
+        );
+        let desired = [
+            res("v1", "Service", Some("platform"), "nats"),
+            res("v1", "Service", Some("platform"), "nats"),
+        ];
+        let managed: Vec<String> = outcome
+            .managed(&desired)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(managed, ["nats", "unlisted", "stuck"]);
+    }
+
+    #[test]
+    fn union_keeps_the_first_per_identity() {
+        let a = [
+            res("apps/v1", "Deployment", Some("p"), "x"),
+            res("v1", "Service", Some("p"), "x"),
+        ];
+        let b = [
+            res("apps/v1beta1", "Deployment", Some("p"), "x"),
+            res("v1", "ConfigMap", Some("p"), "y"),
+        ];
+        let merged = union(&a, &b);
+        assert_eq!(merged.len(), 3);
+        assert_eq!(merged[0].api_version, "apps/v1");
+        assert_eq!(merged[2].name, "y");
+    }
+}

@@ -1,0 +1,448 @@
+//! Building the recorded `CombStatus` from what a reconcile step decided (reference §6.7
+//! carry-forward, §6.8 `_status_from`), and the clean-message rule. Pure: `now` is a parameter.
+
+use std::collections::BTreeMap;
+
+use comb_api::{
+    CONFIG_READY, CombCondition, CombEndpoint, CombResource, CombStatus, CombUpstreamStatus,
+    ConditionStatus, DEPENDENCIES_READY, READY, STATUS_WRITTEN,
+};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// The message of an error as every status text shows it: trailing whitespace removed; an empty
+/// message reads `unknown error`.
+pub fn clean_message(message: &str) -> String {
+    let trimmed = message.trim_end();
+    if trimmed.is_empty() {
+        "unknown error".to_string()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+/// What a step established as serving the Comb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Established {
+    /// The local path deployed or found the Comb healthy.
+    Local,
+    /// The upstream path ran (whatever its outcome).
+    Upstream,
+}
+
+/// The content of one condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: ConditionStatus,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Verdict {
+    pub fn new(status: ConditionStatus, reason: &str, message: impl Into<String>) -> Verdict {
+        Verdict {
+            status,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What one reconcile step decided (the reference's record `r`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepRecord {
+    /// The phase and the Ready condition's reason and message.
+    pub phase: String,
+    pub reason: String,
+    pub message: String,
+    /// Conditions the step set besides Ready (`DependenciesReady`, `ConfigReady`).
+    pub conditions: BTreeMap<String, Verdict>,
+    /// What apply-and-prune left managed; `None` when the step applied nothing (the previous
+    /// record is carried forward).
+    pub managed: Option<Vec<CombResource>>,
+    /// The endpoints the step published (local, or redirected to the upstream).
+    pub endpoints: Option<Vec<CombEndpoint>>,
+    /// `status.upstream` of a borrowing step.
+    pub upstream: Option<CombUpstreamStatus>,
+    /// What the step established; `None` carries endpoints and upstream forward.
+    pub established: Option<Established>,
+}
+
+impl StepRecord {
+    /// A record that ended with `phase`, `reason` and `message` and set nothing else.
+    pub fn finished(phase: &str, reason: &str, message: impl Into<String>) -> StepRecord {
+        StepRecord {
+            phase: phase.to_string(),
+            reason: reason.to_string(),
+            message: message.into(),
+            conditions: BTreeMap::new(),
+            managed: None,
+            endpoints: None,
+            upstream: None,
+            established: None,
+        }
+    }
+
+    /// Ends the step with `phase`, `reason` and `message` (what else it set stays).
+    pub fn finish(&mut self, phase: &str, reason: &str, message: impl Into<String>) {
+        self.phase = phase.to_string();
+        self.reason = reason.to_string();
+        self.message = message.into();
+    }
+
+    /// Sets condition `kind` (e.g. `DependenciesReady`).
+    pub fn set_condition(&mut self, kind: &str, verdict: Verdict) {
+        self.conditions.insert(kind.to_string(), verdict);
+    }
+}
+
+/// The status to record for a step. Conditions: `Ready` (True iff the phase is Running),
+/// `DependenciesReady` and `ConfigReady` (`Unknown/NotChecked` unless the step set them), others
+/// the step set sorted by type, and `StatusWritten` when `write_failure` says why writing
+/// failed. A condition keeps its `lastTransitionTime` while its status stays. Managed resources
+/// carry forward unless the step applied; endpoints and upstream carry forward unless the step
+/// established something.
+pub fn build_status(
+    record: &StepRecord,
+    previous: Option<&CombStatus>,
+    generation: Option<i64>,
+    write_failure: Option<&str>,
+    now: Timestamp,
+) -> CombStatus {
+    let not_checked = || {
+        Verdict::new(
+            ConditionStatus::Unknown,
+            "NotChecked",
+            "this step did not get that far",
+        )
+    };
+    let mut others: BTreeMap<String, Verdict> = record.conditions.clone();
+    others.remove(READY);
+    let dependencies = others
+        .remove(DEPENDENCIES_READY)
+        .unwrap_or_else(not_checked);
+    let config = others.remove(CONFIG_READY).unwrap_or_else(not_checked);
+    if let Some(failure) = write_failure {
+        others.insert(
+            STATUS_WRITTEN.to_string(),
+            Verdict::new(
+                ConditionStatus::False,
+                "WriteFailed",
+                format!(
+                    "writing the status into the custom resource failed: {}",
+                    clean_message(failure)
+                ),
+            ),
+        );
+    }
+    let ready = Verdict::new(
+        ConditionStatus::from(record.phase == "Running"),
+        &record.reason,
+        record.message.clone(),
+    );
+    let conditions = [
+        (READY.to_string(), ready),
+        (DEPENDENCIES_READY.to_string(), dependencies),
+        (CONFIG_READY.to_string(), config),
+    ]
+    .into_iter()
+    .chain(others)
+    .map(|(kind, verdict)| condition(kind, verdict, previous, now))
+    .collect();
+
+    let carried = record.established.is_none();
+    CombStatus {
+        phase: Some(record.phase.clone()),
+        conditions: Some(conditions),
+        managed_resources: record
+            .managed
+            .clone()
+            .or_else(|| previous.and_then(|p| p.managed_resources.clone())),
+        endpoints: match (&record.endpoints, carried) {
+            (Some(endpoints), _) => Some(endpoints.clone()),
+            (None, true) => previous.and_then(|p| p.endpoints.clone()),
+            (None, false) => None,
+        },
+        upstream: if carried {
+            previous.and_then(|p| p.upstream.clone())
+        } else {
+            record.upstream.clone()
+        },
+        observed_generation: generation,
+    }
+}
+
+/// One condition; the previous `lastTransitionTime` stays while the status does.
+fn condition(
+    kind: String,
+    verdict: Verdict,
+    previous: Option<&CombStatus>,
+    now: Timestamp,
+) -> CombCondition {
+    let kept = previous
+        .and_then(|p| p.condition(&kind))
+        .filter(|old| old.status == verdict.status)
+        .and_then(|old| old.last_transition_time.clone());
+    CombCondition {
+        type_: kind,
+        status: verdict.status,
+        reason: Some(verdict.reason),
+        message: Some(verdict.message),
+        last_transition_time: Some(kept.unwrap_or(Time(now))),
+    }
+}
+
+/// The status when even building or recording one failed: phase Error with a single Ready
+/// condition. Kept in memory, never written.
+pub fn last_resort_status(failure: &str, now: Timestamp) -> CombStatus {
+    CombStatus {
+        phase: Some("Error".to_string()),
+        conditions: Some(vec![CombCondition {
+            type_: READY.to_string(),
+            status: ConditionStatus::False,
+            reason: Some("ReconcileFailed".to_string()),
+            message: Some(format!(
+                "recording the status failed: {}",
+                clean_message(failure)
+            )),
+            last_transition_time: Some(Time(now)),
+        }]),
+        ..CombStatus::default()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn resource(name: &str) -> CombResource {
+        CombResource {
+            api_version: "v1".into(),
+            kind: "Service".into(),
+            namespace: Some("platform".into()),
+            name: name.into(),
+        }
+    }
+
+    fn endpoint(cluster: &str) -> CombEndpoint {
+        CombEndpoint {
+            name: "client".into(),
+            protocol: Some("tcp".into()),
+            port: 4222,
+            cluster: Some(cluster.into()),
+            external: None,
+        }
+    }
+
+    fn previous() -> CombStatus {
+        serde_json::from_value(json!({
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "Healthy", "message": "healthy", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "DependenciesReady", "status": "True", "reason": "Healthy", "message": "all dependencies are healthy", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                {"type": "ConfigReady", "status": "True", "reason": "Complete", "message": "nothing missing", "lastTransitionTime": "2026-01-01T00:00:02Z"}
+            ],
+            "managedResources": [{"apiVersion": "v1", "kind": "Service", "namespace": "platform", "name": "old"}],
+            "endpoints": [{"name": "client", "protocol": "tcp", "port": 4222, "cluster": "db.upstream:4222"}],
+            "upstream": {"class": "Static", "phase": "Running", "via": ["dev"]},
+            "observedGeneration": 1
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn conditions_order_defaults_and_transition_times() {
+        let mut record = StepRecord::finished(
+            "Pending",
+            "Deployed",
+            "applied 1 resource(s), not healthy yet",
+        );
+        record.set_condition("Zeta", Verdict::new(ConditionStatus::True, "Z", "z"));
+        record.set_condition(
+            CONFIG_READY,
+            Verdict::new(ConditionStatus::True, "Complete", "nothing missing (now)"),
+        );
+        record.established = Some(Established::Local);
+        let now = at("2026-09-26T12:00:00.750Z");
+        let status = build_status(
+            &record,
+            Some(&previous()),
+            Some(3),
+            Some("409 conflict \n"),
+            now,
+        );
+        let rows: Vec<(String, String, String, String, String)> = status
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c.type_.clone(),
+                    c.status.to_string(),
+                    c.reason.clone().unwrap(),
+                    c.message.clone().unwrap(),
+                    serde_json::to_value(c.last_transition_time.as_ref().unwrap())
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let row = |a: &str, b: &str, c: &str, d: &str, e: &str| {
+            (a.into(), b.into(), c.into(), d.into(), e.into())
+        };
+        assert_eq!(
+            rows,
+            [
+                row(
+                    "Ready",
+                    "False",
+                    "Deployed",
+                    "applied 1 resource(s), not healthy yet",
+                    "2026-09-26T12:00:00Z"
+                ),
+                row(
+                    "DependenciesReady",
+                    "Unknown",
+                    "NotChecked",
+                    "this step did not get that far",
+                    "2026-09-26T12:00:00Z"
+                ),
+                row(
+                    "ConfigReady",
+                    "True",
+                    "Complete",
+                    "nothing missing (now)",
+                    "2026-01-01T00:00:02Z"
+                ),
+                row(
+                    "StatusWritten",
+                    "False",
+                    "WriteFailed",
+                    "writing the status into the custom resource failed: 409 conflict",
+                    "2026-09-26T12:00:00Z"
+                ),
+                row("Zeta", "True", "Z", "z", "2026-09-26T12:00:00Z"),
+            ]
+        );
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn ready_is_true_only_when_running() {
+        for (phase, ready) in [
+            ("Running", ConditionStatus::True),
+            ("Pending", ConditionStatus::False),
+            ("Disabled", ConditionStatus::False),
+        ] {
+            let status = build_status(
+                &StepRecord::finished(phase, "R", "m"),
+                None,
+                None,
+                None,
+                at("2026-01-01T00:00:00Z"),
+            );
+            assert_eq!(status.ready().unwrap().status, ready, "{phase}");
+            assert_eq!(status.observed_generation, None);
+            assert!(status.condition(STATUS_WRITTEN).is_none());
+        }
+    }
+
+    #[test]
+    fn carry_forward() {
+        let now = at("2026-01-01T00:00:00Z");
+        let prev = previous();
+
+        // Established nothing (Disabled, Blocked, NeedsConfig, early errors): everything carried.
+        let disabled = build_status(
+            &StepRecord::finished("Disabled", "Disabled", "spec.enabled is false"),
+            Some(&prev),
+            None,
+            None,
+            now,
+        );
+        assert_eq!(disabled.managed(), prev.managed());
+        assert_eq!(disabled.endpoints, prev.endpoints);
+        assert_eq!(disabled.upstream, prev.upstream);
+
+        // The very first step of a local Comb that stops early publishes its own endpoints.
+        let mut first =
+            StepRecord::finished("NeedsConfig", "MissingPrerequisites", "missing: secret x");
+        first.endpoints = Some(vec![endpoint("nats.platform.svc:4222")]);
+        let status = build_status(&first, None, None, None, now);
+        assert_eq!(
+            status.endpoint_list()[0].cluster.as_deref(),
+            Some("nats.platform.svc:4222")
+        );
+        assert_eq!(status.managed_resources, None);
+        assert_eq!(status.upstream, None);
+
+        // A local step that deployed: its own managed and endpoints, the upstream dropped.
+        let mut local = StepRecord::finished(
+            "Pending",
+            "Deployed",
+            "applied 1 resource(s), in place of the bridge",
+        );
+        local.established = Some(Established::Local);
+        local.managed = Some(vec![resource("nats")]);
+        local.endpoints = Some(vec![endpoint("nats.platform.svc:4222")]);
+        let status = build_status(&local, Some(&prev), None, None, now);
+        assert_eq!(status.managed(), [resource("nats")]);
+        assert_eq!(
+            status.endpoint_list()[0].cluster.as_deref(),
+            Some("nats.platform.svc:4222")
+        );
+        assert_eq!(status.upstream, None);
+
+        // A borrowing step that stopped (UpstreamUnreachable): endpoints [], upstream recorded,
+        // managed carried because nothing was applied.
+        let mut blocked = StepRecord::finished(
+            "Blocked",
+            "UpstreamUnreachable",
+            "upstream Static is unreachable",
+        );
+        blocked.established = Some(Established::Upstream);
+        blocked.endpoints = Some(vec![]);
+        blocked.upstream = Some(CombUpstreamStatus {
+            class: Some("Static".into()),
+            reachable: Some(false),
+            ..Default::default()
+        });
+        let status = build_status(&blocked, Some(&prev), None, None, now);
+        assert_eq!(status.endpoints, Some(vec![]));
+        assert_eq!(status.upstream.as_ref().unwrap().reachable, Some(false));
+        assert_eq!(status.managed(), prev.managed());
+
+        // A DeployFailed step: its union as managed, endpoints and upstream carried.
+        let mut failed = StepRecord::finished(
+            "Error",
+            "DeployFailed",
+            "deploy failed: ensure Service nats: quota exceeded",
+        );
+        failed.managed = Some(vec![resource("nats"), resource("old")]);
+        let status = build_status(&failed, Some(&prev), None, None, now);
+        assert_eq!(status.managed().len(), 2);
+        assert_eq!(status.upstream, prev.upstream);
+    }
+
+    #[test]
+    fn messages_and_last_resort() {
+        assert_eq!(clean_message("vault sealed \n\t"), "vault sealed");
+        assert_eq!(clean_message("  \n"), "unknown error");
+        let status = last_resort_status("boom\n", at("2026-01-01T00:00:00Z"));
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            json!({"phase": "Error", "conditions": [{"type": "Ready", "status": "False", "reason": "ReconcileFailed",
+                   "message": "recording the status failed: boom", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        );
+    }
+}
