@@ -1,0 +1,483 @@
+//! Replication (`replicate_into` of the K8s upstream): Secrets and ConfigMaps copied from the
+//! peer's namespace into the borrowing Comb's, labelled as the Comb's, on every borrowing step.
+//!
+//! Opt-in per object, never implicit. Messages name objects, never their values. An object of
+//! that name in the Comb's namespace that is not the Comb's is never overwritten.
+
+use comb_api::CombResource;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Map, Value, json};
+
+use crate::args::{check_keys, describe};
+use crate::error::{Error, Result};
+use crate::kube_error;
+use crate::upstream::UpstreamContext;
+
+/// What can be replicated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaKind {
+    Secret,
+    ConfigMap,
+}
+
+impl ReplicaKind {
+    /// The Kind, as manifests and messages write it.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ReplicaKind::Secret => "Secret",
+            ReplicaKind::ConfigMap => "ConfigMap",
+        }
+    }
+
+    fn api_resource(self) -> ApiResource {
+        match self {
+            ReplicaKind::Secret => ApiResource::erase::<Secret>(&()),
+            ReplicaKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
+        }
+    }
+
+    /// The fields that carry the content (what a refresh compares and copies).
+    fn content_fields(self) -> &'static [&'static str] {
+        match self {
+            ReplicaKind::Secret => &["type", "data"],
+            ReplicaKind::ConfigMap => &["data", "binaryData"],
+        }
+    }
+}
+
+/// One object to copy: `replicate: [{kind, name}]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replica {
+    pub kind: ReplicaKind,
+    pub name: String,
+}
+
+impl Replica {
+    pub fn secret(name: impl Into<String>) -> Replica {
+        Replica {
+            kind: ReplicaKind::Secret,
+            name: name.into(),
+        }
+    }
+
+    pub fn config_map(name: impl Into<String>) -> Replica {
+        Replica {
+            kind: ReplicaKind::ConfigMap,
+            name: name.into(),
+        }
+    }
+}
+
+/// The `replicate` argument of `class`: objects `{kind: Secret|ConfigMap, name}`, each once.
+pub(crate) fn parse_replicas(class: &str, items: &[Value]) -> Result<Vec<Replica>> {
+    let fail = |message: String| Error::Resolve(format!("{class}: {message}"));
+    let mut replicas: Vec<Replica> = Vec::new();
+    for item in items {
+        let Value::Object(map) = item else {
+            return Err(fail(format!(
+                "a replicate entry is an object {{kind, name}}, got {}",
+                describe(item)
+            )));
+        };
+        check_keys(
+            &format!("{class}: a replicate entry"),
+            map,
+            &["kind", "name"],
+        )?;
+        let kind = match map.get("kind").and_then(Value::as_str) {
+            Some("Secret") => ReplicaKind::Secret,
+            Some("ConfigMap") => ReplicaKind::ConfigMap,
+            Some(other) => {
+                return Err(fail(format!(
+                    "a replicate entry has the kind {other}, but only Secret and ConfigMap are replicated"
+                )));
+            }
+            None => {
+                return Err(fail(
+                    "a replicate entry has no kind (Secret or ConfigMap)".into(),
+                ));
+            }
+        };
+        let name = map
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|name| !name.is_empty())
+            .ok_or_else(|| {
+                fail(format!(
+                    "a replicate entry of kind {} has no name",
+                    kind.kind()
+                ))
+            })?;
+        let replica = Replica {
+            kind,
+            name: name.to_string(),
+        };
+        if replicas.contains(&replica) {
+            return Err(fail(format!("{} {name} is replicated twice", kind.kind())));
+        }
+        replicas.push(replica);
+    }
+    Ok(replicas)
+}
+
+/// The copy of `source` for the Comb of `ctx`: its name, the Comb's namespace and labels, an
+/// annotation saying where it comes from, and the source's content.
+fn desired_copy(replica: &Replica, source: &Value, ctx: &UpstreamContext, origin: &str) -> Value {
+    let mut copy = Map::new();
+    copy.insert("apiVersion".into(), json!("v1"));
+    copy.insert("kind".into(), json!(replica.kind.kind()));
+    copy.insert(
+        "metadata".into(),
+        json!({
+            "name": replica.name,
+            "namespace": ctx.namespace,
+            "labels": ctx.comb_labels(),
+            "annotations": {replicated_from_key(ctx): origin},
+        }),
+    );
+    for field in replica.kind.content_fields() {
+        if let Some(value) = source.get(*field).filter(|value| !value.is_null()) {
+            copy.insert((*field).to_string(), value.clone());
+        }
+    }
+    Value::Object(copy)
+}
+
+fn replicated_from_key(ctx: &UpstreamContext) -> String {
+    format!("{}replicated-from", ctx.labels.prefix())
+}
+
+/// What to do with the Comb's copy.
+#[derive(Debug, PartialEq)]
+enum Write {
+    Create,
+    /// Replace the object last stored with this resourceVersion.
+    Replace(Option<String>),
+    /// It is up to date.
+    Keep,
+}
+
+/// Compares the live copy with the desired one. A live object without the Comb's labels is
+/// someone else's: an error, never overwritten.
+fn plan_write(
+    live: Option<&Value>,
+    desired: &Value,
+    ctx: &UpstreamContext,
+    what: &str,
+) -> Result<Write> {
+    let Some(live) = live else {
+        return Ok(Write::Create);
+    };
+    let label = |object: &Value, key: &str| {
+        object
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(key))
+            .cloned()
+    };
+    let ours = [ctx.labels.name_label(), ctx.labels.namespace_label()]
+        .iter()
+        .all(|key| label(live, key) == label(desired, key));
+    if !ours {
+        return Err(Error::Replication(format!(
+            "{what} exists and is not this Comb's (it does not carry {}): remove or rename it, or stop replicating it",
+            ctx.labels.label_selector(&ctx.name, &ctx.namespace)
+        )));
+    }
+    let labels_kept = desired
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .all(|(key, value)| label(live, key).as_ref() == Some(value));
+    let annotation = |object: &Value| {
+        object
+            .pointer("/metadata/annotations")
+            .and_then(|annotations| annotations.get(replicated_from_key(ctx)))
+            .cloned()
+    };
+    let content_same = ["type", "data", "binaryData"]
+        .iter()
+        .all(|field| live.get(*field).filter(|v| !v.is_null()) == desired.get(*field));
+    if labels_kept && annotation(live) == annotation(desired) && content_same {
+        return Ok(Write::Keep);
+    }
+    let resource_version = live
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(Write::Replace(resource_version))
+}
+
+/// Copies `replicas` from `from_namespace` in kube context `from_context` into the Comb's
+/// namespace in its own context, creating or replacing each copy that differs, in order; the
+/// first failure stops. Returns the copies, for the Comb's managed resources.
+pub(crate) async fn replicate(
+    ctx: &UpstreamContext,
+    from_context: &str,
+    from_namespace: &str,
+    replicas: &[Replica],
+) -> Result<Vec<CombResource>> {
+    if replicas.is_empty() {
+        return Ok(Vec::new());
+    }
+    let fail = |message: String| Error::Replication(message);
+    let same_server = ctx
+        .pool
+        .server_url(from_context)
+        .map_err(|e| fail(e.to_string()))?
+        == ctx
+            .pool
+            .server_url(&ctx.context)
+            .map_err(|e| fail(e.to_string()))?;
+    if same_server && from_namespace == ctx.namespace {
+        return Err(fail(format!(
+            "the upstream's namespace {from_namespace} in context {from_context} is this Comb's own \
+             namespace on the same API server, so there is nothing to copy"
+        )));
+    }
+    let source_client = ctx
+        .pool
+        .client(from_context)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let target_client = ctx
+        .pool
+        .client(&ctx.context)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
+
+    let mut copied = Vec::with_capacity(replicas.len());
+    for replica in replicas {
+        let kind = replica.kind.kind();
+        let name = &replica.name;
+        let resource = replica.kind.api_resource();
+        let source_api: Api<DynamicObject> =
+            Api::namespaced_with(source_client.clone(), from_namespace, &resource);
+        let target_api: Api<DynamicObject> =
+            Api::namespaced_with(target_client.clone(), &ctx.namespace, &resource);
+        let source_place =
+            format!("{kind} {name} in namespace {from_namespace} of context {from_context}");
+        let target_place = format!(
+            "{kind} {name} in namespace {} of context {}",
+            ctx.namespace, ctx.context
+        );
+
+        let source = source_api
+            .get(name)
+            .await
+            .map_err(|e| {
+                fail(format!(
+                    "reading {source_place} failed: {}",
+                    kube_error::describe(&e)
+                ))
+            })
+            .and_then(|object| to_value(&object, &source_place))?;
+        let desired = desired_copy(replica, &source, ctx, &origin(replica));
+        let live = target_api
+            .get_opt(name)
+            .await
+            .map_err(|e| {
+                fail(format!(
+                    "reading {target_place} failed: {}",
+                    kube_error::describe(&e)
+                ))
+            })?
+            .map(|object| to_value(&object, &target_place))
+            .transpose()?;
+        let write = plan_write(live.as_ref(), &desired, ctx, &target_place)?;
+        if write != Write::Keep {
+            // Names only: the content of a Secret never goes into a log line.
+            tracing::info!(kind, name, from = %source_place, to = %target_place, "replicating");
+        }
+        let written = match write {
+            Write::Keep => Ok(()),
+            Write::Create => {
+                let object = from_value(&desired, &target_place)?;
+                target_api
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .map(drop)
+            }
+            Write::Replace(resource_version) => {
+                let mut object = from_value(&desired, &target_place)?;
+                object.metadata.resource_version = resource_version;
+                target_api
+                    .replace(name, &PostParams::default(), &object)
+                    .await
+                    .map(drop)
+            }
+        };
+        written.map_err(|e| {
+            fail(format!(
+                "writing {target_place} failed: {}",
+                kube_error::describe(&e)
+            ))
+        })?;
+        copied.push(CombResource {
+            api_version: "v1".to_string(),
+            kind: kind.to_string(),
+            namespace: Some(ctx.namespace.clone()),
+            name: name.clone(),
+        });
+    }
+    Ok(copied)
+}
+
+fn to_value(object: &DynamicObject, place: &str) -> Result<Value> {
+    serde_json::to_value(object)
+        .map_err(|error| Error::Replication(format!("{place} is no object: {error}")))
+}
+
+fn from_value(value: &Value, place: &str) -> Result<DynamicObject> {
+    serde_json::from_value(value.clone())
+        .map_err(|error| Error::Replication(format!("the copy of {place} is no object: {error}")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::context;
+
+    #[test]
+    fn replicate_entries() {
+        let parsed = parse_replicas(
+            "K",
+            &[
+                json!({"kind": "Secret", "name": "db-credentials"}),
+                json!({"kind": "ConfigMap", "name": "db-config"}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            parsed,
+            [
+                Replica::secret("db-credentials"),
+                Replica::config_map("db-config")
+            ]
+        );
+        let cases = [
+            (
+                json!("db-credentials"),
+                "K: a replicate entry is an object {kind, name}, got a string",
+            ),
+            (
+                json!({"kind": "Secret", "name": "a", "namespace": "x"}),
+                "K: a replicate entry: unknown key(s) namespace (known: kind, name)",
+            ),
+            (
+                json!({"kind": "Pod", "name": "a"}),
+                "K: a replicate entry has the kind Pod, but only Secret and ConfigMap are replicated",
+            ),
+            (
+                json!({"name": "a"}),
+                "K: a replicate entry has no kind (Secret or ConfigMap)",
+            ),
+            (
+                json!({"kind": "ConfigMap"}),
+                "K: a replicate entry of kind ConfigMap has no name",
+            ),
+        ];
+        for (entry, message) in cases {
+            assert_eq!(
+                parse_replicas("K", &[entry]).unwrap_err().to_string(),
+                message
+            );
+        }
+        let twice = [
+            json!({"kind": "Secret", "name": "a"}),
+            json!({"kind": "Secret", "name": "a"}),
+        ];
+        assert_eq!(
+            parse_replicas("K", &twice).unwrap_err().to_string(),
+            "K: Secret a is replicated twice"
+        );
+    }
+
+    fn secret_copy() -> Value {
+        let source = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db-credentials", "namespace": "platform", "resourceVersion": "7",
+                         "labels": {"team": "db"}, "uid": "u"},
+            "type": "Opaque", "data": {"password": "c2VjcmV0"}, "immutable": true
+        });
+        desired_copy(
+            &Replica::secret("db-credentials"),
+            &source,
+            &context(),
+            "prod/platform/db-credentials",
+        )
+    }
+
+    #[test]
+    fn copies_carry_the_combs_labels_and_only_the_content() {
+        assert_eq!(
+            secret_copy(),
+            json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {
+                    "name": "db-credentials", "namespace": "platform",
+                    "labels": {"app.kubernetes.io/managed-by": "comb", "comb.internal/comb": "db",
+                               "comb.internal/comb-namespace": "platform"},
+                    "annotations": {"comb.internal/replicated-from": "prod/platform/db-credentials"}
+                },
+                "type": "Opaque", "data": {"password": "c2VjcmV0"}
+            })
+        );
+        let config = desired_copy(
+            &Replica::config_map("c"),
+            &json!({"data": {"a": "1"}, "binaryData": {"b": "AA=="}, "type": "x"}),
+            &context(),
+            "o",
+        );
+        assert_eq!(config["data"], json!({"a": "1"}));
+        assert_eq!(config["binaryData"], json!({"b": "AA=="}));
+        assert!(config.get("type").is_none());
+    }
+
+    #[test]
+    fn writes_only_what_differs_and_never_someone_elses() {
+        let ctx = context();
+        let desired = secret_copy();
+        let what = "Secret db-credentials in namespace platform of context dev";
+        assert_eq!(
+            plan_write(None, &desired, &ctx, what).unwrap(),
+            Write::Create
+        );
+
+        let mut live = desired.clone();
+        live["metadata"]["resourceVersion"] = json!("42");
+        live["metadata"]["labels"]["extra"] = json!("kept");
+        assert_eq!(
+            plan_write(Some(&live), &desired, &ctx, what).unwrap(),
+            Write::Keep
+        );
+
+        let mut changed = live.clone();
+        changed["data"]["password"] = json!("bmV3");
+        assert_eq!(
+            plan_write(Some(&changed), &desired, &ctx, what).unwrap(),
+            Write::Replace(Some("42".into()))
+        );
+        let mut relabelled = live.clone();
+        relabelled["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("helm");
+        assert_eq!(
+            plan_write(Some(&relabelled), &desired, &ctx, what).unwrap(),
+            Write::Replace(Some("42".into()))
+        );
+
+        let mut foreign = live.clone();
+        foreign["metadata"]["labels"] = json!({"team": "db"});
+        let error = plan_write(Some(&foreign), &desired, &ctx, what).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "Secret db-credentials in namespace platform of context dev exists and is not this Comb's \
+             (it does not carry comb.internal/comb=db,comb.internal/comb-namespace=platform): \
+             remove or rename it, or stop replicating it"
+        );
+        assert!(!error.to_string().contains("c2VjcmV0"));
+    }
+}

@@ -1,0 +1,92 @@
+//! The [`Upstream`] contract (reference §5.2) and what an upstream gets to know about its Comb.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use async_trait::async_trait;
+use comb_api::{CombResource, Endpoint, LabelKeys};
+use comb_kubeconfigs::ClientPool;
+
+use crate::error::Result;
+
+/// Where a Comb borrows its service from.
+///
+/// Upstreams report that they cannot be reached with `reachable: false` in their status, never
+/// with an error: an error from [`Upstream::status`] is a fault of the upstream itself (the Comb
+/// becomes Error), unreachability only blocks the Comb.
+#[async_trait]
+pub trait Upstream: Send + Sync + fmt::Debug {
+    /// The class name, as the status records it and messages show it
+    /// (`Kubernetes::Comb::Upstream::K8s`).
+    fn class_name(&self) -> &str;
+
+    /// What the upstream says about itself now.
+    async fn status(&self, ctx: &UpstreamContext) -> Result<UpstreamStatus>;
+
+    /// What it offers: `cluster` is the address to use from inside the Comb's cluster, `external`
+    /// the one from elsewhere (used when there is no `cluster`).
+    async fn endpoints(&self, ctx: &UpstreamContext) -> Result<Vec<Endpoint>>;
+
+    /// Copies what the Comb needs from the upstream into the Comb's namespace before the bridge
+    /// is deployed, on every borrowing step, and returns the objects written (the Comb records
+    /// them as its own, so they are pruned when borrowing ends). Default: nothing to copy.
+    async fn replicate_into(&self, _ctx: &UpstreamContext) -> Result<Vec<CombResource>> {
+        Ok(Vec::new())
+    }
+}
+
+/// What [`Upstream::status`] answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamStatus {
+    /// `false` blocks the Comb (`UpstreamUnreachable`).
+    pub reachable: bool,
+    /// The Comb is Running only while this is `Running`; `None` when the upstream has none yet.
+    pub phase: Option<String>,
+    /// The layers (kube contexts) the service comes through, nearest first.
+    pub via: Option<Vec<String>>,
+    /// The kube context of the upstream, recorded in the status and shown in messages.
+    pub context: Option<String>,
+    /// Why it is unreachable, or what else the Comb should say about it.
+    pub message: Option<String>,
+}
+
+/// What an upstream needs to know about the Comb that borrows and where it runs.
+#[derive(Clone)]
+pub struct UpstreamContext {
+    /// The Comb's name (also the default name of a K8s peer).
+    pub name: String,
+    /// The Comb's namespace (also the default namespace of a K8s peer, and where replicas go).
+    pub namespace: String,
+    /// The kube context the Comb runs in.
+    pub context: String,
+    /// One client per kube context; the Comb's own context is among them.
+    pub pool: ClientPool,
+    /// The API group of the Comb CRD (peers are read as Combs of this group).
+    pub group: String,
+    /// Label keys of the controller, for the labels of replicated objects.
+    pub labels: LabelKeys,
+    /// Value of `app.kubernetes.io/managed-by` on replicated objects.
+    pub managed_by: String,
+    /// The federation's layers: name -> kube context, for `layer: NAME` (empty outside one).
+    pub layers: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for UpstreamContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamContext")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("context", &self.context)
+            .field("group", &self.group)
+            .field("layers", &self.layers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamContext {
+    /// The labels every object of the Comb carries.
+    pub fn comb_labels(&self) -> BTreeMap<String, String> {
+        self.labels
+            .comb_labels(&self.name, &self.namespace, &self.managed_by)
+    }
+}
