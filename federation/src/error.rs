@@ -53,6 +53,15 @@ pub enum Error {
     /// A value of comb-api that does not hold (an endpoint name, a reference, a CRD group).
     #[error(transparent)]
     Api(#[from] comb_api::Error),
+
+    /// A federation configuration that does not hold; the message names the file and each
+    /// offending key (`comb.yaml: layers[2].borrow.from: unknown layer ...`).
+    #[error("{0}")]
+    Config(String),
+
+    /// The controller could not start or keep running (admin address, leader election, ...).
+    #[error("{0}")]
+    Controller(String),
 }
 
 impl Error {
@@ -68,6 +77,8 @@ impl Error {
             Error::Status(_) => "status",
             Error::Kube { .. } => "kube",
             Error::Api(inner) => inner.category(),
+            Error::Config(_) => "config",
+            Error::Controller(_) => "controller",
         }
     }
 }

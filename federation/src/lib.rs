@@ -1,5 +1,6 @@
 //! comb-federation: the Comb engine, bridges, layers, the federation controller and the CLI.
 
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod error;

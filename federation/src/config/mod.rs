@@ -1,0 +1,453 @@
+//! The federation configuration (DESIGN.md §6): where the layers are, how they borrow, and the
+//! settings every Comb shares.
+//!
+//! [`Config::load`] reads and checks a file, reporting every bad value with its key
+//! (`comb.yaml: layers[2].borrow.from: unknown layer "stagin" (layers: prod, staging, dev)`);
+//! [`Config::client_pool`] opens the kubeconfig and checks the layers' contexts against it;
+//! [`Config::locate`] finds the Comb a `[LAYER:][NAMESPACE/]NAME` reference names.
+
+mod duration;
+mod raw;
+mod selector;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use comb_api::{Comb, CombRef, LabelKeys};
+use comb_kubeconfigs::ClientPool;
+use kube::Api;
+use serde_json::{Map, Value, json};
+
+pub use duration::{duration_arg, parse_duration, parse_positive_duration};
+pub use selector::matches_any;
+pub use validate::{
+    DEFAULT_CLUSTER_DOMAIN, DEFAULT_MANAGED_BY, DEFAULT_MAX_UPSTREAM_DEPTH, DEFAULT_RESYNC,
+    KubeContext, Problem, check_contexts,
+};
+
+use crate::engine::class::Settings;
+use crate::error::{Error, Result};
+
+/// A checked federation configuration. Build it with [`Config::load`] or [`Config::from_yaml`];
+/// a hand-built one is checked again by [`Config::check`] (the controller does).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where the configuration came from, as messages name it (a path, or `the configuration`).
+    pub origin: String,
+    /// The kubeconfig file; `None`: `$KUBECONFIG`, `~/.kube/config`, else in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// API group of the Comb CRD.
+    pub group: String,
+    /// Prefix of every label and annotation key, trailing `/` included.
+    pub label_prefix: String,
+    /// Value of `app.kubernetes.io/managed-by` on every resource; the controller watches by it.
+    pub managed_by: String,
+    pub max_upstream_depth: std::num::NonZeroUsize,
+    pub cluster_domain: String,
+    /// Every Comb is reconciled at least this often.
+    pub resync: Duration,
+    /// Highest first is customary but not required; borrowing defines the order.
+    pub layers: Vec<Layer>,
+}
+
+/// One place Combs run: a kube context, optionally narrowed to namespaces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layer {
+    pub name: String,
+    pub context: String,
+    /// `None`: every namespace.
+    pub namespaces: Option<Vec<String>>,
+    /// The layer's say on upstreams (the reference's controlling code).
+    pub borrow: Option<Borrow>,
+    /// Patterns of the Combs built as their stub.
+    pub stubs: Vec<String>,
+}
+
+/// `layers[].borrow`: which Combs of the layer borrow from their peer in another layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Borrow {
+    /// The layer borrowed from.
+    pub from: String,
+    /// The peer's namespace; `None`: the Comb's own.
+    pub namespace: Option<String>,
+    /// Patterns of the Combs that borrow (default `*`).
+    pub combs: Vec<String>,
+    /// Patterns of the Combs that run locally whatever their CR says.
+    pub local: Vec<String>,
+    /// Objects copied from the peer's namespace while borrowing.
+    pub replicate: Vec<Replicate>,
+}
+
+/// One object replicated from the upstream's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replicate {
+    pub kind: ReplicateKind,
+    pub name: String,
+}
+
+/// The kinds that may be replicated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicateKind {
+    Secret,
+    ConfigMap,
+}
+
+impl ReplicateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicateKind::Secret => "Secret",
+            ReplicateKind::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+/// What a layer's configuration says about one Comb's upstream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BorrowDecision<'a> {
+    /// Borrow from the peer `namespace/name` in layer `from`.
+    Borrow {
+        from: &'a Layer,
+        namespace: String,
+        name: String,
+        replicate: &'a [Replicate],
+    },
+    /// Run locally whatever the CR says (`borrow.local`).
+    Local,
+    /// The layer has no say; the CR or the class decides.
+    NoSay,
+}
+
+impl Layer {
+    /// Whether the layer manages Combs in `namespace`.
+    pub fn manages(&self, namespace: &str) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|namespaces| namespaces.iter().any(|n| n == namespace))
+    }
+
+    /// What the layer says about the upstream of Comb `namespace/name`.
+    pub fn borrow_decision<'a>(
+        &'a self,
+        config: &'a Config,
+        namespace: &str,
+        name: &str,
+    ) -> BorrowDecision<'a> {
+        let Some(borrow) = &self.borrow else {
+            return BorrowDecision::NoSay;
+        };
+        if matches_any(&borrow.local, namespace, name) {
+            return BorrowDecision::Local;
+        }
+        match config.layer(&borrow.from) {
+            Some(from) if matches_any(&borrow.combs, namespace, name) => BorrowDecision::Borrow {
+                from,
+                namespace: borrow
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| namespace.to_string()),
+                name: name.to_string(),
+                replicate: &borrow.replicate,
+            },
+            _ => BorrowDecision::NoSay,
+        }
+    }
+
+    /// Whether Comb `namespace/name` is built as its stub in this layer.
+    pub fn stubs_comb(&self, namespace: &str, name: &str) -> bool {
+        matches_any(&self.stubs, namespace, name)
+    }
+}
+
+impl BorrowDecision<'_> {
+    /// The decision as an upstream answer: a K8s upstream with the other layer's context, an
+    /// explicit local (`Some(None)`), or no say (`None`).
+    pub fn upstream_spec(&self) -> Option<Option<Map<String, Value>>> {
+        match self {
+            BorrowDecision::Borrow {
+                from,
+                namespace,
+                name,
+                replicate,
+            } => {
+                let mut spec = Map::new();
+                spec.insert("class".into(), json!("K8s"));
+                spec.insert("context".into(), json!(from.context));
+                spec.insert("namespace".into(), json!(namespace));
+                spec.insert("name".into(), json!(name));
+                if !replicate.is_empty() {
+                    let items: Vec<Value> = replicate
+                        .iter()
+                        .map(|item| json!({"kind": item.kind.as_str(), "name": item.name}))
+                        .collect();
+                    spec.insert("replicate".into(), Value::Array(items));
+                }
+                Some(Some(spec))
+            }
+            BorrowDecision::Local => Some(None),
+            BorrowDecision::NoSay => None,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and checks the configuration file at `path`. A relative `kubeconfig` in it is taken
+    /// relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Config> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            Error::Config(format!(
+                "reading the configuration {origin} failed: {error}"
+            ))
+        })?;
+        Config::from_yaml(&text, &origin, path.parent())
+    }
+
+    /// Parses and checks a configuration; `origin` names it in messages and `base_dir` anchors a
+    /// relative `kubeconfig`.
+    pub fn from_yaml(text: &str, origin: &str, base_dir: Option<&Path>) -> Result<Config> {
+        let raw: raw::RawConfig = serde_saphyr::from_str(text).map_err(|error| {
+            Error::Config(format!("{origin}: {}", first_line(&error.to_string())))
+        })?;
+        validate::from_raw(raw, origin, base_dir)
+            .map_err(|problems| problems_error(origin, &problems))
+    }
+
+    /// Checks a configuration built by hand (everything [`Config::from_yaml`] checks but the
+    /// syntax).
+    pub fn check(&self) -> Result<()> {
+        let problems = validate::check(self);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems_error(&self.origin, &problems))
+        }
+    }
+
+    /// The layer named `name`.
+    pub fn layer(&self, name: &str) -> Option<&Layer> {
+        self.layers.iter().find(|layer| layer.name == name)
+    }
+
+    /// The layers that borrow from layer `name`.
+    pub fn borrowers_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Layer> + 'a {
+        self.layers.iter().filter(move |layer| {
+            layer
+                .borrow
+                .as_ref()
+                .is_some_and(|borrow| borrow.from == name)
+        })
+    }
+
+    /// The label and annotation keys of `labelPrefix`.
+    pub fn label_keys(&self) -> LabelKeys {
+        LabelKeys::new(&self.label_prefix)
+    }
+
+    /// The engine's settings (group, labels, managed-by, upstream depth, cluster domain).
+    pub fn settings(&self) -> Settings {
+        Settings {
+            group: self.group.clone(),
+            labels: self.label_keys(),
+            managed_by: self.managed_by.clone(),
+            max_upstream_depth: self.max_upstream_depth,
+            cluster_domain: self.cluster_domain.clone(),
+        }
+    }
+
+    /// Opens the kubeconfig (the configured file, else `$KUBECONFIG`, `~/.kube/config`,
+    /// in-cluster) and checks every layer's context against it.
+    pub fn client_pool(&self) -> Result<ClientPool> {
+        let pool = match &self.kubeconfig {
+            Some(path) => ClientPool::from_path(path),
+            None => ClientPool::from_environment(),
+        }
+        .map_err(|error| Error::Config(format!("{}: {error}", self.origin)))?;
+        self.check_pool(&pool)?;
+        Ok(pool)
+    }
+
+    /// Checks the layers' contexts against a pool built elsewhere (e.g. by the demo).
+    pub fn check_pool(&self, pool: &ClientPool) -> Result<()> {
+        let contexts: Vec<KubeContext> = pool
+            .contexts()
+            .into_iter()
+            .map(|name| KubeContext {
+                server: pool.server_url(&name).unwrap_or_default(),
+                name,
+            })
+            .collect();
+        let problems = check_contexts(self, &contexts, pool.origin());
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems_error(&self.origin, &problems))
+        }
+    }
+
+    /// Where a reference may point, without asking any cluster: the named layer (or every
+    /// layer), each with the reference's namespace, else the layer's only namespace, else the
+    /// context's default namespace (`default_namespace`). Layers that do not manage that
+    /// namespace are left out; naming such a layer explicitly is an error.
+    pub fn candidates(
+        &self,
+        reference: &CombRef,
+        default_namespace: impl Fn(&Layer) -> String,
+    ) -> Result<Vec<CombLocation>> {
+        let layers: Vec<&Layer> = match &reference.layer {
+            Some(name) => vec![self.layer(name).ok_or_else(|| {
+                Error::Config(format!(
+                    "{reference}: unknown layer \"{name}\" (layers: {})",
+                    self.layers
+                        .iter()
+                        .map(|layer| layer.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?],
+            None => self.layers.iter().collect(),
+        };
+        let mut found = Vec::new();
+        for layer in layers {
+            let namespace = match (&reference.namespace, &layer.namespaces) {
+                (Some(namespace), _) => namespace.clone(),
+                (None, Some(only)) if only.len() == 1 => only[0].clone(),
+                (None, _) => default_namespace(layer),
+            };
+            if layer.manages(&namespace) {
+                found.push(CombLocation {
+                    layer: layer.name.clone(),
+                    context: layer.context.clone(),
+                    namespace,
+                    name: reference.name.clone(),
+                });
+            } else if reference.layer.is_some() {
+                return Err(Error::Config(format!(
+                    "{reference}: layer {} manages namespaces {} only, not {namespace}",
+                    layer.name,
+                    layer.namespaces.as_deref().unwrap_or_default().join(", ")
+                )));
+            }
+        }
+        if found.is_empty() {
+            return Err(Error::Config(format!(
+                "{reference}: no layer manages namespace {}",
+                reference.namespace.as_deref().unwrap_or("(default)")
+            )));
+        }
+        Ok(found)
+    }
+
+    /// The Comb a reference names, read from its layer. Without a layer every layer is searched,
+    /// and the reference must be found in exactly one.
+    pub async fn locate(&self, pool: &ClientPool, reference: &CombRef) -> Result<LocatedComb> {
+        let candidates = self.candidates(reference, |layer| {
+            pool.default_namespace(&layer.context)
+                .unwrap_or_else(|_| "default".to_string())
+        })?;
+        let mut found = Vec::new();
+        let mut unreachable = Vec::new();
+        for location in candidates {
+            match self.read_comb(pool, &location).await {
+                Ok(Some(comb)) => found.push(LocatedComb { location, comb }),
+                Ok(None) => {}
+                Err(error) if reference.layer.is_some() => return Err(error),
+                Err(error) => unreachable.push(format!("{}: {error}", location.layer)),
+            }
+        }
+        match found.len() {
+            1 => Ok(found.remove(0)),
+            0 if unreachable.is_empty() => Err(Error::Config(format!(
+                "{reference}: no such Comb in {}",
+                self.describe_search(reference)
+            ))),
+            0 => Err(Error::Config(format!(
+                "{reference}: not found where the layers could be read, and {}",
+                unreachable.join("; ")
+            ))),
+            _ => Err(Error::Config(format!(
+                "{reference} names a Comb in more than one layer ({}); name the layer, e.g. {}",
+                found
+                    .iter()
+                    .map(|found| found.location.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                found[0].location
+            ))),
+        }
+    }
+
+    fn describe_search(&self, reference: &CombRef) -> String {
+        match &reference.layer {
+            Some(layer) => format!("layer {layer}"),
+            None => format!(
+                "any layer ({})",
+                self.layers
+                    .iter()
+                    .map(|layer| layer.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    async fn read_comb(&self, pool: &ClientPool, location: &CombLocation) -> Result<Option<Comb>> {
+        let client = pool
+            .client(&location.context)
+            .await
+            .map_err(|error| Error::Config(error.to_string()))?;
+        let api: Api<Comb> = Api::namespaced_with(
+            client,
+            &location.namespace,
+            &comb_api::api_resource(&self.group),
+        );
+        api.get_opt(&location.name)
+            .await
+            .map_err(|error| Error::Kube {
+                request: format!("get Comb {location}"),
+                message: error.to_string(),
+                code: match &error {
+                    kube::Error::Api(status) => Some(status.code),
+                    _ => None,
+                },
+            })
+    }
+}
+
+/// Where one Comb lives: layer, its context, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CombLocation {
+    pub layer: String,
+    pub context: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for CombLocation {
+    /// `layer:namespace/name`, a reference that names it exactly.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}/{}", self.layer, self.namespace, self.name)
+    }
+}
+
+/// A Comb found by [`Config::locate`], with its CR as read.
+#[derive(Clone, Debug)]
+pub struct LocatedComb {
+    pub location: CombLocation,
+    pub comb: Comb,
+}
+
+fn problems_error(origin: &str, problems: &[Problem]) -> Error {
+    let listed: Vec<String> = problems.iter().map(Problem::to_string).collect();
+    Error::Config(format!("{origin}: {}", listed.join("; ")))
+}
+
+/// The parser's message without the snippet of the file that follows it: errors here are one
+/// line, and the message already names line and column.
+fn first_line(message: &str) -> &str {
+    let line = message.lines().next().unwrap_or_default().trim();
+    line.strip_prefix("error: ").unwrap_or(line)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,339 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+const FULL: &str = r#"
+kubeconfig: kubeconfigs/sandbox.yaml
+group: comb.internal
+labelPrefix: comb.internal/
+managedBy: comb
+maxUpstreamDepth: 16
+clusterDomain: cluster.local
+resync: 60s
+layers:
+  - name: prod
+    context: prod
+    namespaces: [platform]
+  - name: staging
+    context: prod
+    namespaces: [staging]
+    borrow: { from: prod, namespace: platform, combs: ["*"], local: [api] }
+    stubs: [mailer]
+  - name: dev
+    context: dev
+    borrow: { from: staging, replicate: [{kind: Secret, name: db-credentials}] }
+"#;
+
+fn parse(text: &str) -> Result<Config> {
+    Config::from_yaml(text, "comb.yaml", Some(Path::new("/etc/comb")))
+}
+
+fn error_of(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+#[test]
+fn reads_the_design_example() {
+    let config = parse(FULL).unwrap();
+    assert_eq!(
+        config.kubeconfig.as_deref(),
+        Some(Path::new("/etc/comb/kubeconfigs/sandbox.yaml"))
+    );
+    assert_eq!(config.resync, Duration::from_secs(60));
+    assert_eq!(config.max_upstream_depth.get(), 16);
+    assert_eq!(config.layers.len(), 3);
+    let staging = config.layer("staging").unwrap();
+    let borrow = staging.borrow.as_ref().unwrap();
+    assert_eq!(borrow.from, "prod");
+    assert_eq!(borrow.namespace.as_deref(), Some("platform"));
+    assert_eq!(borrow.local, vec!["api"]);
+    let dev = config.layer("dev").unwrap();
+    assert_eq!(dev.namespaces, None);
+    assert_eq!(dev.borrow.as_ref().unwrap().combs, vec!["*"]);
+    assert_eq!(
+        dev.borrow.as_ref().unwrap().replicate,
+        vec![Replicate {
+            kind: ReplicateKind::Secret,
+            name: "db-credentials".into()
+        }]
+    );
+    let borrowers: Vec<&str> = config
+        .borrowers_of("staging")
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(borrowers, vec!["dev"]);
+}
+
+#[test]
+fn defaults() {
+    let config = parse("layers: [{name: prod, context: prod}]").unwrap();
+    assert_eq!(config.kubeconfig, None);
+    assert_eq!(config.group, "comb.internal");
+    assert_eq!(config.label_prefix, "comb.internal/");
+    assert_eq!(config.managed_by, "comb");
+    assert_eq!(config.max_upstream_depth.get(), 16);
+    assert_eq!(config.cluster_domain, "cluster.local");
+    assert_eq!(config.resync, Duration::from_secs(60));
+    let settings = config.settings();
+    assert_eq!(settings.labels.name_label(), "comb.internal/comb");
+    assert_eq!(settings.managed_by, "comb");
+}
+
+#[test]
+fn every_bad_value_names_its_key() {
+    let layers = "layers: [{name: prod, context: prod}]";
+    let cases: Vec<(String, &str)> = vec![
+        (
+            "layers:\n - {name: prod, context: prod}\n - {name: staging, context: prod, namespaces: [s]}\n - {name: dev, context: dev, borrow: {from: stagin}}".into(),
+            "comb.yaml: layers[1].namespaces: layers prod and staging share context prod and would both manage every namespace (a layer without namespaces manages all); give each layer its own namespaces; layers[2].borrow.from: unknown layer \"stagin\" (layers: prod, staging, dev)",
+        ),
+        (
+            "layers:\n - {name: prod, context: prod, borrow: {from: dev}}\n - {name: dev, context: dev, borrow: {from: prod}}".into(),
+            "comb.yaml: layers[0].borrow.from: borrow cycle prod -> dev -> prod; borrowing must lead to a layer that borrows from none",
+        ),
+        (
+            "layers:\n - {name: a, context: a, borrow: {from: b}}\n - {name: b, context: b, borrow: {from: c}}\n - {name: c, context: c, borrow: {from: b}}".into(),
+            "comb.yaml: layers[1].borrow.from: borrow cycle b -> c -> b; borrowing must lead to a layer that borrows from none",
+        ),
+        (
+            "layers: [{name: prod, context: prod, borrow: {from: prod}}]".into(),
+            "comb.yaml: layers[0].borrow.from: layer 'prod' cannot borrow from itself; name a layer above it",
+        ),
+        (
+            format!("resync: 60x\n{layers}"),
+            "comb.yaml: resync: '60x' is no duration (unknown unit 'x'); write e.g. 500ms, 60s, 5m, 1h or 1m30s",
+        ),
+        (
+            format!("resync: 60\n{layers}"),
+            "comb.yaml: resync: '60' has no unit; write e.g. 60s",
+        ),
+        (
+            format!("resync: 0s\n{layers}"),
+            "comb.yaml: resync: '0s' is zero; it must be longer than that",
+        ),
+        (
+            "layers:\n - {name: prod, context: prod}\n - {name: prod, context: dev}".into(),
+            "comb.yaml: layers[1].name: layer 'prod' is already defined by layers[0]; layer names are unique",
+        ),
+        (
+            format!("maxUpstreamDepth: 0\n{layers}"),
+            "comb.yaml: maxUpstreamDepth: must be a positive integer (at least 1); the default is 16",
+        ),
+        (
+            format!("maxUpstreamDepth: many\n{layers}"),
+            "comb.yaml: maxUpstreamDepth: 'many' is not a positive integer",
+        ),
+        ("group: comb\nlayers: [{name: p, context: p}]".into(),
+            "comb.yaml: group: 'comb' is no API group; write a DNS subdomain with a dot, e.g. comb.internal"),
+        ("labelPrefix: comb.internal\nlayers: [{name: p, context: p}]".into(),
+            "comb.yaml: labelPrefix: 'comb.internal' is no label prefix; write a DNS subdomain followed by '/', e.g. comb.internal/"),
+        ("managedBy: 'my tool'\nlayers: [{name: p, context: p}]".into(),
+            "comb.yaml: managedBy: 'my tool' cannot be a label value (at most 63 characters: letters, digits, -, _ and ., alphanumeric at both ends)"),
+        ("clusterDomain: Cluster_Local\nlayers: [{name: p, context: p}]".into(),
+            "comb.yaml: clusterDomain: 'Cluster_Local' is no DNS domain, e.g. cluster.local"),
+        ("group: comb.internal".into(), "comb.yaml: layers: no layers; name at least one (name and context)"),
+        (
+            "layers: [{context: prod}, {name: dev}]".into(),
+            "comb.yaml: layers[0].name: missing; every layer needs a name; layers[1].context: missing; name the kube context of the layer (in-cluster inside a cluster)",
+        ),
+        (
+            "layers: [{name: 'a b', context: p}]".into(),
+            "comb.yaml: layers[0].name: 'a b' cannot name a layer (letters, digits, -, _ and ., alphanumeric at both ends, at most 63)",
+        ),
+        (
+            "layers: [{name: p, context: p, namespaces: []}]".into(),
+            "comb.yaml: layers[0].namespaces: an empty list; leave the key out to manage every namespace",
+        ),
+        (
+            "layers: [{name: p, context: p, namespaces: [Platform, a, a]}]".into(),
+            "comb.yaml: layers[0].namespaces[0]: 'Platform' is no namespace name (a DNS-1123 label); layers[0].namespaces[2]: namespace 'a' is listed twice",
+        ),
+        (
+            "layers:\n - {name: p, context: p, namespaces: [a, b]}\n - {name: q, context: p, namespaces: [c, b]}".into(),
+            "comb.yaml: layers[1].namespaces: layers p and q share context p and would both manage namespace b; give each layer its own namespaces",
+        ),
+        (
+            "layers:\n - {name: p, context: p}\n - {name: d, context: d, borrow: {from: p, namespace: X, combs: ['a/b/c'], local: ['']}, stubs: ['x y']}".into(),
+            "comb.yaml: layers[1].borrow.combs[0]: 'a/b/c' has more than one '/'; write NAME or NAMESPACE/NAME; layers[1].borrow.local[0]: an empty pattern; write a Comb name, NAMESPACE/NAME or *; layers[1].borrow.namespace: 'X' is no namespace name (a DNS-1123 label); layers[1].stubs[0]: 'x y' holds characters a Comb name cannot have (letters, digits, -, _, . and the wildcard *)",
+        ),
+        (
+            "layers:\n - {name: p, context: p}\n - {name: d, context: d, borrow: {from: p, replicate: [{kind: Pod, name: x}, {kind: Secret}]}}".into(),
+            "comb.yaml: layers[1].borrow.replicate[0].kind: 'Pod' cannot be replicated; Secret or ConfigMap; layers[1].borrow.replicate[1].name: missing; the name of the object to copy",
+        ),
+        (
+            "layers: [{name: d, context: d, borrow: {}}]".into(),
+            "comb.yaml: layers[0].borrow.from: missing; name the layer to borrow from",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(&text), expected, "for\n{text}");
+    }
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_are_refused() {
+    for (text, expected) in [
+        (
+            "layers: [{name: p, context: p}]\nresyncc: 5s",
+            "comb.yaml: line 2 column 1: unknown field `resyncc`, expected one of",
+        ),
+        ("layers: [{name: p, context: p, borow: {from: q}}]", "borow"),
+        (
+            "layers: {name: p}",
+            "line 1 column 9: expected sequence start",
+        ),
+    ] {
+        let message = error_of(text);
+        assert!(message.starts_with("comb.yaml: "), "{message}");
+        assert!(
+            message.contains(expected),
+            "{message} should name {expected}"
+        );
+        assert!(!message.contains('\n'), "one line: {message}");
+        assert!(!message.contains("-->"), "no snippet: {message}");
+    }
+}
+
+fn contexts(list: &[(&str, &str)]) -> Vec<KubeContext> {
+    list.iter()
+        .map(|(name, server)| KubeContext {
+            name: name.to_string(),
+            server: server.to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn contexts_must_exist_and_layers_on_one_server_must_not_overlap() {
+    let config = parse(FULL).unwrap();
+    let origin = "the kubeconfig k.yaml";
+    assert_eq!(
+        check_contexts(
+            &config,
+            &contexts(&[("prod", "http://a"), ("dev", "http://b")]),
+            origin
+        ),
+        vec![]
+    );
+    let problems = check_contexts(&config, &contexts(&[("prod", "http://a")]), origin);
+    assert_eq!(
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec!["layers[2].context: context \"dev\" is not in the kubeconfig k.yaml (contexts: prod)"]
+    );
+    let shared = parse(
+        "layers:\n - {name: prod, context: prod}\n - {name: staging, context: staging, namespaces: [staging]}",
+    )
+    .unwrap();
+    let problems = check_contexts(
+        &shared,
+        &contexts(&[("prod", "http://a"), ("staging", "http://a")]),
+        origin,
+    );
+    assert_eq!(
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![
+            "layers[1].namespaces: layers prod and staging share the API server http://a (contexts prod and staging) and would both manage every namespace (a layer without namespaces manages all); give each layer its own namespaces"
+        ]
+    );
+}
+
+#[test]
+fn borrow_decisions() {
+    let config = parse(FULL).unwrap();
+    let staging = config.layer("staging").unwrap();
+    match staging.borrow_decision(&config, "staging", "db") {
+        BorrowDecision::Borrow {
+            from,
+            namespace,
+            name,
+            ..
+        } => {
+            assert_eq!(from.name, "prod");
+            assert_eq!(namespace, "platform");
+            assert_eq!(name, "db");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        staging.borrow_decision(&config, "staging", "api"),
+        BorrowDecision::Local
+    );
+    assert_eq!(
+        config
+            .layer("prod")
+            .unwrap()
+            .borrow_decision(&config, "platform", "db"),
+        BorrowDecision::NoSay
+    );
+    let dev = config.layer("dev").unwrap();
+    let spec = dev
+        .borrow_decision(&config, "team", "db")
+        .upstream_spec()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        Value::Object(spec),
+        json!({"class": "K8s", "context": "prod", "namespace": "team", "name": "db",
+               "replicate": [{"kind": "Secret", "name": "db-credentials"}]})
+    );
+    assert_eq!(BorrowDecision::Local.upstream_spec(), Some(None));
+    assert_eq!(BorrowDecision::NoSay.upstream_spec(), None);
+    assert!(staging.stubs_comb("staging", "mailer"));
+    assert!(!staging.stubs_comb("staging", "db"));
+    assert!(staging.manages("staging"));
+    assert!(!staging.manages("platform"));
+    assert!(dev.manages("anything"));
+}
+
+#[test]
+fn references_resolve_to_candidate_layers() {
+    let config = parse(FULL).unwrap();
+    let default_ns = |layer: &Layer| format!("{}-default", layer.name);
+    let names = |reference: &str| -> Result<Vec<String>> {
+        Ok(config
+            .candidates(&CombRef::parse(reference).unwrap(), default_ns)?
+            .iter()
+            .map(ToString::to_string)
+            .collect())
+    };
+    assert_eq!(
+        names("db").unwrap(),
+        vec![
+            "prod:platform/db",
+            "staging:staging/db",
+            "dev:dev-default/db"
+        ]
+    );
+    assert_eq!(
+        names("platform/db").unwrap(),
+        vec!["prod:platform/db", "dev:platform/db"]
+    );
+    assert_eq!(names("dev:db").unwrap(), vec!["dev:dev-default/db"]);
+    assert_eq!(
+        names("staging:platform/db").unwrap_err().to_string(),
+        "staging:platform/db: layer staging manages namespaces staging only, not platform"
+    );
+    assert_eq!(
+        names("qa:db").unwrap_err().to_string(),
+        "qa:db: unknown layer \"qa\" (layers: prod, staging, dev)"
+    );
+    let prod_only = parse("layers: [{name: prod, context: prod, namespaces: [platform]}]").unwrap();
+    assert_eq!(
+        prod_only
+            .candidates(&CombRef::parse("team/db").unwrap(), default_ns)
+            .unwrap_err()
+            .to_string(),
+        "team/db: no layer manages namespace team"
+    );
+}
+
+#[test]
+fn hand_built_configs_are_checked() {
+    let mut config = parse(FULL).unwrap();
+    config.check().unwrap();
+    config.layers[2].borrow.as_mut().unwrap().from = "qa".into();
+    assert_eq!(
+        config.check().unwrap_err().to_string(),
+        "comb.yaml: layers[2].borrow.from: unknown layer \"qa\" (layers: prod, staging, dev)"
+    );
+}

@@ -1,0 +1,519 @@
+//! Turning the file as written into a [`Config`], and every check a configuration must pass.
+//! Pure: the one check that needs the kubeconfig takes its contexts as data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::time::Duration;
+
+use comb_api::{DEFAULT_GROUP, DEFAULT_PREFIX, is_label_value};
+
+use super::duration::parse_positive_duration;
+use super::raw::{RawBorrow, RawConfig, RawLayer, Scalar};
+use super::selector::pattern_problem;
+use super::{Borrow, Config, Layer, Replicate, ReplicateKind};
+
+/// The default `managedBy`.
+pub const DEFAULT_MANAGED_BY: &str = "comb";
+/// The default `maxUpstreamDepth` (the reference's).
+pub const DEFAULT_MAX_UPSTREAM_DEPTH: usize = 16;
+/// The default `clusterDomain`.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+/// The default `resync`.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
+
+/// One thing wrong with a configuration: the key (`layers[2].borrow.from`) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+}
+
+impl Problem {
+    fn new(key: impl Into<String>, message: impl Into<String>) -> Problem {
+        Problem {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// A kube context as the kubeconfig defines it: its name and its API server URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeContext {
+    pub name: String,
+    pub server: String,
+}
+
+/// Converts the file as written into a [`Config`] and checks it, collecting every problem.
+/// A relative `kubeconfig` is taken relative to `base_dir` (the config file's directory).
+pub fn from_raw(
+    raw: RawConfig,
+    origin: &str,
+    base_dir: Option<&Path>,
+) -> Result<Config, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let max_upstream_depth = match raw.max_upstream_depth {
+        None => NonZeroUsize::new(DEFAULT_MAX_UPSTREAM_DEPTH),
+        Some(Scalar::Integer(depth)) => {
+            let depth = usize::try_from(depth).ok().and_then(NonZeroUsize::new);
+            if depth.is_none() {
+                problems.push(Problem::new(
+                    "maxUpstreamDepth",
+                    "must be a positive integer (at least 1); the default is 16",
+                ));
+            }
+            depth
+        }
+        Some(other) => {
+            problems.push(Problem::new(
+                "maxUpstreamDepth",
+                format!("'{}' is not a positive integer", other.text()),
+            ));
+            None
+        }
+    };
+    let resync = match raw.resync {
+        None => Some(DEFAULT_RESYNC),
+        Some(Scalar::Text(text)) => parse_positive_duration(&text)
+            .map_err(|message| problems.push(Problem::new("resync", message)))
+            .ok(),
+        Some(number) => {
+            problems.push(Problem::new(
+                "resync",
+                format!(
+                    "'{}' has no unit; write e.g. {}s",
+                    number.text(),
+                    number.text()
+                ),
+            ));
+            None
+        }
+    };
+    let layers = raw.layers.unwrap_or_default();
+    let layers: Vec<Layer> = layers
+        .into_iter()
+        .enumerate()
+        .map(|(index, layer)| layer_from_raw(index, layer, &mut problems))
+        .collect();
+    let kubeconfig = raw.kubeconfig.map(|path| match base_dir {
+        Some(base) => base.join(path),
+        None => path.into(),
+    });
+    let (Some(max_upstream_depth), Some(resync)) = (max_upstream_depth, resync) else {
+        return Err(problems);
+    };
+    let config = Config {
+        origin: origin.to_string(),
+        kubeconfig,
+        group: raw.group.unwrap_or_else(|| DEFAULT_GROUP.to_string()),
+        label_prefix: raw
+            .label_prefix
+            .unwrap_or_else(|| DEFAULT_PREFIX.to_string()),
+        managed_by: raw
+            .managed_by
+            .unwrap_or_else(|| DEFAULT_MANAGED_BY.to_string()),
+        max_upstream_depth,
+        cluster_domain: raw
+            .cluster_domain
+            .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_string()),
+        resync,
+        layers,
+    };
+    problems.extend(check(&config));
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        sort_by_key_path(&mut problems);
+        Err(problems)
+    }
+}
+
+/// Orders problems by key, with indices compared as numbers (`layers[2]` before `layers[10]`),
+/// so that they read in the order of the file's layers.
+fn sort_by_key_path(problems: &mut [Problem]) {
+    fn path(key: &str) -> Vec<(u64, String)> {
+        key.split('[')
+            .map(|part| match part.split_once(']') {
+                Some((index, rest)) => (index.parse().unwrap_or(u64::MAX), rest.to_string()),
+                None => (0, part.to_string()),
+            })
+            .collect()
+    }
+    problems.sort_by_cached_key(|problem| path(&problem.key));
+}
+
+fn layer_from_raw(index: usize, raw: RawLayer, problems: &mut Vec<Problem>) -> Layer {
+    let key = format!("layers[{index}]");
+    let name = raw.name.unwrap_or_else(|| {
+        problems.push(Problem::new(
+            format!("{key}.name"),
+            "missing; every layer needs a name",
+        ));
+        String::new()
+    });
+    let context = raw.context.unwrap_or_else(|| {
+        problems.push(Problem::new(
+            format!("{key}.context"),
+            "missing; name the kube context of the layer (in-cluster inside a cluster)",
+        ));
+        String::new()
+    });
+    Layer {
+        name,
+        context,
+        namespaces: raw.namespaces,
+        borrow: raw
+            .borrow
+            .map(|borrow| borrow_from_raw(&format!("{key}.borrow"), borrow, problems)),
+        stubs: raw.stubs.unwrap_or_default(),
+    }
+}
+
+fn borrow_from_raw(key: &str, raw: RawBorrow, problems: &mut Vec<Problem>) -> Borrow {
+    let from = raw.from.unwrap_or_else(|| {
+        problems.push(Problem::new(
+            format!("{key}.from"),
+            "missing; name the layer to borrow from",
+        ));
+        String::new()
+    });
+    let replicate = raw
+        .replicate
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, item)| {
+            let key = format!("{key}.replicate[{index}]");
+            let kind = match item.kind.as_deref() {
+                Some("Secret") => Some(ReplicateKind::Secret),
+                Some("ConfigMap") => Some(ReplicateKind::ConfigMap),
+                Some(other) => {
+                    problems.push(Problem::new(
+                        format!("{key}.kind"),
+                        format!("'{other}' cannot be replicated; Secret or ConfigMap"),
+                    ));
+                    None
+                }
+                None => {
+                    problems.push(Problem::new(
+                        format!("{key}.kind"),
+                        "missing; Secret or ConfigMap",
+                    ));
+                    None
+                }
+            };
+            let name = item.name.filter(|name| !name.is_empty());
+            if name.is_none() {
+                problems.push(Problem::new(
+                    format!("{key}.name"),
+                    "missing; the name of the object to copy",
+                ));
+            }
+            Some(Replicate {
+                kind: kind?,
+                name: name?,
+            })
+        })
+        .collect();
+    Borrow {
+        from,
+        namespace: raw.namespace,
+        combs: raw.combs.unwrap_or_else(|| vec!["*".to_string()]),
+        local: raw.local.unwrap_or_default(),
+        replicate,
+    }
+}
+
+/// Every check of a configuration that needs nothing but the configuration.
+pub fn check(config: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if !is_dns_subdomain(&config.group) || !config.group.contains('.') {
+        problems.push(Problem::new(
+            "group",
+            format!(
+                "'{}' is no API group; write a DNS subdomain with a dot, e.g. {DEFAULT_GROUP}",
+                config.group
+            ),
+        ));
+    }
+    if !config
+        .label_prefix
+        .strip_suffix('/')
+        .is_some_and(is_dns_subdomain)
+    {
+        problems.push(Problem::new(
+            "labelPrefix",
+            format!(
+                "'{}' is no label prefix; write a DNS subdomain followed by '/', e.g. {DEFAULT_PREFIX}",
+                config.label_prefix
+            ),
+        ));
+    }
+    if !is_label_value(&config.managed_by) {
+        problems.push(Problem::new(
+            "managedBy",
+            format!(
+                "'{}' cannot be a label value (at most 63 characters: letters, digits, -, _ and ., alphanumeric at both ends)",
+                config.managed_by
+            ),
+        ));
+    }
+    if !is_dns_subdomain(&config.cluster_domain) {
+        problems.push(Problem::new(
+            "clusterDomain",
+            format!(
+                "'{}' is no DNS domain, e.g. {DEFAULT_CLUSTER_DOMAIN}",
+                config.cluster_domain
+            ),
+        ));
+    }
+    if config.layers.is_empty() {
+        problems.push(Problem::new(
+            "layers",
+            "no layers; name at least one (name and context)",
+        ));
+    }
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (index, layer) in config.layers.iter().enumerate() {
+        check_layer(config, index, layer, &mut seen, &mut problems);
+    }
+    problems.extend(borrow_cycles(config));
+    problems.extend(overlaps(config, |a, b| {
+        (a.context == b.context).then(|| format!("context {}", a.context))
+    }));
+    sort_by_key_path(&mut problems);
+    problems
+}
+
+fn check_layer<'a>(
+    config: &Config,
+    index: usize,
+    layer: &'a Layer,
+    seen: &mut BTreeMap<&'a str, usize>,
+    problems: &mut Vec<Problem>,
+) {
+    let key = format!("layers[{index}]");
+    if !layer.name.is_empty() {
+        if !is_label_value(&layer.name) {
+            problems.push(Problem::new(
+                format!("{key}.name"),
+                format!(
+                    "'{}' cannot name a layer (letters, digits, -, _ and ., alphanumeric at both ends, at most 63)",
+                    layer.name
+                ),
+            ));
+        } else if let Some(first) = seen.insert(&layer.name, index) {
+            seen.insert(&layer.name, first);
+            problems.push(Problem::new(
+                format!("{key}.name"),
+                format!(
+                    "layer '{}' is already defined by layers[{first}]; layer names are unique",
+                    layer.name
+                ),
+            ));
+        }
+    }
+    if let Some(namespaces) = &layer.namespaces {
+        if namespaces.is_empty() {
+            problems.push(Problem::new(
+                format!("{key}.namespaces"),
+                "an empty list; leave the key out to manage every namespace",
+            ));
+        }
+        let mut listed = BTreeSet::new();
+        for (n, namespace) in namespaces.iter().enumerate() {
+            if !is_dns_label(namespace) {
+                problems.push(Problem::new(
+                    format!("{key}.namespaces[{n}]"),
+                    format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+                ));
+            } else if !listed.insert(namespace) {
+                problems.push(Problem::new(
+                    format!("{key}.namespaces[{n}]"),
+                    format!("namespace '{namespace}' is listed twice"),
+                ));
+            }
+        }
+    }
+    check_patterns(&format!("{key}.stubs"), &layer.stubs, problems);
+    let Some(borrow) = &layer.borrow else { return };
+    let bkey = format!("{key}.borrow");
+    if !borrow.from.is_empty() {
+        if borrow.from == layer.name {
+            problems.push(Problem::new(
+                format!("{bkey}.from"),
+                format!(
+                    "layer '{}' cannot borrow from itself; name a layer above it",
+                    layer.name
+                ),
+            ));
+        } else if config.layer(&borrow.from).is_none() {
+            problems.push(Problem::new(
+                format!("{bkey}.from"),
+                format!(
+                    "unknown layer \"{}\" (layers: {})",
+                    borrow.from,
+                    layer_names(config)
+                ),
+            ));
+        }
+    }
+    if let Some(namespace) = &borrow.namespace
+        && !is_dns_label(namespace)
+    {
+        problems.push(Problem::new(
+            format!("{bkey}.namespace"),
+            format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+        ));
+    }
+    check_patterns(&format!("{bkey}.combs"), &borrow.combs, problems);
+    check_patterns(&format!("{bkey}.local"), &borrow.local, problems);
+}
+
+fn check_patterns(key: &str, patterns: &[String], problems: &mut Vec<Problem>) {
+    for (index, pattern) in patterns.iter().enumerate() {
+        if let Some(problem) = pattern_problem(pattern) {
+            problems.push(Problem::new(format!("{key}[{index}]"), problem));
+        }
+    }
+}
+
+fn layer_names(config: &Config) -> String {
+    config
+        .layers
+        .iter()
+        .map(|layer| layer.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Borrowing must lead upwards: following `borrow.from` never comes back. Each cycle is
+/// reported once, at the first layer of the file that is on it.
+fn borrow_cycles(config: &Config) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut reported: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (index, start) in config.layers.iter().enumerate() {
+        let mut path = vec![start.name.clone()];
+        let mut current = start;
+        while let Some(next) = current
+            .borrow
+            .as_ref()
+            .filter(|borrow| borrow.from != current.name)
+            .and_then(|borrow| config.layer(&borrow.from))
+        {
+            if let Some(at) = path.iter().position(|name| *name == next.name) {
+                let mut cycle: Vec<String> = path[at..].to_vec();
+                let mut members = cycle.clone();
+                members.sort();
+                if at == 0 && reported.insert(members) {
+                    cycle.push(next.name.clone());
+                    problems.push(Problem::new(
+                        format!("layers[{index}].borrow.from"),
+                        format!(
+                            "borrow cycle {}; borrowing must lead to a layer that borrows from none",
+                            cycle.join(" -> ")
+                        ),
+                    ));
+                }
+                break;
+            }
+            path.push(next.name.clone());
+            current = next;
+        }
+    }
+    problems
+}
+
+/// Two layers on one API server must not manage the same namespace, or they would fight over
+/// its Combs. `shared` says what two layers share (a context, an API server), if anything.
+fn overlaps(config: &Config, shared: impl Fn(&Layer, &Layer) -> Option<String>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (index, layer) in config.layers.iter().enumerate() {
+        for other in &config.layers[..index] {
+            let Some(server) = shared(other, layer) else {
+                continue;
+            };
+            let namespaces = match (&layer.namespaces, &other.namespaces) {
+                (Some(mine), Some(theirs)) => mine
+                    .iter()
+                    .find(|namespace| theirs.contains(namespace))
+                    .map(|namespace| format!("namespace {namespace}")),
+                _ => Some("every namespace (a layer without namespaces manages all)".to_string()),
+            };
+            if let Some(namespaces) = namespaces {
+                problems.push(Problem::new(
+                    format!("layers[{index}].namespaces"),
+                    format!(
+                        "layers {} and {} share {server} and would both manage {namespaces}; give each layer its own namespaces",
+                        other.name, layer.name
+                    ),
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The checks that need the kubeconfig: every layer's context exists, and layers whose
+/// different contexts reach one API server (same URL) do not manage the same namespaces.
+pub fn check_contexts(config: &Config, contexts: &[KubeContext], origin: &str) -> Vec<Problem> {
+    let names: Vec<&str> = contexts.iter().map(|c| c.name.as_str()).collect();
+    let problems: Vec<Problem> = config
+        .layers
+        .iter()
+        .enumerate()
+        .filter(|(_, layer)| !names.contains(&layer.context.as_str()))
+        .map(|(index, layer)| {
+            Problem::new(
+                format!("layers[{index}].context"),
+                format!(
+                    "context \"{}\" is not in {origin} (contexts: {})",
+                    layer.context,
+                    names.join(", ")
+                ),
+            )
+        })
+        .collect();
+    if !problems.is_empty() {
+        return problems;
+    }
+    let server_of = |layer: &Layer| {
+        contexts
+            .iter()
+            .find(|c| c.name == layer.context)
+            .map(|c| c.server.as_str())
+    };
+    overlaps(config, |a, b| {
+        (a.context != b.context && server_of(a) == server_of(b)).then(|| {
+            format!(
+                "the API server {} (contexts {} and {})",
+                server_of(a).unwrap_or_default(),
+                a.context,
+                b.context
+            )
+        })
+    })
+}
+
+fn is_dns_label(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+fn is_dns_subdomain(text: &str) -> bool {
+    text.len() <= 253 && text.split('.').all(is_dns_label)
+}
