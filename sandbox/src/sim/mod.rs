@@ -165,7 +165,12 @@ impl Action {
 
     /// The status update of `object` with `status`, or nothing when the status is unchanged.
     fn status_change(kind: Kind, object: &Value, status: Value) -> Option<Action> {
-        if object.get("status") == Some(&status) {
+        let unchanged = match object.get("status") {
+            Some(current) => *current == status,
+            // The API server stores no status until something writes one.
+            None => status.as_object().is_some_and(serde_json::Map::is_empty),
+        };
+        if unchanged {
             return None;
         }
         let mut updated = object.clone();

@@ -86,8 +86,8 @@ struct Simulation {
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
     /// The earliest pending timer of each key, so repeated plans do not pile up timers.
     timer_of: HashMap<Key, Instant>,
-    /// The resourceVersion of each object's latest write by the simulation: its own events
-    /// need no second look at the object (its owner still gets one).
+    /// The resourceVersion of each object's latest write by its own controller: the event of
+    /// that write needs no second look at the object (its owner still gets one).
     own_writes: HashMap<Key, u64>,
     addresses: Addresses,
     pod_ips: Pool,
@@ -294,6 +294,20 @@ impl Simulation {
 
     fn apply(&mut self, key: &Key, plan: Plan, now: Timestamp) {
         let Plan { actions, wake } = plan;
+        // A plan that changed the object itself but not its status (a Pod just bound) has a
+        // next step, which its own write's event would not trigger.
+        let own = |a: &Action| match a {
+            Action::Update(kind, object) | Action::UpdateStatus(kind, object) => {
+                key_of(*kind, object) == *key
+            }
+            _ => false,
+        };
+        let next_step = actions
+            .iter()
+            .any(|a| matches!(a, Action::Update(..)) && own(a))
+            && !actions
+                .iter()
+                .any(|a| matches!(a, Action::UpdateStatus(..)) && own(a));
         // An update changes the resourceVersion a later status update of the same object needs.
         let mut written: HashMap<Key, String> = HashMap::new();
         for action in actions {
@@ -306,9 +320,11 @@ impl Simulation {
                     let namespace = object::namespace(&object).to_string();
                     self.store.create(&rt, Some(&namespace), object)
                 }
-                Action::Update(_, object) => self.write(&rt, kind, object, false, &mut written),
+                Action::Update(_, object) => {
+                    self.write(&rt, kind, object, false, key, &mut written)
+                }
                 Action::UpdateStatus(_, object) => {
-                    self.write(&rt, kind, object, true, &mut written)
+                    self.write(&rt, kind, object, true, key, &mut written)
                 }
                 Action::Delete {
                     namespace, name, ..
@@ -319,6 +335,9 @@ impl Simulation {
             if let Err(error) = result {
                 self.on_write_error(key, kind, &error);
             }
+        }
+        if next_step {
+            self.enqueue(key.clone());
         }
         if let Some(wake) = wake {
             self.schedule(key.clone(), wake, now);
@@ -333,6 +352,7 @@ impl Simulation {
         kind: Kind,
         mut object: Value,
         status: bool,
+        reconciling: &Key,
         written: &mut HashMap<Key, String>,
     ) -> Result<Value, ApiError> {
         let target = key_of(kind, &object);
@@ -346,7 +366,12 @@ impl Simulation {
             self.store.update(rt, namespace, object)
         };
         if let Ok(stored) = &result {
-            if let Some(version) = object_resource_version(stored) {
+            // Only a controller's write of its own object is already accounted for; a write to
+            // another object (a Deployment scaling its ReplicaSet) is news to that object's
+            // controller.
+            if target == *reconciling
+                && let Some(version) = object_resource_version(stored)
+            {
                 self.own_writes.insert(target.clone(), version);
             }
             written.insert(target, crate::meta::resource_version(stored).to_string());
