@@ -7,6 +7,7 @@
 
 mod error;
 mod pool;
+pub mod write;
 
 pub use error::{Error, Result};
 pub use pool::{ClientPool, IN_CLUSTER_CONTEXT};

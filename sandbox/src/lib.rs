@@ -9,21 +9,34 @@
 
 pub mod api_error;
 pub mod crd;
+pub mod discovery;
+pub mod error;
 pub mod fieldset;
 pub mod gc;
 pub mod listtypes;
 pub mod logs;
 pub mod managed;
 pub mod meta;
+pub mod openapi;
+pub mod patch;
 pub mod resources;
+pub mod sandbox;
+pub mod schema;
 pub mod selectors;
+pub mod server;
 pub mod sim;
 pub mod store;
 pub mod strategy;
+pub mod table;
+pub mod tls;
 pub mod validation;
+pub mod watch;
 
 pub use api_error::{ApiError, FieldError};
+pub use error::{Error, Result};
 pub use resources::{PrinterColumn, ResourceType};
+pub use sandbox::{ClusterExtension, ClusterHandle, ExtraContext, Sandbox, SandboxOptions};
+pub use server::ServerOptions;
 pub use store::{
     DeleteOptions, Deletion, EventType, ListOptions, ListPage, Propagation, Store, StoreEvent,
     StoreOptions, Subresource, WriteOptions,

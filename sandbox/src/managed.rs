@@ -242,7 +242,9 @@ pub fn apply(
             continue;
         }
         for path in entry.fields.intersection(&applied) {
-            if fieldset::value_at(live, path) != fieldset::value_at(config, path) {
+            // `.` owns an item's existence, which both sides agree on here.
+            let existence = path.last().is_some_and(|p| p == ".");
+            if !existence && fieldset::value_at(live, path) != fieldset::value_at(config, path) {
                 conflicts.push((
                     entry.manager.clone(),
                     entry.api_version.clone(),
@@ -298,15 +300,24 @@ pub fn apply(
     for path in dropped {
         fieldset::remove_at(&mut merged, path);
     }
-    all.retain(|e| !e.is(manager, "Apply", ""));
-    all.push(Entry {
+    // An apply that changes nothing keeps its entry as it was, so it writes nothing.
+    let unchanged = all
+        .iter()
+        .find(|e| e.is(manager, "Apply", ""))
+        .filter(|e| e.fields == applied && e.api_version == rt.api_version())
+        .map(|e| e.time.clone());
+    let entry = Entry {
         manager: manager.to_string(),
         operation: "Apply".into(),
         api_version: rt.api_version(),
-        time: meta::now(),
+        time: unchanged.unwrap_or_else(meta::now),
         subresource: String::new(),
         fields: applied,
-    });
+    };
+    match all.iter().position(|e| e.is(manager, "Apply", "")) {
+        Some(i) => all[i] = entry,
+        None => all.push(entry),
+    }
     store_entries(&mut merged, all);
     // The apply itself carries no resourceVersion precondition unless the config had one.
     meta::set_metadata_field(

@@ -252,11 +252,10 @@ fn set_type_meta(rt: &ResourceType, object: &mut Value) {
     }
 }
 
-/// The object without the fields every write changes, to detect no-op updates.
+/// The object without its resourceVersion, to detect no-op updates.
 fn comparable(object: &Value) -> Value {
     let mut copy = object.clone();
     meta::set_metadata_field(&mut copy, "resourceVersion", None);
-    meta::set_metadata_field(&mut copy, "managedFields", None);
     copy
 }
 
@@ -1004,6 +1003,7 @@ impl Store {
                         }
                     }
                 }
+                crate::schema::default_and_prune(rt, &mut next);
                 next
             }
         };

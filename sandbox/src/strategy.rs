@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use crate::api_error::FieldError;
 use crate::crd;
 use crate::resources::ResourceType;
+use crate::schema;
 use crate::validation::validate_metadata;
 
 fn is(rt: &ResourceType, group: &str, kind: &str) -> bool {
@@ -61,6 +62,7 @@ pub fn prepare_for_create(rt: &ResourceType, object: &mut Value) {
         crd::default_crd(object);
         crd::add_cleanup_finalizer(object);
     }
+    schema::default_and_prune(rt, object);
 }
 
 /// What an update of the main resource keeps from the stored object.
@@ -82,6 +84,7 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
         crd::default_crd(new);
     }
+    schema::default_and_prune(rt, new);
 }
 
 /// Whether an update changes what `metadata.generation` counts.
@@ -113,6 +116,7 @@ pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
 /// Field errors of an object about to be stored (`old` on update).
 pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = validate_metadata(rt, object);
+    errors.extend(schema::validate(rt, object));
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
         errors.extend(crd::validate_crd(object));
         if let Some(old) = old

@@ -1,0 +1,60 @@
+//! The crate's error type for starting and publishing sandboxes (API failures are
+//! [`crate::ApiError`] values served to clients).
+
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the sandbox needs at least one cluster name")]
+    NoClusters,
+
+    #[error("cluster name {0:?} is used twice; give every cluster its own name")]
+    DuplicateCluster(String),
+
+    #[error(
+        "context {context:?} names cluster {cluster:?}, which the sandbox does not start (clusters: {known})"
+    )]
+    UnknownContextCluster {
+        context: String,
+        cluster: String,
+        known: String,
+    },
+
+    #[error("no cluster named {name:?} in this sandbox (clusters: {known})")]
+    UnknownCluster { name: String, known: String },
+
+    #[error("binding the API server of cluster {cluster:?} on 127.0.0.1 failed: {source}")]
+    Bind {
+        cluster: String,
+        source: std::io::Error,
+    },
+
+    #[error("generating the sandbox's certificates failed: {0}")]
+    Certificate(#[from] rcgen::Error),
+
+    #[error("building the sandbox's TLS configuration failed: {0}")]
+    Tls(#[from] rustls::Error),
+
+    #[error("writing the kubeconfig {path} failed: {source}")]
+    WriteKubeconfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// A short static label for metrics and logs.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::NoClusters
+            | Error::DuplicateCluster(_)
+            | Error::UnknownContextCluster { .. } => "options",
+            Error::UnknownCluster { .. } => "unknown-cluster",
+            Error::Bind { .. } => "bind",
+            Error::Certificate(_) | Error::Tls(_) => "tls",
+            Error::WriteKubeconfig { .. } => "kubeconfig",
+        }
+    }
+}
