@@ -54,6 +54,10 @@ pub enum Error {
     #[error(transparent)]
     Api(#[from] comb_api::Error),
 
+    /// An upstream that cannot be resolved, asked or replicated from.
+    #[error(transparent)]
+    Upstream(#[from] comb_upstreams::Error),
+
     /// A federation configuration that does not hold; the message names the file and each
     /// offending key (`comb.yaml: layers[2].borrow.from: unknown layer ...`).
     #[error("{0}")]
@@ -77,6 +81,7 @@ impl Error {
             Error::Status(_) => "status",
             Error::Kube { .. } => "kube",
             Error::Api(inner) => inner.category(),
+            Error::Upstream(inner) => inner.category(),
             Error::Config(_) => "config",
             Error::Controller(_) => "controller",
         }

@@ -16,6 +16,9 @@ use k8s_openapi::api::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
+use serde_json::Value;
+
+use crate::engine::values::truthy;
 
 /// One built-in Kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +153,34 @@ pub fn workload_templates(group: &str, kind: &str) -> Option<&'static [&'static 
     }
 }
 
+/// What create-or-replace (`ensure`) does with an object that exists already.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExistingTreatment {
+    /// Left as it is: a `v1` PersistentVolumeClaim (its spec is immutable), a `batch/v1` Job that
+    /// is active or has succeeded (replacing it would run it again). Such objects keep the digest
+    /// they were created with, so reconcile does not compare it.
+    Keep,
+    /// Deleted and created anew: any other existing `batch/v1` Job (failed, or without status).
+    Recreate,
+    /// Replaced by the manifest.
+    Replace,
+}
+
+/// How `ensure` treats the existing `live` object of a manifest of `api_version` and `kind`.
+pub fn existing_treatment(api_version: &str, kind: &str, live: &Value) -> ExistingTreatment {
+    match (api_version, kind) {
+        ("v1", "PersistentVolumeClaim") => ExistingTreatment::Keep,
+        ("batch/v1", "Job")
+            if truthy(live.pointer("/status/active"))
+                || truthy(live.pointer("/status/succeeded")) =>
+        {
+            ExistingTreatment::Keep
+        }
+        ("batch/v1", "Job") => ExistingTreatment::Recreate,
+        _ => ExistingTreatment::Replace,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -190,6 +221,33 @@ mod tests {
         ];
         for (group, kind, namespaced) in cases {
             assert_eq!(is_namespaced(group, kind), namespaced, "{group}/{kind}");
+        }
+    }
+
+    #[test]
+    fn what_ensure_does_with_existing_objects() {
+        use ExistingTreatment::{Keep, Recreate, Replace};
+        use serde_json::json;
+        let cases = [
+            ("v1", "PersistentVolumeClaim", json!({}), Keep),
+            ("batch/v1", "Job", json!({"status": {"active": 1}}), Keep),
+            ("batch/v1", "Job", json!({"status": {"succeeded": 1}}), Keep),
+            (
+                "batch/v1",
+                "Job",
+                json!({"status": {"failed": 1, "active": 0}}),
+                Recreate,
+            ),
+            ("batch/v1", "Job", json!({}), Recreate),
+            ("v1", "Service", json!({}), Replace),
+            ("apps/v1", "Deployment", json!({}), Replace),
+        ];
+        for (api_version, kind, live, treatment) in cases {
+            assert_eq!(
+                existing_treatment(api_version, kind, &live),
+                treatment,
+                "{kind} {live}"
+            );
         }
     }
 

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::render::RenderedItem;
+pub(crate) use crate::engine::values::{number_or, truthy};
 
 /// Waiting reasons that will not pass by waiting: the phase is `Error`.
 pub const FAILURE_REASONS: [&str; 8] = [
@@ -465,32 +466,6 @@ fn exit_message(terminated: &Value) -> String {
 /// A non-empty string.
 fn text(value: Option<&Value>) -> Option<&str> {
     value.and_then(Value::as_str).filter(|s| !s.is_empty())
-}
-
-/// Perl's `value // default` in numeric context: missing or null gives `default`, numbers and
-/// numeric strings their value, anything else 0.
-pub(crate) fn number_or(value: Option<&Value>, default: i64) -> i64 {
-    match value {
-        None | Some(Value::Null) => default,
-        Some(Value::Number(number)) => number
-            .as_i64()
-            .or_else(|| number.as_f64().map(|f| f as i64))
-            .unwrap_or(0),
-        Some(Value::String(text)) => text.trim().parse::<f64>().map_or(0, |f| f as i64),
-        Some(Value::Bool(flag)) => i64::from(*flag),
-        Some(_) => 0,
-    }
-}
-
-/// Perl truthiness: missing, null, false, 0, `""` and `"0"` are false.
-pub(crate) fn truthy(value: Option<&Value>) -> bool {
-    match value {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(flag)) => *flag,
-        Some(Value::Number(number)) => number.as_f64().is_some_and(|f| f != 0.0),
-        Some(Value::String(text)) => !text.is_empty() && text != "0",
-        Some(_) => true,
-    }
 }
 
 #[cfg(test)]
@@ -975,19 +950,5 @@ mod tests {
             &[deployment(None), service()],
             &[Some(json!({})), None]
         ));
-    }
-
-    #[test]
-    fn perl_numbers_and_truth() {
-        assert_eq!(number_or(None, 1), 1);
-        assert_eq!(number_or(Some(&json!(null)), 1), 1);
-        assert_eq!(number_or(Some(&json!("3")), 1), 3);
-        assert_eq!(number_or(Some(&json!(0)), 1), 0);
-        for falsy in [json!(null), json!(false), json!(0), json!(""), json!("0")] {
-            assert!(!truthy(Some(&falsy)), "{falsy}");
-        }
-        for true_ in [json!(true), json!(1), json!("x"), json!({})] {
-            assert!(truthy(Some(&true_)), "{true_}");
-        }
     }
 }

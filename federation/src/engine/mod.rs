@@ -3,6 +3,7 @@
 //! Pure planning (class contract, rendering and digest, live status derivation, prune planning,
 //! status building, bridge planning) lives beside the client edge that executes it.
 
+pub mod borrow;
 pub mod bridge;
 pub mod class;
 pub mod endpoints;
@@ -12,3 +13,4 @@ pub mod manifests_class;
 pub mod prune;
 pub mod render;
 pub mod status;
+pub mod values;

@@ -11,8 +11,7 @@ use comb_api::{CombResource, group_of};
 use serde_json::Value;
 
 use crate::engine::class::CombContext;
-use crate::engine::kinds::is_namespaced;
-use crate::engine::live_status::truthy;
+use crate::engine::kinds::{ExistingTreatment, existing_treatment, is_namespaced};
 use crate::engine::render::RenderedItem;
 use crate::engine::status::clean_message;
 
@@ -114,12 +113,9 @@ pub fn changed_items<'a>(
             .and_then(|labels| labels.get(keys.namespace_label()))
             .and_then(Value::as_str)
             .is_some_and(|namespace| namespace != ctx.namespace);
-        let kept_by_ensure = (item.api_version == "v1" && item.kind == "PersistentVolumeClaim")
-            || (item.api_version == "batch/v1"
-                && item.kind == "Job"
-                && (truthy(live.pointer("/status/succeeded"))
-                    || truthy(live.pointer("/status/active"))));
-        if other_namespace || kept_by_ensure {
+        if other_namespace
+            || existing_treatment(&item.api_version, &item.kind, live) == ExistingTreatment::Keep
+        {
             continue;
         }
         match live

@@ -1,0 +1,51 @@
+//! Reading values the way the reference (Perl) reads them, so that `replicas: "2"` and
+//! `replicas: 2` mean the same, and `0`, `""` and `"0"` are false.
+
+use serde_json::Value;
+
+/// Perl's `value // default` in numeric context: missing or null gives `default`, numbers and
+/// numeric strings their value, anything else 0.
+pub fn number_or(value: Option<&Value>, default: i64) -> i64 {
+    match value {
+        None | Some(Value::Null) => default,
+        Some(Value::Number(number)) => number
+            .as_i64()
+            .or_else(|| number.as_f64().map(|f| f as i64))
+            .unwrap_or(0),
+        Some(Value::String(text)) => text.trim().parse::<f64>().map_or(0, |f| f as i64),
+        Some(Value::Bool(flag)) => i64::from(*flag),
+        Some(_) => 0,
+    }
+}
+
+/// Perl truthiness: missing, null, false, 0, `""` and `"0"` are false.
+pub fn truthy(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(flag)) => *flag,
+        Some(Value::Number(number)) => number.as_f64().is_some_and(|f| f != 0.0),
+        Some(Value::String(text)) => !text.is_empty() && text != "0",
+        Some(_) => true,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn perl_numbers_and_truth() {
+        assert_eq!(number_or(None, 1), 1);
+        assert_eq!(number_or(Some(&json!(null)), 1), 1);
+        assert_eq!(number_or(Some(&json!("3")), 1), 3);
+        assert_eq!(number_or(Some(&json!(0)), 1), 0);
+        for falsy in [json!(null), json!(false), json!(0), json!(""), json!("0")] {
+            assert!(!truthy(Some(&falsy)), "{falsy}");
+        }
+        for true_ in [json!(true), json!(1), json!("x"), json!({})] {
+            assert!(truthy(Some(&true_)), "{true_}");
+        }
+    }
+}
