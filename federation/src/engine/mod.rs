@@ -6,11 +6,16 @@
 pub mod borrow;
 pub mod bridge;
 pub mod class;
+pub mod deploy;
 pub mod endpoints;
 pub mod kinds;
+pub mod kube_ops;
 pub mod live_status;
 pub mod manifests_class;
+pub mod observe;
+pub mod operations;
 pub mod prune;
+pub mod reconcile;
 pub mod render;
 pub mod status;
 pub mod values;

@@ -1,0 +1,489 @@
+//! The client edge (reference §7, "client role"): every request a Comb makes, over a
+//! `kube::Client` with dynamic resources and objects as JSON values.
+//!
+//! Every method returns a value, never panics, and fails with [`Error::Kube`], whose message
+//! names the request and keeps the API server's own words (`Kubernetes API error (get Pod):
+//! 404 NotFound: pods "nats-0" not found`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use comb_api::{Comb, CombResource};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
+};
+use kube::core::{ApiResource, GroupVersion, GroupVersionKind};
+use kube::discovery::Scope;
+use serde_json::Value;
+
+use crate::engine::class::PrerequisiteLookup;
+use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, existing_treatment};
+use crate::error::{Error, Result};
+
+/// A resource type as requests need it: where it is served and whether it lives in namespaces.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceType {
+    pub api_resource: ApiResource,
+    pub namespaced: bool,
+}
+
+/// The requests of one client (one kube context). Cloning is cheap and shares the discovery
+/// cache, so that each kind is looked up at most once per client.
+#[derive(Clone)]
+pub struct KubeOps {
+    client: Client,
+    kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
+}
+
+impl std::fmt::Debug for KubeOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeOps").finish_non_exhaustive()
+    }
+}
+
+impl KubeOps {
+    pub fn new(client: Client) -> Self {
+        KubeOps {
+            client,
+            kinds: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The underlying client, for watches and other requests outside a Comb's own.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Where `apiVersion`/`kind` is served and its scope: built-in kinds from the static table,
+    /// anything else from the API server's discovery (once per client).
+    pub async fn resource_type(&self, api_version: &str, kind: &str) -> Result<ResourceType> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(known) = self.lock_kinds().get(&key) {
+            return Ok(known.clone());
+        }
+        let resolved = self.discover(api_version, kind).await?;
+        self.lock_kinds().insert(key, resolved.clone());
+        Ok(resolved)
+    }
+
+    fn lock_kinds(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), ResourceType>> {
+        // Entries are inserted whole, so a panic elsewhere never leaves the cache inconsistent.
+        self.kinds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn discover(&self, api_version: &str, kind: &str) -> Result<ResourceType> {
+        let request = format!("discover {api_version} {kind}");
+        let group_version: GroupVersion = api_version
+            .parse()
+            .map_err(|error| kube_error(&request, format!("{error}")))?;
+        let gvk: GroupVersionKind = group_version.with_kind(kind);
+        if let Some(known) = KNOWN_KINDS
+            .iter()
+            .find(|known| known.api_version == api_version && known.kind == kind)
+        {
+            // Built-in plurals are all regular, so kube's guess is right for every one of them.
+            return Ok(ResourceType {
+                api_resource: ApiResource::from_gvk(&gvk),
+                namespaced: known.namespaced,
+            });
+        }
+        let (api_resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(|error| api_error(&request, error))?;
+        Ok(ResourceType {
+            api_resource,
+            namespaced: capabilities.scope == Scope::Namespaced,
+        })
+    }
+
+    async fn api(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>> {
+        let resource = self.resource_type(api_version, kind).await?;
+        Ok(match (resource.namespaced, namespace) {
+            (true, Some(namespace)) => {
+                Api::namespaced_with(self.client.clone(), namespace, &resource.api_resource)
+            }
+            // Cluster-scoped kinds ignore a namespace; a namespaced kind without one means
+            // "across all namespaces", as for list.
+            _ => Api::all_with(self.client.clone(), &resource.api_resource),
+        })
+    }
+
+    /// The object `resource` names.
+    pub async fn get(&self, resource: &CombResource) -> Result<Value> {
+        let request = format!("get {}", resource.kind);
+        let api = self
+            .api(
+                &resource.api_version,
+                &resource.kind,
+                resource.namespace.as_deref(),
+            )
+            .await?;
+        let object = api
+            .get(&resource.name)
+            .await
+            .map_err(|error| api_error(&request, error))?;
+        to_value(&request, &object)
+    }
+
+    /// The object `resource` names, or `None` when the server says it does not exist.
+    pub async fn get_opt(&self, resource: &CombResource) -> Result<Option<Value>> {
+        let request = format!("get {}", resource.kind);
+        let api = self
+            .api(
+                &resource.api_version,
+                &resource.kind,
+                resource.namespace.as_deref(),
+            )
+            .await?;
+        match api.get_opt(&resource.name).await {
+            Ok(Some(object)) => to_value(&request, &object).map(Some),
+            Ok(None) => Ok(None),
+            Err(error) => Err(api_error(&request, error)),
+        }
+    }
+
+    /// The objects of a kind matching `label_selector`, in `namespace` (all namespaces without
+    /// one; cluster-scoped kinds ignore it), as the server orders them.
+    pub async fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Value>> {
+        let request = format!("list {kind}");
+        let api = self.api(api_version, kind, namespace).await?;
+        let list = api
+            .list(&ListParams::default().labels(label_selector))
+            .await
+            .map_err(|error| api_error(&request, error))?;
+        list.items
+            .iter()
+            .map(|object| to_value(&request, object))
+            .collect()
+    }
+
+    /// Creates `manifest` or replaces the object of its name entirely, and returns the stored
+    /// object. Never writes `status`. `live` is the object as last read, if the caller has it:
+    /// it saves the read (a stale one only costs a conflict and a fresh read).
+    ///
+    /// Objects `ensure` leaves alone: an existing `v1` PersistentVolumeClaim (its spec is
+    /// immutable), and an existing `batch/v1` Job that is active or has succeeded (a Job's pod
+    /// template is immutable, and a running or done Job must not start again). Any other existing
+    /// Job (failed, or without status yet) is deleted with its pods and created anew.
+    pub async fn ensure(&self, manifest: &Value, live: Option<&Value>) -> Result<Value> {
+        let target = identity(manifest)?;
+        let mut body = manifest.clone();
+        if let Some(object) = body.as_object_mut() {
+            object.remove("status");
+        }
+        let live = match live {
+            Some(live) => live.clone(),
+            None => match self.create(&target, &body).await? {
+                Created::Stored(stored) => return Ok(stored),
+                Created::AlreadyExists => self.get(&target).await?,
+            },
+        };
+        // A stale `live` (or a concurrent writer) costs one conflict, then a fresh read.
+        match self.onto_existing(&target, &body, &live).await {
+            Err(error) if is_conflict(&error) => {
+                let fresh = self.get(&target).await?;
+                self.onto_existing(&target, &body, &fresh).await
+            }
+            other => other,
+        }
+    }
+
+    async fn onto_existing(
+        &self,
+        target: &CombResource,
+        body: &Value,
+        live: &Value,
+    ) -> Result<Value> {
+        match existing_treatment(&target.api_version, &target.kind, live) {
+            ExistingTreatment::Keep => Ok(live.clone()),
+            ExistingTreatment::Recreate => {
+                self.delete(target).await?;
+                match self.create(target, body).await? {
+                    Created::Stored(stored) => Ok(stored),
+                    Created::AlreadyExists => Err(kube_error(
+                        &format!("create {}", target.kind),
+                        format!(
+                            "{} {} still exists after its deletion",
+                            target.kind, target.name
+                        ),
+                    )),
+                }
+            }
+            ExistingTreatment::Replace => self.replace(target, body, live).await,
+        }
+    }
+
+    async fn create(&self, target: &CombResource, body: &Value) -> Result<Created> {
+        let request = format!("create {}", target.kind);
+        let api = self
+            .api(
+                &target.api_version,
+                &target.kind,
+                target.namespace.as_deref(),
+            )
+            .await?;
+        let object = from_value(&request, body)?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(stored) => Ok(Created::Stored(to_value(&request, &stored)?)),
+            Err(kube::Error::Api(status))
+                if status.code == 409 && status.reason == "AlreadyExists" =>
+            {
+                Ok(Created::AlreadyExists)
+            }
+            Err(error) => Err(api_error(&request, error)),
+        }
+    }
+
+    async fn replace(&self, target: &CombResource, body: &Value, live: &Value) -> Result<Value> {
+        let request = format!("replace {}", target.kind);
+        let api = self
+            .api(
+                &target.api_version,
+                &target.kind,
+                target.namespace.as_deref(),
+            )
+            .await?;
+        let mut object = from_value(&request, body)?;
+        object.metadata.resource_version = live
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let stored = api
+            .replace(&target.name, &PostParams::default(), &object)
+            .await
+            .map_err(|error| api_error(&request, error))?;
+        to_value(&request, &stored)
+    }
+
+    /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
+    /// too; without it the API server would orphan them.
+    pub async fn delete(&self, resource: &CombResource) -> Result<()> {
+        let request = format!("delete {}", resource.kind);
+        let api = self
+            .api(
+                &resource.api_version,
+                &resource.kind,
+                resource.namespace.as_deref(),
+            )
+            .await?;
+        api.delete(&resource.name, &DeleteParams::background())
+            .await
+            .map(drop)
+            .map_err(|error| api_error(&request, error))
+    }
+
+    /// A JSON merge patch of the main resource; returns the patched object.
+    pub async fn merge_patch(&self, resource: &CombResource, patch: &Value) -> Result<Value> {
+        let request = format!("patch {}", resource.kind);
+        let api = self
+            .api(
+                &resource.api_version,
+                &resource.kind,
+                resource.namespace.as_deref(),
+            )
+            .await?;
+        let patched = api
+            .patch(
+                &resource.name,
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+            .map_err(|error| api_error(&request, error))?;
+        to_value(&request, &patched)
+    }
+
+    fn combs(&self, group: &str, namespace: &str) -> Api<Comb> {
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &comb_api::api_resource(group),
+        )
+    }
+
+    /// The Comb custom resource `namespace/name` of API group `group`.
+    pub async fn get_comb(&self, group: &str, namespace: &str, name: &str) -> Result<Comb> {
+        self.combs(group, namespace)
+            .get(name)
+            .await
+            .map_err(|error| api_error("get Comb", error))
+    }
+
+    /// Replaces the status subresource of `comb` (which must carry the resourceVersion it was
+    /// read with) and returns the CR as the server stored it.
+    pub async fn update_comb_status(&self, group: &str, comb: &Comb) -> Result<Comb> {
+        let request = "update status of Comb";
+        let (Some(namespace), Some(name)) = (
+            comb.metadata.namespace.as_deref(),
+            comb.metadata.name.as_deref(),
+        ) else {
+            return Err(kube_error(
+                request,
+                "the custom resource has no namespace or name".into(),
+            ));
+        };
+        self.combs(group, namespace)
+            .replace_status(name, &PostParams::default(), comb)
+            .await
+            .map_err(|error| api_error(request, error))
+    }
+
+    /// The last `tail_lines` lines of one container's log; `previous` reads the instance before
+    /// the last restart (what a crash-looping container said before it died).
+    pub async fn pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        previous: bool,
+        tail_lines: i64,
+    ) -> Result<String> {
+        let params = LogParams {
+            container: Some(container.to_string()),
+            previous,
+            tail_lines: Some(tail_lines),
+            ..LogParams::default()
+        };
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .logs(pod, &params)
+            .await
+            .map_err(|error| api_error("log Pod", error))
+    }
+}
+
+/// `check` of a class looks prerequisites up through the Comb's own client.
+#[async_trait]
+impl PrerequisiteLookup for KubeOps {
+    async fn secret_exists(&self, namespace: &str, name: &str) -> Result<bool> {
+        self.exists("v1", "Secret", namespace, name).await
+    }
+
+    async fn config_map_exists(&self, namespace: &str, name: &str) -> Result<bool> {
+        self.exists("v1", "ConfigMap", namespace, name).await
+    }
+}
+
+impl KubeOps {
+    async fn exists(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool> {
+        let resource = CombResource {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        };
+        Ok(self.get_opt(&resource).await?.is_some())
+    }
+}
+
+enum Created {
+    Stored(Value),
+    AlreadyExists,
+}
+
+/// The identity of a manifest: apiVersion, kind, namespace and name.
+fn identity(manifest: &Value) -> Result<CombResource> {
+    let field = |pointer: &str| manifest.pointer(pointer).and_then(Value::as_str);
+    let kind = field("/kind").unwrap_or_default();
+    match (field("/apiVersion"), field("/metadata/name")) {
+        (Some(api_version), Some(name)) if !kind.is_empty() => Ok(CombResource {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: field("/metadata/namespace").map(str::to_string),
+            name: name.to_string(),
+        }),
+        _ => Err(kube_error(
+            &format!("ensure {kind}"),
+            "the manifest lacks apiVersion, kind or metadata.name".into(),
+        )),
+    }
+}
+
+fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
+    serde_json::to_value(object)
+        .map_err(|error| kube_error(request, format!("the answer is no object: {error}")))
+}
+
+fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
+    serde_json::from_value(value.clone())
+        .map_err(|error| kube_error(request, format!("the manifest is no object: {error}")))
+}
+
+fn kube_error(request: &str, message: String) -> Error {
+    Error::Kube {
+        request: request.to_string(),
+        message,
+        code: None,
+    }
+}
+
+/// The server's words for a failed request: `<code> <reason>: <message>` for API errors, the
+/// error and its causes for transport failures.
+fn api_error(request: &str, error: kube::Error) -> Error {
+    let (message, code) = match &error {
+        kube::Error::Api(status) => {
+            let head = [status.code.to_string(), status.reason.clone()]
+                .into_iter()
+                .filter(|part| !part.is_empty() && part != "0")
+                .collect::<Vec<_>>()
+                .join(" ");
+            let text = if status.message.is_empty() {
+                head
+            } else if head.is_empty() {
+                status.message.clone()
+            } else {
+                format!("{head}: {}", status.message)
+            };
+            (text, Some(status.code))
+        }
+        other => (error_chain(other), None),
+    };
+    Error::Kube {
+        request: request.to_string(),
+        message: message.trim_end().to_string(),
+        code,
+    }
+}
+
+fn is_conflict(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Kube {
+            code: Some(409),
+            ..
+        }
+    )
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

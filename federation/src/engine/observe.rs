@@ -1,0 +1,97 @@
+//! Fetching the live state of a local Comb (reference §8.1 steps 3-4) for the pure derivation.
+//!
+//! Live objects are read with the **name label only** (a same-named Comb of another namespace
+//! that applied a shared resource last still counts it as live), one list per resource type and
+//! namespace, sorted by resource id then namespace. Pods are read with both labels, and only when
+//! some workload is live.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::engine::class::{CombContext, CombInstance};
+use crate::engine::kube_ops::KubeOps;
+use crate::engine::live_status::{LiveStatus, derive_local_status, needs_pods};
+use crate::engine::render::RenderedItem;
+use crate::error::Result;
+
+/// The live object of each rendered item (same order as the items), `None` where the object
+/// does not exist or does not carry the Comb's name label.
+pub type LiveObjects = Vec<Option<Value>>;
+
+/// Reads the live objects of the items `wanted` selects: one list per (resource id, namespace)
+/// among them, in sorted order; items not selected stay `None`. A failed list fails the read.
+pub async fn fetch_live(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    items: &[RenderedItem],
+    wanted: impl Fn(&RenderedItem) -> bool,
+) -> Result<LiveObjects> {
+    let mut groups: BTreeMap<(String, Option<&str>), Vec<usize>> = BTreeMap::new();
+    for (index, item) in items.iter().enumerate().filter(|(_, item)| wanted(item)) {
+        groups
+            .entry((item.resource_id(), item.namespace.as_deref()))
+            .or_default()
+            .push(index);
+    }
+    let selector = ctx.name_selector();
+    let mut live: LiveObjects = vec![None; items.len()];
+    for ((_, namespace), members) in groups {
+        // Every member shares apiVersion and Kind: they are in the resource id.
+        let Some(first) = members.first().map(|&index| &items[index]) else {
+            continue;
+        };
+        let objects = ops
+            .list(&first.api_version, &first.kind, namespace, &selector)
+            .await?;
+        for index in members {
+            live[index] = objects
+                .iter()
+                .find(|object| object_name(object) == Some(items[index].name.as_str()))
+                .cloned();
+        }
+    }
+    Ok(live)
+}
+
+/// The Comb's pods (both labels, the Comb's namespace), sorted by name.
+pub async fn list_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Value>> {
+    let mut pods = ops
+        .list("v1", "Pod", Some(&ctx.namespace), &ctx.label_selector())
+        .await?;
+    pods.sort_by(|a, b| object_name(a).cmp(&object_name(b)));
+    Ok(pods)
+}
+
+/// `metadata.name` of an object.
+pub fn object_name(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/name").and_then(Value::as_str)
+}
+
+/// Reads what the cluster shows of rendered items and derives the local live status (§8.1):
+/// no items means Running without a single request; pods are read only when a workload is live.
+pub async fn observe_local(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    items: &[RenderedItem],
+) -> Result<(LiveObjects, LiveStatus)> {
+    if items.is_empty() {
+        return Ok((Vec::new(), derive_local_status(items, &[], &[])));
+    }
+    let live = fetch_live(ops, ctx, items, |_| true).await?;
+    let pods = if needs_pods(items, &live) {
+        list_pods(ops, ctx).await?
+    } else {
+        Vec::new()
+    };
+    let status = derive_local_status(items, &live, &pods);
+    Ok((live, status))
+}
+
+/// The live status of a local Comb (the reference's `status()`): render, then observe.
+/// Rendering errors fail it. The status of a borrowing Comb (§8.2) is the upstream engine's.
+pub async fn local_status(ops: &KubeOps, comb: &CombInstance) -> Result<LiveStatus> {
+    let items = comb.render().await?;
+    let (_, status) = observe_local(ops, comb.context(), &items).await?;
+    Ok(status)
+}

@@ -1,0 +1,278 @@
+//! The operations on a Comb besides reconcile (reference §9): logs, restart, stop, describe,
+//! endpoint.
+
+use serde_json::{Value, json};
+
+use crate::engine::class::CombContext;
+use crate::engine::kube_ops::KubeOps;
+use crate::engine::observe::{list_pods, object_name};
+use crate::error::Result;
+
+/// The last `lines` lines of every container of the Comb's pods, formatted as the reference
+/// says: one container is just its text; otherwise each stream gets a
+/// `==> pod[/container][ (previous)] <==` header. A crash-looping container shows its previous
+/// instance. A stream whose log cannot be read says so inline; only a failed pod list fails.
+pub async fn logs(ops: &KubeOps, ctx: &CombContext, lines: i64) -> Result<String> {
+    let pods = list_pods(ops, ctx).await?;
+    let mut streams = Vec::new();
+    for stream in log_streams(&pods) {
+        let text = match ops
+            .pod_log(
+                &ctx.namespace,
+                &stream.pod,
+                &stream.container,
+                stream.previous,
+                lines,
+            )
+            .await
+        {
+            Ok(text) => ended_with_newline(text),
+            Err(error) => format!("(no log: {})\n", error.to_string().trim_end()),
+        };
+        streams.push((stream, text));
+    }
+    Ok(format_logs(&streams))
+}
+
+/// One container log to read.
+#[derive(Clone, Debug, PartialEq)]
+struct LogStream {
+    pod: String,
+    container: String,
+    /// The container is in CrashLoopBackOff: read the instance that crashed.
+    previous: bool,
+    /// The pod has more than one container, so the header names the container.
+    named_container: bool,
+}
+
+/// One stream per container in `spec.containers` of each pod, in pod order.
+fn log_streams(pods: &[Value]) -> Vec<LogStream> {
+    let mut streams = Vec::new();
+    for pod in pods {
+        let Some(pod_name) = object_name(pod) else {
+            continue;
+        };
+        let containers: Vec<&str> = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|container| container.get("name").and_then(Value::as_str))
+            .collect();
+        for container in &containers {
+            streams.push(LogStream {
+                pod: pod_name.to_string(),
+                container: container.to_string(),
+                previous: crash_looping(pod, container),
+                named_container: containers.len() > 1,
+            });
+        }
+    }
+    streams
+}
+
+fn crash_looping(pod: &Value, container: &str) -> bool {
+    pod.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|status| status.get("name").and_then(Value::as_str) == Some(container))
+        .any(|status| {
+            status
+                .pointer("/state/waiting/reason")
+                .and_then(Value::as_str)
+                == Some("CrashLoopBackOff")
+        })
+}
+
+fn ended_with_newline(mut text: String) -> String {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+fn format_logs(streams: &[(LogStream, String)]) -> String {
+    let headers = streams.len() > 1 || streams.iter().any(|(stream, _)| stream.previous);
+    streams
+        .iter()
+        .map(|(stream, text)| {
+            if !headers {
+                return text.clone();
+            }
+            let container = if stream.named_container {
+                format!("/{}", stream.container)
+            } else {
+                String::new()
+            };
+            let previous = if stream.previous { " (previous)" } else { "" };
+            format!("==> {}{container}{previous} <==\n{text}", stream.pod)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What restart and stop do to the objects of one kind.
+enum Action {
+    MergePatch(Value),
+    /// Deleted with their pods (propagation Background).
+    Delete,
+}
+
+/// Restarts the Comb's workloads: Deployments, StatefulSets and DaemonSets get the restart
+/// annotation on their Pod template (their controllers roll the pods, and deploy keeps the
+/// annotation), Jobs are deleted with their pods. Returns `Kind/name` of each, kinds in that
+/// order, names sorted. CronJobs are left alone.
+pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let annotation = json!({"spec": {"template": {"metadata": {"annotations": {
+        ctx.settings.labels.restart_annotation(): now
+    }}}}});
+    let plan = [
+        (
+            "apps/v1",
+            "Deployment",
+            Action::MergePatch(annotation.clone()),
+        ),
+        (
+            "apps/v1",
+            "StatefulSet",
+            Action::MergePatch(annotation.clone()),
+        ),
+        ("apps/v1", "DaemonSet", Action::MergePatch(annotation)),
+        ("batch/v1", "Job", Action::Delete),
+    ];
+    act_on_kinds(ops, ctx, &plan).await
+}
+
+/// Stops the Comb: Deployments and StatefulSets scaled to 0, CronJobs suspended, Jobs deleted
+/// with their pods. DaemonSets are left alone. The next reconcile deploys the manifests again.
+pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
+    let scale_to_zero = json!({"spec": {"replicas": 0}});
+    let plan = [
+        (
+            "apps/v1",
+            "Deployment",
+            Action::MergePatch(scale_to_zero.clone()),
+        ),
+        ("apps/v1", "StatefulSet", Action::MergePatch(scale_to_zero)),
+        (
+            "batch/v1",
+            "CronJob",
+            Action::MergePatch(json!({"spec": {"suspend": true}})),
+        ),
+        ("batch/v1", "Job", Action::Delete),
+    ];
+    act_on_kinds(ops, ctx, &plan).await
+}
+
+/// One list per kind (the Comb's namespace, both labels), sorted by name, then the action on
+/// each object. The first failure fails the whole operation.
+async fn act_on_kinds(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    plan: &[(&str, &str, Action)],
+) -> Result<Vec<String>> {
+    let selector = ctx.label_selector();
+    let mut touched = Vec::new();
+    for (api_version, kind, action) in plan {
+        let objects = ops
+            .list(api_version, kind, Some(&ctx.namespace), &selector)
+            .await?;
+        let mut names: Vec<&str> = objects.iter().filter_map(object_name).collect();
+        names.sort_unstable();
+        for name in names {
+            let resource = comb_api::CombResource {
+                api_version: api_version.to_string(),
+                kind: kind.to_string(),
+                namespace: Some(ctx.namespace.clone()),
+                name: name.to_string(),
+            };
+            match action {
+                Action::MergePatch(patch) => {
+                    ops.merge_patch(&resource, patch).await?;
+                }
+                Action::Delete => ops.delete(&resource).await?,
+            }
+            touched.push(format!("{kind}/{name}"));
+        }
+    }
+    Ok(touched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, containers: &[&str], crash_looping: &[&str]) -> Value {
+        let specs: Vec<Value> = containers.iter().map(|c| json!({"name": c})).collect();
+        let statuses: Vec<Value> = containers
+            .iter()
+            .map(|c| {
+                if crash_looping.contains(c) {
+                    json!({"name": c, "state": {"waiting": {"reason": "CrashLoopBackOff"}}})
+                } else {
+                    json!({"name": c, "state": {"running": {}}})
+                }
+            })
+            .collect();
+        json!({"metadata": {"name": name}, "spec": {"containers": specs},
+               "status": {"containerStatuses": statuses}})
+    }
+
+    fn format(pods: &[Value], texts: &[&str]) -> String {
+        let streams: Vec<(LogStream, String)> = log_streams(pods)
+            .into_iter()
+            .zip(texts.iter().map(|t| ended_with_newline(t.to_string())))
+            .collect();
+        format_logs(&streams)
+    }
+
+    #[test]
+    fn one_container_is_just_its_text() {
+        assert_eq!(
+            format(&[pod("nats-a", &["nats"], &[])], &["hello"]),
+            "hello\n"
+        );
+        assert_eq!(format(&[pod("nats-a", &["nats"], &[])], &[""]), "");
+    }
+
+    #[test]
+    fn no_pods_no_text() {
+        assert_eq!(format(&[], &[]), "");
+    }
+
+    #[test]
+    fn several_streams_get_headers_naming_containers_of_multi_container_pods() {
+        let pods = [
+            pod("nats-a", &["nats"], &[]),
+            pod("nats-b", &["nats", "sidecar"], &[]),
+        ];
+        assert_eq!(
+            format(&pods, &["a\n", "b", "c"]),
+            "==> nats-a <==\na\n\n==> nats-b/nats <==\nb\n\n==> nats-b/sidecar <==\nc\n"
+        );
+    }
+
+    #[test]
+    fn a_crash_looping_container_shows_its_previous_instance_with_a_header() {
+        let pods = [pod("nats-a", &["nats"], &["nats"])];
+        let streams = log_streams(&pods);
+        assert!(streams[0].previous);
+        assert_eq!(
+            format(&pods, &["panic: boom"]),
+            "==> nats-a (previous) <==\npanic: boom\n"
+        );
+    }
+
+    #[test]
+    fn a_failed_stream_is_reported_inline() {
+        let pods = [pod("nats-a", &["nats", "sidecar"], &[])];
+        assert_eq!(
+            format(&pods, &["(no log: container not started)\n", "ok"]),
+            "==> nats-a/nats <==\n(no log: container not started)\n\n==> nats-a/sidecar <==\nok\n"
+        );
+    }
+}

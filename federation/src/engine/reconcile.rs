@@ -1,0 +1,531 @@
+//! One reconcile step of a Comb (reference §6): resolve -> enabled -> dependencies -> check ->
+//! the local path -> publish endpoints -> record the status.
+//!
+//! A step never fails and never panics: every problem becomes a phase with the reference's
+//! reason and message, and the status is always recorded (written into the CR, or kept in the
+//! in-memory CR when writing failed twice).
+
+use std::any::Any;
+use std::ops::ControlFlow;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use comb_api::{
+    CONFIG_READY, CombResource, CombStatus, ConditionStatus, DEPENDENCIES_READY,
+    NO_RESOURCE_RECONCILIATION,
+};
+use futures::FutureExt;
+use futures::future::join_all;
+use jiff::Timestamp;
+
+use crate::engine::class::CombInstance;
+use crate::engine::deploy::{Applied, apply_and_prune};
+use crate::engine::kube_ops::KubeOps;
+use crate::engine::live_status::LivePhase;
+use crate::engine::observe::{LiveObjects, observe_local};
+use crate::engine::prune::{changed_items, record_differs};
+use crate::engine::render::RenderedItem;
+use crate::engine::status::{
+    Established, StepRecord, Verdict, build_status, clean_message, last_resort_status,
+};
+use crate::error::Result;
+
+/// Finds the Combs a Comb depends on (`dependsOn` entries as written: `name` or
+/// `namespace/name`).
+#[async_trait]
+pub trait DependencyResolver: Send + Sync {
+    /// The Comb `reference` names, seen from `comb`; `None` when there is none.
+    async fn resolve(
+        &self,
+        reference: &str,
+        comb: &CombInstance,
+    ) -> Result<Option<Arc<dyn Dependency>>>;
+}
+
+/// A Comb another one depends on.
+#[async_trait]
+pub trait Dependency: Send + Sync {
+    /// Whether it serves now (its live status is healthy).
+    async fn healthy(&self) -> Result<bool>;
+}
+
+/// The answer of step 1 (reference §5.1), decided before the step by whoever knows the
+/// upstream sources (the layer configuration, `spec.upstream`, the class).
+#[derive(Clone, Debug)]
+pub enum UpstreamResolution {
+    /// The Comb runs its service itself: the local path (5a).
+    Local,
+    /// Resolving failed with this message: Error / `UpstreamFailed`.
+    Failed(String),
+}
+
+/// What one step works with, besides the Comb.
+#[derive(Clone, Copy)]
+pub struct StepEnv<'a> {
+    /// The client of the Comb's kube context.
+    pub ops: &'a KubeOps,
+    /// Finds dependencies; `None` blocks every Comb that has some (`NoResolver`).
+    pub resolver: Option<&'a dyn DependencyResolver>,
+}
+
+/// The message of the Ready condition while `spec.maintenance` stops reconciliation.
+pub fn maintenance_message() -> String {
+    format!(
+        "resources are not reconciled while in maintenance (spec.maintenance: {NO_RESOURCE_RECONCILIATION}); \
+         remove spec.maintenance to resume"
+    )
+}
+
+/// Runs one reconcile step of `comb` and returns the recorded status, which is also the status
+/// of `comb`'s CR afterwards (as the API server stored it, or kept in memory when writing
+/// failed).
+pub async fn reconcile(
+    comb: &mut CombInstance,
+    env: StepEnv<'_>,
+    upstream: UpstreamResolution,
+) -> CombStatus {
+    let previous = comb.recorded_status().cloned();
+    let resolved_local = matches!(upstream, UpstreamResolution::Local);
+    let record = {
+        let step = Step {
+            comb,
+            env,
+            previous: previous.as_ref(),
+        };
+        let mut record = StepRecord::finished(
+            "Error",
+            "ReconcileFailed",
+            "the step ended without a verdict",
+        );
+        match AssertUnwindSafe(step.steps(&mut record, upstream))
+            .catch_unwind()
+            .await
+        {
+            Ok(_) => record,
+            Err(panic) => StepRecord::finished(
+                "Error",
+                "ReconcileFailed",
+                clean_message(&panic_message(panic.as_ref())),
+            ),
+        }
+    };
+    let recorded = AssertUnwindSafe(async {
+        let mut record = record;
+        publish_endpoints(&mut record, comb, previous.is_none(), resolved_local).await;
+        record_status(comb, env.ops, &record, previous.as_ref()).await
+    })
+    .catch_unwind()
+    .await;
+    recorded.unwrap_or_else(|panic| {
+        last_resort_status(&panic_message(panic.as_ref()), Timestamp::now())
+    })
+}
+
+/// The steps 1-5 of one Comb; each either lets the step go on or finishes the record.
+struct Step<'a> {
+    comb: &'a CombInstance,
+    env: StepEnv<'a>,
+    previous: Option<&'a CombStatus>,
+}
+
+impl Step<'_> {
+    async fn steps(&self, r: &mut StepRecord, upstream: UpstreamResolution) -> ControlFlow<()> {
+        self.maintenance(r)?;
+        Self::resolution(r, upstream)?;
+        self.enabled(r)?;
+        self.dependencies(r).await?;
+        self.check(r).await?;
+        self.local_path(r).await
+    }
+
+    /// `spec.maintenance: NoResourceReconciliation`: nothing is applied, pruned or looked at.
+    fn maintenance(&self, r: &mut StepRecord) -> ControlFlow<()> {
+        if self.comb.context().spec.in_maintenance() {
+            r.finish("Maintenance", "Maintenance", maintenance_message());
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Step 1.
+    fn resolution(r: &mut StepRecord, upstream: UpstreamResolution) -> ControlFlow<()> {
+        match upstream {
+            UpstreamResolution::Local => ControlFlow::Continue(()),
+            UpstreamResolution::Failed(message) => {
+                r.finish(
+                    "Error",
+                    "UpstreamFailed",
+                    format!("resolving the upstream failed: {}", clean_message(&message)),
+                );
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Step 2: a disabled Comb makes no request at all; what runs keeps running.
+    fn enabled(&self, r: &mut StepRecord) -> ControlFlow<()> {
+        let message = match self.comb.context().spec.enabled {
+            Some(true) => return ControlFlow::Continue(()),
+            Some(false) => "spec.enabled is false".to_string(),
+            None if self.comb.optional() => format!(
+                "{} is optional and spec.enabled is not set",
+                self.comb.class_name()
+            ),
+            None => return ControlFlow::Continue(()),
+        };
+        r.finish("Disabled", "Disabled", message);
+        ControlFlow::Break(())
+    }
+
+    /// Step 3: every dependency found and healthy, else Blocked with all problems.
+    async fn dependencies(&self, r: &mut StepRecord) -> ControlFlow<()> {
+        let problems = match AssertUnwindSafe(self.dependency_problems())
+            .catch_unwind()
+            .await
+        {
+            Ok(problems) => problems,
+            Err(panic) => {
+                r.finish(
+                    "Error",
+                    "DependenciesFailed",
+                    format!(
+                        "reading the dependencies failed: {}",
+                        clean_message(&panic_message(panic.as_ref()))
+                    ),
+                );
+                return ControlFlow::Break(());
+            }
+        };
+        let Some((reason, _)) = problems.first() else {
+            r.set_condition(
+                DEPENDENCIES_READY,
+                Verdict::new(
+                    ConditionStatus::True,
+                    "Healthy",
+                    "all dependencies are healthy",
+                ),
+            );
+            return ControlFlow::Continue(());
+        };
+        let reason = *reason;
+        let message = problems
+            .iter()
+            .map(|(_, message)| message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        r.set_condition(
+            DEPENDENCIES_READY,
+            Verdict::new(ConditionStatus::False, reason, message.clone()),
+        );
+        r.finish("Blocked", reason, message);
+        ControlFlow::Break(())
+    }
+
+    /// The problems of the dependencies, in `dependsOn` order (looked up concurrently).
+    async fn dependency_problems(&self) -> Vec<(&'static str, String)> {
+        let references = self.comb.depends_on();
+        if references.is_empty() {
+            return Vec::new();
+        }
+        let Some(resolver) = self.env.resolver else {
+            return vec![(
+                "NoResolver",
+                format!(
+                    "depends on {}, but there is no resolver to find them",
+                    references.join(", ")
+                ),
+            )];
+        };
+        let checks = references
+            .iter()
+            .map(|reference| dependency_problem(resolver, reference, self.comb));
+        join_all(checks).await.into_iter().flatten().collect()
+    }
+
+    /// Step 4: the class's prerequisites.
+    async fn check(&self, r: &mut StepRecord) -> ControlFlow<()> {
+        match self.comb.check(self.env.ops).await {
+            Ok(missing) if missing.is_empty() => {
+                r.set_condition(
+                    CONFIG_READY,
+                    Verdict::new(ConditionStatus::True, "Complete", "nothing missing"),
+                );
+                ControlFlow::Continue(())
+            }
+            Ok(missing) => {
+                let message = format!("missing: {}", missing.join("; "));
+                r.set_condition(
+                    CONFIG_READY,
+                    Verdict::new(
+                        ConditionStatus::False,
+                        "MissingPrerequisites",
+                        message.clone(),
+                    ),
+                );
+                r.finish("NeedsConfig", "MissingPrerequisites", message);
+                ControlFlow::Break(())
+            }
+            Err(error) => {
+                let message = format!("check failed: {}", clean_message(&error.to_string()));
+                r.set_condition(
+                    CONFIG_READY,
+                    Verdict::new(ConditionStatus::Unknown, "CheckFailed", message.clone()),
+                );
+                r.finish("Error", "CheckFailed", message);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Step 5a: render, observe, then deploy what is unhealthy or changed, settle a record
+    /// that differs, or find the Comb healthy.
+    async fn local_path(&self, r: &mut StepRecord) -> ControlFlow<()> {
+        let ctx = self.comb.context();
+        // A bridge may stand here: the first local step deploys in its place.
+        let borrowed = self.previous.is_some_and(|p| p.upstream.is_some());
+        let items = match self.comb.render().await {
+            Ok(items) => items,
+            Err(error) => {
+                let message = format!(
+                    "rendering the manifests failed: {}",
+                    clean_message(&error.to_string())
+                );
+                r.finish("Error", "ManifestsFailed", message);
+                return ControlFlow::Break(());
+            }
+        };
+        let (live, status) = match observe_local(self.env.ops, ctx, &items).await {
+            Ok(observed) => observed,
+            Err(error) => {
+                let message = format!(
+                    "reading the live status failed: {}",
+                    clean_message(&error.to_string())
+                );
+                r.finish("Error", "StatusFailed", message);
+                return ControlFlow::Break(());
+            }
+        };
+        let applied = format!("applied {} resource(s)", items.len());
+        if !status.healthy {
+            let detail = match (&status.message, status.phase) {
+                (Some(message), phase) if phase != LivePhase::NotDeployed => {
+                    format!(" ({message})")
+                }
+                _ => String::new(),
+            };
+            let message = format!("{applied}, not healthy yet{detail}");
+            return self
+                .apply(r, &items, &live, ("Pending", "Deployed", message))
+                .await;
+        }
+        if borrowed {
+            let message = format!("{applied}, in place of the bridge");
+            return self
+                .apply(r, &items, &live, ("Pending", "Deployed", message))
+                .await;
+        }
+        let changed = changed_items(&items, &live, ctx);
+        if !changed.is_empty() {
+            let message = format!("{applied}, {}", changed.describe());
+            return self
+                .apply(r, &items, &live, ("Pending", "Deployed", message))
+                .await;
+        }
+        if record_differs(self.previous_managed(), &items) {
+            let message = format!("healthy; the record differed from the manifests: {applied}");
+            return self
+                .apply(r, &items, &live, ("Running", "Healthy", message))
+                .await;
+        }
+        r.established = Some(Established::Local);
+        r.finish("Running", "Healthy", "healthy");
+        ControlFlow::Break(())
+    }
+
+    /// Applies and prunes, then finishes with `verdict` (prune notes appended), or as
+    /// DeployFailed with nothing pruned.
+    async fn apply(
+        &self,
+        r: &mut StepRecord,
+        items: &[RenderedItem],
+        live: &LiveObjects,
+        verdict: (&str, &str, String),
+    ) -> ControlFlow<()> {
+        let ctx = self.comb.context();
+        let previous = self.previous_managed();
+        match apply_and_prune(self.env.ops, ctx, items, Some(live), previous).await {
+            Applied::Done { managed, notes } => {
+                let (phase, reason, message) = verdict;
+                r.managed = Some(managed);
+                r.established = Some(Established::Local);
+                r.finish(phase, reason, with_notes(message, &notes));
+            }
+            Applied::Failed { managed, message } => {
+                r.managed = Some(managed);
+                r.finish(
+                    "Error",
+                    "DeployFailed",
+                    format!("deploy failed: {}", clean_message(&message)),
+                );
+            }
+        }
+        ControlFlow::Break(())
+    }
+
+    fn previous_managed(&self) -> &[CombResource] {
+        self.previous.map(CombStatus::managed).unwrap_or_default()
+    }
+}
+
+/// The problem of one dependency, if it has one.
+async fn dependency_problem(
+    resolver: &dyn DependencyResolver,
+    reference: &str,
+    comb: &CombInstance,
+) -> Option<(&'static str, String)> {
+    let dependency = match resolver.resolve(reference, comb).await {
+        Ok(Some(dependency)) => dependency,
+        Ok(None) => {
+            return Some((
+                "DependencyNotFound",
+                format!("dependency {reference} not found"),
+            ));
+        }
+        Err(error) => {
+            return Some((
+                "ResolverFailed",
+                format!(
+                    "looking up {reference} failed: {}",
+                    clean_message(&error.to_string())
+                ),
+            ));
+        }
+    };
+    match dependency.healthy().await {
+        Ok(true) => None,
+        Ok(false) => Some((
+            "DependencyNotReady",
+            format!("dependency {reference} is not healthy"),
+        )),
+        Err(error) => Some((
+            "DependencyNotReady",
+            format!(
+                "dependency {reference} is not healthy: {}",
+                clean_message(&error.to_string())
+            ),
+        )),
+    }
+}
+
+/// `message` with each note appended after `"; "`.
+fn with_notes(message: String, notes: &[String]) -> String {
+    std::iter::once(message)
+        .chain(notes.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Step 6a: a Comb that serves locally publishes its own endpoints, and so does the very first
+/// step of a local Comb that stopped early.
+async fn publish_endpoints(
+    r: &mut StepRecord,
+    comb: &CombInstance,
+    first_step: bool,
+    resolved_local: bool,
+) {
+    let local = r.established == Some(Established::Local)
+        || (r.established.is_none() && first_step && resolved_local);
+    if r.endpoints.is_some() || !local {
+        return;
+    }
+    match comb.local_endpoints().await {
+        Ok(endpoints) => r.endpoints = Some(endpoints.iter().map(|e| e.to_crd()).collect()),
+        Err(_) if r.phase == "Error" => {}
+        Err(error) => r.finish(
+            "Error",
+            "EndpointsFailed",
+            format!(
+                "resolving the endpoints failed: {}",
+                clean_message(&error.to_string())
+            ),
+        ),
+    }
+}
+
+/// Step 6b: builds the status and writes it into the CR; on failure reads the CR once and
+/// writes again; when that fails too, records `StatusWritten=False` in the in-memory CR.
+async fn record_status(
+    comb: &mut CombInstance,
+    ops: &KubeOps,
+    record: &StepRecord,
+    previous: Option<&CombStatus>,
+) -> CombStatus {
+    let generation = comb.cr().metadata.generation;
+    let now = Timestamp::now();
+    let status = build_status(record, previous, generation, None, now);
+    match write_status(comb, ops, &status).await {
+        Ok(stored) => stored,
+        Err(failure) => {
+            tracing::warn!(
+                namespace = comb.namespace(),
+                comb = comb.name(),
+                error = %failure,
+                "writing the status failed twice; it is kept in memory"
+            );
+            let status = build_status(record, previous, generation, Some(&failure), now);
+            comb.keep_status(status.clone());
+            status
+        }
+    }
+}
+
+/// `update_status`, and once more on a freshly read CR (a conflict looks like any other
+/// failure). Adopts what the server stored. The error is the message of the last failure.
+async fn write_status(
+    comb: &mut CombInstance,
+    ops: &KubeOps,
+    status: &CombStatus,
+) -> std::result::Result<CombStatus, String> {
+    let group = comb.settings().group.clone();
+    let mut cr = comb.cr().clone();
+    cr.status = Some(status.clone());
+    let first = match ops.update_comb_status(&group, &cr).await {
+        Ok(stored) => return Ok(adopt(comb, stored, status)),
+        Err(error) => error,
+    };
+    tracing::debug!(
+        namespace = comb.namespace(),
+        comb = comb.name(),
+        error = %first,
+        "writing the status failed; reading the custom resource again"
+    );
+    let mut fresh = ops
+        .get_comb(&group, comb.namespace(), comb.name())
+        .await
+        .map_err(|error| error.to_string())?;
+    comb.adopt_cr(fresh.clone());
+    fresh.status = Some(status.clone());
+    let stored = ops
+        .update_comb_status(&group, &fresh)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(adopt(comb, stored, status))
+}
+
+fn adopt(comb: &mut CombInstance, stored: comb_api::Comb, built: &CombStatus) -> CombStatus {
+    let status = stored.status.clone().unwrap_or_else(|| built.clone());
+    comb.adopt_cr(stored);
+    status
+}
+
+/// The text of a panic payload.
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        format!("panicked: {text}")
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        format!("panicked: {text}")
+    } else {
+        "panicked".to_string()
+    }
+}
