@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api_error;
+pub mod controls;
 pub mod crd;
 pub mod discovery;
 pub mod error;

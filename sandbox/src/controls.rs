@@ -1,0 +1,608 @@
+//! Test controls of one cluster's API server, under `/_sandbox/` on its port and in-process
+//! through [`Controls`]:
+//!
+//! | request | does |
+//! |---|---|
+//! | `GET /_sandbox/requests` | API requests counted by verb and resource: `{"list deployments.apps": 3, "get /version": 1}` |
+//! | `POST /_sandbox/requests/reset` | zeroes the counts |
+//! | `POST /_sandbox/faults` | `{"method": "GET", "path": "/apis/apps/v1/*", "verb": "list", "status": 500, "count": 2, "delayMs": 100}`: the next `count` matching API requests are delayed and/or answered with `status` as a `metav1.Status` |
+//! | `GET /_sandbox/faults` | the faults still armed |
+//! | `DELETE /_sandbox/faults` | disarms every fault |
+//! | `POST /_sandbox/partition` | every API request is refused (503, connection closed) and open watches are cut, until healed |
+//! | `POST /_sandbox/heal` | ends the partition |
+//!
+//! Verbs are kube-apiserver's (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+//! `deletecollection`); resources are `plural[.group][/subresource]` (`pods`,
+//! `deployments.apps/status`, `pods/log`); requests that name no resource (discovery,
+//! `/version`, `/openapi/v3`) count as `<verb> <path>`. Requests to `/_sandbox/` are not API
+//! requests: never counted, faulted or refused.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::Stream;
+use futures::future::BoxFuture;
+use http::{HeaderValue, Method, Request, StatusCode, header};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tower::{Service, ServiceExt};
+
+use crate::api_error::ApiError;
+
+const PREFIX: &str = "/_sandbox/";
+/// The largest fault description accepted.
+const MAX_BODY: usize = 64 * 1024;
+
+/// One armed fault: which requests it catches and what it does to them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fault {
+    /// HTTP method (`GET`, `POST`, ...); absent or `*` for any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// A glob over the URL path (`*` any run of characters, `?` one); absent for any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// A Kubernetes verb (`list`, `watch`, ...) the request must have; absent for any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verb: Option<String>,
+    /// The HTTP status to answer with; absent to only delay the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// How many requests it catches.
+    #[serde(default = "one")]
+    pub count: u64,
+    /// How long each caught request waits first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// The Status message, instead of kube-apiserver's usual one for the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl Fault {
+    /// A fault answering the next `count` requests matching `method` and `path` with `status`.
+    pub fn status(method: &str, path: &str, status: u16, count: u64) -> Fault {
+        Fault {
+            method: Some(method.to_string()),
+            path: Some(path.to_string()),
+            verb: None,
+            status: Some(status),
+            count,
+            delay_ms: None,
+            message: None,
+        }
+    }
+
+    /// A fault delaying the next `count` requests matching `method` and `path`.
+    pub fn delay(method: &str, path: &str, delay: Duration, count: u64) -> Fault {
+        Fault {
+            delay_ms: Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)),
+            status: None,
+            ..Fault::status(method, path, 0, count)
+        }
+    }
+
+    fn catches(&self, method: &Method, path: &str, info: &RequestInfo) -> bool {
+        let method_ok = self
+            .method
+            .as_deref()
+            .is_none_or(|m| m == "*" || m.eq_ignore_ascii_case(method.as_str()));
+        let path_ok = self
+            .path
+            .as_deref()
+            .is_none_or(|glob| glob_matches(glob, path));
+        let verb_ok = self.verb.as_deref().is_none_or(|v| v == info.verb);
+        method_ok && path_ok && verb_ok
+    }
+}
+
+/// `*` matches any run of characters (slashes included), `?` any one character.
+pub fn glob_matches(glob: &str, text: &str) -> bool {
+    let pattern: Vec<char> = glob.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    // Iterative matching with backtracking to the last `*`.
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(c) if *c == '?' || *c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
+/// What kube-apiserver's RequestInfo resolver makes of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInfo {
+    pub verb: String,
+    /// `plural[.group][/subresource]`, or the path of a non-resource request.
+    pub resource: String,
+    pub name: String,
+    pub namespace: String,
+    pub is_resource_request: bool,
+}
+
+impl RequestInfo {
+    /// The counter key: `list deployments.apps`, `get /version`.
+    pub fn key(&self) -> String {
+        format!("{} {}", self.verb, self.resource)
+    }
+
+    /// Resolves `method` on `path` with the query string `query`, as kube-apiserver does.
+    pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+        let method_verb = match *method {
+            Method::POST => "create",
+            Method::GET | Method::HEAD => "get",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "",
+        };
+        let non_resource = || RequestInfo {
+            verb: method.as_str().to_ascii_lowercase(),
+            resource: path.to_string(),
+            name: String::new(),
+            namespace: String::new(),
+            is_resource_request: false,
+        };
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (group, mut rest) = match parts.as_slice() {
+            ["api", _version, rest @ ..] => ("", rest),
+            ["apis", group, _version, rest @ ..] => (*group, rest),
+            _ => return non_resource(),
+        };
+        if rest.is_empty() || method_verb.is_empty() {
+            return non_resource();
+        }
+        let mut verb = method_verb.to_string();
+        if rest[0] == "watch" {
+            verb = "watch".into();
+            rest = &rest[1..];
+        }
+        let mut namespace = String::new();
+        if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+            namespace = rest[1].to_string();
+            if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+                rest = &rest[2..];
+            }
+        }
+        let Some(plural) = rest.first() else {
+            return non_resource();
+        };
+        let name = rest.get(1).copied().unwrap_or_default().to_string();
+        let subresource = rest.get(2).copied().unwrap_or_default();
+        if name.is_empty() && verb == "get" {
+            let watching = query_param(query, "watch")
+                .is_some_and(|v| matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True"));
+            verb = if watching { "watch" } else { "list" }.into();
+        }
+        if name.is_empty() && verb == "delete" {
+            verb = "deletecollection".into();
+        }
+        let mut resource = (*plural).to_string();
+        if !group.is_empty() {
+            resource = format!("{resource}.{group}");
+        }
+        if !subresource.is_empty() {
+            resource = format!("{resource}/{subresource}");
+        }
+        RequestInfo {
+            verb,
+            resource,
+            name,
+            namespace,
+            is_resource_request: true,
+        }
+    }
+}
+
+fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v)
+}
+
+/// The Status kube-apiserver sends with `code`, for the request described by `info`.
+fn fault_error(code: u16, info: &RequestInfo, message: Option<&str>) -> ApiError {
+    let target = format!(
+        "{} {:?}",
+        info.resource.split('/').next().unwrap_or_default(),
+        info.name
+    );
+    let (reason, usual) = match code {
+        400 => (
+            "BadRequest",
+            "the request is invalid (injected fault)".to_string(),
+        ),
+        401 => ("Unauthorized", "Unauthorized".to_string()),
+        403 => (
+            "Forbidden",
+            format!("{target} is forbidden (injected fault)"),
+        ),
+        404 => ("NotFound", format!("{target} not found")),
+        409 => (
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {target}: the object has been modified; please apply your changes to the latest version and try again"
+            ),
+        ),
+        410 => (
+            "Expired",
+            "The resourceVersion for the provided watch is too old.".to_string(),
+        ),
+        422 => ("Invalid", format!("{target} is invalid (injected fault)")),
+        429 => (
+            "TooManyRequests",
+            "Too many requests, please try again later.".to_string(),
+        ),
+        500 => (
+            "InternalError",
+            "Internal error occurred: injected fault".to_string(),
+        ),
+        503 => (
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request".to_string(),
+        ),
+        504 => (
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout".to_string(),
+        ),
+        _ => ("", format!("injected fault: HTTP {code}")),
+    };
+    ApiError::new(code, reason, message.map_or(usual, str::to_string))
+}
+
+fn status_response(error: &ApiError) -> Response {
+    let mut response = Response::new(Body::from(error.to_status().to_string()));
+    *response.status_mut() =
+        StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = Response::new(Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+struct State {
+    requests: BTreeMap<String, u64>,
+    faults: Vec<Fault>,
+}
+
+/// The controls of one cluster; clones share them.
+#[derive(Clone)]
+pub struct Controls {
+    state: Arc<Mutex<State>>,
+    partition: Arc<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for Controls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controls")
+            .field("partitioned", &self.is_partitioned())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Controls {
+    fn default() -> Self {
+        Controls::new()
+    }
+}
+
+impl Controls {
+    pub fn new() -> Controls {
+        Controls {
+            state: Arc::new(Mutex::new(State {
+                requests: BTreeMap::new(),
+                faults: Vec::new(),
+            })),
+            partition: Arc::new(watch::Sender::new(false)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update is a single insert or removal, so a poisoned lock holds consistent data.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// API requests so far, by `<verb> <resource>`.
+    pub fn requests(&self) -> BTreeMap<String, u64> {
+        self.lock().requests.clone()
+    }
+
+    /// How many `verb` requests on `resource` (`list`, `deployments.apps`) were made.
+    pub fn request_count(&self, verb: &str, resource: &str) -> u64 {
+        self.lock()
+            .requests
+            .get(&format!("{verb} {resource}"))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every API request counted so far.
+    pub fn total_requests(&self) -> u64 {
+        self.lock().requests.values().sum()
+    }
+
+    pub fn reset_requests(&self) {
+        self.lock().requests.clear();
+    }
+
+    /// Arms a fault; faults are tried in the order they were armed.
+    pub fn inject(&self, fault: Fault) {
+        if fault.count > 0 {
+            self.lock().faults.push(fault);
+        }
+    }
+
+    /// The faults still armed, with their remaining counts.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.lock().faults.clone()
+    }
+
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// Refuses every API request and cuts open watches until [`Controls::heal`].
+    pub fn partition(&self) {
+        self.partition.send_replace(true);
+    }
+
+    pub fn heal(&self) {
+        self.partition.send_replace(false);
+    }
+
+    pub fn is_partitioned(&self) -> bool {
+        *self.partition.borrow()
+    }
+
+    /// Wraps a cluster's API router: `/_sandbox/` served here, every other request counted,
+    /// faulted or refused as the controls say.
+    pub fn wrap(&self, api: Router) -> Router {
+        Router::new().fallback_service(ControlsService {
+            controls: self.clone(),
+            api,
+        })
+    }
+
+    fn count(&self, info: &RequestInfo) {
+        *self.lock().requests.entry(info.key()).or_default() += 1;
+    }
+
+    /// Consumes one catch of the first fault that catches this request.
+    fn take_fault(&self, method: &Method, path: &str, info: &RequestInfo) -> Option<Fault> {
+        let mut state = self.lock();
+        let index = state
+            .faults
+            .iter()
+            .position(|f| f.catches(method, path, info))?;
+        let fault = &mut state.faults[index];
+        fault.count -= 1;
+        let caught = fault.clone();
+        if fault.count == 0 {
+            state.faults.remove(index);
+        }
+        Some(caught)
+    }
+
+    async fn serve_control(&self, request: Request<Body>) -> Response {
+        let method = request.method().clone();
+        let path = request
+            .uri()
+            .path()
+            .trim_start_matches(PREFIX)
+            .trim_end_matches('/')
+            .to_string();
+        match (method, path.as_str()) {
+            (Method::GET, "requests") => json_response(StatusCode::OK, &json!(self.requests())),
+            (Method::POST, "requests/reset") => {
+                self.reset_requests();
+                json_response(StatusCode::OK, &json!({}))
+            }
+            (Method::GET, "faults") => json_response(StatusCode::OK, &json!(self.faults())),
+            (Method::POST, "faults") => {
+                let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+                    Ok(body) => body,
+                    Err(error) => {
+                        return status_response(&ApiError::bad_request(format!(
+                            "unreadable body: {error}"
+                        )));
+                    }
+                };
+                match serde_json::from_slice::<Fault>(&body) {
+                    Ok(fault) => {
+                        self.inject(fault.clone());
+                        json_response(StatusCode::CREATED, &json!(fault))
+                    }
+                    Err(error) => status_response(&ApiError::bad_request(format!(
+                        "a fault is {{\"method\", \"path\", \"verb\", \"status\", \"count\", \"delayMs\", \"message\"}}: {error}"
+                    ))),
+                }
+            }
+            (Method::DELETE, "faults") => {
+                self.clear_faults();
+                json_response(StatusCode::OK, &json!({}))
+            }
+            (Method::POST, "partition") => {
+                self.partition();
+                json_response(StatusCode::OK, &json!({"partitioned": true}))
+            }
+            (Method::POST, "heal") => {
+                self.heal();
+                json_response(StatusCode::OK, &json!({"partitioned": false}))
+            }
+            (Method::GET, "partition") => json_response(
+                StatusCode::OK,
+                &json!({"partitioned": self.is_partitioned()}),
+            ),
+            (method, other) => status_response(&ApiError::new(
+                404,
+                "NotFound",
+                format!(
+                    "no sandbox control {method} {PREFIX}{other}; there are GET requests, POST requests/reset, GET|POST|DELETE faults, POST partition, POST heal"
+                ),
+            )),
+        }
+    }
+
+    async fn serve_api(&self, api: Router, request: Request<Body>) -> Response {
+        if self.is_partitioned() {
+            let mut refused = status_response(&ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the sandbox cluster is partitioned (POST /_sandbox/heal ends it)",
+            ));
+            refused
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return refused;
+        }
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        let info = RequestInfo::parse(&method, &path, request.uri().query());
+        self.count(&info);
+        if let Some(fault) = self.take_fault(&method, &path, &info) {
+            if let Some(delay) = fault.delay_ms {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            if let Some(code) = fault.status {
+                let mut response =
+                    status_response(&fault_error(code, &info, fault.message.as_deref()));
+                if code == 429 {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                }
+                return response;
+            }
+        }
+        let response = match api.oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        if info.verb != "watch" {
+            return response;
+        }
+        // A partition cuts the streams that are already open, as a network partition would.
+        let partition = self.partition.subscribe();
+        response.map(|body| Body::from_stream(CutOnPartition::new(body, partition)))
+    }
+}
+
+/// The body of a watch, ended with an error when the cluster is partitioned.
+struct CutOnPartition {
+    body: axum::body::BodyDataStream,
+    partitioned: BoxFuture<'static, ()>,
+    cut: bool,
+}
+
+impl CutOnPartition {
+    fn new(body: Body, mut partition: watch::Receiver<bool>) -> CutOnPartition {
+        CutOnPartition {
+            body: body.into_data_stream(),
+            partitioned: Box::pin(async move {
+                if partition.wait_for(|p| *p).await.is_err() {
+                    // The controls are gone, so no partition can come: wait forever.
+                    std::future::pending::<()>().await;
+                }
+            }),
+            cut: false,
+        }
+    }
+}
+
+impl Stream for CutOnPartition {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.cut {
+            return Poll::Ready(None);
+        }
+        if self.partitioned.as_mut().poll(cx).is_ready() {
+            self.cut = true;
+            return Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "the sandbox cluster is partitioned",
+            ))));
+        }
+        Pin::new(&mut self.body)
+            .poll_next(cx)
+            .map(|item| item.map(|chunk| chunk.map_err(std::io::Error::other)))
+    }
+}
+
+/// The controls in front of a cluster's API router.
+#[derive(Clone)]
+struct ControlsService {
+    controls: Controls,
+    api: Router,
+}
+
+impl Service<Request<Body>> for ControlsService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let controls = self.controls.clone();
+        let api = self.api.clone();
+        Box::pin(async move {
+            if request.uri().path().starts_with(PREFIX) {
+                Ok(controls.serve_control(request).await)
+            } else {
+                Ok(controls.serve_api(api, request).await)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
