@@ -1,6 +1,8 @@
 //! The K8s upstream against sandbox clusters: `prod` and `dev` on two API servers, and `staging`,
 //! a second context on prod's server with the default namespace `staging`.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 
 use anyhow::Result;
