@@ -122,16 +122,22 @@ pub enum Applied {
     },
 }
 
-/// Deploys `items` and, only when that succeeded, prunes `previous − items` (reference §6.7,
-/// `_apply_and_prune`). `previous` is the recorded `managedResources`.
+/// Deploys `items` and, only when that succeeded, prunes `previous − desired` (reference §6.7,
+/// `_apply_and_prune`). `previous` is the recorded `managedResources`; `replicas` are objects
+/// the step wrote before (replicated from an upstream): desired and recorded like the items.
 pub async fn apply_and_prune(
     ops: &KubeOps,
     ctx: &CombContext,
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
+    replicas: &[CombResource],
     previous: &[CombResource],
 ) -> Applied {
-    let desired: Vec<CombResource> = items.iter().map(RenderedItem::resource).collect();
+    let desired: Vec<CombResource> = items
+        .iter()
+        .map(RenderedItem::resource)
+        .chain(replicas.iter().cloned())
+        .collect();
     match deploy(ops, ctx, items, live).await {
         Ok(_) => {
             let outcome = prune(ops, ctx, &plan_prune(previous, &desired)).await;
@@ -140,10 +146,18 @@ pub async fn apply_and_prune(
                 notes: outcome.notes,
             }
         }
-        Err(Error::Deploy { message, applied }) => Applied::Failed {
-            managed: union(&desired[..applied.len().min(desired.len())], previous),
-            message,
-        },
+        Err(Error::Deploy { message, applied }) => {
+            let stored: Vec<CombResource> = desired
+                .iter()
+                .take(applied.len())
+                .chain(replicas)
+                .cloned()
+                .collect();
+            Applied::Failed {
+                managed: union(&stored, previous),
+                message,
+            }
+        }
         // deploy fails with Error::Deploy only; anything else is reported the same way.
         Err(other) => Applied::Failed {
             managed: previous.to_vec(),

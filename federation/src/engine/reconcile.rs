@@ -1,5 +1,5 @@
 //! One reconcile step of a Comb (reference §6): resolve -> enabled -> dependencies -> check ->
-//! the local path -> publish endpoints -> record the status.
+//! the local or the upstream path -> publish endpoints -> record the status.
 //!
 //! A step never fails and never panics: every problem becomes a phase with the reference's
 //! reason and message, and the status is always recorded (written into the CR, or kept in the
@@ -15,10 +15,12 @@ use comb_api::{
     CONFIG_READY, CombResource, CombStatus, ConditionStatus, DEPENDENCIES_READY,
     NO_RESOURCE_RECONCILIATION,
 };
+use comb_upstreams::{Upstream, UpstreamContext};
 use futures::FutureExt;
 use futures::future::join_all;
 use jiff::Timestamp;
 
+use crate::engine::borrow::observe_upstream;
 use crate::engine::class::CombInstance;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
@@ -51,11 +53,17 @@ pub trait Dependency: Send + Sync {
 }
 
 /// The answer of step 1 (reference §5.1), decided before the step by whoever knows the
-/// upstream sources (the layer configuration, `spec.upstream`, the class).
+/// upstream sources (the layer configuration, `spec.upstream`, the class): see
+/// [`borrow::resolve_upstream`](crate::engine::borrow::resolve_upstream).
 #[derive(Clone, Debug)]
 pub enum UpstreamResolution {
     /// The Comb runs its service itself: the local path (5a).
     Local,
+    /// The Comb borrows its service from `upstream`, asked with `ctx`: the upstream path (5b).
+    Borrowed {
+        upstream: Arc<dyn Upstream>,
+        ctx: UpstreamContext,
+    },
     /// Resolving failed with this message: Error / `UpstreamFailed`.
     Failed(String),
 }
@@ -132,11 +140,14 @@ struct Step<'a> {
 impl Step<'_> {
     async fn steps(&self, r: &mut StepRecord, upstream: UpstreamResolution) -> ControlFlow<()> {
         self.maintenance(r)?;
-        Self::resolution(r, upstream)?;
+        let upstream = Self::resolution(r, upstream)?;
         self.enabled(r)?;
         self.dependencies(r).await?;
         self.check(r).await?;
-        self.local_path(r).await
+        match upstream {
+            Some((upstream, ctx)) => self.upstream_path(r, upstream.as_ref(), &ctx).await,
+            None => self.local_path(r).await,
+        }
     }
 
     /// `spec.maintenance: NoResourceReconciliation`: nothing is applied, pruned or looked at.
@@ -148,10 +159,16 @@ impl Step<'_> {
         ControlFlow::Continue(())
     }
 
-    /// Step 1.
-    fn resolution(r: &mut StepRecord, upstream: UpstreamResolution) -> ControlFlow<()> {
+    /// Step 1: the upstream to borrow from, if any.
+    fn resolution(
+        r: &mut StepRecord,
+        upstream: UpstreamResolution,
+    ) -> ControlFlow<(), Option<(Arc<dyn Upstream>, UpstreamContext)>> {
         match upstream {
-            UpstreamResolution::Local => ControlFlow::Continue(()),
+            UpstreamResolution::Local => ControlFlow::Continue(None),
+            UpstreamResolution::Borrowed { upstream, ctx } => {
+                ControlFlow::Continue(Some((upstream, ctx)))
+            }
             UpstreamResolution::Failed(message) => {
                 r.finish(
                     "Error",
@@ -316,26 +333,26 @@ impl Step<'_> {
             };
             let message = format!("{applied}, not healthy yet{detail}");
             return self
-                .apply(r, &items, &live, ("Pending", "Deployed", message))
+                .apply_local(r, &items, &live, ("Pending", "Deployed", message))
                 .await;
         }
         if borrowed {
             let message = format!("{applied}, in place of the bridge");
             return self
-                .apply(r, &items, &live, ("Pending", "Deployed", message))
+                .apply_local(r, &items, &live, ("Pending", "Deployed", message))
                 .await;
         }
         let changed = changed_items(&items, &live, ctx);
         if !changed.is_empty() {
             let message = format!("{applied}, {}", changed.describe());
             return self
-                .apply(r, &items, &live, ("Pending", "Deployed", message))
+                .apply_local(r, &items, &live, ("Pending", "Deployed", message))
                 .await;
         }
         if record_differs(self.previous_managed(), &items) {
             let message = format!("healthy; the record differed from the manifests: {applied}");
             return self
-                .apply(r, &items, &live, ("Running", "Healthy", message))
+                .apply_local(r, &items, &live, ("Running", "Healthy", message))
                 .await;
         }
         r.established = Some(Established::Local);
@@ -343,26 +360,81 @@ impl Step<'_> {
         ControlFlow::Break(())
     }
 
+    /// Step 5b: observe the upstream, record it, replicate, then apply the bridge (in place of
+    /// the local resources, which are pruned) and finish with the borrowed verdict.
+    async fn upstream_path(
+        &self,
+        r: &mut StepRecord,
+        upstream: &dyn Upstream,
+        ctx: &UpstreamContext,
+    ) -> ControlFlow<()> {
+        let observed = observe_upstream(self.comb, upstream, ctx).await;
+        r.established = Some(Established::Upstream);
+        r.upstream = Some(observed.record(Timestamp::now()));
+        // Redirected endpoints only when the upstream offered an address for each; else none.
+        r.endpoints = Some(
+            observed
+                .endpoints
+                .iter()
+                .flatten()
+                .map(|endpoint| endpoint.to_crd())
+                .collect(),
+        );
+        if let Some(stop) = &observed.stop {
+            r.finish(stop.phase, stop.reason, stop.message.clone());
+            return ControlFlow::Break(());
+        }
+        let replicas = match upstream.replicate_into(ctx).await {
+            Ok(replicas) => replicas,
+            Err(error) => {
+                let message = format!(
+                    "replicating from {} failed: {}",
+                    observed.label(),
+                    clean_message(&error.to_string())
+                );
+                r.finish("Error", "ReplicationFailed", message);
+                return ControlFlow::Break(());
+            }
+        };
+        let verdict = observed.verdict();
+        let verdict = (verdict.phase, verdict.reason, verdict.message);
+        self.apply(
+            r,
+            &observed.bridge,
+            None,
+            &replicas,
+            Established::Upstream,
+            verdict,
+        )
+        .await
+    }
+
     /// Applies and prunes, then finishes with `verdict` (prune notes appended), or as
-    /// DeployFailed with nothing pruned.
+    /// DeployFailed with nothing pruned. `replicas` were written before the items and are
+    /// recorded with them.
     async fn apply(
         &self,
         r: &mut StepRecord,
         items: &[RenderedItem],
-        live: &LiveObjects,
+        live: Option<&LiveObjects>,
+        replicas: &[CombResource],
+        established: Established,
         verdict: (&str, &str, String),
     ) -> ControlFlow<()> {
         let ctx = self.comb.context();
         let previous = self.previous_managed();
-        match apply_and_prune(self.env.ops, ctx, items, Some(live), previous).await {
+        match apply_and_prune(self.env.ops, ctx, items, live, replicas, previous).await {
             Applied::Done { managed, notes } => {
                 let (phase, reason, message) = verdict;
                 r.managed = Some(managed);
-                r.established = Some(Established::Local);
+                r.established = Some(established);
                 r.finish(phase, reason, with_notes(message, &notes));
             }
             Applied::Failed { managed, message } => {
                 r.managed = Some(managed);
+                // The upstream path has established even when its bridge failed; the local
+                // path has not, so what served before is carried forward.
+                r.established = (established == Established::Upstream).then_some(established);
                 r.finish(
                     "Error",
                     "DeployFailed",
@@ -371,6 +443,17 @@ impl Step<'_> {
             }
         }
         ControlFlow::Break(())
+    }
+
+    async fn apply_local(
+        &self,
+        r: &mut StepRecord,
+        items: &[RenderedItem],
+        live: &LiveObjects,
+        verdict: (&str, &str, String),
+    ) -> ControlFlow<()> {
+        self.apply(r, items, Some(live), &[], Established::Local, verdict)
+            .await
     }
 
     fn previous_managed(&self) -> &[CombResource] {
