@@ -43,11 +43,14 @@ impl KubeconfigBuilder {
         self
     }
 
-    /// A user entry without credentials (servers that need none).
-    pub fn anonymous_user(mut self, name: &str) -> Self {
+    /// A user entry authenticating with a bearer token.
+    pub fn token_user(mut self, name: &str, token: &str) -> Self {
         self.config.auth_infos.push(NamedAuthInfo {
             name: name.to_string(),
-            auth_info: Some(AuthInfo::default()),
+            auth_info: Some(AuthInfo {
+                token: Some(token.to_string().into()),
+                ..AuthInfo::default()
+            }),
             other: Default::default(),
         });
         self
@@ -168,7 +171,7 @@ mod tests {
                 "https://127.0.0.1:6443",
                 Some("-----BEGIN CERTIFICATE-----\n"),
             )
-            .anonymous_user("sandbox")
+            .token_user("sandbox", "sandbox")
             .context("prod", "prod", "sandbox", None)
             .context("staging", "prod", "sandbox", Some("staging"))
             .current_context("prod")

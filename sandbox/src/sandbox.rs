@@ -23,8 +23,10 @@ use crate::server::{self, ApiServer, ServerOptions};
 use crate::store::{Store, StoreOptions};
 use crate::tls::Tls;
 
-/// The user every sandbox context uses (the servers need no credentials).
+/// The user every sandbox context uses. The servers accept any request; the token is there
+/// because kubectl prompts for a password over HTTPS when a user has no credentials.
 pub const SANDBOX_USER: &str = "sandbox";
+const SANDBOX_TOKEN: &str = "sandbox";
 
 /// A context beyond the one per cluster: same server, another default namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,7 +270,7 @@ impl Sandbox {
 
     /// The kubeconfig: a context per cluster (the first is current), then the extra contexts.
     pub fn kubeconfig(&self) -> KubeconfigBuilder {
-        let mut builder = KubeconfigBuilder::new().anonymous_user(SANDBOX_USER);
+        let mut builder = KubeconfigBuilder::new().token_user(SANDBOX_USER, SANDBOX_TOKEN);
         for cluster in &self.clusters {
             builder = builder
                 .cluster(&cluster.name, &cluster.url(), self.ca_pem.as_deref())

@@ -375,6 +375,17 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("the request body is empty"));
     }
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    let known =
+        media.is_empty() || media.ends_with("json") || media.ends_with("yaml") || media == "*/*";
+    if !known {
+        // Protobuf and CBOR bodies are not decoded here: kubectl's typed imperative commands
+        // (`kubectl create configmap ...`) send protobuf and get this 415.
+        return Err(ApiError::unsupported_media_type(
+            media,
+            &["application/json", "application/yaml"],
+        ));
+    }
     let yaml = content_type.contains("yaml");
     let parsed: Result<Value, String> = if yaml {
         std::str::from_utf8(body)
