@@ -37,6 +37,7 @@ use tokio::sync::watch;
 use tower::{Service, ServiceExt};
 
 use crate::api_error::ApiError;
+use crate::sandbox::{ClusterExtension, ClusterHandle};
 
 const PREFIX: &str = "/_sandbox/";
 /// The largest fault description accepted.
@@ -572,6 +573,36 @@ impl Stream for CutOnPartition {
         Pin::new(&mut self.body)
             .poll_next(cx)
             .map(|item| item.map(|chunk| chunk.map_err(std::io::Error::other)))
+    }
+}
+
+/// Test controls for every cluster of a sandbox, as a sandbox extension; keep a clone of the
+/// `Arc` to reach a cluster's [`Controls`] in-process.
+#[derive(Debug, Default)]
+pub struct ClusterControls {
+    by_cluster: Mutex<BTreeMap<String, Controls>>,
+}
+
+impl ClusterControls {
+    /// The controls of the cluster named `cluster`, once the sandbox has started it.
+    pub fn get(&self, cluster: &str) -> Option<Controls> {
+        self.by_cluster
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(cluster)
+            .cloned()
+    }
+}
+
+impl ClusterExtension for ClusterControls {
+    fn layer(&self, cluster: &ClusterHandle, router: Router) -> Router {
+        let controls = Controls::new();
+        let wrapped = controls.wrap(router);
+        self.by_cluster
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(cluster.name().to_string(), controls);
+        wrapped
     }
 }
 

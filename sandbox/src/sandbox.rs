@@ -92,7 +92,11 @@ impl Default for SandboxOptions {
             pod_ready_delay: Duration::ZERO,
             store: StoreOptions::default(),
             server: ServerOptions::default(),
-            extensions: Vec::new(),
+            // A sandbox cluster behaves like a cluster and has test controls.
+            extensions: vec![
+                Arc::new(crate::sim::Simulation::default()),
+                Arc::new(crate::controls::ClusterControls::default()),
+            ],
         }
     }
 }

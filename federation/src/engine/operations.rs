@@ -1,12 +1,15 @@
 //! The operations on a Comb besides reconcile (reference §9): logs, restart, stop, describe,
 //! endpoint.
 
+use comb_api::{CombEndpoint, CombStatus, Endpoint};
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::engine::class::CombContext;
+use crate::engine::class::{CombContext, CombInstance};
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::observe::{list_pods, object_name};
-use crate::error::Result;
+use crate::engine::live_status::LiveStatus;
+use crate::engine::observe::{list_pods, local_status, object_name};
+use crate::error::{Error, Result};
 
 /// The last `lines` lines of every container of the Comb's pods, formatted as the reference
 /// says: one container is just its text; otherwise each stream gets a
@@ -202,6 +205,76 @@ async fn act_on_kinds(
     Ok(touched)
 }
 
+/// Everything about one Comb (reference §9 `describe`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Description {
+    pub name: String,
+    pub class: String,
+    pub namespace: String,
+    pub depends_on: Vec<String>,
+    /// The class of the original, for a stub.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stub_of: Option<String>,
+    /// The status recorded in the CR, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<CombStatus>,
+    /// The resolved endpoints.
+    pub endpoints: Vec<CombEndpoint>,
+    /// What the cluster shows now.
+    pub status: LiveStatus,
+}
+
+/// Describes a Comb that runs locally: its identity, recorded status, resolved endpoints and
+/// live status. Fails when any part fails. (A borrowing Comb's endpoints and status come from
+/// its upstream, reference §8.2; the upstream engine describes those.)
+pub async fn describe(ops: &KubeOps, comb: &CombInstance) -> Result<Description> {
+    let endpoints = comb.local_endpoints().await?;
+    let status = local_status(ops, comb).await?;
+    Ok(Description {
+        name: comb.name().to_string(),
+        class: comb.class_name().to_string(),
+        namespace: comb.namespace().to_string(),
+        depends_on: comb.depends_on(),
+        stub_of: comb.stub_of().map(str::to_string),
+        recorded: comb.recorded_status().cloned(),
+        endpoints: endpoints.iter().map(Endpoint::to_crd).collect(),
+        status,
+    })
+}
+
+/// The endpoint `name` of a Comb that runs locally, or an error naming the ones it has.
+pub async fn endpoint(comb: &CombInstance, name: &str) -> Result<Endpoint> {
+    let class = comb.class_name();
+    if name.is_empty() {
+        return Err(Error::Endpoints(format!("{class}->endpoint needs a name")));
+    }
+    let endpoints = comb.local_endpoints().await?;
+    pick_endpoint(class, comb.name(), endpoints, name)
+}
+
+fn pick_endpoint(
+    class: &str,
+    comb_name: &str,
+    endpoints: Vec<Endpoint>,
+    name: &str,
+) -> Result<Endpoint> {
+    let names: Vec<String> = endpoints.iter().map(|e| e.name().to_string()).collect();
+    endpoints
+        .into_iter()
+        .find(|endpoint| endpoint.name() == name)
+        .ok_or_else(|| {
+            let has = if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            };
+            Error::Endpoints(format!(
+                "{class}->endpoint: {comb_name} has no endpoint {name} (it has: {has})"
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +301,28 @@ mod tests {
             .zip(texts.iter().map(|t| ended_with_newline(t.to_string())))
             .collect();
         format_logs(&streams)
+    }
+
+    #[test]
+    fn endpoints_are_picked_by_name_or_named_in_the_error() {
+        let endpoints = || {
+            vec![
+                Endpoint::new("client", 4222).expect("endpoint"),
+                Endpoint::new("monitor", 8222).expect("endpoint"),
+            ]
+        };
+        let found = pick_endpoint("Manifests", "nats", endpoints(), "monitor").expect("found");
+        assert_eq!(found.port(), 8222);
+        let missing = pick_endpoint("Manifests", "nats", endpoints(), "web").expect_err("web");
+        assert_eq!(
+            missing.to_string(),
+            "Manifests->endpoint: nats has no endpoint web (it has: client, monitor)"
+        );
+        let none = pick_endpoint("Manifests", "nats", Vec::new(), "web").expect_err("none");
+        assert_eq!(
+            none.to_string(),
+            "Manifests->endpoint: nats has no endpoint web (it has: none)"
+        );
     }
 
     #[test]

@@ -26,6 +26,10 @@ use std::time::Duration;
 use jiff::Timestamp;
 pub use runtime::spawn;
 use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::{ClusterExtension, ClusterHandle, SandboxOptions};
 
 /// How the simulated cluster behaves in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +48,37 @@ impl Default for SimConfig {
             pod_ready_delay: Duration::from_secs(1),
             crash_backoff: Duration::from_secs(10),
         }
+    }
+}
+
+/// The simulated cluster as a sandbox extension: each cluster gets its own simulation, with
+/// the sandbox's `pod_ready_delay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Simulation {
+    /// See [`SimConfig::crash_backoff`].
+    pub crash_backoff: Duration,
+}
+
+impl Default for Simulation {
+    fn default() -> Self {
+        Simulation {
+            crash_backoff: SimConfig::default().crash_backoff,
+        }
+    }
+}
+
+impl ClusterExtension for Simulation {
+    fn spawn(
+        &self,
+        cluster: &ClusterHandle,
+        options: &SandboxOptions,
+        shutdown: CancellationToken,
+    ) -> Vec<JoinHandle<()>> {
+        let config = SimConfig {
+            pod_ready_delay: options.pod_ready_delay,
+            crash_backoff: self.crash_backoff,
+        };
+        vec![spawn(cluster.store().clone(), config, shutdown)]
     }
 }
 

@@ -1,0 +1,546 @@
+//! The real, installed `kubectl` against sandbox clusters: what an operator would type works as
+//! on a real cluster. Each test skips with a printed reason when kubectl is not installed.
+
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use comb_sandbox::controls::{ClusterControls, Controls};
+use comb_sandbox::sim::Simulation;
+use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions, Store};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio::time::Instant;
+
+/// Two clusters (`prod`, `dev`) and an extra context `staging` = prod, namespace staging.
+struct Fixture {
+    sandbox: Sandbox,
+    controls: Arc<ClusterControls>,
+    kubectl: PathBuf,
+    kubeconfig: PathBuf,
+    home: TempDir,
+}
+
+fn find_kubectl() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("kubectl"))
+        .find(|candidate| candidate.is_file())
+}
+
+impl Fixture {
+    async fn start() -> Option<Fixture> {
+        let Some(kubectl) = find_kubectl() else {
+            eprintln!(
+                "skipping: kubectl not found on PATH (install kubernetes-client to run this test)"
+            );
+            return None;
+        };
+        let controls = Arc::new(ClusterControls::default());
+        let mut options = SandboxOptions::clusters(["prod", "dev"]);
+        options.contexts.push(ExtraContext {
+            name: "staging".into(),
+            cluster: "prod".into(),
+            namespace: Some("staging".into()),
+        });
+        options.extensions = vec![Arc::new(Simulation::default()), controls.clone()];
+        let sandbox = Sandbox::start(options).await.expect("the sandbox starts");
+        let home = tempfile::tempdir().expect("a temporary directory");
+        let kubeconfig = home.path().join("kubeconfig");
+        sandbox
+            .write_kubeconfig(&kubeconfig)
+            .expect("the kubeconfig is written");
+        Some(Fixture {
+            sandbox,
+            controls,
+            kubectl,
+            kubeconfig,
+            home,
+        })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.kubectl);
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            // kubectl caches discovery per server; ports are reused between runs.
+            .env("KUBECACHEDIR", self.home.path().join("cache"))
+            .env("HOME", self.home.path())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().await.expect("kubectl runs")
+    }
+
+    /// Runs kubectl and returns its stdout, failing the test when it fails.
+    async fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args).await;
+        assert!(
+            output.status.success(),
+            "kubectl {} failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    async fn ok_with_input(&self, args: &[&str], input: &str) -> String {
+        let mut command = self.command(args);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("kubectl starts");
+        let mut stdin = child.stdin.take().expect("a stdin");
+        stdin
+            .write_all(input.as_bytes())
+            .await
+            .expect("stdin written");
+        drop(stdin);
+        let output = child.wait_with_output().await.expect("kubectl runs");
+        assert!(
+            output.status.success(),
+            "kubectl {} failed: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    }
+
+    async fn json(&self, args: &[&str]) -> Value {
+        let text = self.ok(args).await;
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("kubectl {} printed no JSON ({e}): {text}", args.join(" ")))
+    }
+
+    fn store(&self, cluster: &str) -> &Store {
+        self.sandbox.cluster(cluster).expect("a cluster").store()
+    }
+
+    fn controls(&self, cluster: &str) -> Controls {
+        self.controls
+            .get(cluster)
+            .expect("controls for the cluster")
+    }
+}
+
+/// Waits until `check` holds, looking again after every change in `store`.
+async fn wait_for<T>(store: &Store, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let mut events = store.subscribe();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        if tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .is_err()
+        {
+            panic!("timed out waiting for {what}");
+        }
+    }
+}
+
+fn count(store: &Store, group: &str, kind: &str, labels: &str) -> usize {
+    let rt = store.resource_type(group, kind).expect("a served kind");
+    store
+        .list(&rt, Some("default"), Some(labels), None)
+        .map(|(items, _)| items.len())
+        .unwrap_or(0)
+}
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {app: web}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: main
+        image: nginx:1.27
+        ports:
+        - containerPort: 80
+"#;
+
+fn configmap(name: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n")
+}
+
+async fn wait_until_ready(fixture: &Fixture, cluster: &str, name: &str, replicas: i64) {
+    let store = fixture.store(cluster);
+    let rt = store.resource_type("apps", "Deployment").expect("served");
+    wait_for(store, "the deployment to be ready", || {
+        let d = store.get(&rt, Some("default"), name).ok()?;
+        (d["status"]["readyReplicas"] == replicas).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contexts_switch_between_clusters() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let contexts = fx.ok(&["config", "get-contexts", "-o", "name"]).await;
+    let mut names: Vec<&str> = contexts.lines().collect();
+    names.sort();
+    assert_eq!(names, ["dev", "prod", "staging"]);
+    assert_eq!(fx.ok(&["config", "current-context"]).await.trim(), "prod");
+
+    fx.ok_with_input(
+        &["--context", "dev", "create", "-f", "-"],
+        &configmap("only-in-dev"),
+    )
+    .await;
+    let missing = fx
+        .run(&["--context", "prod", "get", "configmap", "only-in-dev"])
+        .await;
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains(r#"configmaps "only-in-dev" not found"#),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    assert_eq!(
+        fx.ok(&[
+            "--context",
+            "dev",
+            "get",
+            "configmap",
+            "only-in-dev",
+            "-o",
+            "name"
+        ])
+        .await
+        .trim(),
+        "configmap/only-in-dev"
+    );
+
+    // The extra context is prod with another default namespace.
+    // Manifests rather than `kubectl create namespace`: kubectl's typed create sends protobuf.
+    let namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: staging\n";
+    fx.ok_with_input(&["--context", "prod", "create", "-f", "-"], namespace)
+        .await;
+    fx.ok_with_input(
+        &["--context", "staging", "create", "-f", "-"],
+        &configmap("staged"),
+    )
+    .await;
+    let staged = fx
+        .json(&[
+            "--context",
+            "prod",
+            "get",
+            "configmap",
+            "staged",
+            "-n",
+            "staging",
+            "-o",
+            "json",
+        ])
+        .await;
+    assert_eq!(staged["metadata"]["namespace"], "staging");
+
+    fx.ok(&["config", "use-context", "dev"]).await;
+    assert_eq!(
+        fx.ok(&["get", "configmap", "only-in-dev", "-o", "name"])
+            .await
+            .trim(),
+        "configmap/only-in-dev"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_get_and_label_selection() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let manifests = format!(
+        "{WEB}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: front\n  labels: {{tier: front}}\ndata: {{a: b}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: back\n  labels: {{tier: back}}\n"
+    );
+    let created = fx.ok_with_input(&["create", "-f", "-"], &manifests).await;
+    assert!(created.contains("deployment.apps/web created"), "{created}");
+    assert!(created.contains("configmap/front created"), "{created}");
+
+    let web = fx.json(&["get", "deployment", "web", "-o", "json"]).await;
+    assert_eq!(web["kind"], "Deployment");
+    assert_eq!(web["spec"]["replicas"], 2);
+    assert!(web["metadata"]["uid"].is_string());
+    assert!(web["metadata"]["resourceVersion"].is_string());
+
+    assert_eq!(
+        fx.ok(&["get", "configmaps", "-l", "tier=front", "-o", "name"])
+            .await
+            .trim(),
+        "configmap/front"
+    );
+    let both = fx
+        .ok(&[
+            "get",
+            "configmaps",
+            "-l",
+            "tier in (front,back)",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(both.lines().count(), 2, "{both}");
+    assert_eq!(
+        fx.ok(&["get", "configmaps", "-l", "tier!=front,tier", "-o", "name"])
+            .await
+            .trim(),
+        "configmap/back"
+    );
+
+    wait_until_ready(&fx, "prod", "web", 2).await;
+    let pods = fx
+        .json(&["get", "pods", "-l", "app=web", "-o", "json"])
+        .await;
+    assert_eq!(pods["items"].as_array().map(Vec::len), Some(2));
+    let table = fx.ok(&["get", "deployment", "web"]).await;
+    assert!(table.contains("2/2"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_client_side_and_server_side() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let out = fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
+    assert!(out.contains("deployment.apps/web created"), "{out}");
+    let scaled = WEB.replace("replicas: 2", "replicas: 3");
+    let out = fx.ok_with_input(&["apply", "-f", "-"], &scaled).await;
+    assert!(out.contains("deployment.apps/web configured"), "{out}");
+    let out = fx.ok_with_input(&["apply", "-f", "-"], &scaled).await;
+    assert!(out.contains("deployment.apps/web unchanged"), "{out}");
+    let web = fx.json(&["get", "deployment", "web", "-o", "json"]).await;
+    assert_eq!(web["spec"]["replicas"], 3);
+    let last_applied =
+        web["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap_or_default();
+    assert!(last_applied.contains(r#""replicas":3"#), "{last_applied}");
+    wait_until_ready(&fx, "prod", "web", 3).await;
+
+    let config =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: fast\n";
+    let out = fx
+        .ok_with_input(&["apply", "--server-side", "-f", "-"], config)
+        .await;
+    assert!(
+        out.contains("configmap/settings serverside-applied"),
+        "{out}"
+    );
+    let out = fx
+        .ok_with_input(
+            &["apply", "--server-side", "-f", "-"],
+            &config.replace("fast", "slow"),
+        )
+        .await;
+    assert!(
+        out.contains("configmap/settings serverside-applied"),
+        "{out}"
+    );
+    let settings = fx
+        .json(&[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ])
+        .await;
+    assert_eq!(settings["data"]["mode"], "slow");
+    let managers: Vec<&str> = settings["metadata"]["managedFields"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|e| e["manager"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(managers, ["kubectl"]);
+    assert_eq!(
+        settings["metadata"]["managedFields"][0]["operation"],
+        "Apply"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_cascades_in_the_background() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
+    wait_until_ready(&fx, "prod", "web", 2).await;
+    let store = fx.store("prod");
+    assert_eq!(count(store, "apps", "ReplicaSet", "app=web"), 1);
+    assert_eq!(count(store, "", "Pod", "app=web"), 2);
+
+    let out = fx
+        .ok(&["delete", "deployment", "web", "--cascade=background"])
+        .await;
+    assert!(out.contains(r#"deployment.apps "web" deleted"#), "{out}");
+    wait_for(store, "the replica set and pods to go", || {
+        (count(store, "apps", "ReplicaSet", "app=web") == 0
+            && count(store, "", "Pod", "app=web") == 0)
+            .then_some(())
+    })
+    .await;
+    let left = fx
+        .ok(&["get", "pods,replicasets", "-l", "app=web", "-o", "name"])
+        .await;
+    assert_eq!(left.trim(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_of_pods_and_deployments() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
+    wait_until_ready(&fx, "prod", "web", 2).await;
+    let log = fx.ok(&["logs", "deployment/web"]).await;
+    assert!(log.contains("/main started image nginx:1.27"), "{log}");
+
+    let pod = fx
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .await;
+    let tail = fx.ok(&["logs", pod.trim(), "-c", "main", "--tail=1"]).await;
+    assert_eq!(tail.lines().count(), 1, "{tail}");
+    let previous = fx.run(&["logs", pod.trim(), "--previous"]).await;
+    assert!(!previous.status.success());
+    assert!(
+        String::from_utf8_lossy(&previous.stderr)
+            .contains("previous terminated container \"main\""),
+        "{}",
+        String::from_utf8_lossy(&previous.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_watch_sees_events_until_the_request_timeout() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    fx.ok_with_input(&["create", "-f", "-"], &configmap("early"))
+        .await;
+    let controls = fx.controls("prod");
+    let watcher = fx
+        .command(&[
+            "get",
+            "configmaps",
+            "-w",
+            "--request-timeout=3s",
+            "-o",
+            "name",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    // The watch is open once the server has seen it.
+    let store = fx.store("prod");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while controls.request_count("watch", "configmaps") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "kubectl never opened its watch: {:?}",
+            controls.requests()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rt = store.resource_type("", "ConfigMap").expect("served");
+    store
+        .create(
+            &rt,
+            Some("default"),
+            serde_json::json!({"metadata": {"name": "late"}}),
+        )
+        .expect("created");
+    let output = watcher
+        .wait_with_output()
+        .await
+        .expect("kubectl ends at its timeout");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("configmap/early"), "{stdout}");
+    assert!(stdout.contains("configmap/late"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_an_established_crd() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let crd = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+"#;
+    fx.ok_with_input(&["--context", "dev", "apply", "-f", "-"], crd)
+        .await;
+    let waited = fx
+        .ok(&[
+            "--context",
+            "dev",
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=20s",
+        ])
+        .await;
+    assert!(waited.contains("condition met"), "{waited}");
+    let widget =
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n";
+    fx.ok_with_input(&["--context", "dev", "apply", "-f", "-"], widget)
+        .await;
+    assert_eq!(
+        fx.ok(&["--context", "dev", "get", "wd", "-o", "name"])
+            .await
+            .trim(),
+        "widget.example.com/w1"
+    );
+    // The other cluster has its own CRDs.
+    let elsewhere = fx.run(&["--context", "prod", "get", "widgets"]).await;
+    assert!(!elsewhere.status.success());
+}
