@@ -6,15 +6,22 @@
 //! bridge). Reconcile (step 5b) then replicates, applies the bridge and prunes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use comb_api::{Address, CombUpstreamStatus, Endpoint, Host, UpstreamSpec};
+use comb_api::{Address, CombResource, CombUpstreamStatus, Endpoint, Host, UpstreamSpec};
 use comb_kubeconfigs::ClientPool;
 use comb_upstreams::{Resolved, Upstream, UpstreamClasses, UpstreamContext, UpstreamStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::Serialize;
+use serde_json::Value;
 
 use crate::engine::class::CombInstance;
 use crate::engine::endpoints::EndpointDecl;
+use crate::engine::kube_ops::KubeOps;
+use crate::engine::live_status::{LivePhase, LiveStatus, PodState, Problem};
+use crate::engine::observe::fetch_live;
+use crate::engine::reconcile::UpstreamResolution;
 use crate::engine::render::RenderedItem;
 use crate::engine::status::clean_message;
 use crate::error::{Error, Result};
@@ -414,6 +421,147 @@ fn with_port(address: &str, port: i32) -> String {
     }
 }
 
+/// An upstream a Comb borrows from, with what it is asked with: the outcome of step 1 when it
+/// is not local.
+#[derive(Clone, Debug)]
+pub struct Borrowing {
+    pub upstream: Arc<dyn Upstream>,
+    pub ctx: UpstreamContext,
+}
+
+/// Step 1 for reconcile: [`resolve_upstream`] as the step takes it.
+pub async fn resolution(
+    comb: &CombInstance,
+    controlling: &Controlling,
+    env: &BorrowEnv,
+) -> UpstreamResolution {
+    match resolve_upstream(comb, controlling, env).await {
+        Ok(Resolved::Local) => UpstreamResolution::Local,
+        Ok(Resolved::Upstream(upstream)) => UpstreamResolution::Borrowed(Box::new(Borrowing {
+            upstream,
+            ctx: env.upstream_context(comb),
+        })),
+        Err(error) => UpstreamResolution::Failed(error.to_string()),
+    }
+}
+
+/// `replicated Secret a, ConfigMap b`: what a borrowing step copied, by name only.
+pub fn replication_note(replicas: &[CombResource]) -> Option<String> {
+    (!replicas.is_empty()).then(|| {
+        let names: Vec<String> = replicas
+            .iter()
+            .map(|replica| format!("{} {}", replica.kind, replica.name))
+            .collect();
+        format!("replicated {}", names.join(", "))
+    })
+}
+
+/// What the cluster shows of a borrowing Comb (reference §8.2): `{phase, healthy, reason?,
+/// message?, pods: [], upstream}`, the same shape as a local Comb's live status plus the
+/// `status.upstream` record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BorrowedStatus {
+    /// `Running`, `Pending`, `NotDeployed`, or the stop's `Blocked` / `Error`.
+    pub phase: String,
+    /// `phase == Running`: the bridge stands and the upstream runs.
+    pub healthy: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Always empty: the pods are the upstream's.
+    pub pods: Vec<PodState>,
+    pub upstream: CombUpstreamStatus,
+}
+
+/// The status of a borrowing Comb from its observation and the live objects of its bridge
+/// (`live[i]` belongs to `observed.bridge[i]`). A stop is the status; otherwise each missing
+/// bridge object is a pending `ResourcesMissing`, and an upstream that does not run a pending
+/// `UpstreamNotRunning`. Without problems it is Running; with no bridge object live NotDeployed;
+/// else Pending.
+pub fn derive_borrowed_status(
+    observed: &UpstreamObservation,
+    live: &[Option<Value>],
+    now: Timestamp,
+) -> BorrowedStatus {
+    let upstream = observed.record(now);
+    if let Some(stop) = &observed.stop {
+        return BorrowedStatus {
+            phase: stop.phase.to_string(),
+            healthy: false,
+            reason: Some(stop.reason.to_string()),
+            message: Some(stop.message.clone()),
+            pods: Vec::new(),
+            upstream,
+        };
+    }
+    let present = |index: usize| live.get(index).is_some_and(Option::is_some);
+    let mut problems: Vec<Problem> = observed
+        .bridge
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !present(*index))
+        .map(|(_, item)| {
+            Problem::pending(
+                "ResourcesMissing",
+                format!("{} {} is missing", item.kind, item.name),
+            )
+        })
+        .collect();
+    let verdict = observed.verdict();
+    if verdict.phase != "Running" {
+        problems.push(Problem::pending(verdict.reason, verdict.message));
+    }
+    let summary = LiveStatus::from_problems(&problems, Vec::new());
+    let nothing_live =
+        !observed.bridge.is_empty() && (0..observed.bridge.len()).all(|i| !present(i));
+    let phase = match (problems.is_empty(), nothing_live) {
+        (true, _) => LivePhase::Running,
+        (false, true) => LivePhase::NotDeployed,
+        (false, false) => LivePhase::Pending,
+    };
+    BorrowedStatus {
+        phase: phase.to_string(),
+        healthy: phase == LivePhase::Running,
+        reason: summary.reason,
+        message: summary.message,
+        pods: Vec::new(),
+        upstream,
+    }
+}
+
+/// The status of `comb` while it borrows from `upstream` (reference §8.2): observe the upstream,
+/// then read the bridge's live objects (name label, as the local status reads them).
+pub async fn borrowed_status(
+    ops: &KubeOps,
+    comb: &CombInstance,
+    upstream: &dyn Upstream,
+    ctx: &UpstreamContext,
+) -> Result<BorrowedStatus> {
+    let observed = observe_upstream(comb, upstream, ctx).await;
+    let live = if observed.stop.is_some() {
+        Vec::new()
+    } else {
+        fetch_live(ops, comb.context(), &observed.bridge, |_| true).await?
+    };
+    Ok(derive_borrowed_status(&observed, &live, Timestamp::now()))
+}
+
+/// The endpoints of `comb` while it borrows from `upstream`: the redirected ones. Fails with the
+/// stop message when the upstream offers none (`... is unreachable: vendor down`).
+pub async fn borrowed_endpoints(
+    comb: &CombInstance,
+    upstream: &dyn Upstream,
+    ctx: &UpstreamContext,
+) -> Result<Vec<Endpoint>> {
+    let observed = observe_upstream(comb, upstream, ctx).await;
+    match (observed.endpoints, observed.stop) {
+        (Some(endpoints), _) => Ok(endpoints),
+        (None, Some(stop)) => Err(Error::Endpoints(stop.message)),
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -423,7 +571,7 @@ mod tests {
     use comb_api::Comb;
     use comb_upstreams::Static;
     use kube::config::Kubeconfig;
-    use serde_json::{Value, json};
+    use serde_json::json;
     use std::sync::Arc;
 
     fn env() -> BorrowEnv {
@@ -818,7 +966,8 @@ mod tests {
         let s = "upstream Kubernetes::Comb::Upstream::Static";
         let deep: Vec<String> = (0..17).map(|i| format!("l{i}")).collect();
         let cut = deep[..16].join(", ");
-        let cases: Vec<(Box<dyn Upstream>, (&str, &str, String))> = vec![
+        type Case<'a> = (Box<dyn Upstream>, (&'a str, &'a str, String));
+        let cases: Vec<Case> = vec![
             (
                 Box::new(Failing { status: true }),
                 ("Error", "UpstreamFailed", "reading the status of Test::Failing failed: vault sealed".into()),
@@ -947,5 +1096,116 @@ mod tests {
             )
         );
         assert_eq!(observed.endpoints, Some(vec![]));
+    }
+
+    #[tokio::test]
+    async fn status_while_borrowing() {
+        let db = db().await;
+        let now: Timestamp = "2026-09-26T12:00:00Z".parse().unwrap();
+        let offered = vec![
+            endpoint("postgres", 5432, Some("db.platform.svc:5432"), None),
+            endpoint("metrics", 9187, Some("db.platform.svc:9187"), None),
+        ];
+        let running = observe(&db, &Static::new(offered.clone())).await;
+        let pending = observe(&db, &Static::new(offered).with_phase("Pending")).await;
+        let live = Some(json!({"metadata": {"name": "x"}}));
+        let row = |status: BorrowedStatus| {
+            assert!(status.pods.is_empty());
+            assert_eq!(
+                status.upstream.class.as_deref(),
+                Some("Kubernetes::Comb::Upstream::Static")
+            );
+            (status.phase, status.healthy, status.reason, status.message)
+        };
+        let s = |text: &str| Some(text.to_string());
+        let cases = [
+            (
+                &running,
+                vec![live.clone(), live.clone()],
+                ("Running", true, None, None),
+            ),
+            (
+                &running,
+                vec![live.clone(), None],
+                (
+                    "Pending",
+                    false,
+                    s("ResourcesMissing"),
+                    s("Service db-metrics is missing"),
+                ),
+            ),
+            (
+                &running,
+                vec![None, None],
+                (
+                    "NotDeployed",
+                    false,
+                    s("ResourcesMissing"),
+                    s("Service db is missing; Service db-metrics is missing"),
+                ),
+            ),
+            (
+                &pending,
+                vec![live.clone(), live.clone()],
+                (
+                    "Pending",
+                    false,
+                    s("UpstreamNotRunning"),
+                    s("upstream Kubernetes::Comb::Upstream::Static is Pending"),
+                ),
+            ),
+        ];
+        for (observed, live, (phase, healthy, reason, message)) in cases {
+            assert_eq!(
+                row(derive_borrowed_status(observed, &live, now)),
+                (phase.to_string(), healthy, reason, message)
+            );
+        }
+
+        let unreachable = observe(&db, &Static::new(vec![]).with_reachable(false)).await;
+        let status = derive_borrowed_status(&unreachable, &[], now);
+        assert_eq!(
+            (
+                status.phase.as_str(),
+                status.reason.as_deref(),
+                status.message.as_deref()
+            ),
+            (
+                "Blocked",
+                Some("UpstreamUnreachable"),
+                Some("upstream Kubernetes::Comb::Upstream::Static is unreachable")
+            )
+        );
+        assert_eq!(status.upstream.reachable, Some(false));
+
+        // Nothing to bridge: only the upstream's phase counts.
+        let plain = comb(json!({"class": "Manifests"})).await;
+        let nothing = observe(&plain, &Static::new(vec![]).with_phase("Pending")).await;
+        assert_eq!(derive_borrowed_status(&nothing, &[], now).phase, "Pending");
+        let nothing = observe(&plain, &Static::new(vec![])).await;
+        assert!(derive_borrowed_status(&nothing, &[], now).healthy);
+    }
+
+    #[tokio::test]
+    async fn endpoints_while_borrowing_are_the_redirected_ones() {
+        let db = db().await;
+        let ctx = env().upstream_context(&db);
+        let upstream = Static::new(vec![
+            endpoint("postgres", 15432, Some("192.0.2.10"), None),
+            endpoint("metrics", 9187, Some("192.0.2.10:9187"), None),
+        ]);
+        let endpoints = borrowed_endpoints(&db, &upstream, &ctx).await.unwrap();
+        assert_eq!(endpoints[0].cluster(), Some("192.0.2.10:15432"));
+        assert_eq!(endpoints[0].port(), 5432);
+        let down = Static::new(vec![])
+            .with_reachable(false)
+            .with_message("vendor down");
+        assert_eq!(
+            borrowed_endpoints(&db, &down, &ctx)
+                .await
+                .unwrap_err()
+                .to_string(),
+            "upstream Kubernetes::Comb::Upstream::Static is unreachable: vendor down"
+        );
     }
 }

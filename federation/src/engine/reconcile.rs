@@ -15,12 +15,11 @@ use comb_api::{
     CONFIG_READY, CombResource, CombStatus, ConditionStatus, DEPENDENCIES_READY,
     NO_RESOURCE_RECONCILIATION,
 };
-use comb_upstreams::{Upstream, UpstreamContext};
 use futures::FutureExt;
 use futures::future::join_all;
 use jiff::Timestamp;
 
-use crate::engine::borrow::observe_upstream;
+use crate::engine::borrow::{Borrowing, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
@@ -59,11 +58,8 @@ pub trait Dependency: Send + Sync {
 pub enum UpstreamResolution {
     /// The Comb runs its service itself: the local path (5a).
     Local,
-    /// The Comb borrows its service from `upstream`, asked with `ctx`: the upstream path (5b).
-    Borrowed {
-        upstream: Arc<dyn Upstream>,
-        ctx: UpstreamContext,
-    },
+    /// The Comb borrows its service from an upstream: the upstream path (5b).
+    Borrowed(Box<Borrowing>),
     /// Resolving failed with this message: Error / `UpstreamFailed`.
     Failed(String),
 }
@@ -145,7 +141,7 @@ impl Step<'_> {
         self.dependencies(r).await?;
         self.check(r).await?;
         match upstream {
-            Some((upstream, ctx)) => self.upstream_path(r, upstream.as_ref(), &ctx).await,
+            Some(borrowing) => self.upstream_path(r, &borrowing).await,
             None => self.local_path(r).await,
         }
     }
@@ -163,12 +159,10 @@ impl Step<'_> {
     fn resolution(
         r: &mut StepRecord,
         upstream: UpstreamResolution,
-    ) -> ControlFlow<(), Option<(Arc<dyn Upstream>, UpstreamContext)>> {
+    ) -> ControlFlow<(), Option<Box<Borrowing>>> {
         match upstream {
             UpstreamResolution::Local => ControlFlow::Continue(None),
-            UpstreamResolution::Borrowed { upstream, ctx } => {
-                ControlFlow::Continue(Some((upstream, ctx)))
-            }
+            UpstreamResolution::Borrowed(borrowing) => ControlFlow::Continue(Some(borrowing)),
             UpstreamResolution::Failed(message) => {
                 r.finish(
                     "Error",
@@ -362,12 +356,8 @@ impl Step<'_> {
 
     /// Step 5b: observe the upstream, record it, replicate, then apply the bridge (in place of
     /// the local resources, which are pruned) and finish with the borrowed verdict.
-    async fn upstream_path(
-        &self,
-        r: &mut StepRecord,
-        upstream: &dyn Upstream,
-        ctx: &UpstreamContext,
-    ) -> ControlFlow<()> {
+    async fn upstream_path(&self, r: &mut StepRecord, borrowing: &Borrowing) -> ControlFlow<()> {
+        let (upstream, ctx) = (borrowing.upstream.as_ref(), &borrowing.ctx);
         let observed = observe_upstream(self.comb, upstream, ctx).await;
         r.established = Some(Established::Upstream);
         r.upstream = Some(observed.record(Timestamp::now()));
@@ -397,7 +387,12 @@ impl Step<'_> {
             }
         };
         let verdict = observed.verdict();
-        let verdict = (verdict.phase, verdict.reason, verdict.message);
+        // The message names what was copied (never the values).
+        let message = match replication_note(&replicas) {
+            Some(note) => format!("{}; {note}", verdict.message),
+            None => verdict.message,
+        };
+        let verdict = (verdict.phase, verdict.reason, message);
         self.apply(
             r,
             &observed.bridge,
