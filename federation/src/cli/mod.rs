@@ -4,13 +4,20 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod common;
 mod crd;
 mod demo;
+mod endpoints;
+mod get;
+mod output;
+mod via;
 
 /// comb: a multi-cluster layered federation controller for Kubernetes.
 #[derive(Debug, Parser)]
 #[command(name = "comb", version, about, long_about = None)]
 pub struct Cli {
+    #[command(flatten)]
+    global: common::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -21,6 +28,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Print the Comb CustomResourceDefinition as YAML.
     Crd(crd::CrdArgs),
+    /// Every Comb of every layer: phase, reason, upstream and via chain.
+    Get(get::GetArgs),
+    /// The endpoints Combs published; `-o env` writes an env file.
+    Endpoints(endpoints::EndpointsArgs),
+    /// The upstream chain of a Comb, layer by layer, with each hop's phase.
+    Via(via::ViaArgs),
 }
 
 /// Parses the command line and runs the subcommand. Exit codes: 0 success, 1 failure, 2 usage.
@@ -29,6 +42,9 @@ pub fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Crd(args) => crd::run(args),
+        Command::Get(args) => get::run(&cli.global, args),
+        Command::Endpoints(args) => endpoints::run(&cli.global, args),
+        Command::Via(args) => via::run(&cli.global, args),
     };
     match outcome {
         Ok(code) => code,

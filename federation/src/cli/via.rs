@@ -1,0 +1,569 @@
+//! `comb via REF`: the upstream chain, layer by layer, with each hop's phase.
+//!
+//! The walk follows what the Combs recorded: a hop whose status has an `upstream` borrows, and
+//! its peer is where the layer's `borrow` points (else where its `spec.upstream` points, else the
+//! layer of the recorded context). It ends at a Comb that serves the service itself, at an
+//! upstream outside the federation (a Static upstream, a context that is no layer), at a Comb
+//! that cannot be read, or at a loop.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::process::ExitCode;
+
+use comb_api::{Comb, CombRef, CombStatus, UpstreamSpec};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::output::{DataFormat, Table, list, serialize};
+use crate::config::{BorrowDecision, CombLocation, Config};
+
+#[derive(Debug, clap::Args)]
+pub struct ViaArgs {
+    /// The Comb, `[LAYER:][NAMESPACE/]NAME`.
+    #[arg(value_name = "REF")]
+    reference: String,
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    output: Option<DataFormat>,
+}
+
+/// One Comb of the chain as it recorded itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Hop {
+    /// `layer:namespace/name`.
+    pub comb: String,
+    pub layer: String,
+    pub namespace: String,
+    pub name: String,
+    pub phase: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// The recorded `status.upstream.via`: where this hop's service comes through.
+    pub via: Vec<String>,
+    /// Why the Comb could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Hop {
+    fn read(at: &CombLocation, comb: &Comb) -> Hop {
+        let status = comb.status.as_ref();
+        let ready = status.and_then(CombStatus::ready);
+        Hop {
+            phase: status.and_then(|status| status.phase.clone()),
+            reason: ready.and_then(|ready| ready.reason.clone()),
+            message: ready.and_then(|ready| ready.message.clone()),
+            via: status
+                .and_then(|status| status.upstream.as_ref())
+                .and_then(|upstream| upstream.via.clone())
+                .unwrap_or_default(),
+            ..Hop::unread(at, None)
+        }
+    }
+
+    fn unread(at: &CombLocation, error: Option<String>) -> Hop {
+        Hop {
+            comb: at.to_string(),
+            layer: at.layer.clone(),
+            namespace: at.namespace.clone(),
+            name: at.name.clone(),
+            phase: None,
+            reason: None,
+            message: None,
+            via: Vec::new(),
+            error,
+        }
+    }
+}
+
+/// How the chain ends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "end")]
+pub enum End {
+    /// The last hop serves the service itself (or has not borrowed yet).
+    Served,
+    /// The last hop borrows from something that is no Comb of a layer.
+    Outside { upstream: String },
+    /// The last hop could not be read.
+    Unreadable,
+    /// The last hop borrows from a Comb already in the chain.
+    Loop { back_to: String },
+    /// More hops than `maxUpstreamDepth` allows, without a repeated Comb.
+    TooDeep { max: usize },
+}
+
+/// The walked chain, nearest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Chain {
+    pub hops: Vec<Hop>,
+    #[serde(flatten)]
+    pub end: End,
+}
+
+impl Chain {
+    /// Whether the chain could be followed to where the service comes from.
+    pub fn complete(&self) -> bool {
+        matches!(self.end, End::Served | End::Outside { .. })
+    }
+}
+
+/// Where a recorded Comb's service comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Next {
+    Served,
+    Peer(CombLocation),
+    Outside(String),
+}
+
+/// The peer a Comb borrows from, as the configuration and its record tell it.
+pub fn next_hop(config: &Config, at: &CombLocation, comb: &Comb) -> Next {
+    let Some(upstream) = comb
+        .status
+        .as_ref()
+        .and_then(|status| status.upstream.as_ref())
+    else {
+        return Next::Served;
+    };
+    if let Some(BorrowDecision::Borrow {
+        from,
+        namespace,
+        name,
+        ..
+    }) = config
+        .layer(&at.layer)
+        .map(|layer| layer.borrow_decision(config, &at.namespace, &at.name))
+    {
+        return Next::Peer(CombLocation {
+            layer: from.name.clone(),
+            context: from.context.clone(),
+            namespace,
+            name,
+        });
+    }
+    // Not the layer's doing: the CR's own upstream (or its class's), found by the context the
+    // step recorded and the peer's namespace and name the CR may give.
+    let declared = match &comb.spec.upstream {
+        UpstreamSpec::Declared(map) => Some(map),
+        _ => None,
+    };
+    let argument = |key: &str| {
+        declared
+            .and_then(|map| map.get(key))
+            .and_then(Value::as_str)
+    };
+    let namespace = argument("namespace").unwrap_or(&at.namespace);
+    let name = argument("name").unwrap_or(&at.name);
+    let context = argument("context").or(upstream.context.as_deref());
+    let layer = match argument("layer") {
+        Some(layer) => config.layer(layer),
+        None => context.and_then(|context| {
+            config
+                .layers
+                .iter()
+                .find(|layer| layer.context == context && layer.manages(namespace))
+        }),
+    };
+    match layer {
+        Some(layer) => Next::Peer(CombLocation {
+            layer: layer.name.clone(),
+            context: layer.context.clone(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }),
+        None => {
+            let class = upstream.class.as_deref().unwrap_or("of no known class");
+            Next::Outside(match context {
+                Some(context) => format!("upstream {class} (context {context}, no layer)"),
+                None => format!("upstream {class}"),
+            })
+        }
+    }
+}
+
+/// Walks the chain from `start`, reading each hop with `read` (an error is the reason it could
+/// not be read).
+pub async fn walk<F, Fut>(config: &Config, start: CombLocation, read: F) -> Chain
+where
+    F: Fn(CombLocation) -> Fut,
+    Fut: Future<Output = Result<Comb, String>>,
+{
+    // The Combs themselves stop at maxUpstreamDepth layers of via; one more hop shows where.
+    let max = config.max_upstream_depth.get() + 1;
+    let mut hops = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut at = start;
+    loop {
+        seen.insert(at.clone());
+        let comb = match read(at.clone()).await {
+            Ok(comb) => comb,
+            Err(error) => {
+                hops.push(Hop::unread(&at, Some(error)));
+                return Chain {
+                    hops,
+                    end: End::Unreadable,
+                };
+            }
+        };
+        hops.push(Hop::read(&at, &comb));
+        let end = match next_hop(config, &at, &comb) {
+            Next::Served => End::Served,
+            Next::Outside(upstream) => End::Outside { upstream },
+            Next::Peer(peer) if seen.contains(&peer) => End::Loop {
+                back_to: peer.to_string(),
+            },
+            Next::Peer(_) if hops.len() >= max => End::TooDeep { max },
+            Next::Peer(peer) => {
+                at = peer;
+                continue;
+            }
+        };
+        return Chain { hops, end };
+    }
+}
+
+/// The chain for people: a row per hop, then how it ends.
+pub fn render(chain: &Chain) -> String {
+    let mut table = Table::new(vec!["LAYER", "COMB", "PHASE", "REASON", "VIA"]);
+    for hop in &chain.hops {
+        table.row(vec![
+            hop.layer.clone(),
+            format!("{}/{}", hop.namespace, hop.name),
+            hop.phase.clone().unwrap_or_default(),
+            hop.reason.clone().unwrap_or_default(),
+            list(&hop.via),
+        ]);
+    }
+    let mut text = table.render();
+    let Some(last) = chain.hops.last() else {
+        return text;
+    };
+    text.push_str(&match &chain.end {
+        End::Served => format!(
+            "served by {}{}\n",
+            last.comb,
+            last.phase
+                .as_deref()
+                .map(|phase| format!(" ({phase})"))
+                .unwrap_or_default()
+        ),
+        End::Outside { upstream } => format!("{} borrows from {upstream}\n", last.comb),
+        End::Unreadable => format!(
+            "{} cannot be read: {}\n",
+            last.comb,
+            last.error.as_deref().unwrap_or("unknown error")
+        ),
+        End::Loop { back_to } => format!("a loop: {} borrows from {back_to} again\n", last.comb),
+        End::TooDeep { max } => {
+            format!(
+                "stopped after {max} hops (maxUpstreamDepth + 1) at {}\n",
+                last.comb
+            )
+        }
+    });
+    text
+}
+
+pub fn run(global: &GlobalArgs, args: ViaArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let federation = Federation::open(global)?;
+        let start = federation.locate(&args.reference).await?.location;
+        let chain = walk(&federation.config, start, |at| {
+            let federation = &federation;
+            async move {
+                let reference = CombRef {
+                    layer: Some(at.layer.clone()),
+                    namespace: Some(at.namespace.clone()),
+                    name: at.name.clone(),
+                };
+                federation
+                    .config
+                    .locate(&federation.pool, &reference)
+                    .await
+                    .map(|located| located.comb)
+                    .map_err(|error| error.to_string())
+            }
+        })
+        .await;
+        print!(
+            "{}",
+            match args.output {
+                None => render(&chain),
+                Some(format) => serialize(&chain, format)?,
+            }
+        );
+        Ok(if chain.complete() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use serde_json::json;
+
+    const CONFIG: &str = "
+layers:
+  - { name: prod, context: prod, namespaces: [platform] }
+  - name: staging
+    context: staging
+    namespaces: [staging]
+    borrow: { from: prod, namespace: platform, combs: [db] }
+  - name: dev
+    context: dev
+    namespaces: [platform]
+    borrow: { from: staging, namespace: staging, combs: [nats, db] }
+";
+
+    fn config() -> Config {
+        Config::from_yaml(CONFIG, "test", None).unwrap()
+    }
+
+    fn at(layer: &str, namespace: &str, name: &str) -> CombLocation {
+        CombLocation {
+            layer: layer.into(),
+            context: layer.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A recorded Comb: phase, reason and (when borrowing) the upstream record.
+    fn comb(spec: Value, phase: &str, reason: &str, upstream: Option<Value>) -> Comb {
+        let mut status = json!({"phase": phase, "conditions": [
+            {"type": "Ready", "status": if phase == "Running" {"True"} else {"False"},
+             "reason": reason, "message": format!("{reason} message")}]});
+        if let Some(upstream) = upstream {
+            status["upstream"] = upstream;
+        }
+        Comb::from_value(json!({"metadata": {"name": "x"}, "spec": spec, "status": status}))
+            .unwrap()
+    }
+
+    fn k8s(context: &str, via: &[&str]) -> Option<Value> {
+        Some(
+            json!({"class": "K8s", "context": context, "reachable": true, "phase": "Running",
+                    "via": via}),
+        )
+    }
+
+    async fn walk_over(combs: BTreeMap<String, Comb>, start: CombLocation) -> Chain {
+        let config = config();
+        walk(&config, start, |at| {
+            let found = combs.get(&at.to_string()).cloned();
+            async move { found.ok_or_else(|| format!("{at}: no such Comb")) }
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn follows_borrowing_layer_by_layer() {
+        let class = json!({"class": "Manifests"});
+        let combs = BTreeMap::from([
+            (
+                "dev:platform/db".to_string(),
+                comb(
+                    class.clone(),
+                    "Running",
+                    "Borrowed",
+                    k8s("staging", &["staging", "prod"]),
+                ),
+            ),
+            (
+                "staging:staging/db".to_string(),
+                comb(class.clone(), "Running", "Borrowed", k8s("prod", &["prod"])),
+            ),
+            (
+                "prod:platform/db".to_string(),
+                comb(class.clone(), "Running", "Healthy", None),
+            ),
+        ]);
+        let chain = walk_over(combs, at("dev", "platform", "db")).await;
+        assert_eq!(chain.end, End::Served);
+        assert!(chain.complete());
+        let hops: Vec<(&str, &[String])> = chain
+            .hops
+            .iter()
+            .map(|hop| (hop.comb.as_str(), hop.via.as_slice()))
+            .collect();
+        assert_eq!(
+            hops,
+            [
+                (
+                    "dev:platform/db",
+                    &["staging".to_string(), "prod".to_string()][..]
+                ),
+                ("staging:staging/db", &["prod".to_string()][..]),
+                ("prod:platform/db", &[][..]),
+            ]
+        );
+        assert_eq!(
+            render(&chain),
+            "LAYER     COMB          PHASE     REASON     VIA\n\
+             dev       platform/db   Running   Borrowed   staging, prod\n\
+             staging   staging/db    Running   Borrowed   prod\n\
+             prod      platform/db   Running   Healthy    <none>\n\
+             served by prod:platform/db (Running)\n"
+        );
+        let json = serde_json::to_value(&chain).unwrap();
+        assert_eq!(json["end"], "served");
+        assert_eq!(json["hops"][0]["via"], json!(["staging", "prod"]));
+    }
+
+    #[tokio::test]
+    async fn a_comb_that_does_not_borrow_is_its_own_chain() {
+        let combs = BTreeMap::from([(
+            "staging:staging/nats".to_string(),
+            comb(json!({"class": "Manifests"}), "Running", "Healthy", None),
+        )]);
+        let chain = walk_over(combs, at("staging", "staging", "nats")).await;
+        assert_eq!(chain.hops.len(), 1);
+        assert_eq!(chain.end, End::Served);
+    }
+
+    #[tokio::test]
+    async fn the_crs_own_upstream_and_the_recorded_context() {
+        // prod's cache names its peer by layer and namespace in spec.upstream; prod's web
+        // borrows through a class-decided upstream, found by the context it recorded.
+        let combs = BTreeMap::from([
+            (
+                "prod:platform/cache".to_string(),
+                comb(
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": "staging",
+                           "namespace": "staging", "name": "redis"}}),
+                    "Pending",
+                    "UpstreamNotRunning",
+                    k8s("staging", &["staging"]),
+                ),
+            ),
+            (
+                "staging:staging/redis".to_string(),
+                comb(json!({"class": "Manifests"}), "Pending", "Deployed", None),
+            ),
+            (
+                "prod:platform/web".to_string(),
+                comb(
+                    json!({"class": "Web"}),
+                    "Running",
+                    "Borrowed",
+                    k8s("dev", &["dev"]),
+                ),
+            ),
+            (
+                "dev:platform/web".to_string(),
+                comb(json!({"class": "Web"}), "Running", "Healthy", None),
+            ),
+        ]);
+        let chain = walk_over(combs.clone(), at("prod", "platform", "cache")).await;
+        assert_eq!(chain.hops[1].comb, "staging:staging/redis");
+        assert_eq!(chain.hops[1].phase.as_deref(), Some("Pending"));
+        let chain = walk_over(combs, at("prod", "platform", "web")).await;
+        assert_eq!(chain.hops[1].comb, "dev:platform/web");
+        assert_eq!(chain.end, End::Served);
+    }
+
+    #[tokio::test]
+    async fn ends_outside_unreadable_and_in_loops() {
+        let fixed = comb(
+            json!({"class": "Manifests", "upstream": {"class": "Static", "endpoints": []}}),
+            "Running",
+            "Borrowed",
+            Some(json!({"class": "Static", "via": ["static"]})),
+        );
+        let combs = BTreeMap::from([("prod:platform/mail".to_string(), fixed)]);
+        let chain = walk_over(combs, at("prod", "platform", "mail")).await;
+        assert_eq!(
+            chain.end,
+            End::Outside {
+                upstream: "upstream Static".into()
+            }
+        );
+        assert!(render(&chain).ends_with("prod:platform/mail borrows from upstream Static\n"));
+
+        // dev's db borrows from staging, whose db is missing.
+        let combs = BTreeMap::from([(
+            "dev:platform/db".to_string(),
+            comb(
+                json!({"class": "Manifests"}),
+                "Blocked",
+                "UpstreamUnreachable",
+                k8s("staging", &["staging"]),
+            ),
+        )]);
+        let chain = walk_over(combs, at("dev", "platform", "db")).await;
+        assert_eq!(chain.end, End::Unreadable);
+        assert!(!chain.complete());
+        assert!(
+            render(&chain)
+                .ends_with("staging:staging/db cannot be read: staging:staging/db: no such Comb\n"),
+            "{}",
+            render(&chain)
+        );
+
+        // Two Combs whose CRs borrow from each other (the configuration has no say on them).
+        let pointing = |layer: &str, namespace: &str| {
+            comb(
+                json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": layer,
+                       "namespace": namespace}}),
+                "Blocked",
+                "UpstreamLoop",
+                k8s(layer, &[layer]),
+            )
+        };
+        let combs = BTreeMap::from([
+            (
+                "prod:platform/a".to_string(),
+                pointing("staging", "staging"),
+            ),
+            (
+                "staging:staging/a".to_string(),
+                pointing("prod", "platform"),
+            ),
+        ]);
+        let chain = walk_over(combs, at("prod", "platform", "a")).await;
+        assert_eq!(
+            chain.end,
+            End::Loop {
+                back_to: "prod:platform/a".into()
+            }
+        );
+        assert!(
+            render(&chain)
+                .ends_with("a loop: staging:staging/a borrows from prod:platform/a again\n")
+        );
+    }
+
+    #[tokio::test]
+    async fn stops_one_hop_after_max_upstream_depth() {
+        let config =
+            Config::from_yaml(&format!("maxUpstreamDepth: 1\n{CONFIG}"), "test", None).unwrap();
+        let borrowed = |context: &str| {
+            comb(
+                json!({"class": "Manifests"}),
+                "Running",
+                "Borrowed",
+                k8s(context, &[context]),
+            )
+        };
+        let combs = BTreeMap::from([
+            ("dev:platform/db".to_string(), borrowed("staging")),
+            ("staging:staging/db".to_string(), borrowed("prod")),
+        ]);
+        let chain = walk(&config, at("dev", "platform", "db"), |at| {
+            let found = combs.get(&at.to_string()).cloned();
+            async move { found.ok_or_else(|| format!("{at}: no such Comb")) }
+        })
+        .await;
+        assert_eq!(chain.end, End::TooDeep { max: 2 });
+        assert_eq!(chain.hops.len(), 2);
+        assert!(
+            render(&chain)
+                .ends_with("stopped after 2 hops (maxUpstreamDepth + 1) at staging:staging/db\n")
+        );
+    }
+}
