@@ -1,0 +1,532 @@
+//! Conformance of object CRUD through a real `kube::Client`: what kube-apiserver returns for
+//! creates, reads, lists, updates, patches (all four kinds), deletes and their errors.
+
+mod api_support;
+
+use api_support::{cluster, reason};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn config_map(name: &str, labels: serde_json::Value) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": labels},
+        "data": {"key": "value"}
+    }))
+    .expect("config map")
+}
+
+fn deployment(name: &str, replicas: i32, image: &str) -> Deployment {
+    serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                {"name": "app", "image": image, "env": [{"name": "A", "value": "1"}]},
+                {"name": "sidecar", "image": "envoy"}
+            ]}}
+        }
+    }))
+    .expect("deployment")
+}
+
+#[tokio::test]
+async fn create_get_list_replace_delete() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let created = api
+        .create(
+            &PostParams::default(),
+            &config_map("one", json!({"app": "a"})),
+        )
+        .await
+        .expect("created");
+    let meta = &created.metadata;
+    assert!(meta.uid.as_ref().is_some_and(|u| u.len() == 36));
+    assert!(meta.creation_timestamp.is_some());
+    let first_rv: u64 = meta
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("rv");
+
+    let (code, why, message) = reason(
+        api.create(&PostParams::default(), &config_map("one", json!({})))
+            .await
+            .expect_err("duplicate"),
+    );
+    assert_eq!(
+        (code, why.as_str(), message.as_str()),
+        (409, "AlreadyExists", r#"configmaps "one" already exists"#)
+    );
+
+    let mut fetched = api.get("one").await.expect("get");
+    assert_eq!(fetched.data, created.data);
+    fetched.data = Some([("key".to_string(), "changed".to_string())].into());
+    let replaced = api
+        .replace("one", &PostParams::default(), &fetched)
+        .await
+        .expect("replaced");
+    let second_rv: u64 = replaced
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .expect("rv");
+    assert!(second_rv > first_rv);
+
+    let list = api.list(&ListParams::default()).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+    assert!(list.metadata.resource_version.is_some());
+
+    api.delete("one", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    let (code, why, message) = reason(api.get("one").await.expect_err("gone"));
+    assert_eq!(
+        (code, why.as_str(), message.as_str()),
+        (404, "NotFound", r#"configmaps "one" not found"#)
+    );
+}
+
+#[tokio::test]
+async fn stale_resource_version_conflicts() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let created = api
+        .create(&PostParams::default(), &config_map("c", json!({})))
+        .await
+        .expect("created");
+    let mut newer = created.clone();
+    newer.data = Some([("key".to_string(), "2".to_string())].into());
+    api.replace("c", &PostParams::default(), &newer)
+        .await
+        .expect("first update");
+    let (code, why, message) = reason(
+        api.replace("c", &PostParams::default(), &created)
+            .await
+            .expect_err("stale"),
+    );
+    assert_eq!(code, 409);
+    assert_eq!(why, "Conflict");
+    assert_eq!(
+        message,
+        r#"Operation cannot be fulfilled on configmaps "c": the object has been modified; please apply your changes to the latest version and try again"#
+    );
+}
+
+#[tokio::test]
+async fn generation_counts_spec_changes_and_status_is_its_own_subresource() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let created = api
+        .create(&PostParams::default(), &deployment("web", 1, "nginx"))
+        .await
+        .expect("created");
+    assert_eq!(created.metadata.generation, Some(1));
+
+    let mut relabelled = created.clone();
+    relabelled.metadata.labels = Some([("tier".to_string(), "front".to_string())].into());
+    relabelled.status = Some(serde_json::from_value(json!({"replicas": 9})).expect("status"));
+    let relabelled = api
+        .replace("web", &PostParams::default(), &relabelled)
+        .await
+        .expect("relabelled");
+    assert_eq!(
+        relabelled.metadata.generation,
+        Some(1),
+        "metadata changes keep the generation"
+    );
+    assert!(
+        relabelled
+            .status
+            .as_ref()
+            .is_none_or(|s| s.replicas.is_none()),
+        "status ignored on the main resource"
+    );
+
+    let scaled = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("scaled");
+    assert_eq!(scaled.metadata.generation, Some(2));
+
+    let status = api
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 3, "observedGeneration": 2}, "spec": {"replicas": 7}})),
+        )
+        .await
+        .expect("status");
+    assert_eq!(status.status.as_ref().and_then(|s| s.replicas), Some(3));
+    assert_eq!(
+        status.spec.replicas,
+        Some(3),
+        "the status subresource takes only status"
+    );
+    assert_eq!(status.metadata.generation, Some(2));
+    let fetched = api.get_status("web").await.expect("get status");
+    assert_eq!(fetched.status.and_then(|s| s.observed_generation), Some(2));
+}
+
+#[tokio::test]
+async fn namespaced_objects_need_their_namespace() {
+    let (_sandbox, client) = cluster().await;
+    let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "team-a");
+    let (code, why, message) = reason(
+        missing
+            .create(&PostParams::default(), &config_map("x", json!({})))
+            .await
+            .expect_err("no namespace"),
+    );
+    assert_eq!(
+        (code, why.as_str(), message.as_str()),
+        (404, "NotFound", r#"namespaces "team-a" not found"#)
+    );
+    let namespaces: Api<Namespace> = Api::all(client);
+    for system in ["default", "kube-system", "kube-public"] {
+        namespaces
+            .get(system)
+            .await
+            .expect("system namespaces exist");
+    }
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "team-a"}})).expect("ns"),
+        )
+        .await
+        .expect("namespace");
+    missing
+        .create(&PostParams::default(), &config_map("x", json!({})))
+        .await
+        .expect("now it works");
+    let (code, why, _) = reason(
+        namespaces
+            .delete("default", &DeleteParams::default())
+            .await
+            .expect_err("protected"),
+    );
+    assert_eq!((code, why.as_str()), (403, "Forbidden"));
+}
+
+#[tokio::test]
+async fn label_and_field_selectors() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    for (name, labels) in [
+        ("a", json!({"app": "web", "tier": "front", "rank": "1"})),
+        ("b", json!({"app": "web", "tier": "back", "rank": "5"})),
+        ("c", json!({"app": "db"})),
+        ("d", json!({})),
+    ] {
+        api.create(&PostParams::default(), &config_map(name, labels))
+            .await
+            .expect("created");
+    }
+    let cases = [
+        ("app=web", vec!["a", "b"]),
+        ("app==web", vec!["a", "b"]),
+        ("app!=web", vec!["c", "d"]),
+        ("app in (web,db)", vec!["a", "b", "c"]),
+        ("app notin (web)", vec!["c", "d"]),
+        ("tier", vec!["a", "b"]),
+        ("!tier", vec!["c", "d"]),
+        ("app=web,tier=back", vec!["b"]),
+        ("rank>2", vec!["b"]),
+    ];
+    for (selector, expected) in cases {
+        let list = api
+            .list(&ListParams::default().labels(selector))
+            .await
+            .expect(selector);
+        let names: Vec<String> = list
+            .items
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        assert_eq!(names, expected, "{selector}");
+    }
+    let by_name = api
+        .list(&ListParams::default().fields("metadata.name=c"))
+        .await
+        .expect("field selector");
+    assert_eq!(by_name.items.len(), 1);
+    let (code, why, _) = reason(
+        api.list(&ListParams::default().labels("app in web"))
+            .await
+            .expect_err("bad selector"),
+    );
+    assert_eq!((code, why.as_str()), (400, "BadRequest"));
+    let (code, _, message) = reason(
+        api.list(&ListParams::default().fields("data.key=value"))
+            .await
+            .expect_err("bad field"),
+    );
+    assert_eq!(
+        (code, message.as_str()),
+        (400, "field label not supported: data.key")
+    );
+}
+
+#[tokio::test]
+async fn paging_with_limit_and_continue() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..5 {
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("cm-{i}"), json!({})),
+        )
+        .await
+        .expect("created");
+    }
+    let mut names = Vec::new();
+    let mut params = ListParams::default().limit(2);
+    let mut pages = 0;
+    loop {
+        let page = api.list(&params).await.expect("page");
+        pages += 1;
+        names.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names, ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
+}
+
+#[tokio::test]
+async fn generate_name_and_dry_run() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut template = config_map("", json!({}));
+    template.metadata.name = None;
+    template.metadata.generate_name = Some("gen-".into());
+    let generated = api
+        .create(&PostParams::default(), &template)
+        .await
+        .expect("generated");
+    let name = generated.metadata.name.clone().expect("name");
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    api.create(&dry, &config_map("dry", json!({})))
+        .await
+        .expect("dry run");
+    let (code, _, _) = reason(api.get("dry").await.expect_err("not stored"));
+    assert_eq!(code, 404);
+}
+
+#[tokio::test]
+async fn patches_of_every_kind() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    api.create(&PostParams::default(), &deployment("web", 1, "nginx:1"))
+        .await
+        .expect("created");
+
+    // Strategic merge: the container list merges by name; env merges by name.
+    let strategic = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "nginx:2", "env": [{"name": "B", "value": "2"}]}
+            ]}}}})),
+        )
+        .await
+        .expect("strategic");
+    let pod = strategic.spec.template.spec.clone().expect("pod spec");
+    assert_eq!(pod.containers.len(), 2, "the sidecar stays");
+    assert_eq!(pod.containers[0].image.as_deref(), Some("nginx:2"));
+    let env: Vec<String> = pod.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(env, ["A", "B"]);
+
+    // Strategic merge `$patch: delete` removes one container.
+    let deleted = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "sidecar", "$patch": "delete"}]}}}})),
+        )
+        .await
+        .expect("delete directive");
+    assert_eq!(
+        deleted.spec.template.spec.map(|p| p.containers.len()),
+        Some(1)
+    );
+
+    // JSON merge patch replaces lists whole.
+    let merged = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .expect("merge");
+    assert_eq!(
+        merged
+            .metadata
+            .labels
+            .and_then(|l| l.get("a").cloned())
+            .as_deref(),
+        Some("b")
+    );
+
+    // JSON patch, with a failing test operation as 422.
+    let json_patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/spec/replicas", "value": 4}
+    ]))
+    .expect("json patch");
+    let patched = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::<()>::Json(json_patch),
+        )
+        .await
+        .expect("json patch");
+    assert_eq!(patched.spec.replicas, Some(4));
+    let failing =
+        serde_json::from_value(json!([{"op": "test", "path": "/spec/replicas", "value": 1}]))
+            .expect("patch");
+    let (code, _, _) = reason(
+        api.patch("web", &PatchParams::default(), &Patch::<()>::Json(failing))
+            .await
+            .expect_err("test fails"),
+    );
+    assert_eq!(code, 422);
+}
+
+#[tokio::test]
+async fn server_side_apply_owns_fields_and_conflicts() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let config = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "ssa", "labels": {"owner": "alice"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "ssa"}},
+                 "template": {"metadata": {"labels": {"app": "ssa"}},
+                              "spec": {"containers": [{"name": "app", "image": "nginx"}]}}}
+    });
+    let created = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(config.clone()),
+        )
+        .await
+        .expect("apply creates");
+    let managers: Vec<String> = created
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert_eq!(managers, ["alice"]);
+    assert_eq!(
+        created
+            .metadata
+            .managed_fields
+            .as_ref()
+            .and_then(|m| m[0].operation.clone())
+            .as_deref(),
+        Some("Apply")
+    );
+
+    // The same apply again writes nothing.
+    let again = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(config.clone()),
+        )
+        .await
+        .expect("no-op");
+    assert_eq!(
+        again.metadata.resource_version,
+        created.metadata.resource_version
+    );
+
+    let takeover = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa"}, "spec": {"replicas": 5}});
+    let (code, why, message) = reason(
+        api.patch(
+            "ssa",
+            &PatchParams::apply("bob"),
+            &Patch::Apply(takeover.clone()),
+        )
+        .await
+        .expect_err("conflict"),
+    );
+    assert_eq!((code, why.as_str()), (409, "Conflict"));
+    assert_eq!(
+        message,
+        r#"Apply failed with 1 conflict: conflict with "alice" using apps/v1: .spec.replicas"#
+    );
+    let forced = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("bob").force(),
+            &Patch::Apply(takeover),
+        )
+        .await
+        .expect("forced");
+    assert_eq!(forced.spec.replicas, Some(5));
+
+    // Alice drops her label from her configuration: the server removes it.
+    let mut without_label = config.clone();
+    without_label["metadata"]["labels"] = json!({});
+    without_label["spec"]
+        .as_object_mut()
+        .map(|s| s.remove("replicas"));
+    let pruned = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(without_label),
+        )
+        .await
+        .expect("apply");
+    assert!(
+        !pruned
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("owner")
+    );
+    assert_eq!(pruned.spec.replicas, Some(5), "bob's field stays");
+}
+
+#[tokio::test]
+async fn invalid_objects_are_rejected_like_kube_apiserver() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (code, why, message) = reason(
+        api.create(&PostParams::default(), &config_map("Not_Valid", json!({})))
+            .await
+            .expect_err("bad name"),
+    );
+    assert_eq!((code, why.as_str()), (422, "Invalid"));
+    assert!(message.starts_with(r#"ConfigMap "Not_Valid" is invalid: metadata.name: Invalid value: "Not_Valid": a lowercase RFC 1123 subdomain"#), "{message}");
+}
