@@ -20,7 +20,7 @@ use crate::engine::class::CombInstance;
 use crate::engine::endpoints::EndpointDecl;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LivePhase, LiveStatus, PodState, Problem};
-use crate::engine::observe::fetch_live;
+use crate::engine::observe::{fetch_live, local_status};
 use crate::engine::reconcile::UpstreamResolution;
 use crate::engine::render::RenderedItem;
 use crate::engine::status::clean_message;
@@ -545,6 +545,51 @@ pub async fn borrowed_status(
         fetch_live(ops, comb.context(), &observed.bridge, |_| true).await?
     };
     Ok(derive_borrowed_status(&observed, &live, Timestamp::now()))
+}
+
+/// What the cluster shows of a Comb now (the reference's `status()`): the local live status, or
+/// the status while borrowing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum CombLiveStatus {
+    Local(LiveStatus),
+    Borrowed(BorrowedStatus),
+}
+
+impl CombLiveStatus {
+    /// Whether the Comb serves: its phase is Running. A borrowing Comb serves once its bridge
+    /// stands and the upstream runs.
+    pub fn healthy(&self) -> bool {
+        match self {
+            CombLiveStatus::Local(status) => status.healthy,
+            CombLiveStatus::Borrowed(status) => status.healthy,
+        }
+    }
+}
+
+/// The live status of `comb`: borrowed when `borrowing` names its upstream, else local.
+pub async fn live_status(
+    ops: &KubeOps,
+    comb: &CombInstance,
+    borrowing: Option<&Borrowing>,
+) -> Result<CombLiveStatus> {
+    Ok(match borrowing {
+        Some(b) => {
+            CombLiveStatus::Borrowed(borrowed_status(ops, comb, b.upstream.as_ref(), &b.ctx).await?)
+        }
+        None => CombLiveStatus::Local(local_status(ops, comb).await?),
+    })
+}
+
+/// The resolved endpoints of `comb`: redirected when `borrowing` names its upstream, else local.
+pub async fn resolved_endpoints(
+    comb: &CombInstance,
+    borrowing: Option<&Borrowing>,
+) -> Result<Vec<Endpoint>> {
+    match borrowing {
+        Some(b) => borrowed_endpoints(comb, b.upstream.as_ref(), &b.ctx).await,
+        None => comb.local_endpoints().await,
+    }
 }
 
 /// The endpoints of `comb` while it borrows from `upstream`: the redirected ones. Fails with the

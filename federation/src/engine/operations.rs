@@ -5,10 +5,10 @@ use comb_api::{CombEndpoint, CombStatus, Endpoint};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::engine::borrow::{Borrowing, CombLiveStatus, live_status, resolved_endpoints};
 use crate::engine::class::{CombContext, CombInstance};
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::live_status::LiveStatus;
-use crate::engine::observe::{list_pods, local_status, object_name};
+use crate::engine::observe::{list_pods, object_name};
 use crate::error::{Error, Result};
 
 /// The last `lines` lines of every container of the Comb's pods, formatted as the reference
@@ -222,15 +222,19 @@ pub struct Description {
     /// The resolved endpoints.
     pub endpoints: Vec<CombEndpoint>,
     /// What the cluster shows now.
-    pub status: LiveStatus,
+    pub status: CombLiveStatus,
 }
 
-/// Describes a Comb that runs locally: its identity, recorded status, resolved endpoints and
-/// live status. Fails when any part fails. (A borrowing Comb's endpoints and status come from
-/// its upstream, reference §8.2; the upstream engine describes those.)
-pub async fn describe(ops: &KubeOps, comb: &CombInstance) -> Result<Description> {
-    let endpoints = comb.local_endpoints().await?;
-    let status = local_status(ops, comb).await?;
+/// Describes a Comb: its identity, recorded status, resolved endpoints and live status; while
+/// `borrowing`, the endpoints are the redirected ones and the status is the borrowed one
+/// (reference §8.2). Fails when any part fails.
+pub async fn describe(
+    ops: &KubeOps,
+    comb: &CombInstance,
+    borrowing: Option<&Borrowing>,
+) -> Result<Description> {
+    let endpoints = resolved_endpoints(comb, borrowing).await?;
+    let status = live_status(ops, comb, borrowing).await?;
     Ok(Description {
         name: comb.name().to_string(),
         class: comb.class_name().to_string(),
@@ -243,13 +247,18 @@ pub async fn describe(ops: &KubeOps, comb: &CombInstance) -> Result<Description>
     })
 }
 
-/// The endpoint `name` of a Comb that runs locally, or an error naming the ones it has.
-pub async fn endpoint(comb: &CombInstance, name: &str) -> Result<Endpoint> {
+/// The endpoint `name` of a Comb (redirected to the upstream while `borrowing`), or an error
+/// naming the ones it has.
+pub async fn endpoint(
+    comb: &CombInstance,
+    name: &str,
+    borrowing: Option<&Borrowing>,
+) -> Result<Endpoint> {
     let class = comb.class_name();
     if name.is_empty() {
         return Err(Error::Endpoints(format!("{class}->endpoint needs a name")));
     }
-    let endpoints = comb.local_endpoints().await?;
+    let endpoints = resolved_endpoints(comb, borrowing).await?;
     pick_endpoint(class, comb.name(), endpoints, name)
 }
 
