@@ -159,6 +159,7 @@ async fn a_deployment_rolls_out_scales_and_rolls_again() {
         .iter()
         .filter_map(|p| p["status"]["podIP"].as_str())
         .collect();
+    ips.sort_unstable();
     ips.dedup();
     assert_eq!(ips.len(), 3);
 
