@@ -10,6 +10,8 @@ mod demo;
 mod endpoints;
 mod get;
 mod output;
+mod run;
+mod sandbox;
 mod via;
 
 /// comb: a multi-cluster layered federation controller for Kubernetes.
@@ -24,6 +26,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The federation controller: reconcile every Comb of every layer.
+    Run(run::RunArgs),
     /// Sandbox clusters, three layers, the example Combs and the controller, with every transition printed.
     Demo(demo::DemoArgs),
     /// Print the Comb CustomResourceDefinition as YAML.
@@ -34,17 +38,21 @@ enum Command {
     Endpoints(endpoints::EndpointsArgs),
     /// The upstream chain of a Comb, layer by layer, with each hop's phase.
     Via(via::ViaArgs),
+    /// Kubernetes API emulator clusters on 127.0.0.1 and their kubeconfig, until stopped.
+    Sandbox(sandbox::SandboxArgs),
 }
 
 /// Parses the command line and runs the subcommand. Exit codes: 0 success, 1 failure, 2 usage.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Run(args) => run::run(&cli.global, args),
         Command::Demo(args) => demo::run(args),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
         Command::Endpoints(args) => endpoints::run(&cli.global, args),
         Command::Via(args) => via::run(&cli.global, args),
+        Command::Sandbox(args) => sandbox::run(args),
     };
     match outcome {
         Ok(code) => code,

@@ -1,0 +1,230 @@
+//! `comb sandbox`: Kubernetes API emulator clusters on 127.0.0.1 for kubectl, the demo and
+//! tests (DESIGN.md §8). Writes a kubeconfig, prints `ready`, runs until SIGINT or SIGTERM.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
+use serde_json::json;
+
+use super::common::block_on;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Each cluster is a separate API server with its own objects, simulated nodes and controllers,
+and test controls under /_sandbox/ (request counts, fault injection, partitions).
+The cluster URLs and the kubeconfig path are printed, then the line `ready` once the
+kubeconfig is written; stop with Ctrl-C or SIGTERM.
+
+Example:
+  comb sandbox --clusters prod,dev --context staging=prod/staging --kubeconfig ./sandbox.kubeconfig
+  KUBECONFIG=./sandbox.kubeconfig kubectl --context dev get pods -A")]
+pub struct SandboxArgs {
+    /// Cluster names, comma-separated; each gets an API server on its own port and a context
+    /// of the same name (the first is the current context).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "sandbox",
+        value_name = "NAMES"
+    )]
+    clusters: Vec<String>,
+    /// An extra context on a cluster, with a default namespace (created if missing); repeatable.
+    #[arg(long = "context", value_name = "NAME=CLUSTER[/NAMESPACE]", value_parser = parse_context)]
+    contexts: Vec<ExtraContext>,
+    /// Serve HTTPS with a generated CA (the kubeconfig carries it) instead of plain HTTP.
+    #[arg(long)]
+    https: bool,
+    /// Where the kubeconfig is written (atomically, before `ready` is printed).
+    #[arg(long, default_value = "sandbox.kubeconfig", value_name = "PATH")]
+    kubeconfig: PathBuf,
+    /// How long a simulated Pod takes from being scheduled to Ready: `0`, `500ms`, `2s`, `1m30s`.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pod_ready_delay: Duration,
+}
+
+/// `staging=prod/staging` or `admin=prod`.
+fn parse_context(text: &str) -> Result<ExtraContext, String> {
+    let (name, target) = text.split_once('=').ok_or_else(|| {
+        format!("{text:?} is not NAME=CLUSTER[/NAMESPACE], e.g. staging=prod/staging")
+    })?;
+    let (cluster, namespace) = match target.split_once('/') {
+        Some((cluster, namespace)) => (cluster, Some(namespace)),
+        None => (target, None),
+    };
+    if name.is_empty() || cluster.is_empty() || namespace.is_some_and(str::is_empty) {
+        return Err(format!(
+            "{text:?} is not NAME=CLUSTER[/NAMESPACE]: name, cluster and a given namespace must not be empty"
+        ));
+    }
+    Ok(ExtraContext {
+        name: name.to_string(),
+        cluster: cluster.to_string(),
+        namespace: namespace.map(str::to_string),
+    })
+}
+
+/// Durations as Go writes them: one or more `<number><unit>` with units `ms`, `s`, `m`, `h`
+/// (`500ms`, `1.5s`, `1m30s`), or a bare `0`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let invalid = || format!("{text:?} is not a duration like 500ms, 2s, 1m30s or 0");
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err(invalid());
+    }
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let (number, after) = rest.split_at(number_end);
+        let unit_end = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_end);
+        let value: f64 = number.parse().map_err(|_| invalid())?;
+        let seconds = match unit {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += Duration::try_from_secs_f64(seconds).map_err(|_| invalid())?;
+        rest = next;
+    }
+    Ok(total)
+}
+
+pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    block_on(serve(args))
+}
+
+async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    let options = SandboxOptions {
+        https: args.https,
+        pod_ready_delay: args.pod_ready_delay,
+        contexts: args.contexts.clone(),
+        ..SandboxOptions::clusters(args.clusters.iter().cloned())
+    };
+    let sandbox = Sandbox::start(options)
+        .await
+        .context("starting the sandbox clusters failed")?;
+    create_context_namespaces(&sandbox, &args.contexts)?;
+    sandbox
+        .write_kubeconfig(&args.kubeconfig)
+        .with_context(|| {
+            format!(
+                "writing the kubeconfig to {} failed",
+                args.kubeconfig.display()
+            )
+        })?;
+
+    let mut out = std::io::stdout().lock();
+    for cluster in sandbox.clusters() {
+        writeln!(out, "cluster {} {}", cluster.name(), cluster.url())?;
+    }
+    let path = std::path::absolute(&args.kubeconfig).unwrap_or_else(|_| args.kubeconfig.clone());
+    writeln!(out, "kubeconfig {}", path.display())?;
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+
+    wait_for_stop_signal().await?;
+    eprintln!("comb sandbox: stopping");
+    sandbox.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The namespaces extra contexts default to exist, so the contexts are usable at once.
+fn create_context_namespaces(sandbox: &Sandbox, contexts: &[ExtraContext]) -> anyhow::Result<()> {
+    for context in contexts {
+        let Some(namespace) = &context.namespace else {
+            continue;
+        };
+        let store = sandbox.cluster(&context.cluster)?.store();
+        let namespaces = store
+            .resource_type("", "Namespace")
+            .context("the sandbox serves no namespaces")?;
+        match store.create(&namespaces, None, json!({"metadata": {"name": namespace}})) {
+            Ok(_) => {}
+            Err(error) if error.reason == "AlreadyExists" => {}
+            Err(error) => {
+                return Err(error).with_context(|| {
+                    format!(
+                        "creating namespace {namespace} for context {} failed",
+                        context.name
+                    )
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn wait_for_stop_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM failed")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("listening for SIGINT failed")?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let cases = [
+            ("0", Some(Duration::ZERO)),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("2s", Some(Duration::from_secs(2))),
+            ("1.5s", Some(Duration::from_millis(1500))),
+            ("1m30s", Some(Duration::from_secs(90))),
+            ("1h", Some(Duration::from_secs(3600))),
+            ("0s", Some(Duration::ZERO)),
+            ("", None),
+            ("2", None),
+            ("s", None),
+            ("2 s", None),
+            ("-1s", None),
+            ("3d", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_duration(text).ok(), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn contexts() {
+        let context = |name: &str, cluster: &str, namespace: Option<&str>| ExtraContext {
+            name: name.into(),
+            cluster: cluster.into(),
+            namespace: namespace.map(Into::into),
+        };
+        let cases = [
+            (
+                "staging=prod/staging",
+                Some(context("staging", "prod", Some("staging"))),
+            ),
+            ("admin=prod", Some(context("admin", "prod", None))),
+            ("staging", None),
+            ("=prod", None),
+            ("x=", None),
+            ("x=prod/", None),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_context(text).ok(), expected, "{text:?}");
+        }
+    }
+}
