@@ -236,7 +236,9 @@ impl KubeOps {
                 target.namespace.as_deref(),
             )
             .await?;
-        let object = from_value(&request, body)?;
+        let mut object = from_value(&request, body)?;
+        // A manifest copied from a live object may carry one; the server refuses it on create.
+        object.metadata.resource_version = None;
         match api.create(&PostParams::default(), &object).await {
             Ok(stored) => Ok(Created::Stored(to_value(&request, &stored)?)),
             Err(kube::Error::Api(status))

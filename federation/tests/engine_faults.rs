@@ -1,0 +1,169 @@
+//! Reconcile when the API server fails (fault injection in the sandbox): a deploy that stops
+//! half-way, status writes that fail, a status write that conflicts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod engine_support;
+
+use comb_api::{ConditionStatus, STATUS_WRITTEN};
+use engine_support::*;
+use serde_json::json;
+
+const STATUS_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats/status";
+const COMB_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats";
+
+#[tokio::test]
+async fn a_deploy_that_fails_half_way_prunes_nothing() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![
+                config_map("nats-a", json!({})),
+                config_map("nats-old", json!({})),
+            ]),
+        )
+        .await;
+    cluster.settle(&mut comb).await;
+
+    let mut comb = cluster
+        .edit(
+            &comb,
+            manifests_spec(vec![
+                config_map("nats-a", json!({"changed": "yes"})),
+                service("nats", 4222),
+                config_map("nats-b", json!({})),
+            ]),
+        )
+        .await;
+    cluster.fail(
+        "POST",
+        "/api/v1/namespaces/platform/services",
+        403,
+        1,
+        "quota exceeded",
+    );
+    let status = cluster.reconcile(&mut comb).await;
+
+    let (phase, reason, message) = verdict(&status);
+    assert_eq!((phase.as_str(), reason.as_str()), ("Error", "DeployFailed"));
+    assert_eq!(
+        message,
+        "deploy failed: ensure Service nats: Kubernetes API error (create Service): 403 Forbidden: quota exceeded"
+    );
+    // What came before the failure was applied, nothing after it, nothing pruned.
+    let a = cluster.peek("", "ConfigMap", "nats-a").unwrap();
+    assert_eq!(a["data"]["changed"], "yes");
+    assert!(cluster.peek("", "ConfigMap", "nats-b").is_none());
+    assert!(cluster.peek("", "ConfigMap", "nats-old").is_some());
+    assert_eq!(managed(&status), ["ConfigMap/nats-a", "ConfigMap/nats-old"]);
+
+    // The next step finishes the job and prunes.
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        managed(&status),
+        ["ConfigMap/nats-a", "Service/nats", "ConfigMap/nats-b"]
+    );
+    assert!(cluster.peek("", "ConfigMap", "nats-old").is_none());
+}
+
+#[tokio::test]
+async fn status_written_false_after_two_failed_writes_then_dropped() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
+        .await;
+    let settled = cluster.settle(&mut comb).await;
+
+    cluster.fail("PUT", STATUS_PATH, 500, 2, "etcd is down");
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    // Write, read the CR again, write again.
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&2));
+    assert_eq!(cluster.requests().get("get combs.comb.internal"), Some(&1));
+    let written = status.condition(STATUS_WRITTEN).expect("StatusWritten");
+    assert_eq!(
+        (
+            written.status,
+            written.reason.as_deref(),
+            written.message.as_deref()
+        ),
+        (
+            ConditionStatus::False,
+            Some("WriteFailed"),
+            Some(
+                "writing the status into the custom resource failed: Kubernetes API error (update status of Comb): \
+                 500 InternalError: etcd is down"
+            )
+        )
+    );
+    assert_eq!(verdict(&status), expect("Running", "Healthy", "healthy"));
+    // Kept in the in-memory CR; the cluster still has the last written status.
+    assert_eq!(comb.recorded_status(), Some(&status));
+    assert_eq!(cluster.cr("nats").await.status, Some(settled));
+
+    // The next successful write drops the condition.
+    let status = cluster.reconcile(&mut comb).await;
+    assert!(status.condition(STATUS_WRITTEN).is_none());
+    assert_eq!(cluster.cr("nats").await.status, Some(status));
+}
+
+#[tokio::test]
+async fn a_failed_reread_means_no_second_write() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
+        .await;
+    cluster.settle(&mut comb).await;
+
+    cluster.fail("PUT", STATUS_PATH, 500, 1, "etcd is down");
+    cluster.fail("GET", COMB_PATH, 500, 1, "the API server is shutting down");
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    let written = status.condition(STATUS_WRITTEN).expect("StatusWritten");
+    assert_eq!(
+        written.message.as_deref(),
+        Some(
+            "writing the status into the custom resource failed: Kubernetes API error (get Comb): \
+             500 InternalError: the API server is shutting down"
+        )
+    );
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&1));
+}
+
+#[tokio::test]
+async fn a_status_conflict_is_retried_on_a_fresh_read() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
+        .await;
+    cluster.settle(&mut comb).await;
+    // Someone else changes the CR: the Comb's resourceVersion is stale now.
+    cluster
+        .ops
+        .merge_patch(
+            &comb_api::CombResource {
+                api_version: "comb.internal/v1".into(),
+                kind: "Comb".into(),
+                namespace: Some(NS.into()),
+                name: "nats".into(),
+            },
+            &json!({"metadata": {"labels": {"team": "messaging"}}}),
+        )
+        .await
+        .unwrap();
+
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert!(status.condition(STATUS_WRITTEN).is_none());
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&2));
+    assert_eq!(cluster.requests().get("get combs.comb.internal"), Some(&1));
+    let cr = cluster.cr("nats").await;
+    assert_eq!(cr.status, Some(status));
+    assert_eq!(
+        comb.cr().metadata.resource_version,
+        cr.metadata.resource_version
+    );
+    assert_eq!(cr.metadata.labels.unwrap()["team"], "messaging");
+}

@@ -1,0 +1,447 @@
+//! One reconcile step against a sandbox cluster, outcome by outcome (reference §6, steps 1-4,
+//! 5a, 6): Disabled, Blocked, NeedsConfig, the local path, maintenance.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod engine_support;
+
+use std::collections::BTreeMap;
+
+use comb_api::{CONFIG_READY, ConditionStatus, DEPENDENCIES_READY};
+use engine_support::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn a_disabled_comb_makes_no_request_but_the_status_write() {
+    let cluster = Cluster::start().await;
+    let mut spec = manifests_spec(vec![deployment("nats", "nats:2"), service("nats", 4222)]);
+    spec["enabled"] = json!(false);
+    let mut comb = cluster.comb("nats", spec).await;
+    cluster.reset_requests();
+
+    let status = cluster.reconcile(&mut comb).await;
+
+    assert_eq!(
+        verdict(&status),
+        expect("Disabled", "Disabled", "spec.enabled is false")
+    );
+    assert_eq!(
+        cluster.requests(),
+        BTreeMap::from([(STATUS_WRITE.to_string(), 1)])
+    );
+    assert!(cluster.get("apps/v1", "Deployment", "nats").await.is_none());
+    // The written status is the CR's, conditions in order, nothing checked.
+    let cr = cluster.cr("nats").await;
+    assert_eq!(cr.status.as_ref(), Some(&status));
+    let types: Vec<&str> = status
+        .conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|c| c.type_.as_str())
+        .collect();
+    assert_eq!(types, ["Ready", "DependenciesReady", "ConfigReady"]);
+    assert_eq!(
+        status.condition(CONFIG_READY).unwrap().reason.as_deref(),
+        Some("NotChecked")
+    );
+    assert_eq!(status.observed_generation, cr.metadata.generation);
+    // The very first step of a local Comb publishes its own endpoints even when it stops early.
+    assert_eq!(
+        status.endpoint_list()[0].cluster.as_deref(),
+        Some("nats.platform.svc:4222")
+    );
+}
+
+#[tokio::test]
+async fn an_optional_class_without_spec_enabled_is_disabled() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "extra",
+            json!({"class": "Manifests", "config": {"optional": true}}),
+        )
+        .await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Disabled",
+            "Disabled",
+            "Manifests is optional and spec.enabled is not set"
+        )
+    );
+}
+
+#[tokio::test]
+async fn blocked_for_each_dependency_reason() {
+    let cluster = Cluster::start().await;
+    let spec = |depends_on: &[&str]| {
+        let mut spec = manifests_spec(vec![config_map("mailer", json!({"a": "b"}))]);
+        spec["dependsOn"] = json!(depends_on);
+        spec
+    };
+
+    // Dependencies but no resolver.
+    let mut comb = cluster.comb("mailer", spec(&["db", "other/cache"])).await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Blocked",
+            "NoResolver",
+            "depends on db, other/cache, but there is no resolver to find them"
+        )
+    );
+    let deps = status.condition(DEPENDENCIES_READY).unwrap();
+    assert_eq!(
+        (deps.status, deps.reason.as_deref()),
+        (ConditionStatus::False, Some("NoResolver"))
+    );
+    assert_eq!(
+        status.condition(CONFIG_READY).unwrap().reason.as_deref(),
+        Some("NotChecked")
+    );
+
+    let resolver = TableResolver(BTreeMap::from([
+        ("db".to_string(), Answer::Healthy(true)),
+        ("nats".to_string(), Answer::Healthy(false)),
+        (
+            "vault".to_string(),
+            Answer::HealthFails("vault sealed\n".into()),
+        ),
+        (
+            "ldap".to_string(),
+            Answer::LookupFails("the directory is down".into()),
+        ),
+        ("broken".to_string(), Answer::Panics),
+    ]));
+    let cases = [
+        (
+            vec!["db", "other/cache"],
+            "Blocked",
+            "DependencyNotFound",
+            "dependency other/cache not found",
+        ),
+        (
+            vec!["nats"],
+            "Blocked",
+            "DependencyNotReady",
+            "dependency nats is not healthy",
+        ),
+        (
+            vec!["vault"],
+            "Blocked",
+            "DependencyNotReady",
+            "dependency vault is not healthy: vault sealed",
+        ),
+        (
+            vec!["ldap"],
+            "Blocked",
+            "ResolverFailed",
+            "looking up ldap failed: the directory is down",
+        ),
+        (
+            vec!["gone", "nats", "ldap"],
+            "Blocked",
+            "DependencyNotFound",
+            "dependency gone not found; dependency nats is not healthy; looking up ldap failed: the directory is down",
+        ),
+        (
+            vec!["broken"],
+            "Error",
+            "DependenciesFailed",
+            "reading the dependencies failed: panicked: the resolver broke",
+        ),
+    ];
+    for (index, (depends_on, phase, reason, message)) in cases.into_iter().enumerate() {
+        let mut comb = cluster
+            .comb(&format!("mailer-{index}"), spec(&depends_on))
+            .await;
+        let status = cluster.reconcile_with(&mut comb, Some(&resolver)).await;
+        assert_eq!(
+            verdict(&status),
+            expect(phase, reason, message),
+            "{depends_on:?}"
+        );
+    }
+    // Nothing was deployed by a blocked Comb.
+    assert!(cluster.get("v1", "ConfigMap", "mailer").await.is_none());
+
+    // Healthy dependencies let the step go on.
+    let mut comb = cluster.comb("mailer-ok", spec(&["db"])).await;
+    let status = cluster.reconcile_with(&mut comb, Some(&resolver)).await;
+    let deps = status.condition(DEPENDENCIES_READY).unwrap();
+    assert_eq!(
+        (deps.status, deps.reason.as_deref(), deps.message.as_deref()),
+        (
+            ConditionStatus::True,
+            Some("Healthy"),
+            Some("all dependencies are healthy")
+        )
+    );
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 1 resource(s), not healthy yet"
+        )
+    );
+}
+
+#[tokio::test]
+async fn needs_config_until_the_prerequisites_exist() {
+    let cluster = Cluster::start().await;
+    let spec = json!({"class": "Manifests", "config": {
+        "manifests": [config_map("mailer", json!({"relay": "smtp"}))],
+        "requires": {"secrets": ["mailer-relay"], "config": ["relay_host"]}
+    }});
+    let mut comb = cluster.comb("mailer", spec).await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "NeedsConfig",
+            "MissingPrerequisites",
+            "missing: secret mailer-relay; config key relay_host"
+        )
+    );
+    let config = status.condition(CONFIG_READY).unwrap();
+    assert_eq!(
+        (config.status, config.reason.as_deref()),
+        (ConditionStatus::False, Some("MissingPrerequisites"))
+    );
+    assert!(cluster.get("v1", "ConfigMap", "mailer").await.is_none());
+
+    cluster
+        .ops
+        .ensure(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}), None)
+        .await
+        .unwrap();
+    let mut comb = cluster
+        .edit(&comb, json!({"config": {"relay_host": "smtp.example"}}))
+        .await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 1 resource(s), not healthy yet"
+        )
+    );
+    let config = status.condition(CONFIG_READY).unwrap();
+    assert_eq!(
+        (config.reason.as_deref(), config.message.as_deref()),
+        (Some("Complete"), Some("nothing missing"))
+    );
+}
+
+#[tokio::test]
+async fn a_comb_deploys_then_runs_healthy() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "nats:2"), service("nats", 4222)]),
+        )
+        .await;
+
+    let first = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&first),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 2 resource(s), not healthy yet"
+        )
+    );
+    assert_eq!(managed(&first), ["Deployment/nats", "Service/nats"]);
+    assert_eq!(
+        first.endpoint_list()[0].cluster.as_deref(),
+        Some("nats.platform.svc:4222")
+    );
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(live["metadata"]["labels"]["comb.internal/comb"], "nats");
+    assert_eq!(
+        live["spec"]["template"]["metadata"]["labels"]["comb.internal/comb-namespace"],
+        NS
+    );
+    assert!(
+        live["metadata"]["annotations"]["comb.internal/applied-digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+
+    let settled = cluster.settle(&mut comb).await;
+    assert_eq!(verdict(&settled), expect("Running", "Healthy", "healthy"));
+    assert_eq!(managed(&settled), ["Deployment/nats", "Service/nats"]);
+    // Ready became True at some step; its transition time stays while it stays True.
+    let ready_since = settled.ready().unwrap().last_transition_time.clone();
+    let again = cluster.reconcile(&mut comb).await;
+    assert_eq!(again.ready().unwrap().last_transition_time, ready_since);
+    assert_eq!(cluster.cr("nats").await.status, Some(again));
+}
+
+#[tokio::test]
+async fn a_changed_manifest_is_redeployed() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "nats:2"), service("nats", 4222)]),
+        )
+        .await;
+    cluster.settle(&mut comb).await;
+
+    let mut comb = cluster
+        .edit(
+            &comb,
+            manifests_spec(vec![deployment("nats", "nats:2.10"), service("nats", 4222)]),
+        )
+        .await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 2 resource(s), rendered differently now: Deployment nats"
+        )
+    );
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nats:2.10"
+    );
+    assert_eq!(
+        verdict(&cluster.settle(&mut comb).await),
+        expect("Running", "Healthy", "healthy")
+    );
+}
+
+#[tokio::test]
+async fn an_object_applied_without_a_digest_is_redeployed() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![config_map("nats", json!({"a": "1"}))]),
+        )
+        .await;
+    cluster.settle(&mut comb).await;
+    // Someone replaced it by hand, keeping our labels but not the digest.
+    let mut live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
+    live["metadata"]["annotations"] = json!({});
+    cluster.ops.ensure(&live, None).await.unwrap();
+
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 1 resource(s), applied without a digest: ConfigMap nats"
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_record_that_differs_from_the_manifests_is_settled() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "nats:2"), service("nats", 4222)]),
+        )
+        .await;
+    let settled = cluster.settle(&mut comb).await;
+
+    // The recorded status lost the Service and names a ConfigMap that never existed.
+    let mut cr = cluster.cr("nats").await;
+    let mut record = settled.clone();
+    record.managed_resources = Some(vec![
+        resource("apps/v1", "Deployment", "nats"),
+        resource("v1", "ConfigMap", "ghost"),
+    ]);
+    cr.status = Some(record);
+    let stored = cluster
+        .ops
+        .update_comb_status("comb.internal", &cr)
+        .await
+        .unwrap();
+    comb.adopt_cr(stored);
+
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Running",
+            "Healthy",
+            "healthy; the record differed from the manifests: applied 2 resource(s)"
+        )
+    );
+    assert_eq!(managed(&status), ["Deployment/nats", "Service/nats"]);
+    assert_eq!(
+        verdict(&cluster.reconcile(&mut comb).await),
+        expect("Running", "Healthy", "healthy")
+    );
+}
+
+#[tokio::test]
+async fn maintenance_applies_and_prunes_nothing() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![
+                deployment("nats", "nats:2"),
+                config_map("nats", json!({"a": "1"})),
+            ]),
+        )
+        .await;
+    let settled = cluster.settle(&mut comb).await;
+
+    // In maintenance the ConfigMap is dropped and the image changed: nothing happens.
+    let mut spec = manifests_spec(vec![deployment("nats", "nats:3")]);
+    spec["maintenance"] = json!("NoResourceReconciliation");
+    let mut comb = cluster.edit(&comb, spec).await;
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Maintenance",
+            "Maintenance",
+            "resources are not reconciled while in maintenance (spec.maintenance: NoResourceReconciliation); remove spec.maintenance to resume"
+        )
+    );
+    assert_eq!(
+        cluster.requests(),
+        BTreeMap::from([(STATUS_WRITE.to_string(), 1)])
+    );
+    assert!(cluster.get("v1", "ConfigMap", "nats").await.is_some());
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nats:2"
+    );
+    assert_eq!(status.managed(), settled.managed());
+    assert_eq!(status.endpoints, settled.endpoints);
+
+    // Leaving maintenance resumes: the change is applied and the ConfigMap pruned.
+    let mut comb = cluster.edit(&comb, json!({"maintenance": null})).await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 1 resource(s), rendered differently now: Deployment nats"
+        )
+    );
+    assert!(cluster.get("v1", "ConfigMap", "nats").await.is_none());
+    assert_eq!(managed(&status), ["Deployment/nats"]);
+}
