@@ -416,7 +416,10 @@ mod tests {
             .create(
                 &deploy,
                 Some("default"),
-                json!({"metadata": {"name": "web"}, "spec": {}}),
+                json!({"metadata": {"name": "web"}, "spec": {
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}),
             )
             .expect("owner");
         let owner_ref = json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
@@ -425,7 +428,10 @@ mod tests {
             .create(
                 &rs,
                 Some("default"),
-                json!({"metadata": {"name": "web-1", "ownerReferences": owner_ref}}),
+                json!({"metadata": {"name": "web-1", "ownerReferences": owner_ref}, "spec": {
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}),
             )
             .expect("dependent");
         let shutdown = CancellationToken::new();

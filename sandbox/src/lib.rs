@@ -10,6 +10,7 @@
 pub mod api_error;
 pub mod controls;
 pub mod crd;
+pub mod defaults;
 pub mod discovery;
 pub mod error;
 pub mod fieldset;
@@ -26,6 +27,7 @@ pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod sim;
+pub mod specs;
 pub mod store;
 pub mod strategy;
 pub mod table;

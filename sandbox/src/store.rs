@@ -1483,7 +1483,15 @@ mod tests {
         let s = store();
         let deploy = rt(&s, "apps", "Deployment");
         let created = s
-            .create(&deploy, Some("default"), json!({"metadata": {"name": "web"}, "spec": {"replicas": 1}, "status": {"replicas": 9}}))
+            .create(
+                &deploy,
+                Some("default"),
+                json!({"metadata": {"name": "web"}, "spec": {"replicas": 1,
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"containers": [{"name": "web", "image": "nginx"}]}}},
+                    "status": {"replicas": 9}}),
+            )
             .expect("created");
         assert_eq!(created["metadata"]["generation"], 1);
         assert!(created.get("status").is_none(), "status is reset on create");

@@ -5,8 +5,10 @@ use serde_json::{Value, json};
 
 use crate::api_error::FieldError;
 use crate::crd;
+use crate::defaults;
 use crate::resources::ResourceType;
 use crate::schema;
+use crate::specs;
 use crate::validation::validate_metadata;
 
 fn is(rt: &ResourceType, group: &str, kind: &str) -> bool {
@@ -55,6 +57,10 @@ pub fn prepare_for_create(rt: &ResourceType, object: &mut Value) {
         object["spec"] = json!({"finalizers": ["kubernetes"]});
         object["status"] = json!({"phase": "Active"});
     }
+    defaults::apply(rt, object);
+    if is(rt, "batch", "Job") {
+        defaults::generate_job_selector(object);
+    }
     if is(rt, "", "Pod") {
         object["status"] = json!({"phase": "Pending", "qosClass": qos_class(object)});
     }
@@ -77,6 +83,7 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
             }
         }
     }
+    defaults::apply(rt, new);
     // Namespace finalizers change only through the namespace controller's /finalize.
     if is(rt, "", "Namespace") {
         new["spec"] = old["spec"].clone();
@@ -117,6 +124,7 @@ pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
 pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = validate_metadata(rt, object);
     errors.extend(schema::validate(rt, object));
+    errors.extend(specs::validate(rt, object));
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
         errors.extend(crd::validate_crd(object));
         if let Some(old) = old
@@ -204,7 +212,7 @@ mod tests {
         let deploy = builtin("apps", "Deployment").expect("deployments");
         let old = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "a"}}}});
         let new = json!({"metadata": {"name": "web"}, "spec": {"selector": {"matchLabels": {"app": "b"}}}});
-        let errors = validate(&deploy, &new, Some(&old));
+        let errors = immutable_fields(&deploy, &old, &new);
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].field, "spec.selector");
     }
