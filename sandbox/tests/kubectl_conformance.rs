@@ -316,6 +316,13 @@ async fn create_get_and_label_selection() {
         .json(&["get", "pods", "-l", "app=web", "-o", "json"])
         .await;
     assert_eq!(pods["items"].as_array().map(Vec::len), Some(2));
+    let nodes = fx.ok(&["get", "nodes"]).await;
+    assert!(
+        nodes.contains("sandbox-node") && nodes.contains("Ready"),
+        "{nodes}"
+    );
+    let described = fx.ok(&["describe", "deployment", "web"]).await;
+    assert!(described.contains("NewReplicaSetAvailable"), "{described}");
     let table = fx.ok(&["get", "deployment", "web"]).await;
     assert!(table.contains("2/2"), "{table}");
 }

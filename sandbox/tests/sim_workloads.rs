@@ -562,3 +562,27 @@ async fn hundreds_of_deployments_settle() {
         .await;
     assert_eq!(cluster.list("", "Pod", None).len(), count);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_is_registered_and_ready() {
+    let cluster = Cluster::start();
+    let rt = cluster.rt("", "Node");
+    let node = cluster
+        .wait_for("the node", |c| {
+            let node = c.store.get(&rt, None, "sandbox-node").ok()?;
+            node["status"]["nodeInfo"]["kubeletVersion"]
+                .is_string()
+                .then_some(node)
+        })
+        .await;
+    assert_eq!(node["status"]["capacity"]["cpu"], "64");
+    assert_eq!(
+        node["metadata"]["labels"]["kubernetes.io/hostname"],
+        "sandbox-node"
+    );
+    let ready = condition(&node, "Ready").expect("a Ready condition");
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("True"), Some("KubeletReady"))
+    );
+}

@@ -45,6 +45,53 @@ pub fn node_labels() -> Map<String, Value> {
     labels
 }
 
+/// The Node object of the one node, as its kubelet registers it: `kubectl get nodes` shows it
+/// Ready, with the capacity the scheduler checks against.
+pub fn node(now: Timestamp) -> (Value, Value) {
+    let mut labels = node_labels();
+    labels.insert("node-role.kubernetes.io/control-plane".into(), json!(""));
+    let object = json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": NODE_NAME, "labels": labels},
+        "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
+    });
+    let capacity = json!({
+        "cpu": "64",
+        "memory": "256Gi",
+        "pods": "110",
+        "ephemeral-storage": "1Ti",
+    });
+    let at = format_time(now);
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({
+            "type": kind, "status": status, "lastHeartbeatTime": at, "lastTransitionTime": at,
+            "reason": reason, "message": message,
+        })
+    };
+    let status = json!({
+        "capacity": capacity,
+        "allocatable": capacity,
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+        ],
+        "addresses": [{"type": "InternalIP", "address": NODE_IP}, {"type": "Hostname", "address": NODE_NAME}],
+        "nodeInfo": {
+            "architecture": "amd64",
+            "operatingSystem": "linux",
+            "osImage": "Debian GNU/Linux 12 (bookworm)",
+            "kernelVersion": "6.1.0-sandbox",
+            "containerRuntimeVersion": "containerd://1.7.18",
+            "kubeletVersion": crate::discovery::GIT_VERSION,
+            "kubeProxyVersion": crate::discovery::GIT_VERSION,
+        },
+    });
+    (object, status)
+}
+
 /// What the kubelet and the scheduler do next with `pod`, and when to look at it again.
 pub fn plan(pod: &Value, now: Timestamp, config: &SimConfig, pod_ip: &str) -> Plan {
     if object::is_deleting(pod) {

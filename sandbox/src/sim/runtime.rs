@@ -36,6 +36,7 @@ pub fn spawn(store: Store, config: SimConfig, shutdown: CancellationToken) -> Jo
     let mut events = store.subscribe();
     tokio::spawn(async move {
         let mut sim = Simulation::new(store, config);
+        sim.register_node();
         sim.resync();
         loop {
             // Take every event that is already there, then work, then wait.
@@ -115,6 +116,24 @@ impl Simulation {
     fn enqueue(&mut self, key: Key) {
         if self.queued.insert(key.clone()) {
             self.queue.push_back(key);
+        }
+    }
+
+    /// Registers the node, as a kubelet does when it starts.
+    fn register_node(&self) {
+        let Some(nodes) = self.store.resource_type("", "Node") else {
+            return;
+        };
+        let (node, status) = pod::node(Timestamp::now());
+        let registered = match self.store.create(&nodes, None, node) {
+            Ok(created) => created,
+            // Registered by an earlier simulation of this store.
+            Err(_) => return,
+        };
+        let mut reported = registered;
+        reported["status"] = status;
+        if let Err(error) = self.store.update_status(&nodes, None, reported) {
+            tracing::warn!(%error, "the simulated node could not report its status");
         }
     }
 
