@@ -1,0 +1,192 @@
+//! The operations on a Comb against a sandbox cluster (reference §9): stop and restart and how
+//! reconcile answers them, logs, describe, endpoint.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod engine_support;
+
+use comb_federation::engine::operations::{describe, endpoint, logs, restart, stop};
+use engine_support::*;
+use serde_json::json;
+
+const RESTARTED_AT: &str = "comb.internal/restartedAt";
+
+fn restarted_at(deployment: &serde_json::Value) -> Option<String> {
+    deployment["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn stop_then_reconcile_redeploys() {
+    let cluster = Cluster::start().await;
+    let cron_job = json!({
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nats-backup"},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "OnFailure", "containers": [{"name": "backup", "image": "backup:1"}]}}}}}
+    });
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![
+                deployment("nats", "nats:2"),
+                service("nats", 4222),
+                cron_job,
+            ]),
+        )
+        .await;
+    cluster.settle(&mut comb).await;
+
+    let stopped = stop(&cluster.ops, comb.context()).await.unwrap();
+    assert_eq!(stopped, ["Deployment/nats", "CronJob/nats-backup"]);
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(live["spec"]["replicas"], 0);
+    let cron = cluster
+        .get("batch/v1", "CronJob", "nats-backup")
+        .await
+        .unwrap();
+    assert_eq!(cron["spec"]["suspend"], true);
+
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 3 resource(s), not healthy yet (stopped)"
+        )
+    );
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(live["spec"]["replicas"], 1);
+    let cron = cluster
+        .get("batch/v1", "CronJob", "nats-backup")
+        .await
+        .unwrap();
+    assert_ne!(cron["spec"]["suspend"], true);
+    assert_eq!(
+        verdict(&cluster.settle(&mut comb).await),
+        expect("Running", "Healthy", "healthy")
+    );
+}
+
+#[tokio::test]
+async fn a_restart_is_kept_across_a_deploy_and_triggers_none() {
+    let cluster = Cluster::start().await;
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nats-init"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "init", "image": "init:1"}]}}}
+    });
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "nats:2"), job]),
+        )
+        .await;
+    cluster.settle(&mut comb).await;
+
+    let restarted = restart(&cluster.ops, comb.context()).await.unwrap();
+    assert_eq!(restarted, ["Deployment/nats", "Job/nats-init"]);
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    let stamp = restarted_at(&live).expect("restart annotation");
+    assert!(cluster.get("batch/v1", "Job", "nats-init").await.is_none());
+
+    // The restart alone changes no digest: the next steps only bring the Job back, with the
+    // annotation kept on the Deployment.
+    let status = cluster.settle(&mut comb).await;
+    assert_eq!(verdict(&status), expect("Running", "Healthy", "healthy"));
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(restarted_at(&live).as_deref(), Some(stamp.as_str()));
+
+    // A real change deploys the new template, still carrying the restart.
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nats-init"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "init", "image": "init:1"}]}}}
+    });
+    let mut comb = cluster
+        .edit(
+            &comb,
+            manifests_spec(vec![deployment("nats", "nats:2.10"), job]),
+        )
+        .await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Pending",
+            "Deployed",
+            "applied 2 resource(s), rendered differently now: Deployment nats"
+        )
+    );
+    let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
+    assert_eq!(
+        live["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nats:2.10"
+    );
+    assert_eq!(restarted_at(&live).as_deref(), Some(stamp.as_str()));
+}
+
+#[tokio::test]
+async fn logs_of_the_pods() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb("nats", manifests_spec(vec![deployment("nats", "nats:2")]))
+        .await;
+    cluster.settle(&mut comb).await;
+    cluster
+        .wait_until("the container logged", |cluster| {
+            let pods = cluster.store.resource_type("", "Pod").unwrap();
+            cluster
+                .store
+                .list(&pods, Some(NS), Some("comb.internal/comb=nats"), None)
+                .map(|(items, _)| items.len() == 1)
+                .unwrap_or(false)
+        })
+        .await;
+    let text = logs(&cluster.ops, comb.context(), 5).await.unwrap();
+    // One pod with one container: just its text, no header.
+    assert!(!text.is_empty());
+    assert!(!text.contains("==>"), "{text}");
+    assert!(text.ends_with('\n'));
+    assert!(text.lines().count() <= 5);
+}
+
+#[tokio::test]
+async fn describe_and_endpoint() {
+    let cluster = Cluster::start().await;
+    let spec = json!({"class": "Manifests", "dependsOn": ["db"], "config": {
+        "manifests": [service("nats", 4222)],
+        "endpoints": [{"name": "client", "port": 4222}, {"name": "monitor", "port": 8222, "service": "nats-monitor"}]
+    }});
+    let mut comb = cluster.comb("nats", spec).await;
+    let resolver = TableResolver([("db".to_string(), Answer::Healthy(true))].into());
+    cluster.reconcile_with(&mut comb, Some(&resolver)).await;
+
+    let description = describe(&cluster.ops, &comb, None).await.unwrap();
+    assert_eq!(description.class, "Manifests");
+    assert_eq!(description.depends_on, ["db"]);
+    assert_eq!(description.recorded.as_ref(), comb.recorded_status());
+    assert!(description.status.healthy());
+    let clusters: Vec<_> = description
+        .endpoints
+        .iter()
+        .map(|e| e.cluster.clone().unwrap())
+        .collect();
+    assert_eq!(
+        clusters,
+        ["nats.platform.svc:4222", "nats-monitor.platform.svc:8222"]
+    );
+
+    let monitor = endpoint(&comb, "monitor", None).await.unwrap();
+    assert_eq!(monitor.cluster(), Some("nats-monitor.platform.svc:8222"));
+    let missing = endpoint(&comb, "web", None).await.unwrap_err();
+    assert_eq!(
+        missing.to_string(),
+        "Manifests->endpoint: nats has no endpoint web (it has: client, monitor)"
+    );
+    assert_eq!(
+        endpoint(&comb, "", None).await.unwrap_err().to_string(),
+        "Manifests->endpoint needs a name"
+    );
+}
