@@ -2,5 +2,6 @@
 
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod engine;
 pub mod error;

@@ -190,3 +190,43 @@ async fn describe_and_endpoint() {
         "Manifests->endpoint needs a name"
     );
 }
+
+#[tokio::test]
+async fn logs_of_a_crash_looping_container_are_its_previous_instance() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "example/crashloop:1")]),
+        )
+        .await;
+    cluster.reconcile(&mut comb).await;
+    cluster
+        .wait_until("the container crash-loops", |cluster| {
+            let pods = cluster.store.resource_type("", "Pod").unwrap();
+            let Ok((items, _)) =
+                cluster
+                    .store
+                    .list(&pods, Some(NS), Some("comb.internal/comb=nats"), None)
+            else {
+                return false;
+            };
+            items.iter().any(|pod| {
+                pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                    == "CrashLoopBackOff"
+            })
+        })
+        .await;
+
+    let status = cluster.reconcile(&mut comb).await;
+    let (phase, _, message) = verdict(&status);
+    assert_eq!(phase, "Pending");
+    assert!(message.contains("CrashLoopBackOff"), "{message}");
+
+    let text = logs(&cluster.ops, comb.context(), 10).await.unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.starts_with("==> nats-") && header.ends_with(" (previous) <=="),
+        "{text}"
+    );
+}

@@ -4,12 +4,15 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::engine::class::ClassRegistry;
+
 mod common;
 mod crd;
 mod demo;
 mod endpoints;
 mod get;
 mod output;
+mod run;
 mod sandbox;
 mod via;
 
@@ -25,6 +28,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The federation controller: reconcile every Comb of every layer.
+    Run(run::RunArgs),
     /// Sandbox clusters, three layers, the example Combs and the controller, with every transition printed.
     Demo(demo::DemoArgs),
     /// Print the Comb CustomResourceDefinition as YAML.
@@ -43,6 +48,7 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
+        Command::Run(args) => run::run(&cli.global, &ClassRegistry::with_builtins(), args),
         Command::Demo(args) => demo::run(args),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),

@@ -14,7 +14,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use comb_api::{Comb, CombRef, LabelKeys};
+use comb_api::{Comb, CombRef, LabelKeys, UpstreamSpec};
 use comb_kubeconfigs::ClientPool;
 use kube::Api;
 use serde_json::{Map, Value, json};
@@ -26,6 +26,7 @@ pub use validate::{
     KubeContext, Problem, check_contexts,
 };
 
+use crate::engine::borrow::{BorrowEnv, Controlling};
 use crate::engine::class::Settings;
 use crate::error::{Error, Result};
 
@@ -237,6 +238,35 @@ impl Config {
                 .as_ref()
                 .is_some_and(|borrow| borrow.from == name)
         })
+    }
+
+    /// The controlling code's answer about the upstream of Comb `namespace/name` in `layer`
+    /// (reference §5.1, the first source): borrow from the peer, run locally, or no say.
+    pub fn controlling(&self, layer: &Layer, namespace: &str, name: &str) -> Controlling {
+        let decision = layer.borrow_decision(self, namespace, name);
+        match decision.upstream_spec() {
+            Some(Some(spec)) => Controlling::new(
+                format!("the borrow of layer {}", layer.name),
+                UpstreamSpec::Declared(spec),
+            ),
+            Some(None) => Controlling::new(
+                format!("borrow.local of layer {}", layer.name),
+                UpstreamSpec::Local,
+            ),
+            None => Controlling::none(),
+        }
+    }
+
+    /// What the engine needs to borrow for the Combs of `layer`: the pool, the layer's context,
+    /// every layer's context by name, and the built-in upstream classes.
+    pub fn borrow_env(&self, pool: &ClientPool, layer: &Layer) -> BorrowEnv {
+        let mut env = BorrowEnv::new(pool.clone(), layer.context.clone());
+        env.layers = self
+            .layers
+            .iter()
+            .map(|layer| (layer.name.clone(), layer.context.clone()))
+            .collect();
+        env
     }
 
     /// The label and annotation keys of `labelPrefix`.

@@ -277,6 +277,21 @@ fn borrow_decisions() {
                "replicate": [{"kind": "Secret", "name": "db-credentials"}]})
     );
     assert_eq!(BorrowDecision::Local.upstream_spec(), Some(None));
+    let controlling = config.controlling(staging, "staging", "api");
+    assert_eq!(controlling.source, "borrow.local of layer staging");
+    assert_eq!(controlling.answer, comb_api::UpstreamSpec::Local);
+    let controlling = config.controlling(dev, "team", "db");
+    assert_eq!(controlling.source, "the borrow of layer dev");
+    assert!(matches!(
+        controlling.answer,
+        comb_api::UpstreamSpec::Declared(_)
+    ));
+    assert!(
+        !config
+            .controlling(config.layer("prod").unwrap(), "platform", "db")
+            .answer
+            .is_present()
+    );
     assert_eq!(BorrowDecision::NoSay.upstream_spec(), None);
     assert!(staging.stubs_comb("staging", "mailer"));
     assert!(!staging.stubs_comb("staging", "db"));

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use comb_api::{Comb, CombResource, CombSpec, CombStatus, DEFAULT_GROUP};
-use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
+use comb_federation::engine::class::{ClassRegistry, CombClass, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{
     Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
@@ -76,6 +76,24 @@ impl Cluster {
             registry: ClassRegistry::with_builtins(),
             settings: Settings::default(),
         }
+    }
+
+    /// Registers another class (one instance shared by every Comb of it).
+    pub fn register(&mut self, class: Arc<dyn CombClass>) {
+        self.registry.register_shared(class);
+    }
+
+    /// One step with the given answer of step 1.
+    pub async fn reconcile_upstream(
+        &self,
+        comb: &mut CombInstance,
+        upstream: UpstreamResolution,
+    ) -> CombStatus {
+        let env = StepEnv {
+            ops: &self.ops,
+            resolver: None,
+        };
+        reconcile(comb, env, upstream).await
     }
 
     fn combs(&self) -> Api<Comb> {

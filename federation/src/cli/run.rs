@@ -1,0 +1,145 @@
+//! `comb run`: the federation controller (DESIGN.md §6).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::common::{GlobalArgs, block_on};
+use crate::config::{Config, duration_arg};
+use crate::controller::{
+    Controller, ControllerOptions, LeaderElection, OnceOptions, RunOutcome, default_identity,
+};
+use crate::engine::class::ClassRegistry;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Run until every Comb is settled, then exit: 1 when any Comb ended in Error or the
+    /// timeout hit, else 0.
+    #[arg(long)]
+    once: bool,
+    /// With --once: how long a Pending Comb's status must stay unchanged to count as settled.
+    #[arg(long, value_parser = duration_arg, default_value = "10s", requires = "once")]
+    settle: Duration,
+    /// With --once: the longest the run may take.
+    #[arg(long, value_parser = duration_arg, default_value = "300s", requires = "once")]
+    timeout: Duration,
+    /// Serve /metrics, /healthz, /readyz and /debug/queue on this address (e.g. 127.0.0.1:9090).
+    #[arg(long, value_name = "ADDRESS")]
+    admin_address: Option<SocketAddr>,
+    /// Reconcile only while holding the Lease `<managedBy>-controller` in $POD_NAMESPACE
+    /// (else `default`) of the first layer's cluster.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Combs stepped at once in each layer.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    workers: usize,
+    /// Log lines as JSON objects instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+pub fn run(
+    global: &GlobalArgs,
+    registry: &ClassRegistry,
+    args: RunArgs,
+) -> anyhow::Result<ExitCode> {
+    init_logging(args.log_json);
+    let config = Config::load(&global.config)?;
+    block_on(async move {
+        let options = options(&args, &config);
+        let controller = Controller::new(config, registry.clone(), options).await?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn(stop_on_signal(shutdown.clone()));
+        let outcome = controller.run(shutdown).await?;
+        if args.once {
+            print_outcome(&outcome);
+        }
+        Ok(ExitCode::from(if args.once {
+            outcome.exit_code()
+        } else {
+            0
+        }))
+    })
+}
+
+fn options(args: &RunArgs, config: &Config) -> ControllerOptions {
+    let identity = default_identity();
+    ControllerOptions {
+        workers_per_layer: args.workers,
+        admin_address: args.admin_address,
+        leader_election: args.leader_elect.then(|| {
+            let namespace =
+                std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".to_string());
+            LeaderElection::new(&namespace, &config.managed_by, &identity)
+        }),
+        once: args.once.then_some(OnceOptions {
+            settle: args.settle,
+            timeout: args.timeout,
+        }),
+        identity,
+        ..ControllerOptions::default()
+    }
+}
+
+/// Logs go to stderr (stdout carries `--once`'s summary), filtered by `RUST_LOG` (default
+/// `info`).
+fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A subscriber set before (a test, an embedding program) stays.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM; running steps finish, then `run` returns.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        () = terminate => {}
+    }
+    tracing::info!("signal received: stopping");
+    shutdown.cancel();
+}
+
+/// One line per Comb: `layer:namespace/name phase (reason): message`.
+fn print_outcome(outcome: &RunOutcome) {
+    for comb in &outcome.combs {
+        let mut line = format!(
+            "{}:{}/{} {}",
+            comb.layer,
+            comb.namespace,
+            comb.name,
+            comb.phase.as_deref().unwrap_or("(no status)")
+        );
+        if let Some(reason) = &comb.reason {
+            line.push_str(&format!(" ({reason})"));
+        }
+        if let Some(message) = comb.message.as_deref().filter(|m| !m.is_empty()) {
+            line.push_str(&format!(": {message}"));
+        }
+        println!("{line}");
+    }
+    if outcome.timed_out {
+        println!("timed out before every Comb settled");
+    }
+}

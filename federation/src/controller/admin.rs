@@ -1,0 +1,70 @@
+//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz`, `/debug/queue`, `/debug/layers`.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::ControllerHandle;
+
+/// The admin routes over the controller's state.
+pub fn router(handle: ControllerHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/debug/queue", get(queue))
+        .route("/debug/layers", get(layers))
+        .with_state(handle)
+}
+
+/// Serves the admin routes on `listener` until `shutdown`.
+pub async fn serve(listener: TcpListener, handle: ControllerHandle, shutdown: CancellationToken) {
+    let address = listener
+        .local_addr()
+        .map(|address| address.to_string())
+        .unwrap_or_default();
+    tracing::info!(%address, "admin server listening (/metrics, /healthz, /readyz, /debug/queue)");
+    let served = axum::serve(listener, router(handle))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+    if let Err(error) = served {
+        tracing::error!(%error, "the admin server stopped");
+    }
+}
+
+async fn metrics(State(handle): State<ControllerHandle>) -> Response {
+    match handle.metrics_text() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(handle): State<ControllerHandle>) -> Response {
+    match handle.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()).into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
+}
+
+async fn queue(State(handle): State<ControllerHandle>) -> Response {
+    axum::Json(handle.queue()).into_response()
+}
+
+async fn layers(State(handle): State<ControllerHandle>) -> Response {
+    axum::Json(handle.layers()).into_response()
+}

@@ -1,0 +1,394 @@
+//! Cleanup when a Comb CR is deleted (DESIGN.md §6, Deckhouse semantics): delete what the Comb
+//! recorded in `managedResources` and the objects of its `spec.orphanResources` kinds, but only
+//! namespaced objects that still carry its labels and are not marked keep. Everything deleted,
+//! kept or skipped is logged with the word `orphan`, so that `grep orphan` finds it.
+
+use std::collections::BTreeMap;
+
+use comb_api::{Comb, CombResource, LabelKeys, OrphanResource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::engine::kube_ops::KubeOps;
+
+/// The annotation value of `helm.sh/resource-policy` that keeps an object.
+const HELM_KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
+
+/// `<group>/deletion-policy`: with `Orphan`, deleting the Comb leaves everything in place.
+pub fn deletion_policy_annotation(group: &str) -> String {
+    format!("{group}/deletion-policy")
+}
+
+/// Whether the CR asks to leave its resources in place.
+pub fn orphans_everything(comb: &Comb, group: &str) -> bool {
+    comb.metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(&deletion_policy_annotation(group)))
+        .is_some_and(|policy| policy == "Orphan")
+}
+
+/// What cleanup does with one live object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Delete,
+    /// Marked keep (`<prefix>keep: "true"` or `helm.sh/resource-policy: keep`).
+    Keep,
+    /// Not ours (any more), or already going.
+    Skip(String),
+}
+
+/// The verdict on `object` for the Comb `namespace/name`.
+pub fn verdict(object: &Value, keys: &LabelKeys, namespace: &str, name: &str) -> Verdict {
+    let metadata = &object["metadata"];
+    let label = |key: &str| metadata["labels"][key].as_str();
+    if label(keys.name_label()) != Some(name) || label(keys.namespace_label()) != Some(namespace) {
+        return Verdict::Skip(format!(
+            "it no longer carries {}",
+            keys.label_selector(name, namespace)
+        ));
+    }
+    let annotation = |key: &str| metadata["annotations"][key].as_str();
+    if annotation(keys.keep_annotation()) == Some("true")
+        || annotation(HELM_KEEP.0) == Some(HELM_KEEP.1)
+    {
+        return Verdict::Keep;
+    }
+    if !metadata["deletionTimestamp"].is_null() {
+        return Verdict::Skip("it is being deleted already".to_string());
+    }
+    Verdict::Delete
+}
+
+/// What a cleanup did, object by object (`Kind name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanupReport {
+    pub deleted: Vec<String>,
+    pub kept: Vec<String>,
+    /// Requests that failed; the cleanup is retried while there are any.
+    pub failures: Vec<String>,
+}
+
+impl CleanupReport {
+    /// `deleted N object(s), kept M (...)`, for the Event and the log.
+    pub fn summary(&self) -> String {
+        let mut text = format!("deleted {} object(s)", self.deleted.len());
+        if !self.kept.is_empty() {
+            text.push_str(&format!(", kept {}", self.kept.join(", ")));
+        }
+        if !self.failures.is_empty() {
+            text.push_str(&format!("; failed: {}", self.failures.join("; ")));
+        }
+        text
+    }
+}
+
+/// Deletes what Comb `comb` leaves behind in its namespace. Never fails: failures are in the
+/// report, and the caller retries until there are none.
+pub async fn cleanup(ops: &KubeOps, comb: &Comb, keys: &LabelKeys) -> CleanupReport {
+    let mut report = CleanupReport::default();
+    let (Some(namespace), Some(name)) = (
+        comb.metadata.namespace.as_deref(),
+        comb.metadata.name.as_deref(),
+    ) else {
+        return report;
+    };
+    let recorded = comb
+        .status
+        .as_ref()
+        .map(|status| status.managed().to_vec())
+        .unwrap_or_default();
+    for resource in &recorded {
+        cleanup_recorded(ops, resource, keys, namespace, name, &mut report).await;
+    }
+    for orphan in comb.spec.orphan_resources.as_deref().unwrap_or_default() {
+        cleanup_kind(ops, orphan, keys, namespace, name, &mut report).await;
+    }
+    report
+}
+
+async fn cleanup_recorded(
+    ops: &KubeOps,
+    resource: &CombResource,
+    keys: &LabelKeys,
+    namespace: &str,
+    name: &str,
+    report: &mut CleanupReport,
+) {
+    let what = format!("{} {}", resource.kind, resource.name);
+    let Some(object_namespace) = resource.namespace.as_deref() else {
+        info!(object = %what, "orphan: left {what} in place: cluster-scoped, never deleted");
+        return;
+    };
+    match ops
+        .resource_type(&resource.api_version, &resource.kind)
+        .await
+    {
+        Ok(kind) if !kind.namespaced => {
+            info!(object = %what, "orphan: left {what} in place: cluster-scoped, never deleted");
+            return;
+        }
+        Ok(_) => {}
+        Err(error) => {
+            report.failures.push(format!("looking up {what}: {error}"));
+            return;
+        }
+    }
+    let live = match ops.get_opt(resource).await {
+        Ok(Some(live)) => live,
+        Ok(None) => return,
+        Err(error) => {
+            report.failures.push(format!("reading {what}: {error}"));
+            return;
+        }
+    };
+    let target = CombResource {
+        namespace: Some(object_namespace.to_string()),
+        ..resource.clone()
+    };
+    act_on(ops, &target, &live, keys, namespace, name, report).await;
+}
+
+async fn act_on(
+    ops: &KubeOps,
+    target: &CombResource,
+    live: &Value,
+    keys: &LabelKeys,
+    namespace: &str,
+    name: &str,
+    report: &mut CleanupReport,
+) {
+    let what = format!("{} {}", target.kind, target.name);
+    match verdict(live, keys, namespace, name) {
+        Verdict::Delete => match ops.delete(target).await {
+            Ok(()) => {
+                info!(object = %what, "orphan: deleted {what}");
+                report.deleted.push(what);
+            }
+            Err(error) => report.failures.push(format!("deleting {what}: {error}")),
+        },
+        Verdict::Keep => {
+            info!(object = %what, "orphan: kept {what}: annotated keep");
+            report.kept.push(what);
+        }
+        Verdict::Skip(why) => info!(object = %what, "orphan: left {what} alone: {why}"),
+    }
+}
+
+/// The objects of one `spec.orphanResources` kind that carry the Comb's labels.
+async fn cleanup_kind(
+    ops: &KubeOps,
+    orphan: &OrphanResource,
+    keys: &LabelKeys,
+    namespace: &str,
+    name: &str,
+    report: &mut CleanupReport,
+) {
+    let served = match served_versions(ops, orphan).await {
+        Ok(served) => served,
+        Err(error) => {
+            report.failures.push(error);
+            return;
+        }
+    };
+    if served.is_empty() {
+        warn!(
+            kind = %orphan.kind,
+            version = %orphan.version,
+            "orphan: skipped kind {} {}: the cluster serves no such kind",
+            orphan.version,
+            orphan.kind
+        );
+    }
+    for (api_version, namespaced) in served {
+        if !namespaced {
+            warn!(
+                kind = %orphan.kind,
+                "orphan: skipped kind {api_version} {}: cluster-scoped, never deleted",
+                orphan.kind
+            );
+            continue;
+        }
+        let selector = keys.label_selector(name, namespace);
+        let objects = match ops
+            .list(&api_version, &orphan.kind, Some(namespace), &selector)
+            .await
+        {
+            Ok(objects) => objects,
+            Err(error) => {
+                report
+                    .failures
+                    .push(format!("listing {api_version} {}: {error}", orphan.kind));
+                continue;
+            }
+        };
+        for object in objects {
+            let Some(object_name) = object["metadata"]["name"].as_str() else {
+                continue;
+            };
+            let target = CombResource {
+                api_version: api_version.clone(),
+                kind: orphan.kind.clone(),
+                namespace: Some(namespace.to_string()),
+                name: object_name.to_string(),
+            };
+            act_on(ops, &target, &object, keys, namespace, name, report).await;
+        }
+    }
+}
+
+/// The apiVersions serving `orphan.kind` and whether it is namespaced there. `group/version`
+/// names one group; a bare version means every group serving the kind in that version.
+async fn served_versions(
+    ops: &KubeOps,
+    orphan: &OrphanResource,
+) -> Result<Vec<(String, bool)>, String> {
+    let client = ops.client();
+    let failed = |what: &str, error: kube::Error| format!("discovering {what}: {error}");
+    let mut lists: BTreeMap<String, APIResourceList> = BTreeMap::new();
+    if orphan.version.contains('/') {
+        match client.list_api_group_resources(&orphan.version).await {
+            Ok(list) => {
+                lists.insert(orphan.version.clone(), list);
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(failed(&orphan.version, error)),
+        }
+    } else {
+        let core = client
+            .list_core_api_versions()
+            .await
+            .map_err(|error| failed("/api", error))?;
+        if core.versions.contains(&orphan.version) {
+            let list = client
+                .list_core_api_resources(&orphan.version)
+                .await
+                .map_err(|error| failed(&format!("/api/{}", orphan.version), error))?;
+            lists.insert(orphan.version.clone(), list);
+        }
+        let groups = client
+            .list_api_groups()
+            .await
+            .map_err(|error| failed("/apis", error))?;
+        for group in groups.groups {
+            if !group.versions.iter().any(|v| v.version == orphan.version) {
+                continue;
+            }
+            let api_version = format!("{}/{}", group.name, orphan.version);
+            let list = client
+                .list_api_group_resources(&api_version)
+                .await
+                .map_err(|error| failed(&api_version, error))?;
+            lists.insert(api_version, list);
+        }
+    }
+    Ok(lists
+        .into_iter()
+        .filter_map(|(api_version, list)| {
+            list.resources
+                .iter()
+                .find(|resource| resource.kind == orphan.kind && !resource.name.contains('/'))
+                .map(|resource| (api_version, resource.namespaced))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use comb_api::CombSpec;
+    use serde_json::json;
+
+    #[test]
+    fn verdicts() {
+        let keys = LabelKeys::default();
+        let object = |labels: Value, annotations: Value, deleting: bool| {
+            let mut object =
+                json!({"metadata": {"name": "x", "labels": labels, "annotations": annotations}});
+            if deleting {
+                object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            object
+        };
+        let ours = json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "platform"});
+        let cases = [
+            (object(ours.clone(), json!({}), false), Verdict::Delete),
+            (
+                object(ours.clone(), json!({"comb.internal/keep": "true"}), false),
+                Verdict::Keep,
+            ),
+            (
+                object(ours.clone(), json!({"comb.internal/keep": "false"}), false),
+                Verdict::Delete,
+            ),
+            (
+                object(ours.clone(), json!({"helm.sh/resource-policy": "keep"}), false),
+                Verdict::Keep,
+            ),
+            (
+                object(ours.clone(), json!({}), true),
+                Verdict::Skip("it is being deleted already".into()),
+            ),
+            (
+                object(
+                    json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "other"}),
+                    json!({}),
+                    false,
+                ),
+                Verdict::Skip(
+                    "it no longer carries comb.internal/comb=db,comb.internal/comb-namespace=platform"
+                        .into(),
+                ),
+            ),
+            (
+                object(json!(null), json!(null), false),
+                Verdict::Skip(
+                    "it no longer carries comb.internal/comb=db,comb.internal/comb-namespace=platform"
+                        .into(),
+                ),
+            ),
+        ];
+        for (object, expected) in cases {
+            assert_eq!(
+                verdict(&object, &keys, "platform", "db"),
+                expected,
+                "{object}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_orphan_policy() {
+        let mut comb = Comb::new(
+            "comb.internal",
+            "platform",
+            "db",
+            CombSpec::of_class("Manifests"),
+        );
+        assert!(!orphans_everything(&comb, "comb.internal"));
+        comb.metadata.annotations = Some(
+            [(
+                "comb.internal/deletion-policy".to_string(),
+                "Orphan".to_string(),
+            )]
+            .into(),
+        );
+        assert!(orphans_everything(&comb, "comb.internal"));
+        assert!(!orphans_everything(&comb, "example.com"));
+    }
+
+    #[test]
+    fn summaries() {
+        let report = CleanupReport {
+            deleted: vec!["Deployment db".into(), "Service db".into()],
+            kept: vec!["PersistentVolumeClaim data-db-0".into()],
+            failures: vec![],
+        };
+        assert_eq!(
+            report.summary(),
+            "deleted 2 object(s), kept PersistentVolumeClaim data-db-0"
+        );
+    }
+}

@@ -1,0 +1,347 @@
+//! The dependencies between the Combs of one layer: who to wake when a Comb changes status, and
+//! the cycles that keep Combs Blocked for good.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::queue::CombKey;
+
+/// The Comb a `dependsOn` entry names inside a layer: `name` in the Comb's own namespace,
+/// `ns/name` in `ns`. `None` for an entry that cannot name a Comb (the step reports it).
+pub fn dependency_key(reference: &str, namespace: &str) -> Option<CombKey> {
+    let (ns, name) = match reference.split_once('/') {
+        Some((ns, name)) => (ns, name),
+        None => (namespace, reference),
+    };
+    (!ns.is_empty() && !name.is_empty() && !name.contains('/')).then(|| CombKey::new(ns, name))
+}
+
+/// Edges from each Comb to the Combs it depends on.
+#[derive(Debug, Default)]
+pub struct DependencyGraph {
+    edges: BTreeMap<CombKey, BTreeSet<CombKey>>,
+}
+
+impl DependencyGraph {
+    /// Records the dependencies of `key`; returns whether they changed.
+    pub fn set(&mut self, key: &CombKey, dependencies: BTreeSet<CombKey>) -> bool {
+        if self.edges.get(key) == Some(&dependencies) {
+            return false;
+        }
+        if dependencies.is_empty() {
+            return self.edges.remove(key).is_some();
+        }
+        self.edges.insert(key.clone(), dependencies);
+        true
+    }
+
+    /// Forgets `key` (its CR is gone); returns whether it had dependencies.
+    pub fn remove(&mut self, key: &CombKey) -> bool {
+        self.edges.remove(key).is_some()
+    }
+
+    /// The Combs that depend on `key`.
+    pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
+        self.edges
+            .iter()
+            .filter(|(_, dependencies)| dependencies.contains(key))
+            .map(|(dependent, _)| dependent.clone())
+            .collect()
+    }
+
+    /// Every cycle, one per strongly connected component, each as a path that starts and ends
+    /// at its smallest Comb (`a -> b -> a`), sorted.
+    pub fn cycles(&self) -> Vec<Vec<CombKey>> {
+        let mut cycles: Vec<Vec<CombKey>> = self
+            .components()
+            .into_iter()
+            .filter_map(|component| self.cycle_through(&component))
+            .collect();
+        cycles.sort();
+        cycles
+    }
+
+    /// Strongly connected components (Tarjan), iteratively so that long chains cannot overflow
+    /// the stack.
+    fn components(&self) -> Vec<BTreeSet<CombKey>> {
+        struct Node {
+            index: usize,
+            low: usize,
+            on_stack: bool,
+        }
+        let mut nodes: BTreeMap<&CombKey, Node> = BTreeMap::new();
+        let mut stack: Vec<&CombKey> = Vec::new();
+        let mut components = Vec::new();
+        let mut counter = 0;
+        let successors = |key: &CombKey| -> Vec<&CombKey> {
+            self.edges
+                .get(key)
+                .map(|deps| deps.iter().collect())
+                .unwrap_or_default()
+        };
+        for root in self.edges.keys() {
+            if nodes.contains_key(root) {
+                continue;
+            }
+            // (node, next successor to visit)
+            let mut work: Vec<(&CombKey, usize)> = vec![(root, 0)];
+            while let Some((node, next)) = work.pop() {
+                if next == 0 {
+                    nodes.insert(
+                        node,
+                        Node {
+                            index: counter,
+                            low: counter,
+                            on_stack: true,
+                        },
+                    );
+                    counter += 1;
+                    stack.push(node);
+                }
+                let succ = successors(node);
+                if let Some(child) = succ.get(next) {
+                    work.push((node, next + 1));
+                    match nodes.get(child) {
+                        None => work.push((child, 0)),
+                        Some(seen) if seen.on_stack => {
+                            let child_index = seen.index;
+                            if let Some(entry) = nodes.get_mut(node) {
+                                entry.low = entry.low.min(child_index);
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                    continue;
+                }
+                // All successors done: fold the low link into the parent, maybe emit.
+                let (index, low) = nodes.get(node).map_or((0, 0), |n| (n.index, n.low));
+                if let Some((parent, _)) = work.last()
+                    && let Some(entry) = nodes.get_mut(*parent)
+                {
+                    entry.low = entry.low.min(low);
+                }
+                if index == low {
+                    let mut component = BTreeSet::new();
+                    while let Some(member) = stack.pop() {
+                        if let Some(entry) = nodes.get_mut(member) {
+                            entry.on_stack = false;
+                        }
+                        component.insert(member.clone());
+                        if member == node {
+                            break;
+                        }
+                    }
+                    components.push(component);
+                }
+            }
+        }
+        components
+    }
+
+    /// A cycle inside `component` from its smallest member back to it, if there is one (a
+    /// single Comb is a cycle only when it depends on itself).
+    fn cycle_through(&self, component: &BTreeSet<CombKey>) -> Option<Vec<CombKey>> {
+        let start = component.first()?;
+        // Breadth-first within the component for the shortest way back to `start`.
+        let mut previous: BTreeMap<&CombKey, &CombKey> = BTreeMap::new();
+        let mut frontier = vec![start];
+        while !frontier.is_empty() {
+            let mut next = Vec::new();
+            for node in frontier {
+                for child in self.edges.get(node).into_iter().flatten() {
+                    if !component.contains(child) {
+                        continue;
+                    }
+                    if child == start {
+                        let mut middle = Vec::new();
+                        let mut at = node;
+                        while at != start {
+                            middle.push(at.clone());
+                            at = previous.get(at)?;
+                        }
+                        middle.reverse();
+                        let mut path = vec![start.clone()];
+                        path.extend(middle);
+                        path.push(start.clone());
+                        return Some(path);
+                    }
+                    if !previous.contains_key(child) {
+                        previous.insert(child, node);
+                        next.push(child);
+                    }
+                }
+            }
+            frontier = next;
+        }
+        None
+    }
+}
+
+/// A Comb of some layer: (layer index, key).
+pub type LayerComb = (usize, CombKey);
+
+/// Which Combs borrow from which peers across layers, so that a peer's status change wakes its
+/// borrowers at once.
+#[derive(Debug, Default)]
+pub struct BorrowIndex {
+    peer_of: BTreeMap<LayerComb, LayerComb>,
+    borrowers: BTreeMap<LayerComb, BTreeSet<LayerComb>>,
+}
+
+impl BorrowIndex {
+    /// Records the peer `borrower` borrows from (`None`: none, or not known).
+    pub fn set(&mut self, borrower: &LayerComb, peer: Option<LayerComb>) {
+        if self.peer_of.get(borrower) == peer.as_ref() {
+            return;
+        }
+        if let Some(old) = self.peer_of.remove(borrower)
+            && let Some(set) = self.borrowers.get_mut(&old)
+        {
+            set.remove(borrower);
+            if set.is_empty() {
+                self.borrowers.remove(&old);
+            }
+        }
+        if let Some(peer) = peer {
+            self.borrowers
+                .entry(peer.clone())
+                .or_default()
+                .insert(borrower.clone());
+            self.peer_of.insert(borrower.clone(), peer);
+        }
+    }
+
+    /// The Combs that borrow from `peer`.
+    pub fn borrowers_of(&self, peer: &LayerComb) -> Vec<LayerComb> {
+        self.borrowers
+            .get(peer)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// `a -> b -> a; c -> c`: cycles as the reference example prints them.
+pub fn describe_cycles(cycles: &[Vec<CombKey>]) -> String {
+    cycles
+        .iter()
+        .map(|cycle| {
+            cycle
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" -> ")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> CombKey {
+        CombKey::new("ns", name)
+    }
+
+    fn graph(edges: &[(&str, &[&str])]) -> DependencyGraph {
+        let mut graph = DependencyGraph::default();
+        for (from, to) in edges {
+            graph.set(&key(from), to.iter().map(|name| key(name)).collect());
+        }
+        graph
+    }
+
+    #[test]
+    fn dependency_keys() {
+        assert_eq!(
+            dependency_key("db", "platform"),
+            Some(CombKey::new("platform", "db"))
+        );
+        assert_eq!(
+            dependency_key("infra/vault", "platform"),
+            Some(CombKey::new("infra", "vault"))
+        );
+        assert_eq!(dependency_key("a/b/c", "platform"), None);
+        assert_eq!(dependency_key("/db", "platform"), None);
+        assert_eq!(dependency_key("", "platform"), None);
+    }
+
+    #[test]
+    fn dependents_and_changes() {
+        let mut graph = graph(&[("mailer", &["db", "nats"]), ("api", &["db"])]);
+        assert_eq!(
+            graph.dependents_of(&key("db")),
+            vec![key("api"), key("mailer")]
+        );
+        assert_eq!(graph.dependents_of(&key("mailer")), Vec::<CombKey>::new());
+        assert!(!graph.set(&key("api"), [key("db")].into()));
+        assert!(graph.set(&key("api"), BTreeSet::new()));
+        assert_eq!(graph.dependents_of(&key("db")), vec![key("mailer")]);
+        assert!(graph.remove(&key("mailer")));
+        assert!(!graph.remove(&key("mailer")));
+    }
+
+    #[test]
+    fn cycles() {
+        let cases: Vec<(Vec<(&str, &[&str])>, &str)> = vec![
+            (vec![("a", &["b"]), ("b", &["c"])], ""),
+            (vec![("a", &["b"]), ("b", &["a"])], "ns/a -> ns/b -> ns/a"),
+            (vec![("a", &["a"])], "ns/a -> ns/a"),
+            (
+                vec![("c", &["a"]), ("a", &["b"]), ("b", &["c", "d"]), ("d", &[])],
+                "ns/a -> ns/b -> ns/c -> ns/a",
+            ),
+            (
+                vec![
+                    ("a", &["b"]),
+                    ("b", &["a"]),
+                    ("x", &["y"]),
+                    ("y", &["x"]),
+                    ("z", &["a"]),
+                ],
+                "ns/a -> ns/b -> ns/a; ns/x -> ns/y -> ns/x",
+            ),
+            // The shortest way back from the smallest member.
+            (
+                vec![("a", &["b", "c"]), ("b", &["c"]), ("c", &["a"])],
+                "ns/a -> ns/c -> ns/a",
+            ),
+        ];
+        for (edges, expected) in cases {
+            assert_eq!(
+                describe_cycles(&graph(&edges).cycles()),
+                expected,
+                "{edges:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn borrowers() {
+        let mut index = BorrowIndex::default();
+        let prod_db = (0, key("db"));
+        index.set(&(1, key("db")), Some(prod_db.clone()));
+        index.set(&(2, key("db")), Some(prod_db.clone()));
+        assert_eq!(
+            index.borrowers_of(&prod_db),
+            vec![(1, key("db")), (2, key("db"))]
+        );
+        index.set(&(2, key("db")), Some((1, key("db"))));
+        assert_eq!(index.borrowers_of(&prod_db), vec![(1, key("db"))]);
+        assert_eq!(index.borrowers_of(&(1, key("db"))), vec![(2, key("db"))]);
+        index.set(&(1, key("db")), None);
+        assert!(index.borrowers_of(&prod_db).is_empty());
+    }
+
+    #[test]
+    fn a_long_chain_does_not_overflow() {
+        let names: Vec<String> = (0..20_000).map(|i| format!("c{i:05}")).collect();
+        let mut graph = DependencyGraph::default();
+        for pair in names.windows(2) {
+            graph.set(&key(&pair[0]), [key(&pair[1])].into());
+        }
+        assert!(graph.cycles().is_empty());
+        graph.set(&key(&names[19_999]), [key(&names[0])].into());
+        assert_eq!(graph.cycles()[0].len(), 20_001);
+    }
+}

@@ -1,0 +1,357 @@
+//! One layer at run time: its Comb CRs as watched, what the controller keeps per Comb, its work
+//! queue, its dependency graph and whether its API server answers.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use comb_api::Comb;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::backoff::BackoffPolicy;
+use super::graph::{DependencyGraph, dependency_key};
+use super::queue::{CombKey, Trigger, WorkQueue};
+use super::triggers::{StatusSignature, cr_trigger, status_signature};
+use crate::config::Layer;
+use crate::engine::borrow::BorrowEnv;
+use crate::engine::class::CombInstance;
+use crate::engine::kube_ops::KubeOps;
+
+/// How many resourceVersions of our own writes are remembered per Comb: a step writes at most
+/// a finalizer and a status (twice on a conflict).
+const OWN_VERSIONS: usize = 4;
+
+/// What the controller keeps about one Comb.
+pub struct CombEntry {
+    /// The CR as last seen (watch or own write).
+    pub cr: Comb,
+    /// The Comb as built and stepped last; reused while its spec stays (it holds a status that
+    /// could not be written, for the next step to prune against).
+    pub instance: Option<CombInstance>,
+    /// Why the Comb of this uid and generation cannot be built.
+    pub build_failure: Option<(Option<String>, Option<i64>, String)>,
+    /// resourceVersions our own writes produced: their watch events trigger nothing.
+    own_versions: VecDeque<String>,
+    /// Stepped at least once by this run.
+    pub stepped: bool,
+    signature: StatusSignature,
+    /// When the recorded status last changed in a way others react to.
+    pub changed_at: Instant,
+}
+
+impl CombEntry {
+    fn new(cr: Comb) -> CombEntry {
+        CombEntry {
+            signature: status_signature(cr.status.as_ref()),
+            cr,
+            instance: None,
+            build_failure: None,
+            own_versions: VecDeque::new(),
+            stepped: false,
+            changed_at: Instant::now(),
+        }
+    }
+}
+
+/// What a watched CR change means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrChange {
+    /// Whether the Comb itself needs a step, and why.
+    pub trigger: Option<Trigger>,
+    /// Whether its status changed in a way dependents and borrowers react to.
+    pub status_changed: bool,
+}
+
+/// Up or down, as the layer's watches and probes see its API server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerState {
+    /// Not listed yet, no failure yet.
+    Starting,
+    Up,
+    Down,
+}
+
+/// The health of a layer, as `/debug/layers`, `/readyz` and `comb check` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerStatus {
+    pub name: String,
+    pub context: String,
+    pub state: LayerState,
+    /// Since when the layer is in this state.
+    pub since: jiff::Timestamp,
+    /// Why it is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Every Comb watch of the layer has listed once.
+    pub listed: bool,
+    pub combs: usize,
+    pub queue_depth: usize,
+}
+
+struct Health {
+    state: LayerState,
+    since: jiff::Timestamp,
+    error: Option<String>,
+    listed_scopes: HashSet<usize>,
+}
+
+#[derive(Default)]
+struct Graph {
+    dependencies: DependencyGraph,
+    /// The cycles reported last, so that each change is reported once.
+    reported: Vec<Vec<CombKey>>,
+}
+
+/// A layer at run time.
+pub struct LayerRuntime {
+    pub index: usize,
+    pub layer: Layer,
+    pub ops: KubeOps,
+    pub borrow_env: BorrowEnv,
+    pub queue: WorkQueue,
+    /// How many Comb watches the layer has (one per namespace, or one for all).
+    scopes: usize,
+    store: Mutex<HashMap<CombKey, CombEntry>>,
+    graph: Mutex<Graph>,
+    health: Mutex<Health>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves its data consistent before anything could panic.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LayerRuntime {
+    pub fn new(
+        index: usize,
+        layer: Layer,
+        ops: KubeOps,
+        borrow_env: BorrowEnv,
+        resync: Duration,
+        backoff: BackoffPolicy,
+    ) -> LayerRuntime {
+        LayerRuntime {
+            index,
+            scopes: layer.namespaces.as_ref().map_or(1, Vec::len),
+            layer,
+            ops,
+            borrow_env,
+            queue: WorkQueue::new(resync, backoff),
+            store: Mutex::new(HashMap::new()),
+            graph: Mutex::new(Graph::default()),
+            health: Mutex::new(Health {
+                state: LayerState::Starting,
+                since: jiff::Timestamp::now(),
+                error: None,
+                listed_scopes: HashSet::new(),
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.layer.name
+    }
+
+    /// The namespaces to watch: each of the layer's, or `None` for all.
+    pub fn scopes(&self) -> Vec<Option<String>> {
+        match &self.layer.namespaces {
+            Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
+            None => vec![None],
+        }
+    }
+
+    /// Records a CR as watched and says what it calls for.
+    pub fn apply_cr(&self, key: &CombKey, cr: Comb) -> CrChange {
+        let mut store = lock(&self.store);
+        let own = cr
+            .metadata
+            .resource_version
+            .as_ref()
+            .zip(store.get(key))
+            .is_some_and(|(version, entry)| entry.own_versions.contains(version));
+        let signature = status_signature(cr.status.as_ref());
+        match store.get_mut(key) {
+            Some(entry) => {
+                let trigger = cr_trigger(Some(&entry.cr), &cr).filter(|_| !own);
+                let status_changed = entry.signature != signature;
+                if status_changed {
+                    entry.signature = signature;
+                    entry.changed_at = Instant::now();
+                }
+                if trigger == Some(Trigger::Created) {
+                    // Another object under the same name: nothing of the old one applies.
+                    *entry = CombEntry::new(cr);
+                } else {
+                    entry.cr = cr;
+                }
+                CrChange {
+                    trigger,
+                    status_changed,
+                }
+            }
+            None => {
+                store.insert(key.clone(), CombEntry::new(cr));
+                CrChange {
+                    trigger: Some(Trigger::Created),
+                    status_changed: true,
+                }
+            }
+        }
+    }
+
+    /// Forgets a Comb whose CR is gone; returns whether it was known.
+    pub fn remove_cr(&self, key: &CombKey) -> bool {
+        self.queue.forget(key);
+        lock(&self.graph).dependencies.remove(key);
+        lock(&self.store).remove(key).is_some()
+    }
+
+    /// The keys of the Combs of `scope` (a namespace, or all).
+    pub fn keys_in(&self, scope: Option<&str>) -> Vec<CombKey> {
+        lock(&self.store)
+            .keys()
+            .filter(|key| scope.is_none_or(|namespace| key.namespace == namespace))
+            .cloned()
+            .collect()
+    }
+
+    pub fn keys(&self) -> Vec<CombKey> {
+        self.keys_in(None)
+    }
+
+    pub fn knows(&self, key: &CombKey) -> bool {
+        lock(&self.store).contains_key(key)
+    }
+
+    /// The CR of `key` as last seen.
+    pub fn cr(&self, key: &CombKey) -> Option<Comb> {
+        lock(&self.store).get(key).map(|entry| entry.cr.clone())
+    }
+
+    /// Runs `f` on the entry of `key`, if there is one.
+    pub fn with_entry<T>(&self, key: &CombKey, f: impl FnOnce(&mut CombEntry) -> T) -> Option<T> {
+        lock(&self.store).get_mut(key).map(f)
+    }
+
+    /// Remembers the resourceVersion of a write of ours and the CR the server returned.
+    pub fn record_own_write(&self, key: &CombKey, cr: &Comb) {
+        let mut store = lock(&self.store);
+        let Some(entry) = store.get_mut(key) else {
+            return;
+        };
+        if let Some(version) = &cr.metadata.resource_version {
+            entry.own_versions.push_back(version.clone());
+            while entry.own_versions.len() > OWN_VERSIONS {
+                entry.own_versions.pop_front();
+            }
+        }
+    }
+
+    /// Every entry, for `--once` and the final outcome: `f` over each.
+    pub fn each_entry<T>(&self, mut f: impl FnMut(&CombKey, &CombEntry) -> T) -> Vec<T> {
+        let store = lock(&self.store);
+        let mut keys: Vec<&CombKey> = store.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .filter_map(|key| store.get(key).map(|entry| f(key, entry)))
+            .collect()
+    }
+
+    /// Records the dependencies of `key` (its `dependsOn` entries as written). Returns the
+    /// dependency cycles of the layer when they differ from those reported last.
+    pub fn set_dependencies(
+        &self,
+        key: &CombKey,
+        references: &[String],
+    ) -> Option<Vec<Vec<CombKey>>> {
+        let dependencies: BTreeSet<CombKey> = references
+            .iter()
+            .filter_map(|reference| dependency_key(reference, &key.namespace))
+            .collect();
+        let mut graph = lock(&self.graph);
+        if !graph.dependencies.set(key, dependencies) {
+            return None;
+        }
+        let cycles = graph.dependencies.cycles();
+        if cycles == graph.reported {
+            return None;
+        }
+        graph.reported = cycles.clone();
+        Some(cycles)
+    }
+
+    /// The Combs of this layer that depend on `key`.
+    pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
+        lock(&self.graph).dependencies.dependents_of(key)
+    }
+
+    /// Marks one Comb watch as listed; returns whether the whole layer just became listed.
+    pub fn mark_listed(&self, scope: usize) -> bool {
+        let mut health = lock(&self.health);
+        let was = health.listed_scopes.len() >= self.scopes;
+        health.listed_scopes.insert(scope);
+        let listed = health.listed_scopes.len() >= self.scopes;
+        if listed && health.state == LayerState::Starting {
+            health.state = LayerState::Up;
+            health.since = jiff::Timestamp::now();
+        }
+        listed && !was
+    }
+
+    /// Every Comb watch has listed once.
+    pub fn is_listed(&self) -> bool {
+        lock(&self.health).listed_scopes.len() >= self.scopes
+    }
+
+    /// Marks the layer down; returns whether it was not down before.
+    pub fn mark_down(&self, error: &str) -> bool {
+        let mut health = lock(&self.health);
+        health.error = Some(error.to_string());
+        if health.state == LayerState::Down {
+            return false;
+        }
+        health.state = LayerState::Down;
+        health.since = jiff::Timestamp::now();
+        self.queue.pause();
+        true
+    }
+
+    /// Marks the layer up after it was down; returns whether it was down.
+    pub fn mark_up(&self) -> bool {
+        let mut health = lock(&self.health);
+        if health.state != LayerState::Down {
+            return false;
+        }
+        health.state = if health.listed_scopes.len() >= self.scopes {
+            LayerState::Up
+        } else {
+            LayerState::Starting
+        };
+        health.since = jiff::Timestamp::now();
+        health.error = None;
+        self.queue.resume();
+        true
+    }
+
+    pub fn state(&self) -> LayerState {
+        lock(&self.health).state
+    }
+
+    pub fn status(&self) -> LayerStatus {
+        let combs = lock(&self.store).len();
+        let health = lock(&self.health);
+        LayerStatus {
+            name: self.layer.name.clone(),
+            context: self.layer.context.clone(),
+            state: health.state,
+            since: health.since,
+            error: health.error.clone(),
+            listed: health.listed_scopes.len() >= self.scopes,
+            combs,
+            queue_depth: self.queue.depth(),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The controller's Prometheus metrics, served on `/metrics`.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LayerLabels {
+    layer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    layer: String,
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiErrorLabels {
+    layer: String,
+    operation: String,
+}
+
+type HistogramFamily = Family<LayerLabels, Histogram, fn() -> Histogram>;
+
+fn step_histogram() -> Histogram {
+    // 1 ms to ~33 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Every metric of the controller, registered under the prefix `comb`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<PhaseLabels, Counter>,
+    step_duration: HistogramFamily,
+    queue_depth: Family<LayerLabels, Gauge>,
+    api_errors: Family<ApiErrorLabels, Counter>,
+    layer_up: Family<LayerLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("comb");
+        let reconciles = Family::<PhaseLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconcile steps by layer and the phase they recorded",
+            reconciles.clone(),
+        );
+        let step_duration = HistogramFamily::new_with_constructor(step_histogram);
+        registry.register(
+            "step_duration_seconds",
+            "How long one reconcile or cleanup step took",
+            step_duration.clone(),
+        );
+        let queue_depth = Family::<LayerLabels, Gauge>::default();
+        registry.register(
+            "queue_depth",
+            "Combs waiting for a worker, by layer",
+            queue_depth.clone(),
+        );
+        let api_errors = Family::<ApiErrorLabels, Counter>::default();
+        registry.register(
+            "api_errors",
+            "Failed requests to a layer's API server, by operation",
+            api_errors.clone(),
+        );
+        let layer_up = Family::<LayerLabels, Gauge>::default();
+        registry.register(
+            "layer_up",
+            "1 while the layer's API server answers, else 0",
+            layer_up.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            step_duration,
+            queue_depth,
+            api_errors,
+            layer_up,
+        }
+    }
+
+    /// Counts a step of `layer` that recorded `phase`, and how long it took.
+    pub fn step(&self, layer: &str, phase: &str, duration: Duration) {
+        self.reconciles
+            .get_or_create(&PhaseLabels {
+                layer: layer.to_string(),
+                phase: phase.to_string(),
+            })
+            .inc();
+        self.step_duration
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .observe(duration.as_secs_f64());
+    }
+
+    /// Counts a failed request to `layer` (`watch`, `status`, `cleanup`, `event`, ...).
+    pub fn api_error(&self, layer: &str, operation: &str) {
+        self.api_errors
+            .get_or_create(&ApiErrorLabels {
+                layer: layer.to_string(),
+                operation: operation.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_layer_up(&self, layer: &str, up: bool) {
+        self.layer_up
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .set(i64::from(up));
+    }
+
+    pub fn set_queue_depth(&self, layer: &str, depth: usize) {
+        self.queue_depth
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> Result<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .map_err(|error| Error::Controller(format!("encoding the metrics failed: {error}")))?;
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_every_metric() {
+        let metrics = Metrics::new();
+        metrics.step("prod", "Running", Duration::from_millis(3));
+        metrics.step("prod", "Running", Duration::from_millis(3));
+        metrics.api_error("dev", "watch");
+        metrics.set_layer_up("dev", false);
+        metrics.set_layer_up("prod", true);
+        metrics.set_queue_depth("prod", 4);
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,
+            r#"comb_step_duration_seconds_count{layer="prod"} 2"#,
+            r#"comb_queue_depth{layer="prod"} 4"#,
+            r#"comb_api_errors_total{layer="dev",operation="watch"} 1"#,
+            r#"comb_layer_up{layer="dev"} 0"#,
+            r#"comb_layer_up{layer="prod"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+}

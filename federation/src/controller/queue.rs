@@ -1,0 +1,502 @@
+//! The work queue of one layer: one step at a time per Comb, many Combs in parallel.
+//!
+//! A Comb is idle, queued, running or backing off. Triggers for a queued Comb are merged (one
+//! step serves them all); a trigger for a running Comb makes it run once more afterwards. A
+//! failed step backs off exponentially; only an urgent trigger (the CR changed) cuts a backoff
+//! short. Each Comb is stepped again `resync` after its last step. The bookkeeping is
+//! [`QueueState`], a plain state machine driven with explicit instants so that tests need no
+//! clock; [`WorkQueue`] wraps it for the workers.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::backoff::BackoffPolicy;
+
+/// A Comb of a layer: namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct CombKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl CombKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> CombKey {
+        CombKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for CombKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why a Comb is stepped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trigger {
+    /// The CR appeared (or the controller started).
+    Created,
+    /// The CR's spec, annotations or finalizers changed.
+    Changed,
+    /// The CR is being deleted.
+    Deleting,
+    /// One of its resources changed or disappeared.
+    Resource,
+    /// A Comb it depends on changed status.
+    Dependency,
+    /// Its upstream peer in a higher layer changed status.
+    Upstream,
+    /// Its layer came back after being unreachable.
+    LayerRecovered,
+    /// The periodic resync.
+    Resync,
+    /// The retry after a failed step.
+    Retry,
+}
+
+impl Trigger {
+    /// Whether the trigger cuts a backoff short: the user changed something, so the next step
+    /// may well succeed.
+    pub fn urgent(self) -> bool {
+        matches!(
+            self,
+            Trigger::Created | Trigger::Changed | Trigger::Deleting
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Created => "created",
+            Trigger::Changed => "changed",
+            Trigger::Deleting => "deleting",
+            Trigger::Resource => "resource",
+            Trigger::Dependency => "dependency",
+            Trigger::Upstream => "upstream",
+            Trigger::LayerRecovered => "layer-recovered",
+            Trigger::Resync => "resync",
+            Trigger::Retry => "retry",
+        }
+    }
+}
+
+/// What a Comb is doing now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activity {
+    Idle,
+    Queued,
+    Running,
+    Backoff { until: Instant },
+}
+
+/// How a step ended, as the queue needs to know it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepReport {
+    /// The phase and reason the step recorded (for the debug view).
+    pub phase: Option<String>,
+    pub reason: Option<String>,
+    /// Whether to retry with backoff (phase Error, or the status could not be written).
+    pub failed: bool,
+    /// When the step started, as wall time (for the debug view).
+    pub started_at: jiff::Timestamp,
+    pub duration: Duration,
+}
+
+#[derive(Debug)]
+struct Entry {
+    activity: Activity,
+    /// The trigger of the next step: why the Comb is queued, or why it runs again after the
+    /// running step.
+    pending: Option<Trigger>,
+    /// Failed steps in a row.
+    failures: u32,
+    /// Removed from its layer while running: dropped when the step ends.
+    forgotten: bool,
+    next_resync: Option<Instant>,
+    last: Option<StepReport>,
+}
+
+impl Entry {
+    fn new() -> Entry {
+        Entry {
+            activity: Activity::Idle,
+            pending: None,
+            failures: 0,
+            forgotten: false,
+            next_resync: None,
+            last: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum TimerKind {
+    Retry,
+    Resync,
+}
+
+/// A Comb due to be stepped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub key: CombKey,
+    pub trigger: Trigger,
+}
+
+/// The queue's bookkeeping, without locks or clocks.
+#[derive(Debug)]
+pub struct QueueState {
+    entries: HashMap<CombKey, Entry>,
+    ready: VecDeque<CombKey>,
+    timers: BinaryHeap<Reverse<(Instant, TimerKind, CombKey)>>,
+    resync: Duration,
+    backoff: BackoffPolicy,
+    paused: bool,
+    closed: bool,
+}
+
+impl QueueState {
+    pub fn new(resync: Duration, backoff: BackoffPolicy) -> QueueState {
+        QueueState {
+            entries: HashMap::new(),
+            ready: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            resync,
+            backoff,
+            paused: false,
+            closed: false,
+        }
+    }
+
+    /// Asks for a step of `key`. Returns whether the Comb became queued (workers should wake).
+    pub fn enqueue(&mut self, key: &CombKey, trigger: Trigger) -> bool {
+        let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
+        entry.forgotten = false;
+        match entry.activity {
+            Activity::Idle => {
+                entry.activity = Activity::Queued;
+                entry.pending = Some(trigger);
+                self.ready.push_back(key.clone());
+                true
+            }
+            Activity::Queued => {
+                merge(&mut entry.pending, trigger);
+                false
+            }
+            Activity::Running => {
+                merge(&mut entry.pending, trigger);
+                false
+            }
+            Activity::Backoff { .. } if trigger.urgent() => {
+                entry.activity = Activity::Queued;
+                entry.pending = Some(trigger);
+                self.ready.push_back(key.clone());
+                true
+            }
+            Activity::Backoff { .. } => false,
+        }
+    }
+
+    /// Moves Combs whose retry or resync is due at `now` into the ready queue.
+    pub fn promote_due(&mut self, now: Instant) {
+        while let Some(Reverse((at, _, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, kind, key))) = self.timers.pop() else {
+                break;
+            };
+            let Some(entry) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            // A timer is stale when the Comb has moved on since it was set.
+            let due = match (kind, entry.activity) {
+                (TimerKind::Retry, Activity::Backoff { until }) => until == at,
+                (TimerKind::Resync, Activity::Idle) => entry.next_resync == Some(at),
+                _ => false,
+            };
+            if due {
+                entry.activity = Activity::Queued;
+                entry.pending = Some(match kind {
+                    TimerKind::Retry => Trigger::Retry,
+                    TimerKind::Resync => Trigger::Resync,
+                });
+                self.ready.push_back(key);
+            }
+        }
+    }
+
+    /// The next Comb to step, now running; `None` when nothing is ready or the queue is paused.
+    pub fn pop(&mut self) -> Option<Job> {
+        if self.paused || self.closed {
+            return None;
+        }
+        while let Some(key) = self.ready.pop_front() {
+            let Some(entry) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if entry.activity != Activity::Queued {
+                continue;
+            }
+            entry.activity = Activity::Running;
+            let trigger = entry.pending.take().unwrap_or(Trigger::Resync);
+            return Some(Job { key, trigger });
+        }
+        None
+    }
+
+    /// Records the end of the running step of `key` at `now`: queued again when a trigger came
+    /// in meanwhile, backing off after a failure (`jitter` in `[0, 1)`), else idle.
+    pub fn finish(&mut self, key: &CombKey, report: StepReport, now: Instant, jitter: f64) {
+        let Some(entry) = self.entries.get_mut(key) else {
+            return;
+        };
+        if entry.forgotten {
+            self.entries.remove(key);
+            return;
+        }
+        entry.failures = if report.failed {
+            entry.failures.saturating_add(1)
+        } else {
+            0
+        };
+        entry.last = Some(report);
+        let resync_at = now + self.resync;
+        entry.next_resync = Some(resync_at);
+        self.timers
+            .push(Reverse((resync_at, TimerKind::Resync, key.clone())));
+        let again = entry.pending.take();
+        match again {
+            Some(trigger) if entry.failures == 0 || trigger.urgent() => {
+                entry.activity = Activity::Queued;
+                entry.pending = Some(trigger);
+                self.ready.push_back(key.clone());
+            }
+            _ if entry.failures > 0 => {
+                let until = now + self.backoff.delay(entry.failures, jitter);
+                entry.activity = Activity::Backoff { until };
+                self.timers
+                    .push(Reverse((until, TimerKind::Retry, key.clone())));
+            }
+            _ => entry.activity = Activity::Idle,
+        }
+    }
+
+    /// Drops `key` (its CR is gone); a running step finishes first.
+    pub fn forget(&mut self, key: &CombKey) {
+        if let Some(entry) = self.entries.get_mut(key) {
+            if entry.activity == Activity::Running {
+                entry.forgotten = true;
+                entry.pending = None;
+            } else {
+                self.entries.remove(key);
+            }
+        }
+    }
+
+    /// The earliest timer, for a worker to sleep until.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// The number of Combs waiting for a worker.
+    pub fn depth(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|entry| entry.activity == Activity::Queued)
+            .count()
+    }
+
+    /// Whether `key` has a step queued or running.
+    pub fn is_busy(&self, key: &CombKey) -> bool {
+        self.entries
+            .get(key)
+            .is_some_and(|entry| matches!(entry.activity, Activity::Queued | Activity::Running))
+    }
+
+    /// The activity of `key`, if the queue knows it.
+    pub fn activity(&self, key: &CombKey) -> Option<Activity> {
+        self.entries.get(key).map(|entry| entry.activity)
+    }
+
+    /// What the debug view shows, sorted by Comb; `now`/`wall_now` convert backoff instants.
+    pub fn snapshot(&self, now: Instant, wall_now: jiff::Timestamp) -> Vec<QueueEntryView> {
+        let mut views: Vec<QueueEntryView> =
+            self.entries
+                .iter()
+                .map(|(key, entry)| {
+                    let (state, backoff_until) = match entry.activity {
+                        Activity::Idle => ("idle", None),
+                        Activity::Queued => ("queued", None),
+                        Activity::Running => ("running", None),
+                        Activity::Backoff { until } => {
+                            let left = until.saturating_duration_since(now);
+                            let wall = jiff::SignedDuration::try_from(left)
+                                .ok()
+                                .and_then(|left| wall_now.checked_add(left).ok());
+                            ("backoff", wall)
+                        }
+                    };
+                    QueueEntryView {
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                        state,
+                        backoff_until,
+                        pending: entry.pending,
+                        failures: entry.failures,
+                        last_phase: entry.last.as_ref().and_then(|last| last.phase.clone()),
+                        last_reason: entry.last.as_ref().and_then(|last| last.reason.clone()),
+                        last_step_at: entry.last.as_ref().map(|last| last.started_at),
+                        last_step_millis: entry.last.as_ref().map(|last| {
+                            u64::try_from(last.duration.as_millis()).unwrap_or(u64::MAX)
+                        }),
+                    }
+                })
+                .collect();
+        views.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        views
+    }
+}
+
+/// Keeps the more urgent of two triggers (an urgent one must not be lost to a resync).
+fn merge(pending: &mut Option<Trigger>, trigger: Trigger) {
+    match pending {
+        Some(existing) if existing.urgent() || !trigger.urgent() => {}
+        _ => *pending = Some(trigger),
+    }
+}
+
+/// One Comb in `/debug/queue`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueEntryView {
+    pub namespace: String,
+    pub name: String,
+    /// `idle`, `queued`, `running` or `backoff`.
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_until: Option<jiff::Timestamp>,
+    /// Why it is queued, or runs again after the running step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Trigger>,
+    pub failures: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_phase: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_step_at: Option<jiff::Timestamp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_step_millis: Option<u64>,
+}
+
+/// [`QueueState`] behind a lock, with the wake-ups the workers wait on.
+#[derive(Debug)]
+pub struct WorkQueue {
+    state: Mutex<QueueState>,
+    notify: Notify,
+}
+
+impl WorkQueue {
+    pub fn new(resync: Duration, backoff: BackoffPolicy) -> WorkQueue {
+        WorkQueue {
+            state: Mutex::new(QueueState::new(resync, backoff)),
+            notify: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        // Every method leaves the state consistent before it could panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn enqueue(&self, key: &CombKey, trigger: Trigger) {
+        if self.lock().enqueue(key, trigger) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Waits for the next job; `None` once the queue is closed.
+    pub async fn next(&self) -> Option<Job> {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let wake_at = {
+                let mut state = self.lock();
+                if state.closed {
+                    return None;
+                }
+                state.promote_due(Instant::now());
+                if let Some(job) = state.pop() {
+                    return Some(job);
+                }
+                state.next_timer()
+            };
+            match wake_at {
+                Some(at) => {
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    pub fn finish(&self, key: &CombKey, report: StepReport) {
+        self.lock()
+            .finish(key, report, Instant::now(), rand::random::<f64>());
+        // The Comb may be queued again, or have a timer earlier than sleeping workers wait for.
+        self.notify.notify_waiters();
+    }
+
+    pub fn forget(&self, key: &CombKey) {
+        self.lock().forget(key);
+    }
+
+    /// Holds every step back (the layer is unreachable); queued Combs wait.
+    pub fn pause(&self) {
+        self.lock().paused = true;
+    }
+
+    pub fn resume(&self) {
+        self.lock().paused = false;
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.lock().paused
+    }
+
+    /// Stops handing out jobs; running steps finish.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_waiters();
+    }
+
+    pub fn depth(&self) -> usize {
+        self.lock().depth()
+    }
+
+    pub fn is_busy(&self, key: &CombKey) -> bool {
+        self.lock().is_busy(key)
+    }
+
+    pub fn snapshot(&self) -> Vec<QueueEntryView> {
+        self.lock().snapshot(Instant::now(), jiff::Timestamp::now())
+    }
+}
+
+#[cfg(test)]
+mod tests;

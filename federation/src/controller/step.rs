@@ -1,0 +1,501 @@
+//! One step of one Comb: cleanup when its CR is being deleted; else the finalizer, building the
+//! Comb (kept while its spec stays), the engine's reconcile step, and what follows from the
+//! recorded status (transition, Event, retry).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use comb_api::{Comb, CombStatus, STATUS_WRITTEN};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::Shared;
+use super::deletion::{cleanup, orphans_everything};
+use super::events::EventType;
+use super::graph::dependency_key;
+use super::layer::LayerRuntime;
+use super::queue::{CombKey, StepReport};
+use crate::engine::borrow::{self, BorrowEnv, Controlling};
+use crate::engine::class::CombInstance;
+use crate::engine::kube_ops::KubeOps;
+use crate::engine::reconcile::{
+    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
+};
+use crate::engine::status::{StepRecord, build_status};
+use crate::error::{Error, Result};
+
+/// How a step ended.
+struct Outcome {
+    /// The phase it recorded (`Deleting` while cleaning up, `Deleted` once done).
+    phase: String,
+    reason: Option<String>,
+    /// Retry with backoff.
+    failed: bool,
+}
+
+impl Outcome {
+    fn of(status: &CombStatus, failed: bool) -> Outcome {
+        Outcome {
+            phase: status.phase.clone().unwrap_or_default(),
+            reason: status.ready().and_then(|ready| ready.reason.clone()),
+            failed,
+        }
+    }
+
+    fn cleanup(phase: &str, reason: &str, failed: bool) -> Outcome {
+        Outcome {
+            phase: phase.to_string(),
+            reason: Some(reason.to_string()),
+            failed,
+        }
+    }
+}
+
+/// Runs one step of `key` and says how it went.
+pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey) -> StepReport {
+    let started = Instant::now();
+    let started_at = jiff::Timestamp::now();
+    let outcome = match layer.cr(key) {
+        None => Outcome::cleanup("Gone", "Gone", false),
+        Some(cr) if cr.metadata.deletion_timestamp.is_some() => {
+            delete(shared, layer, key, cr).await
+        }
+        Some(cr) => reconcile_comb(shared, layer, key, cr).await,
+    };
+    let duration = started.elapsed();
+    shared.metrics.step(layer.name(), &outcome.phase, duration);
+    StepReport {
+        phase: Some(outcome.phase),
+        reason: outcome.reason,
+        failed: outcome.failed,
+        started_at,
+        duration,
+    }
+}
+
+/// `<group>/cleanup`.
+pub fn finalizer(group: &str) -> String {
+    format!("{group}/cleanup")
+}
+
+fn has_finalizer(cr: &Comb, finalizer: &str) -> bool {
+    cr.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|list| list.iter().any(|f| f == finalizer))
+}
+
+async fn reconcile_comb(
+    shared: &Arc<Shared>,
+    layer: &Arc<LayerRuntime>,
+    key: &CombKey,
+    cr: Comb,
+) -> Outcome {
+    let group = &shared.config.group;
+    let finalizer = finalizer(group);
+    let cr = if has_finalizer(&cr, &finalizer) {
+        cr
+    } else {
+        let mut finalizers = cr.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.push(finalizer.clone());
+        match set_finalizers(&layer.ops, group, &cr, &finalizers).await {
+            Ok(stored) => {
+                layer.record_own_write(key, &stored);
+                stored
+            }
+            Err(error) => {
+                shared.metrics.api_error(layer.name(), "finalizer");
+                warn!(%error, "adding the finalizer {finalizer} failed; retrying");
+                return Outcome::cleanup("Error", "FinalizerFailed", true);
+            }
+        }
+    };
+    let mut comb = match instance_for(shared, layer, key, &cr).await {
+        Ok(comb) => comb,
+        Err(message) => return build_failed(shared, layer, key, &cr, message).await,
+    };
+    if let Some(cycles) = layer.set_dependencies(key, &comb.depends_on()) {
+        shared.report_cycles(layer, cycles).await;
+    }
+    let previous = comb.recorded_status().cloned();
+    let controlling = shared
+        .config
+        .controlling(&layer.layer, &key.namespace, &key.name);
+    let resolution = borrow::resolution(&comb, &controlling, &layer.borrow_env).await;
+    let resolver = LayerResolver { shared, layer };
+    let env = StepEnv {
+        ops: &layer.ops,
+        resolver: Some(&resolver),
+    };
+    let status = reconcile(&mut comb, env, resolution).await;
+    let stored = comb.cr().clone();
+    layer.record_own_write(key, &stored);
+    layer.with_entry(key, |entry| {
+        entry.instance = Some(comb);
+        entry.build_failure = None;
+        entry.stepped = true;
+    });
+    shared
+        .after_status(layer, &stored, previous.as_ref(), &status)
+        .await;
+    let write_failed = status.condition(STATUS_WRITTEN).is_some();
+    if write_failed {
+        shared.metrics.api_error(layer.name(), "status");
+    }
+    let failed = write_failed || status.phase.as_deref() == Some("Error");
+    Outcome::of(&status, failed)
+}
+
+/// The Comb of `cr`: the one built before while uid and generation stay (it may hold a status
+/// that could not be written), else built anew. A build failure of the same uid and generation
+/// is not retried.
+async fn instance_for(
+    shared: &Shared,
+    layer: &LayerRuntime,
+    key: &CombKey,
+    cr: &Comb,
+) -> std::result::Result<CombInstance, String> {
+    let same = |uid: &Option<String>, generation: &Option<i64>| {
+        *uid == cr.metadata.uid && *generation == cr.metadata.generation
+    };
+    let (cached, failure) = layer
+        .with_entry(key, |entry| {
+            (entry.instance.clone(), entry.build_failure.clone())
+        })
+        .unwrap_or_default();
+    if let Some(mut comb) = cached
+        && same(&comb.cr().metadata.uid, &comb.cr().metadata.generation)
+    {
+        if newer(cr, comb.cr()) {
+            comb.adopt_cr(cr.clone());
+        }
+        return Ok(comb);
+    }
+    if let Some((uid, generation, message)) = failure
+        && same(&uid, &generation)
+    {
+        return Err(message);
+    }
+    build(shared, layer, cr).await.inspect_err(|message| {
+        layer.with_entry(key, |entry| {
+            entry.build_failure = Some((
+                cr.metadata.uid.clone(),
+                cr.metadata.generation,
+                message.clone(),
+            ));
+            entry.instance = None;
+        });
+    })
+}
+
+/// Builds the Comb of `cr` as its layer says (stubs).
+async fn build(
+    shared: &Shared,
+    layer: &LayerRuntime,
+    cr: &Comb,
+) -> std::result::Result<CombInstance, String> {
+    let stubs = |comb: &CombInstance| layer.layer.stubs_comb(comb.namespace(), comb.name());
+    shared
+        .registry
+        .build(cr, &shared.settings, &stubs)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+/// Whether `candidate` is a later version of the CR than `held`. resourceVersions are opaque,
+/// but every API server we know counts them up; where they do not parse, a different one
+/// counts as later.
+fn newer(candidate: &Comb, held: &Comb) -> bool {
+    let (a, b) = (
+        candidate.metadata.resource_version.as_deref(),
+        held.metadata.resource_version.as_deref(),
+    );
+    match (
+        a.and_then(|a| a.parse::<u64>().ok()),
+        b.and_then(|b| b.parse::<u64>().ok()),
+    ) {
+        (Some(a), Some(b)) => a > b,
+        _ => a != b,
+    }
+}
+
+/// A Comb that cannot be built: Error / BuildFailed with the construction error, written when
+/// it differs from what is recorded, and not retried until the CR changes.
+async fn build_failed(
+    shared: &Arc<Shared>,
+    layer: &Arc<LayerRuntime>,
+    key: &CombKey,
+    cr: &Comb,
+    message: String,
+) -> Outcome {
+    let record = StepRecord::finished("Error", "BuildFailed", message);
+    let previous = cr.status.as_ref();
+    let status = build_status(
+        &record,
+        previous,
+        cr.metadata.generation,
+        None,
+        jiff::Timestamp::now(),
+    );
+    layer.with_entry(key, |entry| entry.stepped = true);
+    if previous == Some(&status) {
+        return Outcome::of(&status, false);
+    }
+    match write_status(&layer.ops, &shared.config.group, cr, &status).await {
+        Ok(stored) => {
+            layer.record_own_write(key, &stored);
+            shared.after_status(layer, &stored, previous, &status).await;
+            Outcome::of(&status, false)
+        }
+        Err(error) => {
+            shared.metrics.api_error(layer.name(), "status");
+            warn!(%error, "writing the BuildFailed status failed; retrying");
+            Outcome::of(&status, true)
+        }
+    }
+}
+
+/// Writes `status` into the CR, once more on a freshly read CR when the first write fails.
+async fn write_status(ops: &KubeOps, group: &str, cr: &Comb, status: &CombStatus) -> Result<Comb> {
+    let mut with_status = cr.clone();
+    with_status.status = Some(status.clone());
+    if let Ok(stored) = ops.update_comb_status(group, &with_status).await {
+        return Ok(stored);
+    }
+    let (namespace, name) = (
+        cr.metadata.namespace.as_deref().unwrap_or_default(),
+        cr.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let mut fresh = ops.get_comb(group, namespace, name).await?;
+    fresh.status = Some(status.clone());
+    ops.update_comb_status(group, &fresh).await
+}
+
+/// Sets the CR's finalizers, conditional on the resourceVersion it was read with.
+async fn set_finalizers(
+    ops: &KubeOps,
+    group: &str,
+    cr: &Comb,
+    finalizers: &[String],
+) -> Result<Comb> {
+    let (Some(namespace), Some(name)) = (
+        cr.metadata.namespace.as_deref(),
+        cr.metadata.name.as_deref(),
+    ) else {
+        return Err(Error::Controller(
+            "the Comb has no namespace or name".to_string(),
+        ));
+    };
+    let api: Api<Comb> = Api::namespaced_with(
+        ops.client().clone(),
+        namespace,
+        &comb_api::api_resource(group),
+    );
+    let patch = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": cr.metadata.resource_version,
+    }});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|error| Error::Kube {
+            request: "patch finalizers of Comb".to_string(),
+            message: error.to_string(),
+            code: match &error {
+                kube::Error::Api(status) => Some(status.code),
+                _ => None,
+            },
+        })
+}
+
+/// The CR is being deleted: clean up (unless the Orphan policy says otherwise), then let it go.
+async fn delete(
+    shared: &Arc<Shared>,
+    layer: &Arc<LayerRuntime>,
+    key: &CombKey,
+    cr: Comb,
+) -> Outcome {
+    let group = &shared.config.group;
+    let finalizer = finalizer(group);
+    if !has_finalizer(&cr, &finalizer) {
+        // Other finalizers hold it; nothing of ours is left to do.
+        return Outcome::cleanup("Deleting", "OtherFinalizers", false);
+    }
+    if orphans_everything(&cr, group) {
+        info!("orphan: {group}/deletion-policy is Orphan, leaving every resource in place");
+    } else {
+        // What the Comb recorded last, even when that could not be written.
+        let mut recorded = cr.clone();
+        if let Some(status) = layer
+            .with_entry(key, |entry| {
+                entry
+                    .instance
+                    .as_ref()
+                    .filter(|comb| comb.cr().metadata.uid == cr.metadata.uid)
+                    .and_then(|comb| comb.recorded_status().cloned())
+            })
+            .flatten()
+        {
+            recorded.status = Some(status);
+        }
+        let report = cleanup(&layer.ops, &recorded, &shared.config.label_keys()).await;
+        if !report.failures.is_empty() {
+            shared.metrics.api_error(layer.name(), "cleanup");
+            let summary = report.summary();
+            warn!("orphan: cleanup incomplete, retrying: {summary}");
+            shared
+                .event(layer, &cr, EventType::Warning, "CleanupFailed", &summary)
+                .await;
+            return Outcome::cleanup("Deleting", "CleanupFailed", true);
+        }
+        let summary = report.summary();
+        info!("orphan: cleanup done: {summary}");
+        shared
+            .event(layer, &cr, EventType::Normal, "CleanedUp", &summary)
+            .await;
+    }
+    let remaining: Vec<String> = cr
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| **f != finalizer)
+        .cloned()
+        .collect();
+    match set_finalizers(&layer.ops, group, &cr, &remaining).await {
+        Ok(_) => Outcome::cleanup("Deleted", "CleanedUp", false),
+        Err(Error::Kube {
+            code: Some(404), ..
+        }) => Outcome::cleanup("Deleted", "CleanedUp", false),
+        Err(error) => {
+            shared.metrics.api_error(layer.name(), "finalizer");
+            warn!(%error, "removing the finalizer {finalizer} failed; retrying");
+            Outcome::cleanup("Deleting", "FinalizerFailed", true)
+        }
+    }
+}
+
+/// Dependencies inside the layer: `name` in the Comb's namespace, `ns/name` in `ns`.
+struct LayerResolver<'a> {
+    shared: &'a Shared,
+    layer: &'a LayerRuntime,
+}
+
+#[async_trait]
+impl DependencyResolver for LayerResolver<'_> {
+    async fn resolve(
+        &self,
+        reference: &str,
+        comb: &CombInstance,
+    ) -> Result<Option<Arc<dyn Dependency>>> {
+        let Some(key) = dependency_key(reference, comb.namespace()) else {
+            return Ok(None);
+        };
+        if !self.layer.layer.manages(&key.namespace) {
+            return Ok(None);
+        }
+        let Some(cr) = self.layer.cr(&key) else {
+            return Ok(None);
+        };
+        let cached = self
+            .layer
+            .with_entry(&key, |entry| entry.instance.clone())
+            .flatten()
+            .filter(|dep| {
+                dep.cr().metadata.uid == cr.metadata.uid
+                    && dep.cr().metadata.generation == cr.metadata.generation
+            });
+        let dependency: Arc<dyn Dependency> = match cached {
+            Some(instance) => Arc::new(self.live(instance, &key)),
+            None => match build(self.shared, self.layer, &cr).await {
+                Ok(instance) => Arc::new(self.live(instance, &key)),
+                Err(message) => Arc::new(Unbuildable(message)),
+            },
+        };
+        Ok(Some(dependency))
+    }
+}
+
+impl LayerResolver<'_> {
+    fn live(&self, instance: CombInstance, key: &CombKey) -> LiveDependency {
+        LiveDependency {
+            controlling: self.shared.config.controlling(
+                &self.layer.layer,
+                &key.namespace,
+                &key.name,
+            ),
+            instance,
+            ops: self.layer.ops.clone(),
+            env: self.layer.borrow_env.clone(),
+        }
+    }
+}
+
+/// A dependency whose health is its live status, local or borrowed as its layer resolves it.
+struct LiveDependency {
+    instance: CombInstance,
+    ops: KubeOps,
+    controlling: Controlling,
+    env: BorrowEnv,
+}
+
+#[async_trait]
+impl Dependency for LiveDependency {
+    async fn healthy(&self) -> Result<bool> {
+        let borrowing = match borrow::resolution(&self.instance, &self.controlling, &self.env).await
+        {
+            UpstreamResolution::Local => None,
+            UpstreamResolution::Borrowed(borrowing) => Some(borrowing),
+            UpstreamResolution::Failed(message) => {
+                return Err(Error::Build(format!(
+                    "resolving its upstream failed: {message}"
+                )));
+            }
+        };
+        let status = borrow::live_status(&self.ops, &self.instance, borrowing.as_deref()).await?;
+        Ok(status.healthy())
+    }
+}
+
+/// A dependency that cannot be built: never healthy, and says why.
+struct Unbuildable(String);
+
+#[async_trait]
+impl Dependency for Unbuildable {
+    async fn healthy(&self) -> Result<bool> {
+        Err(Error::Build(self.0.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use comb_api::CombSpec;
+
+    fn at(version: Option<&str>) -> Comb {
+        let mut cr = Comb::new("comb.internal", "ns", "a", CombSpec::of_class("Manifests"));
+        cr.metadata.resource_version = version.map(str::to_string);
+        cr
+    }
+
+    #[test]
+    fn later_versions() {
+        let cases = [
+            (Some("12"), Some("9"), true),
+            (Some("9"), Some("12"), false),
+            (Some("9"), Some("9"), false),
+            (Some("b"), Some("a"), true),
+            (Some("a"), Some("a"), false),
+            (Some("1"), None, true),
+        ];
+        for (candidate, held, expected) in cases {
+            assert_eq!(
+                newer(&at(candidate), &at(held)),
+                expected,
+                "{candidate:?} {held:?}"
+            );
+        }
+        assert_eq!(finalizer("comb.internal"), "comb.internal/cleanup");
+    }
+}
