@@ -217,9 +217,11 @@ pub fn apply(
     config: &Value,
     manager: &str,
     rt: &ResourceType,
+    subresource: Subresource,
     force: bool,
 ) -> Result<Value, ApiError> {
-    let applied = fields_of(config, rt, Subresource::Main);
+    let sub = subresource_name(subresource);
+    let applied = fields_of(config, rt, subresource);
     let Some(live) = live else {
         let mut created = config.clone();
         store_entries(
@@ -229,7 +231,7 @@ pub fn apply(
                 operation: "Apply".into(),
                 api_version: rt.api_version(),
                 time: meta::now(),
-                subresource: String::new(),
+                subresource: sub.to_string(),
                 fields: applied,
             }],
         );
@@ -238,7 +240,7 @@ pub fn apply(
     let mut all = entries(live);
     let mut conflicts: Vec<(String, String, FieldPath)> = Vec::new();
     for entry in &all {
-        if entry.is(manager, "Apply", "") || !entry.subresource.is_empty() {
+        if entry.is(manager, "Apply", sub) || entry.subresource != sub {
             continue;
         }
         for path in entry.fields.intersection(&applied) {
@@ -257,7 +259,7 @@ pub fn apply(
         return Err(conflict_error(rt, meta::name(live), &conflicts));
     }
     for entry in &mut all {
-        if !entry.is(manager, "Apply", "") {
+        if !entry.is(manager, "Apply", sub) {
             entry
                 .fields
                 .retain(|p| !conflicts.iter().any(|(_, _, c)| c == p));
@@ -265,12 +267,20 @@ pub fn apply(
     }
     let previous: BTreeSet<FieldPath> = all
         .iter()
-        .find(|e| e.is(manager, "Apply", ""))
+        .find(|e| e.is(manager, "Apply", sub))
         .map(|e| e.fields.clone())
         .unwrap_or_default();
     let mut merged = live.clone();
-    let mut body = config.clone();
-    if let Some(map) = body.as_object_mut() {
+    // The main resource takes everything but status; the status subresource only status.
+    let mut body = match subresource {
+        Subresource::Main => config.clone(),
+        Subresource::Status => {
+            json!({"status": config.get("status").cloned().unwrap_or(Value::Null)})
+        }
+    };
+    if subresource == Subresource::Main
+        && let Some(map) = body.as_object_mut()
+    {
         map.remove("status");
     }
     if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -288,7 +298,7 @@ pub fn apply(
     // Fields this manager applied before and no longer does go, unless someone else owns them.
     let owned_by_others: BTreeSet<FieldPath> = all
         .iter()
-        .filter(|e| !e.is(manager, "Apply", ""))
+        .filter(|e| !e.is(manager, "Apply", sub))
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
     let mut dropped: Vec<&FieldPath> = previous
@@ -303,7 +313,7 @@ pub fn apply(
     // An apply that changes nothing keeps its entry as it was, so it writes nothing.
     let unchanged = all
         .iter()
-        .find(|e| e.is(manager, "Apply", ""))
+        .find(|e| e.is(manager, "Apply", sub))
         .filter(|e| e.fields == applied && e.api_version == rt.api_version())
         .map(|e| e.time.clone());
     let entry = Entry {
@@ -311,10 +321,10 @@ pub fn apply(
         operation: "Apply".into(),
         api_version: rt.api_version(),
         time: unchanged.unwrap_or_else(meta::now),
-        subresource: String::new(),
+        subresource: sub.to_string(),
         fields: applied,
     };
-    match all.iter().position(|e| e.is(manager, "Apply", "")) {
+    match all.iter().position(|e| e.is(manager, "Apply", sub)) {
         Some(i) => all[i] = entry,
         None => all.push(entry),
     }
@@ -383,28 +393,57 @@ mod tests {
     #[test]
     fn apply_creates_then_conflicts_with_another_manager() {
         let rt = builtin("apps", "Deployment").expect("deployments");
-        let created = apply(None, &deployment(1, "nginx"), "alice", &rt, false).expect("create");
+        let created = apply(
+            None,
+            &deployment(1, "nginx"),
+            "alice",
+            &rt,
+            Subresource::Main,
+            false,
+        )
+        .expect("create");
         assert_eq!(created["metadata"]["managedFields"][0]["manager"], "alice");
         assert_eq!(
             created["metadata"]["managedFields"][0]["operation"],
             "Apply"
         );
         // Same values by another manager: shared ownership, no conflict.
-        let shared =
-            apply(Some(&created), &deployment(1, "nginx"), "bob", &rt, false).expect("shared");
+        let shared = apply(
+            Some(&created),
+            &deployment(1, "nginx"),
+            "bob",
+            &rt,
+            Subresource::Main,
+            false,
+        )
+        .expect("shared");
         assert_eq!(
             shared["metadata"]["managedFields"].as_array().map(Vec::len),
             Some(2)
         );
-        let error =
-            apply(Some(&shared), &deployment(3, "nginx"), "bob", &rt, false).expect_err("conflict");
+        let error = apply(
+            Some(&shared),
+            &deployment(3, "nginx"),
+            "bob",
+            &rt,
+            Subresource::Main,
+            false,
+        )
+        .expect_err("conflict");
         assert_eq!(error.code, 409);
         assert_eq!(
             error.message,
             r#"Apply failed with 1 conflict: conflict with "alice" using apps/v1: .spec.replicas"#
         );
-        let forced =
-            apply(Some(&shared), &deployment(3, "nginx"), "bob", &rt, true).expect("forced");
+        let forced = apply(
+            Some(&shared),
+            &deployment(3, "nginx"),
+            "bob",
+            &rt,
+            Subresource::Main,
+            true,
+        )
+        .expect("forced");
         assert_eq!(forced["spec"]["replicas"], 3);
     }
 
@@ -413,8 +452,16 @@ mod tests {
         let rt = builtin("apps", "Deployment").expect("deployments");
         let mut first = deployment(1, "nginx");
         first["metadata"]["labels"] = json!({"tier": "front"});
-        let live = apply(None, &first, "alice", &rt, false).expect("create");
-        let next = apply(Some(&live), &deployment(1, "nginx"), "alice", &rt, false).expect("apply");
+        let live = apply(None, &first, "alice", &rt, Subresource::Main, false).expect("create");
+        let next = apply(
+            Some(&live),
+            &deployment(1, "nginx"),
+            "alice",
+            &rt,
+            Subresource::Main,
+            false,
+        )
+        .expect("apply");
         assert!(
             next["metadata"]
                 .get("labels")
@@ -425,7 +472,15 @@ mod tests {
     #[test]
     fn updates_take_ownership_of_changed_fields() {
         let rt = builtin("apps", "Deployment").expect("deployments");
-        let live = apply(None, &deployment(1, "nginx"), "alice", &rt, false).expect("create");
+        let live = apply(
+            None,
+            &deployment(1, "nginx"),
+            "alice",
+            &rt,
+            Subresource::Main,
+            false,
+        )
+        .expect("create");
         let mut scaled = live.clone();
         scaled["spec"]["replicas"] = json!(5);
         record_update(
@@ -440,8 +495,15 @@ mod tests {
             .map(|e| e.iter().filter_map(|e| e["manager"].as_str()).collect())
             .unwrap_or_default();
         assert_eq!(managers, ["alice", "kubectl-scale"]);
-        let error = apply(Some(&scaled), &deployment(1, "nginx"), "alice", &rt, false)
-            .expect_err("conflict");
+        let error = apply(
+            Some(&scaled),
+            &deployment(1, "nginx"),
+            "alice",
+            &rt,
+            Subresource::Main,
+            false,
+        )
+        .expect_err("conflict");
         assert!(error.message.contains("kubectl-scale"), "{}", error.message);
     }
 }

@@ -852,6 +852,12 @@ fn patch(
         }
         validate_fields(rt, &patch_body, query)?;
         let force = query.flag("force");
+        if subresource == Subresource::Status {
+            let applied = store.try_modify(rt, ns, name, subresource, &options, |live| {
+                managed::apply(Some(live), &patch_body, &manager, rt, subresource, force)
+            })?;
+            return Ok(render_one(rt, applied, render, StatusCode::OK, query));
+        }
         let mut created = false;
         let applied = store.upsert(
             rt,
@@ -867,7 +873,7 @@ fn patch(
                 if let Some(ns) = ns.filter(|_| rt.namespaced) {
                     config["metadata"]["namespace"] = json!(ns);
                 }
-                managed::apply(live, &config, &manager, rt, force)
+                managed::apply(live, &config, &manager, rt, subresource, force)
             },
         )?;
         let status = if created {

@@ -132,8 +132,8 @@ pub struct StoreOptions {
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            history_limit: 10_000,
-            event_buffer: 16_384,
+            history_limit: 4_096,
+            event_buffer: 4_096,
         }
     }
 }
@@ -1004,6 +1004,13 @@ impl Store {
                     }
                 }
                 crate::schema::default_and_prune(rt, &mut next);
+                // A status apply brings its own managedFields entry.
+                if let Some(fields) = object["metadata"]
+                    .get("managedFields")
+                    .filter(|f| f.is_array())
+                {
+                    meta::set_metadata_field(&mut next, "managedFields", Some(fields.clone()));
+                }
                 next
             }
         };

@@ -530,3 +530,64 @@ async fn invalid_objects_are_rejected_like_kube_apiserver() {
     assert_eq!((code, why.as_str()), (422, "Invalid"));
     assert!(message.starts_with(r#"ConfigMap "Not_Valid" is invalid: metadata.name: Invalid value: "Not_Valid": a lowercase RFC 1123 subdomain"#), "{message}");
 }
+
+#[tokio::test]
+async fn server_side_apply_of_status_and_delete_collection() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &deployment("web", 1, "nginx"))
+        .await
+        .expect("created");
+    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "status": {"replicas": 1, "readyReplicas": 1}, "spec": {"replicas": 9}});
+    let applied = api
+        .patch_status(
+            "web",
+            &PatchParams::apply("status-writer"),
+            &Patch::Apply(status),
+        )
+        .await
+        .expect("status applied");
+    assert_eq!(
+        applied.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(1)
+    );
+    assert_eq!(
+        applied.spec.replicas,
+        Some(1),
+        "a status apply leaves spec alone"
+    );
+    let entry = applied
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|m| m.manager.as_deref() == Some("status-writer"))
+        .expect("the status manager is recorded");
+    assert_eq!(entry.subresource.as_deref(), Some("status"));
+
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        cms.create(
+            &PostParams::default(),
+            &config_map(name, json!({"app": app})),
+        )
+        .await
+        .expect("created");
+    }
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("app=x"),
+    )
+    .await
+    .expect("deleted");
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(left, ["c"]);
+}
