@@ -551,3 +551,38 @@ spec:
     let elsewhere = fx.run(&["--context", "prod", "get", "widgets"]).await;
     assert!(!elsewhere.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_scale_and_restart() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
+    let status = fx
+        .ok(&["rollout", "status", "deployment/web", "--timeout=20s"])
+        .await;
+    assert!(
+        status.contains(r#"deployment "web" successfully rolled out"#),
+        "{status}"
+    );
+
+    let scaled = fx.ok(&["scale", "deployment/web", "--replicas=3"]).await;
+    assert!(scaled.contains("deployment.apps/web scaled"), "{scaled}");
+    wait_until_ready(&fx, "prod", "web", 3).await;
+
+    let restarted = fx.ok(&["rollout", "restart", "deployment/web"]).await;
+    assert!(
+        restarted.contains("deployment.apps/web restarted"),
+        "{restarted}"
+    );
+    let status = fx
+        .ok(&["rollout", "status", "deployment/web", "--timeout=20s"])
+        .await;
+    assert!(status.contains("successfully rolled out"), "{status}");
+    let history = fx.ok(&["rollout", "history", "deployment/web"]).await;
+    assert!(history.lines().any(|l| l.starts_with('2')), "{history}");
+    let sets = fx
+        .ok(&["get", "replicasets", "-l", "app=web", "-o", "name"])
+        .await;
+    assert_eq!(sets.lines().count(), 2, "{sets}");
+}
