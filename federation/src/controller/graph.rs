@@ -283,7 +283,8 @@ mod tests {
 
     #[test]
     fn cycles() {
-        let cases: Vec<(Vec<(&str, &[&str])>, &str)> = vec![
+        type Edges<'a> = Vec<(&'a str, &'a [&'a str])>;
+        let cases: Vec<(Edges, &str)> = vec![
             (vec![("a", &["b"]), ("b", &["c"])], ""),
             (vec![("a", &["b"]), ("b", &["a"])], "ns/a -> ns/b -> ns/a"),
             (vec![("a", &["a"])], "ns/a -> ns/a"),

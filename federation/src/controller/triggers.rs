@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::{Comb, CombEndpoint, CombStatus, LabelKeys, UpstreamSpec};
+use comb_api::{Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, UpstreamSpec};
 
 use super::queue::{CombKey, Trigger};
 use crate::config::{BorrowDecision, Config};
@@ -44,12 +44,8 @@ pub struct StatusSignature {
     phase: Option<String>,
     ready: Option<(String, Option<String>, Option<String>)>,
     endpoints: Vec<CombEndpoint>,
-    upstream: Option<(
-        Option<String>,
-        Option<bool>,
-        Option<String>,
-        Option<Vec<String>>,
-    )>,
+    /// Without `observedAt`.
+    upstream: Option<CombUpstreamStatus>,
 }
 
 /// The [`StatusSignature`] of a recorded status.
@@ -66,14 +62,12 @@ pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
         endpoints: status
             .map(|s| s.endpoint_list().to_vec())
             .unwrap_or_default(),
-        upstream: status.and_then(|s| s.upstream.as_ref()).map(|upstream| {
-            (
-                upstream.context.clone(),
-                upstream.reachable,
-                upstream.phase.clone(),
-                upstream.via.clone(),
-            )
-        }),
+        upstream: status
+            .and_then(|s| s.upstream.clone())
+            .map(|upstream| CombUpstreamStatus {
+                observed_at: None,
+                ..upstream
+            }),
     }
 }
 
@@ -132,7 +126,7 @@ pub fn upstream_peer(config: &Config, layer: usize, comb: &Comb) -> Option<(usiz
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use comb_api::{CombCondition, CombSpec, CombUpstreamStatus, ConditionStatus};
+    use comb_api::{CombCondition, CombSpec, ConditionStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
