@@ -185,3 +185,21 @@ async fn deploy_without_live_objects_reads_the_workloads_first() {
     assert_eq!(requests.get("list deployments.apps"), Some(&1));
     assert_eq!(requests.get("list services"), None);
 }
+
+#[tokio::test]
+async fn a_namespaced_object_without_namespace_is_refused_before_any_request() {
+    let cluster = Cluster::start().await;
+    let mut nowhere = resource("v1", "ConfigMap", "nats");
+    nowhere.namespace = None;
+    cluster.reset_requests();
+    let error = cluster.ops.get(&nowhere).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "Kubernetes API error (get ConfigMap): ConfigMap nats is namespaced, but no namespace was given"
+    );
+    assert!(cluster.requests().is_empty());
+    // Cluster-scoped kinds need none.
+    let mut team = resource("v1", "Namespace", NS);
+    team.namespace = None;
+    assert!(cluster.ops.get(&team).await.is_ok());
+}

@@ -116,16 +116,34 @@ impl KubeOps {
         })
     }
 
+    /// The API of one object: a namespaced one needs its namespace.
+    async fn object_api(
+        &self,
+        request: &str,
+        resource: &CombResource,
+    ) -> Result<Api<DynamicObject>> {
+        let resource_type = self
+            .resource_type(&resource.api_version, &resource.kind)
+            .await?;
+        match (resource_type.namespaced, resource.namespace.as_deref()) {
+            (true, None) => Err(kube_error(
+                request,
+                format!(
+                    "{} {} is namespaced, but no namespace was given",
+                    resource.kind, resource.name
+                ),
+            )),
+            (_, namespace) => {
+                self.api(&resource.api_version, &resource.kind, namespace)
+                    .await
+            }
+        }
+    }
+
     /// The object `resource` names.
     pub async fn get(&self, resource: &CombResource) -> Result<Value> {
         let request = format!("get {}", resource.kind);
-        let api = self
-            .api(
-                &resource.api_version,
-                &resource.kind,
-                resource.namespace.as_deref(),
-            )
-            .await?;
+        let api = self.object_api(&request, resource).await?;
         let object = api
             .get(&resource.name)
             .await
@@ -136,13 +154,7 @@ impl KubeOps {
     /// The object `resource` names, or `None` when the server says it does not exist.
     pub async fn get_opt(&self, resource: &CombResource) -> Result<Option<Value>> {
         let request = format!("get {}", resource.kind);
-        let api = self
-            .api(
-                &resource.api_version,
-                &resource.kind,
-                resource.namespace.as_deref(),
-            )
-            .await?;
+        let api = self.object_api(&request, resource).await?;
         match api.get_opt(&resource.name).await {
             Ok(Some(object)) => to_value(&request, &object).map(Some),
             Ok(None) => Ok(None),
@@ -229,13 +241,7 @@ impl KubeOps {
 
     async fn create(&self, target: &CombResource, body: &Value) -> Result<Created> {
         let request = format!("create {}", target.kind);
-        let api = self
-            .api(
-                &target.api_version,
-                &target.kind,
-                target.namespace.as_deref(),
-            )
-            .await?;
+        let api = self.object_api(&request, target).await?;
         let mut object = from_value(&request, body)?;
         // A manifest copied from a live object may carry one; the server refuses it on create.
         object.metadata.resource_version = None;
@@ -252,13 +258,7 @@ impl KubeOps {
 
     async fn replace(&self, target: &CombResource, body: &Value, live: &Value) -> Result<Value> {
         let request = format!("replace {}", target.kind);
-        let api = self
-            .api(
-                &target.api_version,
-                &target.kind,
-                target.namespace.as_deref(),
-            )
-            .await?;
+        let api = self.object_api(&request, target).await?;
         let mut object = from_value(&request, body)?;
         object.metadata.resource_version = live
             .pointer("/metadata/resourceVersion")
@@ -275,13 +275,7 @@ impl KubeOps {
     /// too; without it the API server would orphan them.
     pub async fn delete(&self, resource: &CombResource) -> Result<()> {
         let request = format!("delete {}", resource.kind);
-        let api = self
-            .api(
-                &resource.api_version,
-                &resource.kind,
-                resource.namespace.as_deref(),
-            )
-            .await?;
+        let api = self.object_api(&request, resource).await?;
         api.delete(&resource.name, &DeleteParams::background())
             .await
             .map(drop)
@@ -291,13 +285,7 @@ impl KubeOps {
     /// A JSON merge patch of the main resource; returns the patched object.
     pub async fn merge_patch(&self, resource: &CombResource, patch: &Value) -> Result<Value> {
         let request = format!("patch {}", resource.kind);
-        let api = self
-            .api(
-                &resource.api_version,
-                &resource.kind,
-                resource.namespace.as_deref(),
-            )
-            .await?;
+        let api = self.object_api(&request, resource).await?;
         let patched = api
             .patch(
                 &resource.name,
