@@ -5,6 +5,8 @@
 //! of any depth works without a layer knowing more than its own upstream, and `via` grows one
 //! context per hop. Unreachable peers are `reachable: false`, never an error.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use comb_api::{Comb, CombEndpoint, CombResource, CombStatus, Endpoint};
 use kube::Api;
@@ -19,6 +21,11 @@ use crate::upstream::{Upstream, UpstreamContext, UpstreamStatus};
 
 /// The canonical class name.
 pub const K8S_CLASS: &str = "Kubernetes::Comb::Upstream::K8s";
+
+/// How long reading the peer may take. A peer that does not answer in time is unreachable: a
+/// hung or refusing API server (the client retries 429/503/504 with backoff for minutes) must not
+/// hold up the borrowing Comb's step.
+pub const PEER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The peer Comb `namespace/name` (default: the borrowing Comb's own) in kube context `context`.
 ///
@@ -155,13 +162,14 @@ impl K8s {
         };
         let combs: Api<Comb> =
             Api::namespaced_with(client, namespace, &comb_api::api_resource(&ctx.group));
-        match combs.get(name).await {
-            Ok(peer) => PeerView::Read {
+        match tokio::time::timeout(PEER_READ_TIMEOUT, combs.get(name)).await {
+            Ok(Ok(peer)) => PeerView::Read {
                 place,
                 same_server,
                 status: Box::new(peer.status.unwrap_or_default()),
             },
-            Err(error) => failed(kube_error::describe(&error)),
+            Ok(Err(error)) => failed(kube_error::describe(&error)),
+            Err(_) => failed(format!("no answer within {}s", PEER_READ_TIMEOUT.as_secs())),
         }
     }
 }

@@ -22,7 +22,7 @@ mod static_upstream;
 mod upstream;
 
 pub use error::{Error, Result};
-pub use k8s::{K8S_CLASS, K8s};
+pub use k8s::{K8S_CLASS, K8s, PEER_READ_TIMEOUT};
 pub use replicate::{Replica, ReplicaKind};
 pub use resolve::{Resolved, UPSTREAM_NAMESPACE, UpstreamClasses, UpstreamFactory};
 pub use static_upstream::{STATIC_CLASS, Static};

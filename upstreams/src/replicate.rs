@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::{check_keys, describe};
 use crate::error::{Error, Result};
+use crate::k8s::PEER_READ_TIMEOUT;
 use crate::kube_error;
 use crate::upstream::UpstreamContext;
 
@@ -265,16 +266,20 @@ pub(crate) async fn replicate(
             ctx.namespace, ctx.context
         );
 
-        let source = source_api
-            .get(name)
-            .await
-            .map_err(|e| {
-                fail(format!(
-                    "reading {source_place} failed: {}",
-                    kube_error::describe(&e)
-                ))
-            })
-            .and_then(|object| to_value(&object, &source_place))?;
+        // The peer's server gets the same time bound as reading the peer Comb.
+        let source = match tokio::time::timeout(PEER_READ_TIMEOUT, source_api.get(name)).await {
+            Ok(Ok(object)) => to_value(&object, &source_place)?,
+            Ok(Err(e)) => {
+                let error = kube_error::describe(&e);
+                return Err(fail(format!("reading {source_place} failed: {error}")));
+            }
+            Err(_) => {
+                let seconds = PEER_READ_TIMEOUT.as_secs();
+                return Err(fail(format!(
+                    "reading {source_place} failed: no answer within {seconds}s"
+                )));
+            }
+        };
         let desired = desired_copy(replica, &source, ctx, &origin(replica));
         let live = target_api
             .get_opt(name)

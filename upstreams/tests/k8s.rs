@@ -4,13 +4,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use anyhow::Result;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, Endpoint, LabelKeys};
 use comb_kubeconfigs::ClientPool;
+use comb_sandbox::controls::ClusterControls;
 use comb_sandbox::sandbox::SANDBOX_USER;
 use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
-use comb_upstreams::{K8s, Replica, Upstream, UpstreamContext, UpstreamStatus};
+use comb_upstreams::{K8s, PEER_READ_TIMEOUT, Replica, Upstream, UpstreamContext, UpstreamStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -19,12 +21,15 @@ use serde_json::{Value, json};
 /// The sandbox, a pool over its kubeconfig (plus a context `gone` whose server does not exist).
 struct Clusters {
     _sandbox: Sandbox,
+    controls: Arc<ClusterControls>,
     pool: ClientPool,
 }
 
 impl Clusters {
     async fn start() -> Result<Clusters> {
+        let controls = Arc::new(ClusterControls::default());
         let mut options = SandboxOptions::clusters(["prod", "dev"]);
+        options.extensions = vec![controls.clone()];
         options.contexts.push(ExtraContext {
             name: "staging".into(),
             cluster: "prod".into(),
@@ -41,6 +46,7 @@ impl Clusters {
         let pool = ClientPool::from_kubeconfig(kubeconfig, "the sandbox kubeconfig");
         let clusters = Clusters {
             _sandbox: sandbox,
+            controls,
             pool,
         };
         for context in ["prod", "dev"] {
@@ -223,6 +229,37 @@ async fn unreachable_peers_are_reported_not_errors() -> Result<()> {
             && refused.to_lowercase().contains("connection refused"),
         "{refused}"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_partitioned_peer_is_unreachable_until_healed() -> Result<()> {
+    let clusters = Clusters::start().await?;
+    clusters
+        .comb("prod", "platform", "db", prod_db_status())
+        .await?;
+    let ctx = clusters.context("dev", "platform", "db");
+    let prod = clusters.controls.get("prod").expect("controls of prod");
+
+    prod.partition();
+    let status = K8s::new("prod").status(&ctx).await?;
+    assert!(!status.reachable);
+    assert_eq!(
+        status.message.as_deref(),
+        Some(
+            format!(
+                "reading Comb platform/db in context prod failed: no answer within {}s",
+                PEER_READ_TIMEOUT.as_secs()
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(status.via.as_deref(), Some(&["prod".to_string()][..]));
+
+    prod.heal();
+    let status = K8s::new("prod").status(&ctx).await?;
+    assert!(status.reachable, "{status:?}");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
     Ok(())
 }
 
