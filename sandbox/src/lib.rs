@@ -32,6 +32,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 pub mod tls;
+pub mod typed;
 pub mod validation;
 pub mod watch;
 

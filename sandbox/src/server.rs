@@ -457,7 +457,11 @@ fn validate_fields(rt: &ResourceType, object: &Value, query: &Query) -> Result<(
     if query.get("fieldValidation") != Some("Strict") {
         return Ok(());
     }
-    let unknown = schema::unknown_fields(rt, object);
+    let unknown = if rt.is_custom() {
+        schema::unknown_fields(rt, object)
+    } else {
+        crate::typed::unknown_fields(rt, object)
+    };
     if unknown.is_empty() {
         return Ok(());
     }

@@ -252,6 +252,23 @@ fn set_type_meta(rt: &ResourceType, object: &mut Value) {
     }
 }
 
+/// A built-in object as its typed form keeps it (unknown fields dropped); a body that does
+/// not decode is a 400 like kube-apiserver's.
+fn decode_typed(rt: &ResourceType, object: Value) -> Result<Value, ApiError> {
+    match crate::typed::decode(rt, &object) {
+        None => Ok(object),
+        Some(Ok(decoded)) => Ok(decoded),
+        Some(Err(error)) => {
+            eprintln!("DECODE {} {error} {}", rt.kind, object);
+            Err(ApiError::bad_request(format!(
+                "{kind} in version {version:?} cannot be handled as a {kind}: {error}",
+                kind = rt.kind,
+                version = rt.version,
+            )))
+        }
+    }
+}
+
 /// The object without its resourceVersion, to detect no-op updates.
 fn comparable(object: &Value) -> Value {
     let mut copy = object.clone();
@@ -569,6 +586,7 @@ impl Store {
         let generation = rt.tracks_generation().then(|| json!(1));
         meta::set_metadata_field(&mut object, "generation", generation);
         strategy::prepare_for_create(rt, &mut object);
+        let mut object = decode_typed(rt, object)?;
         let errors = strategy::validate(rt, &object, None);
         if !errors.is_empty() {
             return Err(ApiError::invalid(rt, &name, &errors));
@@ -988,7 +1006,7 @@ impl Store {
         if !requested_rv.is_empty() && requested_rv != meta::resource_version(&old) {
             return Err(ApiError::conflict(rt, &name));
         }
-        let mut next = match subresource {
+        let next = match subresource {
             Subresource::Main => {
                 strategy::prepare_for_update(rt, &old, &mut object);
                 object
@@ -1014,6 +1032,7 @@ impl Store {
                 next
             }
         };
+        let mut next = decode_typed(rt, next)?;
         for field in [
             "uid",
             "creationTimestamp",

@@ -591,3 +591,50 @@ async fn server_side_apply_of_status_and_delete_collection() {
         .collect();
     assert_eq!(left, ["c"]);
 }
+
+#[tokio::test]
+async fn built_in_objects_keep_only_their_api_fields() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let mut body = serde_json::to_value(deployment("typo", 1, "nginx")).expect("json");
+    body["spec"]["replica"] = json!(3);
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        api.clone().into_client(),
+        "default",
+        &kube::core::ApiResource::erase::<Deployment>(&()),
+    );
+    let object: kube::api::DynamicObject = serde_json::from_value(body.clone()).expect("object");
+    let created = raw
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("created");
+    assert!(
+        created.data["spec"].get("replica").is_none(),
+        "unknown fields are dropped, as by a real decode"
+    );
+    let strict = PatchParams::default().validation_strict();
+    let (code, _, message) = reason(
+        api.patch(
+            "typo",
+            &strict,
+            &Patch::Merge(json!({"spec": {"replica": 3}})),
+        )
+        .await
+        .expect_err("strict"),
+    );
+    assert_eq!(code, 400);
+    assert!(
+        message.ends_with(r#"strict decoding error: unknown field "spec.replica""#),
+        "{message}"
+    );
+    let (code, _, _) = reason(
+        api.patch(
+            "typo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": "three"}})),
+        )
+        .await
+        .expect_err("wrong type"),
+    );
+    assert_eq!(code, 400);
+}
