@@ -1,0 +1,404 @@
+//! Starting and ending to borrow on sandbox clusters: local -> borrowed -> local, replication
+//! while borrowing, a bridge that cannot be built, and the errors of the upstream path.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod upstream_support;
+
+use std::collections::BTreeMap;
+
+use comb_api::{CombStatus, UpstreamSpec};
+use comb_federation::engine::borrow::Controlling;
+use comb_sandbox::controls::Fault;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use upstream_support::{Layers, borrow, db_spec, endpoints, managed, verdict};
+
+const STATIC: &str = "upstream Kubernetes::Comb::Upstream::Static";
+const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
+
+fn running_healthy(status: &CombStatus) -> bool {
+    verdict(status) == ("Running".into(), "Healthy".into(), "healthy".into())
+}
+
+fn uid(object: &Value) -> &str {
+    object["metadata"]["uid"].as_str().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_then_borrowed_then_local_again() {
+    let layers = Layers::start().await;
+    let none = Controlling::none();
+    let mut db = layers
+        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
+        .await;
+    let status = layers.settle("dev", &mut db, &none, running_healthy).await;
+    assert_eq!(status.upstream, None);
+    let local_service = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    assert_eq!(local_service["spec"]["selector"], json!({"app": "db"}));
+
+    // Borrowing: the bridge Service replaces the local one in place, the workload is pruned.
+    db = layers
+        .edit(
+            "dev",
+            &db,
+            json!({"upstream": {"class": "Static", "via": ["vendor"],
+                   "endpoints": [{"name": "postgres", "port": 15432, "cluster": "10.1.2.3"}]}}),
+        )
+        .await;
+    let status = layers.step("dev", &mut db, &none).await;
+    assert_eq!(
+        verdict(&status),
+        (
+            "Running".into(),
+            "Borrowed".into(),
+            format!("borrowed from {STATIC} via vendor")
+        )
+    );
+    assert_eq!(
+        endpoints(&status),
+        [("postgres".into(), 5432, Some("10.1.2.3:15432".into()))],
+        "the local port, the upstream's address and port"
+    );
+    assert_eq!(managed(&status), ["Service/db", "EndpointSlice/db-1"]);
+    let upstream = status
+        .upstream
+        .clone()
+        .expect("status.upstream while borrowing");
+    assert_eq!(
+        (
+            upstream.class.as_deref(),
+            upstream.reachable,
+            upstream.via.clone()
+        ),
+        (
+            Some("Kubernetes::Comb::Upstream::Static"),
+            Some(true),
+            Some(vec!["vendor".to_string()])
+        )
+    );
+    let bridge = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    assert_eq!(uid(&bridge), uid(&local_service), "replaced in place");
+    assert_eq!(bridge["spec"].get("selector"), None);
+    assert_eq!(
+        (
+            &bridge["spec"]["ports"][0]["name"],
+            &bridge["spec"]["ports"][0]["port"]
+        ),
+        (&json!("postgres"), &json!(5432)),
+        "the Service keeps the local port"
+    );
+    let slice = layers
+        .peek(
+            "dev",
+            "discovery.k8s.io",
+            "EndpointSlice",
+            "platform",
+            "db-1",
+        )
+        .unwrap();
+    assert_eq!(slice["endpoints"], json!([{"addresses": ["10.1.2.3"]}]));
+    assert_eq!(slice["ports"][0]["port"], 15432);
+    assert!(
+        layers
+            .peek("dev", "apps", "Deployment", "platform", "db")
+            .is_none(),
+        "the local workload is pruned"
+    );
+
+    // A step that establishes nothing keeps the bridge recorded, status.upstream included.
+    db = layers.edit("dev", &db, json!({"enabled": false})).await;
+    let status = layers.step("dev", &mut db, &none).await;
+    assert_eq!(verdict(&status).1, "Disabled");
+    assert_eq!(status.upstream, Some(upstream));
+    assert_eq!(managed(&status), ["Service/db", "EndpointSlice/db-1"]);
+
+    // Local again: deployed in place of the bridge, which is pruned; status.upstream is gone.
+    db = layers
+        .edit("dev", &db, json!({"enabled": true, "upstream": null}))
+        .await;
+    let status = layers.step("dev", &mut db, &none).await;
+    assert_eq!(
+        (verdict(&status).0.as_str(), verdict(&status).1.as_str()),
+        ("Pending", "Deployed")
+    );
+    assert_eq!(status.upstream, None);
+    assert_eq!(managed(&status), ["Deployment/db", "Service/db"]);
+    assert_eq!(
+        endpoints(&status),
+        [("postgres".into(), 5432, Some("db.platform.svc:5432".into()))]
+    );
+    let service = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    assert_eq!(uid(&service), uid(&local_service));
+    assert_eq!(service["spec"]["selector"], json!({"app": "db"}));
+    assert!(
+        layers
+            .peek(
+                "dev",
+                "discovery.k8s.io",
+                "EndpointSlice",
+                "platform",
+                "db-1"
+            )
+            .is_none()
+    );
+    assert!(
+        layers
+            .peek("dev", "apps", "Deployment", "platform", "db")
+            .is_some()
+    );
+    let status = layers.settle("dev", &mut db, &none, running_healthy).await;
+    assert_eq!(status.upstream, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replication_follows_the_upstream_and_ends_with_borrowing() {
+    let layers = Layers::start().await;
+    let none = Controlling::none();
+    let prod_secrets: Api<Secret> = Api::namespaced(layers.client("prod").await, "platform");
+    let dev_secrets: Api<Secret> = Api::namespaced(layers.client("dev").await, "platform");
+    let secret = |password: &[u8]| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": "db-credentials"},
+            "data": {"password": ByteString(password.to_vec())}
+        }))
+        .unwrap()
+    };
+    prod_secrets
+        .create(&PostParams::default(), &secret(b"s3cret"))
+        .await
+        .unwrap();
+    let mut prod = layers
+        .comb(
+            "prod",
+            "platform",
+            "db",
+            db_spec("ClusterIP", Some("192.0.2.10:5432")),
+        )
+        .await;
+    layers
+        .settle("prod", &mut prod, &none, running_healthy)
+        .await;
+
+    let mut dev = layers
+        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
+        .await;
+    let replicating = borrow(
+        "dev",
+        json!({"class": "K8s", "layer": "prod",
+               "replicate": [{"kind": "Secret", "name": "db-credentials"}]}),
+    );
+    let status = layers.step("dev", &mut dev, &replicating).await;
+    assert_eq!(
+        verdict(&status),
+        (
+            "Running".into(),
+            "Borrowed".into(),
+            format!(
+                "borrowed from {K8S} (context prod) via prod; replicated Secret db-credentials"
+            )
+        )
+    );
+    assert_eq!(
+        managed(&status),
+        ["Service/db", "EndpointSlice/db-1", "Secret/db-credentials"]
+    );
+    let password = |secret: Secret| secret.data.unwrap()["password"].0.clone();
+    let copy = dev_secrets.get("db-credentials").await.unwrap();
+    assert_eq!(
+        copy.metadata.labels.as_ref().unwrap()["comb.internal/comb"],
+        "db"
+    );
+    assert_eq!(password(copy), b"s3cret");
+
+    // Refreshed on the next borrowing step after the upstream copy changed.
+    let mut rotated = prod_secrets.get("db-credentials").await.unwrap();
+    rotated.data = Some(BTreeMap::from([(
+        "password".to_string(),
+        ByteString(b"rotated".to_vec()),
+    )]));
+    prod_secrets
+        .replace("db-credentials", &PostParams::default(), &rotated)
+        .await
+        .unwrap();
+    let status = layers.step("dev", &mut dev, &replicating).await;
+    assert_eq!(verdict(&status).1, "Borrowed");
+    assert_eq!(
+        password(dev_secrets.get("db-credentials").await.unwrap()),
+        b"rotated"
+    );
+
+    // A copy that cannot be made: ReplicationFailed, nothing applied, the upstream recorded.
+    let missing = borrow(
+        "dev",
+        json!({"class": "K8s", "layer": "prod",
+               "replicate": [{"kind": "Secret", "name": "db-credentials"}, {"kind": "ConfigMap", "name": "nope"}]}),
+    );
+    let failed = layers.step("dev", &mut dev, &missing).await;
+    assert_eq!(
+        verdict(&failed),
+        (
+            "Error".into(),
+            "ReplicationFailed".into(),
+            format!(
+                "replicating from {K8S} (context prod) failed: reading ConfigMap nope in namespace \
+                 platform of context prod failed: 404 NotFound: configmaps \"nope\" not found"
+            )
+        )
+    );
+    assert_eq!(managed(&failed), managed(&status));
+    assert_eq!(
+        failed.upstream.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+    assert_eq!(
+        endpoints(&failed),
+        [("postgres".into(), 5432, Some("192.0.2.10:5432".into()))]
+    );
+
+    // Borrowing ends (the layer runs it locally): the copy is pruned with the bridge.
+    let local = Controlling::new("borrow.local of layer dev", UpstreamSpec::Local);
+    let status = layers.step("dev", &mut dev, &local).await;
+    assert_eq!(verdict(&status).1, "Deployed");
+    assert_eq!(managed(&status), ["Deployment/db", "Service/db"]);
+    assert!(
+        dev_secrets
+            .get_opt("db-credentials")
+            .await
+            .unwrap()
+            .is_none(),
+        "the replicated Secret is pruned"
+    );
+    assert!(
+        prod_secrets
+            .get_opt("db-credentials")
+            .await
+            .unwrap()
+            .is_some(),
+        "the upstream's is not touched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_names_and_ips_behind_one_service_cannot_be_bridged() {
+    let layers = Layers::start().await;
+    let none = Controlling::none();
+    let mut db = layers
+        .comb(
+            "dev",
+            "platform",
+            "db",
+            json!({"class": "Manifests",
+                   "config": {"endpoints": [{"name": "postgres", "port": 5432}, {"name": "replica", "port": 5433}]},
+                   "upstream": {"class": "Kubernetes::Comb::Upstream::Static", "endpoints": [
+                       {"name": "postgres", "port": 5432, "cluster": "db.example.com:5432"},
+                       {"name": "replica", "port": 5433, "cluster": "10.0.0.1"}]}}),
+        )
+        .await;
+    let status = layers.step("dev", &mut db, &none).await;
+    assert_eq!(
+        verdict(&status),
+        (
+            "Blocked".into(),
+            "BridgeImpossible".into(),
+            "the upstream cannot be bridged: Service db: its endpoints point at both host names and \
+             IP addresses (postgres at db.example.com, replica at 10.0.0.1), one Service cannot bridge both"
+                .into()
+        )
+    );
+    assert_eq!(
+        endpoints(&status),
+        [
+            ("postgres".into(), 5432, Some("db.example.com:5432".into())),
+            ("replica".into(), 5433, Some("10.0.0.1:5433".into()))
+        ],
+        "the redirected endpoints are published"
+    );
+    assert!(status.managed().is_empty());
+    assert!(
+        layers
+            .peek("dev", "", "Service", "platform", "db")
+            .is_none()
+    );
+    assert!(status.upstream.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_of_the_upstream_path() {
+    let layers = Layers::start().await;
+    let none = Controlling::none();
+
+    // Resolution is checked before Disabled; the controlling code decides before spec.upstream.
+    let mut broken = layers
+        .comb(
+            "dev",
+            "platform",
+            "broken",
+            json!({"class": "Manifests", "enabled": false, "upstream": {"class": "Probe"}}),
+        )
+        .await;
+    let status = layers.step("dev", &mut broken, &none).await;
+    assert_eq!(
+        verdict(&status),
+        (
+            "Error".into(),
+            "UpstreamFailed".into(),
+            "resolving the upstream failed: spec.upstream: unknown upstream class 'Probe' (known: K8s, \
+             Kubernetes::Comb::Upstream::K8s, Kubernetes::Comb::Upstream::Static, Static)"
+                .into()
+        )
+    );
+    assert!(
+        status.endpoint_list().is_empty(),
+        "no endpoints while unresolved"
+    );
+    let local = Controlling::new("borrow.local of layer dev", UpstreamSpec::Local);
+    let status = layers.step("dev", &mut broken, &local).await;
+    assert_eq!(verdict(&status).1, "Disabled");
+
+    // The bridge fails half-way: DeployFailed, the upstream established and recorded.
+    layers.controls("dev").inject(Fault::status(
+        "POST",
+        "/api/v1/namespaces/platform/services",
+        500,
+        1,
+    ));
+    let mut db = layers
+        .comb(
+            "dev",
+            "platform",
+            "db",
+            json!({"class": "Manifests", "config": {"endpoints": [{"name": "postgres", "port": 5432}]}}),
+        )
+        .await;
+    let upstream = borrow(
+        "dev",
+        json!({"class": "Static", "endpoints": [{"name": "postgres", "port": 5432, "cluster": "pg.example.com:5432"}]}),
+    );
+    let status = layers.step("dev", &mut db, &upstream).await;
+    let (phase, reason, message) = verdict(&status);
+    assert_eq!((phase.as_str(), reason.as_str()), ("Error", "DeployFailed"));
+    assert!(
+        message.starts_with("deploy failed: ensure Service db: "),
+        "{message}"
+    );
+    assert!(status.upstream.is_some());
+    assert_eq!(
+        endpoints(&status),
+        [("postgres".into(), 5432, Some("pg.example.com:5432".into()))]
+    );
+    // The fault was one request: the next step bridges.
+    let status = layers.step("dev", &mut db, &upstream).await;
+    assert_eq!(
+        verdict(&status),
+        (
+            "Running".into(),
+            "Borrowed".into(),
+            format!("borrowed from {STATIC}")
+        )
+    );
+    let bridge = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    assert_eq!(bridge["spec"]["externalName"], "pg.example.com");
+}
