@@ -586,3 +586,83 @@ async fn the_node_is_registered_and_ready() {
         (Some("True"), Some("KubeletReady"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_service_lists_its_ready_pods() {
+    let cluster = Cluster::start();
+    let mut web = deployment("shop", 2, "nginx");
+    web["spec"]["template"]["spec"]["containers"][0]["ports"] =
+        json!([{"name": "http", "containerPort": 8080}]);
+    cluster.create("apps", "Deployment", web);
+    cluster.create("", "Service", json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "shop"},
+        "spec": {"selector": {"app": "shop"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}]},
+    }));
+    let endpoints = cluster
+        .wait_for("two ready addresses", |c| {
+            let e = c.get("", "Endpoints", "shop")?;
+            let slice = c
+                .list(
+                    "discovery.k8s.io",
+                    "EndpointSlice",
+                    Some("kubernetes.io/service-name=shop"),
+                )
+                .pop()?;
+            let two = e["subsets"][0]["addresses"].as_array()?.len() == 2
+                && slice["endpoints"].as_array()?.len() == 2;
+            two.then_some(e)
+        })
+        .await;
+    assert_eq!(
+        endpoints["subsets"][0]["ports"],
+        json!([{"name": "http", "port": 8080, "protocol": "TCP"}])
+    );
+    let slices = cluster.list(
+        "discovery.k8s.io",
+        "EndpointSlice",
+        Some("kubernetes.io/service-name=shop"),
+    );
+    assert_eq!(slices.len(), 1);
+
+    // Scaled to one, one address is left.
+    let rt = cluster.rt("apps", "Deployment");
+    cluster
+        .store
+        .modify(&rt, Some("default"), "shop", Subresource::Main, |d| {
+            d["spec"]["replicas"] = json!(1)
+        })
+        .expect("scaled");
+    cluster
+        .wait_for("one address", |c| {
+            let e = c.get("", "Endpoints", "shop")?;
+            let slice = c
+                .list(
+                    "discovery.k8s.io",
+                    "EndpointSlice",
+                    Some("kubernetes.io/service-name=shop"),
+                )
+                .pop()?;
+            let one = e["subsets"][0]["addresses"].as_array()?.len() == 1
+                && slice["endpoints"].as_array()?.len() == 1;
+            one.then_some(())
+        })
+        .await;
+
+    // A Service without a selector is left alone.
+    cluster.create(
+        "",
+        "Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "manual"},
+            "spec": {"ports": [{"port": 5432}]},
+        }),
+    );
+    cluster
+        .wait_for("the manual service's cluster IP", |c| {
+            c.get("", "Service", "manual")?["spec"]["clusterIP"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .await;
+    assert!(cluster.get("", "Endpoints", "manual").is_none());
+}

@@ -10,6 +10,7 @@ pub mod cron;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod endpoints;
 pub mod hash;
 pub mod job;
 pub mod object;
@@ -87,6 +88,9 @@ impl ClusterExtension for Simulation {
 pub enum Kind {
     Pod,
     Service,
+    /// Also the work item of the endpoints controllers, named after its Service.
+    Endpoints,
+    EndpointSlice,
     PersistentVolumeClaim,
     ReplicaSet,
     Deployment,
@@ -97,9 +101,11 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Pod,
         Kind::Service,
+        Kind::Endpoints,
+        Kind::EndpointSlice,
         Kind::PersistentVolumeClaim,
         Kind::ReplicaSet,
         Kind::Deployment,
@@ -111,7 +117,8 @@ impl Kind {
 
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Pod | Kind::Service | Kind::PersistentVolumeClaim => "",
+            Kind::Pod | Kind::Service | Kind::Endpoints | Kind::PersistentVolumeClaim => "",
+            Kind::EndpointSlice => "discovery.k8s.io",
             Kind::ReplicaSet | Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet => "apps",
             Kind::Job | Kind::CronJob => "batch",
         }
@@ -121,6 +128,8 @@ impl Kind {
         match self {
             Kind::Pod => "Pod",
             Kind::Service => "Service",
+            Kind::Endpoints => "Endpoints",
+            Kind::EndpointSlice => "EndpointSlice",
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::ReplicaSet => "ReplicaSet",
             Kind::Deployment => "Deployment",
@@ -135,7 +144,8 @@ impl Kind {
         match self.group() {
             "" => "v1",
             "apps" => "apps/v1",
-            _ => "batch/v1",
+            "batch" => "batch/v1",
+            _ => "discovery.k8s.io/v1",
         }
     }
 

@@ -6,11 +6,11 @@
 //! per object; nothing runs unless an event or a due timer asks for it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
 
 use jiff::Timestamp;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::service::{Addresses, Pool, ip_of};
 use super::{
-    Action, Kind, Plan, SimConfig, cronjob, daemonset, deployment, job, object, pod, replicaset,
-    service, statefulset, volume,
+    Action, Kind, Plan, SimConfig, cronjob, daemonset, deployment, endpoints, job, object, pod,
+    replicaset, service, statefulset, volume,
 };
 use crate::api_error::ApiError;
 use crate::resources::ResourceType;
@@ -94,6 +94,8 @@ struct Simulation {
     pod_ips: Pool,
     /// Pod IPs handed out but not yet in a written status, by Pod UID.
     pending_ips: HashMap<String, u32>,
+    /// The selector of every Service that has one, by namespace and name.
+    selectors: HashMap<String, BTreeMap<String, Map<String, Value>>>,
 }
 
 impl Simulation {
@@ -110,6 +112,7 @@ impl Simulation {
             addresses: Addresses::default(),
             pod_ips: Pool::new(ip(10, 244, 0, 2), ip(10, 244, 255, 254)),
             pending_ips: HashMap::new(),
+            selectors: HashMap::new(),
         }
     }
 
@@ -142,7 +145,14 @@ impl Simulation {
         for (rt, object) in self.store.all_objects() {
             if let Some(kind) = Kind::from_group_kind(&rt.group, &rt.kind) {
                 self.track(kind, &object, false);
-                self.enqueue(key_of(kind, &object));
+                let key = key_of(kind, &object);
+                match kind {
+                    Kind::Service => self.enqueue((Kind::Endpoints, key.1.clone(), key.2.clone())),
+                    // Looked at through their Service.
+                    Kind::EndpointSlice => continue,
+                    _ => {}
+                }
+                self.enqueue(key);
             }
         }
     }
@@ -154,6 +164,7 @@ impl Simulation {
         let object = &event.object;
         let deleted = event.event_type == EventType::Deleted;
         self.track(kind, object, deleted);
+        self.enqueue_endpoints(kind, event);
         let key = key_of(kind, object);
         if let Some((owner_kind, owner_name)) = controller_key(object) {
             self.enqueue((owner_kind, key.1.clone(), owner_name));
@@ -169,8 +180,72 @@ impl Simulation {
         self.enqueue(key);
     }
 
-    /// Keeps the address pools in step with the Services and Pods that exist.
+    /// The endpoints of the Services an event may change: a Service's own, a managed slice's
+    /// Service's, and those of the Services selecting a Pod whose address, readiness or labels
+    /// changed.
+    fn enqueue_endpoints(&mut self, kind: Kind, event: &StoreEvent) {
+        let object = &event.object;
+        let namespace = object::namespace(object).to_string();
+        match kind {
+            Kind::Service => {
+                self.enqueue((Kind::Endpoints, namespace, object::name(object).to_string()));
+            }
+            // Its own writes are skipped by the caller; a deletion by someone else is repaired.
+            Kind::Endpoints if event.event_type == EventType::Deleted => {
+                self.enqueue((Kind::Endpoints, namespace, object::name(object).to_string()));
+            }
+            Kind::EndpointSlice => {
+                let managed = object::label(object, endpoints::MANAGED_BY_LABEL)
+                    == Some(endpoints::MANAGED_BY);
+                if let Some(service) =
+                    object::label(object, endpoints::SERVICE_NAME_LABEL).filter(|_| managed)
+                {
+                    self.enqueue((Kind::Endpoints, namespace, service.to_string()));
+                }
+            }
+            Kind::Pod => {
+                let old = event.old_object.as_ref();
+                let modified = event.event_type == EventType::Modified;
+                if modified && old.is_some_and(|old| endpoint_view(old) == endpoint_view(object)) {
+                    return;
+                }
+                let labels = [
+                    Some(&object["metadata"]["labels"]),
+                    old.map(|o| &o["metadata"]["labels"]),
+                ];
+                let selecting: Vec<String> = self
+                    .selectors
+                    .get(&namespace)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, selector)| {
+                        labels
+                            .iter()
+                            .flatten()
+                            .any(|l| endpoints::selects(selector, l))
+                    })
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for service in selecting {
+                    self.enqueue((Kind::Endpoints, namespace.clone(), service));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Keeps the address pools and the Service selectors in step with what exists.
     fn track(&mut self, kind: Kind, object: &Value, deleted: bool) {
+        if kind == Kind::Service {
+            let namespace = object::namespace(object).to_string();
+            let selectors = self.selectors.entry(namespace).or_default();
+            match endpoints::selector(object).filter(|_| !deleted) {
+                Some(selector) => {
+                    selectors.insert(object::name(object).to_string(), selector.clone())
+                }
+                None => selectors.remove(object::name(object)),
+            };
+        }
         match (kind, deleted) {
             (Kind::Service, false) => self.addresses.hold(object),
             (Kind::Service, true) => self.addresses.release(object),
@@ -239,6 +314,11 @@ impl Simulation {
 
     fn reconcile(&mut self, key: Key) {
         let (kind, namespace, name) = &key;
+        if *kind == Kind::Endpoints {
+            let plan = self.endpoints_plan(namespace, name);
+            self.apply(&key, plan, Timestamp::now());
+            return;
+        }
         let Some(rt) = self.store.resource_type(kind.group(), kind.name()) else {
             return;
         };
@@ -252,7 +332,11 @@ impl Simulation {
             Kind::ReplicaSet | Kind::StatefulSet | Kind::DaemonSet | Kind::Job => {
                 self.children(&object, "Pod")
             }
-            Kind::Pod | Kind::Service | Kind::PersistentVolumeClaim => Vec::new(),
+            Kind::Pod
+            | Kind::Service
+            | Kind::Endpoints
+            | Kind::EndpointSlice
+            | Kind::PersistentVolumeClaim => Vec::new(),
         };
         let children: Vec<&Value> = children.iter().collect();
         let plan = match kind {
@@ -276,8 +360,47 @@ impl Simulation {
             Kind::CronJob => cronjob::plan(&object, &children, now),
             Kind::Service => service::plan(&object, &mut self.addresses),
             Kind::PersistentVolumeClaim => volume::plan(&object),
+            // Handled above, by the Service's name; slices are never a work item of their own.
+            Kind::Endpoints | Kind::EndpointSlice => Plan::default(),
         };
         self.apply(&key, plan, now);
+    }
+
+    /// The endpoints controllers' plan for the Service `name`, from fresh reads.
+    fn endpoints_plan(&self, namespace: &str, name: &str) -> Plan {
+        let read = |group: &str, kind: &str| self.store.resource_type(group, kind);
+        let (Some(services), Some(pods), Some(endpoints), Some(slices)) = (
+            read("", "Service"),
+            read("", "Pod"),
+            read("", "Endpoints"),
+            read("discovery.k8s.io", "EndpointSlice"),
+        ) else {
+            return Plan::default();
+        };
+        let ns = Some(namespace);
+        let service = self.store.get(&services, ns, name).ok();
+        let list = |rt, selector: &str| {
+            self.store
+                .list(rt, ns, Some(selector), None)
+                .map(|(items, _)| items)
+                .unwrap_or_default()
+        };
+        let selected = match service.as_ref().and_then(endpoints::selector) {
+            Some(selector) => list(&pods, &endpoints::selector_string(selector)),
+            None => Vec::new(),
+        };
+        let managed = list(&slices, &endpoints::slice_selector(name));
+        let current = self.store.get(&endpoints, ns, name).ok();
+        let selected: Vec<&Value> = selected.iter().collect();
+        let managed: Vec<&Value> = managed.iter().collect();
+        endpoints::plan(
+            namespace,
+            name,
+            service.as_ref(),
+            &selected,
+            &managed,
+            current.as_ref(),
+        )
     }
 
     /// The address of a Pod on the node: the one it has, or the next free one.
@@ -409,6 +532,16 @@ impl Simulation {
             }
         }
     }
+}
+
+/// What of a Pod its Services' endpoints show.
+fn endpoint_view(pod: &Value) -> (&Value, &Value, bool, bool) {
+    (
+        &pod["metadata"]["labels"],
+        &pod["status"]["podIP"],
+        pod::is_ready(pod),
+        pod::is_active(pod),
+    )
 }
 
 fn key_of(kind: Kind, object: &Value) -> Key {
