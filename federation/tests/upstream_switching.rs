@@ -402,3 +402,126 @@ async fn errors_of_the_upstream_path() {
     let bridge = layers.peek("dev", "", "Service", "platform", "db").unwrap();
     assert_eq!(bridge["spec"]["externalName"], "pg.example.com");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_endpoints_while_borrowing() {
+    use comb_federation::engine::borrow::{CombLiveStatus, live_status, resolution};
+    use comb_federation::engine::operations::{describe, endpoint};
+    use comb_federation::engine::reconcile::UpstreamResolution;
+
+    let layers = Layers::start().await;
+    let none = Controlling::none();
+    let mut db = layers
+        .comb(
+            "dev",
+            "platform",
+            "db",
+            json!({"class": "Manifests",
+                   "config": {"endpoints": [{"name": "postgres", "port": 5432}]},
+                   "upstream": {"class": "Static", "phase": "Pending", "message": "restoring",
+                                "endpoints": [{"name": "postgres", "port": 5432, "cluster": "10.9.8.7:6432"}]}}),
+        )
+        .await;
+    let ops = layers.ops("dev").await;
+    let UpstreamResolution::Borrowed(borrowing) = resolution(&db, &none, &layers.env("dev")).await
+    else {
+        panic!("db borrows");
+    };
+    async fn borrowed_status(
+        ops: &comb_federation::engine::kube_ops::KubeOps,
+        db: &comb_federation::engine::class::CombInstance,
+        borrowing: &comb_federation::engine::borrow::Borrowing,
+    ) -> comb_federation::engine::borrow::BorrowedStatus {
+        match live_status(ops, db, Some(borrowing)).await.unwrap() {
+            CombLiveStatus::Borrowed(status) => status,
+            CombLiveStatus::Local(local) => panic!("a local status while borrowing: {local:?}"),
+        }
+    }
+
+    // Nothing deployed yet.
+    let status = borrowed_status(&ops, &db, &borrowing).await;
+    assert_eq!(
+        (
+            status.phase.as_str(),
+            status.reason.as_deref(),
+            status.message.as_deref()
+        ),
+        (
+            "NotDeployed",
+            Some("ResourcesMissing"),
+            Some(
+                "Service db is missing; EndpointSlice db-1 is missing; \
+                 upstream Kubernetes::Comb::Upstream::Static is Pending: restoring"
+            )
+        )
+    );
+    let step = layers.step("dev", &mut db, &none).await;
+    assert_eq!(verdict(&step).1, "UpstreamNotRunning");
+
+    // The bridge stands, the upstream does not run yet.
+    let status = borrowed_status(&ops, &db, &borrowing).await;
+    assert_eq!(
+        (status.phase.as_str(), status.reason.as_deref()),
+        ("Pending", Some("UpstreamNotRunning"))
+    );
+    assert!(status.pods.is_empty());
+    assert_eq!(status.upstream.phase.as_deref(), Some("Pending"));
+
+    // endpoint(name) and describe answer with the redirected addresses.
+    let postgres = endpoint(&db, "postgres", Some(&borrowing)).await.unwrap();
+    assert_eq!(
+        (postgres.port(), postgres.cluster()),
+        (5432, Some("10.9.8.7:6432"))
+    );
+    assert_eq!(
+        endpoint(&db, "web", Some(&borrowing))
+            .await
+            .unwrap_err()
+            .to_string(),
+        "Manifests->endpoint: db has no endpoint web (it has: postgres)"
+    );
+    let described = describe(&ops, &db, Some(&borrowing)).await.unwrap();
+    assert_eq!(
+        described.endpoints[0].cluster.as_deref(),
+        Some("10.9.8.7:6432")
+    );
+    let json = serde_json::to_value(&described.status).unwrap();
+    assert_eq!(json["phase"], "Pending");
+    assert_eq!(
+        json["upstream"]["class"],
+        "Kubernetes::Comb::Upstream::Static"
+    );
+
+    // An unreachable upstream: the status is the stop, and there are no endpoints to give.
+    db = layers
+        .edit(
+            "dev",
+            &db,
+            json!({"upstream": {"reachable": false, "message": "vendor down"}}),
+        )
+        .await;
+    let UpstreamResolution::Borrowed(down) = resolution(&db, &none, &layers.env("dev")).await
+    else {
+        panic!("db borrows");
+    };
+    let status = borrowed_status(&ops, &db, &down).await;
+    assert_eq!(
+        (
+            status.phase.as_str(),
+            status.reason.as_deref(),
+            status.message.as_deref()
+        ),
+        (
+            "Blocked",
+            Some("UpstreamUnreachable"),
+            Some("upstream Kubernetes::Comb::Upstream::Static is unreachable: vendor down")
+        )
+    );
+    assert_eq!(
+        endpoint(&db, "postgres", Some(&down))
+            .await
+            .unwrap_err()
+            .to_string(),
+        "upstream Kubernetes::Comb::Upstream::Static is unreachable: vendor down"
+    );
+}
