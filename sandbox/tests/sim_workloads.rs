@@ -541,6 +541,8 @@ async fn deleting_a_deployment_removes_its_replica_sets_and_pods() {
 async fn hundreds_of_deployments_settle() {
     let cluster = Cluster::start();
     let count = 300;
+    // Followed through the events, so waiting costs little next to the simulation itself.
+    let mut events = cluster.store.subscribe();
     for i in 0..count {
         cluster.create(
             "apps",
@@ -548,18 +550,29 @@ async fn hundreds_of_deployments_settle() {
             deployment(&format!("d{i}"), 1, "nginx"),
         );
     }
-    cluster
-        .wait_for("every deployment available", |c| {
-            let all = c.list("apps", "Deployment", None);
-            all.iter()
-                .all(|d| {
-                    d["status"]["availableReplicas"] == 1
-                        && condition(d, "Progressing")
-                            .is_some_and(|p| p["reason"] == "NewReplicaSetAvailable")
-                })
-                .then_some(())
-        })
-        .await;
+    let mut settled = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while settled.len() < count {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {count} deployments settled", settled.len()))
+            .expect("the events keep up");
+        if event.resource.kind != "Deployment" {
+            continue;
+        }
+        let d = &event.object;
+        let name = d["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let done = d["status"]["availableReplicas"] == 1
+            && condition(d, "Progressing").is_some_and(|p| p["reason"] == "NewReplicaSetAvailable");
+        if done {
+            settled.insert(name);
+        } else {
+            settled.remove(&name);
+        }
+    }
     assert_eq!(cluster.list("", "Pod", None).len(), count);
 }
 
