@@ -11,6 +11,7 @@ use axum::body::Body;
 use comb_kubeconfigs::write::KubeconfigBuilder;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -207,6 +208,7 @@ impl Sandbox {
                 source,
             })?;
             let store = Store::new(options.store.clone());
+            publish_api_service(&store, address);
             let handle = ClusterHandle {
                 name: name.clone(),
                 address,
@@ -325,6 +327,46 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         self.shutdown.cancel();
+    }
+}
+
+/// The `kubernetes` Service in `default` and its endpoints, which every kube-apiserver
+/// keeps pointing at itself (ClusterIP 10.96.0.1, which the simulation never hands out).
+fn publish_api_service(store: &Store, address: SocketAddr) {
+    let port = address.port();
+    let labels = json!({"component": "apiserver", "provider": "kubernetes"});
+    let objects = [
+        (
+            "",
+            "Service",
+            json!({"metadata": {"name": "kubernetes", "labels": labels}, "spec": {
+                "type": "ClusterIP", "clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"],
+                "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}}),
+        ),
+        (
+            "",
+            "Endpoints",
+            json!({"metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                "subsets": [{"addresses": [{"ip": address.ip().to_string()}],
+                             "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]}),
+        ),
+        (
+            "discovery.k8s.io",
+            "EndpointSlice",
+            json!({"metadata": {"name": "kubernetes", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [address.ip().to_string()], "conditions": {"ready": true}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}),
+        ),
+    ];
+    for (group, kind, object) in objects {
+        let created = store
+            .resource_type(group, kind)
+            .map(|rt| store.create(&rt, Some("default"), object));
+        if let Some(Err(error)) = created {
+            tracing::warn!(%error, kind, "could not publish the kubernetes service");
+        }
     }
 }
 
