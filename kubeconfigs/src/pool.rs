@@ -206,7 +206,11 @@ impl ClientPool {
         if let Some(client) = self.cached(context) {
             return Ok(client);
         }
-        let config = self.config(context).await?;
+        let mut config = self.config(context).await?;
+        // kube retries 429/503/504 itself for minutes (15 attempts, backoff up to 1000 s), which
+        // would hold one Comb's step while its layer is down. The controller retries failed steps
+        // with its own backoff and keeps the other layers going, so a request fails fast here.
+        config.default_retry = false;
         let client = Client::try_from(config).map_err(|error| Error::Build {
             context: context.to_string(),
             message: error.to_string(),
