@@ -25,16 +25,48 @@ pub fn group_version_path(group: &str, version: &str) -> String {
     }
 }
 
-/// The `/openapi/v3` index: one entry per group version with its document's hash.
-pub fn root(documents: &[(String, Value)]) -> Value {
+/// The group versions served, as `(group, version)` pairs with their document path.
+pub fn group_versions(types: &[ResourceType]) -> Vec<(String, String, String)> {
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    for rt in types {
+        if !seen
+            .iter()
+            .any(|(g, v, _)| *g == rt.group && *v == rt.version)
+        {
+            seen.push((
+                rt.group.clone(),
+                rt.version.clone(),
+                group_version_path(&rt.group, &rt.version),
+            ));
+        }
+    }
+    seen
+}
+
+/// The `/openapi/v3` index: one entry per group version, with a hash that changes when
+/// its resource types do (so kubectl's cache notices new CRD versions and schemas).
+pub fn root(types: &[ResourceType]) -> Value {
     let mut paths = Map::new();
-    for (path, doc) in documents {
+    for (group, version, path) in group_versions(types) {
+        let fingerprint: String = types
+            .iter()
+            .filter(|rt| rt.group == group && rt.version == version)
+            .map(|rt| format!("{rt:?}"))
+            .collect();
         paths.insert(
             path.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", hash(&doc.to_string()))}),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", hash(&fingerprint))}),
         );
     }
     json!({"paths": paths})
+}
+
+/// The document at a path of the index (`apis/apps/v1`), if it is served.
+pub fn document(types: &[ResourceType], path: &str) -> Option<Value> {
+    group_versions(types)
+        .into_iter()
+        .find(|(_, _, p)| p == path)
+        .map(|(group, version, _)| group_version_document(&group, &version, types))
 }
 
 /// The schema name kube-apiserver uses for a kind.
@@ -277,7 +309,7 @@ mod tests {
                 .any(|p| p["name"] == "fieldValidation" && p["in"] == "query")
         );
         assert!(doc["components"]["schemas"].is_object());
-        let index = root(&[("apis/apps/v1".into(), doc)]);
+        let index = root(&types);
         assert!(
             index["paths"]["apis/apps/v1"]["serverRelativeURL"]
                 .as_str()

@@ -241,14 +241,11 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
         }
         ["openapi", "v3"] if is_get => Ok(json_response(
             StatusCode::OK,
-            &openapi::root(&openapi_documents(store)),
+            &openapi::root(&store.resource_types()),
         )),
         ["openapi", "v3", rest @ ..] if is_get => {
-            let wanted = rest.join("/");
-            openapi_documents(store)
-                .into_iter()
-                .find(|(p, _)| *p == wanted)
-                .map(|(_, doc)| json_response(StatusCode::OK, &doc))
+            openapi::document(&store.resource_types(), &rest.join("/"))
+                .map(|doc| json_response(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::unknown_path)
         }
         ["api", "v1", rest @ ..] => {
@@ -291,23 +288,6 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Value {
         format!("{group}/{version}")
     };
     discovery::resource_list(&group_version, &types)
-}
-
-fn openapi_documents(store: &Store) -> Vec<(String, Value)> {
-    let types = store.resource_types();
-    let mut documents = vec![(
-        "api/v1".to_string(),
-        openapi::group_version_document("", "v1", &types),
-    )];
-    for (group, versions) in store.groups() {
-        for version in versions {
-            documents.push((
-                openapi::group_version_path(&group, &version),
-                openapi::group_version_document(&group, &version, &types),
-            ));
-        }
-    }
-    documents
 }
 
 fn resolve(store: &Store, group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
