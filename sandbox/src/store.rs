@@ -1006,6 +1006,18 @@ impl Store {
         if !requested_rv.is_empty() && requested_rv != meta::resource_version(&old) {
             return Err(ApiError::conflict(rt, &name));
         }
+        // A UID in the body is a precondition: the object must not have been replaced.
+        let requested_uid = meta::uid(&object);
+        if !requested_uid.is_empty() && requested_uid != meta::uid(&old) {
+            return Err(ApiError::conflict_because(
+                rt,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {requested_uid}, UID in object meta: {}",
+                    meta::uid(&old)
+                ),
+            ));
+        }
         let next = match subresource {
             Subresource::Main => {
                 strategy::prepare_for_update(rt, &old, &mut object);
@@ -1534,6 +1546,18 @@ mod tests {
         );
         let stale = s.update(&deploy, Some("default"), created.clone());
         assert_eq!(stale.expect_err("stale").code, 409);
+        let mut replaced = updated.clone();
+        meta::set_metadata_field(&mut replaced, "uid", Some(json!("another")));
+        let error = s
+            .update(&deploy, Some("default"), replaced)
+            .expect_err("uid precondition");
+        assert!(
+            error
+                .message
+                .contains("Precondition failed: UID in precondition: another"),
+            "{}",
+            error.message
+        );
         let mut scaled = updated.clone();
         scaled["spec"]["replicas"] = json!(2);
         let scaled = s.update(&deploy, Some("default"), scaled).expect("scaled");
