@@ -6,12 +6,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use comb_api::{Comb, CombRef};
+use comb_api::{Comb, CombRef, CombUpstreamStatus, Endpoint};
 use comb_kubeconfigs::ClientPool;
 use kube::Api;
 use kube::api::ListParams;
+use serde::Serialize;
 
 use crate::config::{Config, Layer, LocatedComb};
+use crate::engine::borrow::{self, Borrowing, CombLiveStatus, live_status, resolved_endpoints};
+use crate::engine::class::{ClassRegistry, CombInstance};
+use crate::engine::kube_ops::KubeOps;
+use crate::engine::live_status::PodState;
+use crate::engine::reconcile::UpstreamResolution;
 
 /// Options every subcommand takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -115,4 +121,102 @@ impl Federation {
         });
         Ok(combs)
     }
+}
+
+/// A Comb as the controller sees it: built with its layer's stubs, its upstream resolved with
+/// its layer's borrow, and the client of its layer.
+pub struct Opened {
+    pub located: LocatedComb,
+    pub comb: CombInstance,
+    pub ops: KubeOps,
+    pub upstream: UpstreamResolution,
+}
+
+impl Federation {
+    /// Finds the Comb `reference` names and builds it of `registry`'s classes, as the controller
+    /// would.
+    pub async fn open_comb(
+        &self,
+        registry: &ClassRegistry,
+        reference: &str,
+    ) -> anyhow::Result<Opened> {
+        let located = self.locate(reference).await?;
+        let layer = self.layer(&located.location.layer)?;
+        let stubs = |comb: &CombInstance| layer.stubs_comb(comb.namespace(), comb.name());
+        let comb = registry
+            .build(&located.comb, &self.config.settings(), &stubs)
+            .await
+            .with_context(|| format!("{} cannot be built", located.location))?;
+        let ops = KubeOps::new(self.client(layer).await?);
+        let controlling = self
+            .config
+            .controlling(layer, comb.namespace(), comb.name());
+        let env = self.config.borrow_env(&self.pool, layer);
+        let upstream = borrow::resolution(&comb, &controlling, &env).await;
+        Ok(Opened {
+            located,
+            comb,
+            ops,
+            upstream,
+        })
+    }
+}
+
+impl Opened {
+    /// The upstream it borrows from; `None` when it runs locally. A resolution that failed is
+    /// the error the reconcile step would record.
+    pub fn borrowing(&self) -> anyhow::Result<Option<&Borrowing>> {
+        match &self.upstream {
+            UpstreamResolution::Local => Ok(None),
+            UpstreamResolution::Borrowed(borrowing) => Ok(Some(borrowing)),
+            UpstreamResolution::Failed(message) => Err(anyhow::anyhow!(
+                "{}: resolving the upstream failed: {message}",
+                self.located.location
+            )),
+        }
+    }
+
+    /// What the cluster shows of it now (reference §8): its own resources and pods, or, while it
+    /// borrows, its bridge and the upstream.
+    pub async fn live(&self) -> anyhow::Result<Live> {
+        let status = live_status(&self.ops, &self.comb, self.borrowing()?).await?;
+        Ok(match status {
+            CombLiveStatus::Local(status) => Live {
+                phase: status.phase.to_string(),
+                healthy: status.healthy,
+                reason: status.reason,
+                message: status.message,
+                pods: status.pods,
+                upstream: None,
+            },
+            CombLiveStatus::Borrowed(status) => Live {
+                phase: status.phase,
+                healthy: status.healthy,
+                reason: status.reason,
+                message: status.message,
+                pods: status.pods,
+                upstream: Some(status.upstream),
+            },
+        })
+    }
+
+    /// The endpoints it resolves now: its own, or the upstream's while it borrows.
+    pub async fn endpoints(&self) -> anyhow::Result<Vec<Endpoint>> {
+        Ok(resolved_endpoints(&self.comb, self.borrowing()?).await?)
+    }
+}
+
+/// The live status of a Comb, local or borrowing, in one shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Live {
+    pub phase: String,
+    pub healthy: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub pods: Vec<PodState>,
+    /// What the upstream says, while borrowing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<CombUpstreamStatus>,
 }

@@ -1,19 +1,554 @@
-//! `comb demo`: the README's first command.
+//! `comb demo`: the README's first command. Two sandbox clusters, three layers, the example
+//! Combs, the controller; every transition printed, then a table of every Comb with its phase
+//! and via chain.
+//!
+//! The story (examples/README.md tells it): prod runs nats, db and mailer; staging, a namespace
+//! on prod's API server, runs nats itself, borrows db from prod (an ExternalName bridge) and runs
+//! mailer as its stub; dev, another API server, borrows db through staging (`via: [staging,
+//! prod]`, an EndpointSlice bridge to prod's external address) and nats from staging, and runs
+//! mailer as its stub.
+//!
+//! [`DemoWorld`] is the set-up on its own, for tests and the Rust example.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use comb_api::Comb;
+use comb_kubeconfigs::ClientPool;
+use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::{Value, json};
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::common::{Federation, block_on};
+use crate::cli::endpoints::{self, Published};
+use crate::cli::get::{self, CombRow};
+use crate::cli::output::human_duration;
+use crate::config::{Config, Layer};
+use crate::controller::{Controller, ControllerOptions, Transition};
+use crate::engine::class::ClassRegistry;
+
+/// The federation configuration of the demo (kubeconfig `sandbox.kubeconfig` beside it).
+pub const CONFIG_YAML: &str = include_str!("../../../examples/comb.yaml");
+
+/// The example Combs, per layer: embedded, so that `cargo run -- demo` works from any directory.
+pub const COMBS_YAML: [(&str, &str); 3] = [
+    ("prod", include_str!("../../../examples/combs/prod.yaml")),
+    (
+        "staging",
+        include_str!("../../../examples/combs/staging.yaml"),
+    ),
+    ("dev", include_str!("../../../examples/combs/dev.yaml")),
+];
+
+/// The sandbox clusters of the demo's three layers: `prod` and `dev` are clusters, `staging` is
+/// the extra context "prod's server, namespace staging".
+const CLUSTERS: [&str; 2] = ["prod", "dev"];
+const STAGING: (&str, &str, &str) = ("staging", "prod", "staging");
+
+/// The field manager of everything the demo applies.
+const MANAGER: &str = "comb-demo";
+
+/// How long it waits for the CRD to be served.
+const CRD_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Keep the clusters and the controller running after the demo settles.
+    /// Keep the clusters and the controller running after the demo settles (stop with Ctrl-C),
+    /// to look around with kubectl and `comb get`.
     #[arg(long)]
     follow: bool,
+    /// Give up when the Combs have not all reached their expected phase by then.
+    #[arg(long, default_value = "60s", value_parser = crate::config::duration_arg)]
+    timeout: Duration,
+    /// How long simulated Pods take to become Ready.
+    #[arg(long, default_value = "300ms", value_parser = crate::config::parse_duration)]
+    pod_ready_delay: Duration,
 }
 
-pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let _ = args.follow;
-    eprintln!(
-        "comb demo: the demo is not built yet (issue 5, the federation controller); \
-         run `cargo test --workspace` to exercise what exists"
-    );
-    Ok(ExitCode::from(1))
+/// The demo's clusters, set up: the CRD installed in each, the layers' namespaces created, the
+/// kubeconfig and the federation configuration written to a temporary directory.
+pub struct DemoWorld {
+    pub sandbox: Sandbox,
+    pub config: Config,
+    pub pool: ClientPool,
+    dir: tempfile::TempDir,
+}
+
+impl DemoWorld {
+    /// Starts the clusters and sets them up. Pods become Ready `pod_ready_delay` after they are
+    /// scheduled.
+    pub async fn start(pod_ready_delay: Duration) -> anyhow::Result<DemoWorld> {
+        let (context, cluster, namespace) = STAGING;
+        let sandbox = Sandbox::start(SandboxOptions {
+            contexts: vec![ExtraContext {
+                name: context.to_string(),
+                cluster: cluster.to_string(),
+                namespace: Some(namespace.to_string()),
+            }],
+            pod_ready_delay,
+            ..SandboxOptions::clusters(CLUSTERS)
+        })
+        .await
+        .context("starting the sandbox clusters failed")?;
+        let dir = tempfile::Builder::new()
+            .prefix("comb-demo-")
+            .tempdir()
+            .context("creating a temporary directory failed")?;
+        let config_path = dir.path().join("comb.yaml");
+        std::fs::write(&config_path, CONFIG_YAML)
+            .with_context(|| format!("writing {} failed", config_path.display()))?;
+        let config = Config::load(&config_path)?;
+        let kubeconfig = config
+            .kubeconfig
+            .clone()
+            .context("the demo configuration names no kubeconfig")?;
+        sandbox.write_kubeconfig(&kubeconfig)?;
+        let pool = config.client_pool()?;
+        let world = DemoWorld {
+            sandbox,
+            config,
+            pool,
+            dir,
+        };
+        world.install().await?;
+        Ok(world)
+    }
+
+    /// The directory of the configuration and the kubeconfig; removed when the world is dropped.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The federation configuration file (`comb --config <this> get`).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("comb.yaml")
+    }
+
+    /// The kubeconfig with a context per layer (`kubectl --kubeconfig <this> --context dev`).
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.config.kubeconfig.clone().unwrap_or_default()
+    }
+
+    /// The CRD on every cluster, and every namespace a layer names.
+    async fn install(&self) -> anyhow::Result<()> {
+        let crd = comb_api::crd(&self.config.group)?;
+        let crd_name = format!("{}.{}", comb_api::PLURAL, self.config.group);
+        for cluster in CLUSTERS {
+            let crds: Api<CustomResourceDefinition> = Api::all(self.pool.client(cluster).await?);
+            crds.patch(&crd_name, &PatchParams::apply(MANAGER), &Patch::Apply(&crd))
+                .await
+                .with_context(|| format!("installing the CRD in cluster {cluster} failed"))?;
+            tokio::time::timeout(
+                CRD_WAIT,
+                await_condition(crds, &crd_name, conditions::is_crd_established()),
+            )
+            .await
+            .with_context(|| format!("the CRD in cluster {cluster} was not established in time"))?
+            .with_context(|| format!("waiting for the CRD in cluster {cluster} failed"))?;
+        }
+        for layer in &self.config.layers {
+            for namespace in layer.namespaces.iter().flatten() {
+                self.apply(
+                    &layer.context,
+                    &json!({"apiVersion": "v1", "kind": "Namespace",
+                            "metadata": {"name": namespace}}),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies (server-side) one object through a context's client.
+    pub async fn apply(&self, context: &str, object: &Value) -> anyhow::Result<()> {
+        let object: DynamicObject = serde_json::from_value(object.clone())?;
+        let types = object
+            .types
+            .clone()
+            .context("an object to apply has no apiVersion and kind")?;
+        let gvk = GroupVersionKind::try_from(&types)?;
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let client = self.pool.client(context).await?;
+        let (resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .with_context(|| {
+                format!(
+                    "{} {} is no kind context {context} serves",
+                    types.api_version, types.kind
+                )
+            })?;
+        let api: Api<DynamicObject> = match &object.metadata.namespace {
+            Some(namespace) => Api::namespaced_with(client, namespace, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&object))
+            .await
+            .with_context(|| {
+                format!("applying {} {name} in context {context} failed", types.kind)
+            })?;
+        Ok(())
+    }
+
+    /// Applies the Combs of a YAML file (one or more documents) in a layer; a Comb without a
+    /// namespace goes to the layer's first namespace.
+    pub async fn apply_combs(&self, layer: &str, yaml: &str) -> anyhow::Result<Vec<Comb>> {
+        let layer = self
+            .config
+            .layer(layer)
+            .with_context(|| format!("the demo has no layer {layer}"))?;
+        let combs: Vec<Comb> = serde_saphyr::from_multiple(yaml)
+            .with_context(|| format!("the Combs for layer {} do not parse", layer.name))?;
+        for comb in &combs {
+            let mut object = serde_json::to_value(comb)?;
+            if comb.metadata.namespace.is_none() {
+                let namespace = layer.namespaces.iter().flatten().next().with_context(|| {
+                    format!("a Comb for layer {} names no namespace", layer.name)
+                })?;
+                object["metadata"]["namespace"] = json!(namespace);
+            }
+            self.apply(&layer.context, &object).await?;
+        }
+        Ok(combs)
+    }
+
+    /// The demo's story: the Secret prod's mailer needs, then the example Combs of every layer.
+    pub async fn apply_examples(&self) -> anyhow::Result<()> {
+        self.apply(
+            "prod",
+            &json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "mailer-relay", "namespace": "platform"},
+                    "data": {"password": "ZGVtby1vbmx5"}}),
+        )
+        .await?;
+        for (layer, yaml) in COMBS_YAML {
+            self.apply_combs(layer, yaml).await?;
+        }
+        Ok(())
+    }
+}
+
+/// What the demo expects of each Comb: its phase and its via chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected {
+    pub layer: &'static str,
+    pub namespace: &'static str,
+    pub name: &'static str,
+    pub phase: &'static str,
+    pub via: &'static [&'static str],
+}
+
+/// The end of the story: every Comb Running, the borrowed ones through these layers.
+pub const EXPECTED: [Expected; 9] = [
+    expect("prod", "platform", "nats", &[]),
+    expect("prod", "platform", "db", &[]),
+    expect("prod", "platform", "mailer", &[]),
+    expect("staging", "staging", "nats", &[]),
+    expect("staging", "staging", "db", &["prod"]),
+    expect("staging", "staging", "mailer", &[]),
+    expect("dev", "platform", "nats", &["staging"]),
+    expect("dev", "platform", "db", &["staging", "prod"]),
+    expect("dev", "platform", "mailer", &[]),
+];
+
+const fn expect(
+    layer: &'static str,
+    namespace: &'static str,
+    name: &'static str,
+    via: &'static [&'static str],
+) -> Expected {
+    Expected {
+        layer,
+        namespace,
+        name,
+        phase: "Running",
+        via,
+    }
+}
+
+/// What keeps `rows` (every Comb as `get` reads it) from the expected end, one line per Comb;
+/// empty when the story is complete.
+pub fn shortfalls(rows: &[CombRow]) -> Vec<String> {
+    EXPECTED
+        .iter()
+        .filter_map(|expected| {
+            let reference = format!(
+                "{}:{}/{}",
+                expected.layer, expected.namespace, expected.name
+            );
+            let want = match expected.via {
+                [] => expected.phase.to_string(),
+                via => format!("{} via {}", expected.phase, via.join(", ")),
+            };
+            let Some(row) = rows.iter().find(|row| {
+                (
+                    row.layer.as_str(),
+                    row.namespace.as_str(),
+                    row.name.as_str(),
+                ) == (expected.layer, expected.namespace, expected.name)
+            }) else {
+                return Some(format!("{reference}: expected {want}, but it is missing"));
+            };
+            let phase = row.phase.as_deref().unwrap_or("without a phase");
+            if phase == expected.phase && row.via == expected.via {
+                return None;
+            }
+            let mut got = phase.to_string();
+            if let Some(reason) = &row.reason {
+                got.push_str(&format!(" ({reason})"));
+            }
+            if !row.via.is_empty() {
+                got.push_str(&format!(" via {}", row.via.join(", ")));
+            }
+            if let Some(message) = row.message.as_deref().filter(|m| !m.is_empty()) {
+                got.push_str(&format!(": {message}"));
+            }
+            Some(format!("{reference}: expected {want}, got {got}"))
+        })
+        .collect()
+}
+
+/// A transition as the demo prints it: `HH:MM:SS layer:ns/name: old -> new (reason): message`,
+/// the time in the local time zone.
+pub fn transition_line(transition: &Transition, zone: &TimeZone) -> String {
+    let time = transition.at.to_zoned(zone.clone()).strftime("%H:%M:%S");
+    format!("{time} {transition}")
+}
+
+/// How to look around while `--follow` keeps the clusters running.
+pub fn follow_hints(config: &Path, kubeconfig: &Path) -> String {
+    let (config, kubeconfig) = (config.display(), kubeconfig.display());
+    format!(
+        "\nThe clusters and the controller keep running until Ctrl-C. Look around:\n  \
+         kubectl --kubeconfig {kubeconfig} --context dev get combs -A\n  \
+         kubectl --kubeconfig {kubeconfig} --context staging get services\n  \
+         comb --config {config} get\n  \
+         comb --config {config} via dev:db\n  \
+         comb --config {config} endpoints dev:db dev:nats dev:mailer -o env\n"
+    )
+}
+
+/// How often the demo reads the Combs once the transitions say the story may be complete (a
+/// via chain can change without a phase changing).
+const CHECK_EVERY: Duration = Duration::from_millis(500);
+
+pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode> {
+    block_on(async move {
+        let started = Instant::now();
+        let zone = TimeZone::system();
+        let world = DemoWorld::start(args.pod_ready_delay).await?;
+        let federation = Federation {
+            config: world.config.clone(),
+            pool: world.pool.clone(),
+        };
+        println!(
+            "comb demo: sandbox clusters prod ({}) and dev ({}); layers prod, staging (namespace \
+             staging on prod's server) and dev; the example Combs of examples/combs",
+            world.sandbox.cluster("prod")?.url(),
+            world.sandbox.cluster("dev")?.url(),
+        );
+        let controller = Controller::with_pool(
+            world.config.clone(),
+            world.pool.clone(),
+            registry.clone(),
+            ControllerOptions::default(),
+        )
+        .await?;
+        let mut transitions = controller.subscribe();
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn(controller.run(shutdown.clone()));
+        world.apply_examples().await?;
+
+        let deadline = tokio::time::Instant::now() + args.timeout;
+        let mut states: BTreeMap<String, String> = BTreeMap::new();
+        let mut rows = Vec::new();
+        let mut missing = shortfalls(&rows);
+        let mut next_check = tokio::time::Instant::now();
+        while !missing.is_empty() {
+            let may_be_complete = EXPECTED.iter().all(|expected| {
+                let key = format!(
+                    "{}:{}/{}",
+                    expected.layer, expected.namespace, expected.name
+                );
+                states
+                    .get(&key)
+                    .is_some_and(|phase| phase == expected.phase)
+            });
+            tokio::select! {
+                received = transitions.recv() => match received {
+                    Ok(transition) => {
+                        println!("{}", transition_line(&transition, &zone));
+                        states.insert(
+                            format!("{}:{}/{}", transition.layer, transition.namespace, transition.name),
+                            transition.new.phase.clone(),
+                        );
+                    }
+                    Err(broadcast::error::RecvError::Lagged(lost)) => {
+                        println!("({lost} transitions not shown)");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                () = tokio::time::sleep_until(next_check), if may_be_complete => {
+                    rows = read_rows(&federation).await?;
+                    missing = shortfalls(&rows);
+                    next_check = tokio::time::Instant::now() + CHECK_EVERY;
+                }
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        rows = read_rows(&federation).await?;
+        missing = shortfalls(&rows);
+        println!();
+        print!("{}", get::table(&rows, false, Timestamp::now()));
+        let borrowed: Vec<Published> = rows
+            .iter()
+            .filter(|row| !row.via.is_empty())
+            .map(Published::from)
+            .collect();
+        if !borrowed.is_empty() {
+            println!(
+                "\nWhat the borrowing Combs publish (their bridges serve these addresses under the local names):"
+            );
+            print!("{}", endpoints::table(&borrowed));
+        }
+        if !missing.is_empty() {
+            shutdown.cancel();
+            let _ = running.await;
+            anyhow::bail!(
+                "not every Comb reached its expected phase within {}: {}",
+                human_duration(i64::try_from(args.timeout.as_secs()).unwrap_or(i64::MAX)),
+                missing.join("; ")
+            );
+        }
+        println!(
+            "\nEvery Comb reached its expected phase in {:.1}s.",
+            started.elapsed().as_secs_f64()
+        );
+        if args.follow {
+            print!(
+                "{}",
+                follow_hints(&world.config_path(), &world.kubeconfig_path())
+            );
+            loop {
+                tokio::select! {
+                    received = transitions.recv() => match received {
+                        Ok(transition) => println!("{}", transition_line(&transition, &zone)),
+                        Err(broadcast::error::RecvError::Lagged(lost)) => {
+                            println!("({lost} transitions not shown)");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                    stopped = tokio::signal::ctrl_c() => {
+                        stopped.context("waiting for Ctrl-C failed")?;
+                        break;
+                    }
+                }
+            }
+        }
+        shutdown.cancel();
+        running.await.context("the controller task failed")??;
+        world.sandbox.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Every Comb of every layer, as `comb get` reads them.
+async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
+    let layers: Vec<&Layer> = federation.config.layers.iter().collect();
+    match get::collect_rows(federation, &layers, None).await {
+        (rows, failures) if failures.is_empty() => Ok(rows),
+        (_, failures) => Err(anyhow::anyhow!(failures.join("; "))),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn row(layer: &str, namespace: &str, name: &str, phase: &str, via: &[&str]) -> CombRow {
+        CombRow {
+            layer: layer.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            class: Some("Manifests".into()),
+            stub: false,
+            phase: Some(phase.into()),
+            reason: Some("Borrowed".into()),
+            message: Some("m".into()),
+            upstream: None,
+            via: via.iter().map(|v| v.to_string()).collect(),
+            endpoints: Vec::new(),
+            creation_timestamp: None,
+        }
+    }
+
+    fn complete() -> Vec<CombRow> {
+        EXPECTED
+            .iter()
+            .map(|e| row(e.layer, e.namespace, e.name, e.phase, e.via))
+            .collect()
+    }
+
+    #[test]
+    fn the_story_is_complete_when_every_comb_is_where_expected() {
+        assert!(shortfalls(&complete()).is_empty());
+        let mut rows = complete();
+        rows[7] = row("dev", "platform", "db", "Pending", &["staging"]);
+        rows.remove(0);
+        assert_eq!(
+            shortfalls(&rows),
+            [
+                "prod:platform/nats: expected Running, but it is missing",
+                "dev:platform/db: expected Running via staging, prod, got Pending (Borrowed) via staging: m",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_examples_parse_and_tell_the_story() {
+        let config = Config::from_yaml(CONFIG_YAML, "examples/comb.yaml", None).unwrap();
+        let names: Vec<&str> = config.layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["prod", "staging", "dev"]);
+        for (layer, yaml) in COMBS_YAML {
+            let combs: Vec<Comb> = serde_saphyr::from_multiple(yaml).unwrap();
+            let mut found: Vec<(String, String)> = combs
+                .iter()
+                .map(|c| {
+                    (
+                        c.metadata.namespace.clone().unwrap(),
+                        c.metadata.name.clone().unwrap(),
+                    )
+                })
+                .collect();
+            found.sort();
+            let mut expected: Vec<(String, String)> = EXPECTED
+                .iter()
+                .filter(|e| e.layer == layer)
+                .map(|e| (e.namespace.to_string(), e.name.to_string()))
+                .collect();
+            expected.sort();
+            assert_eq!(found, expected, "{layer}");
+            assert!(
+                combs.iter().all(|c| config
+                    .layer(layer)
+                    .unwrap()
+                    .manages(c.metadata.namespace.as_deref().unwrap())),
+                "{layer}"
+            );
+        }
+    }
 }

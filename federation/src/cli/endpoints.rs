@@ -9,6 +9,7 @@ use comb_api::CombEndpoint;
 use serde::Serialize;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::get::CombRow;
 use crate::cli::output::{DataFormat, EnvComb, Table, env_file, serialize};
 use crate::config::LocatedComb;
 
@@ -54,6 +55,19 @@ impl Published {
             endpoints: status
                 .map(|status| status.endpoint_list().to_vec())
                 .unwrap_or_default(),
+        }
+    }
+}
+
+impl From<&CombRow> for Published {
+    fn from(row: &CombRow) -> Published {
+        Published {
+            comb: format!("{}:{}/{}", row.layer, row.namespace, row.name),
+            layer: row.layer.clone(),
+            namespace: row.namespace.clone(),
+            name: row.name.clone(),
+            phase: row.phase.clone(),
+            endpoints: row.endpoints.clone(),
         }
     }
 }

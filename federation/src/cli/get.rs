@@ -2,12 +2,13 @@
 
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombStatus};
+use comb_api::{Comb, CombEndpoint, CombStatus};
 use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::output::{DataFormat, Table, human_duration, list, serialize};
+use crate::config::Layer;
 
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
@@ -42,18 +43,7 @@ pub fn run(global: &GlobalArgs, args: GetArgs) -> anyhow::Result<ExitCode> {
             Some(name) => vec![federation.layer(name)?],
             None => federation.config.layers.iter().collect(),
         };
-        let mut rows = Vec::new();
-        let mut failures = Vec::new();
-        // One layer that cannot be read must not hide the others: report it and go on.
-        for layer in layers {
-            match federation
-                .list_combs(layer, args.namespace.as_deref())
-                .await
-            {
-                Ok(combs) => rows.extend(combs.iter().map(|comb| CombRow::new(&layer.name, comb))),
-                Err(error) => failures.push(format!("{error:#}")),
-            }
-        }
+        let (rows, failures) = collect_rows(&federation, &layers, args.namespace.as_deref()).await;
         let text = match args.output {
             None => table(&rows, false, Timestamp::now()),
             Some(GetFormat::Wide) => table(&rows, true, Timestamp::now()),
@@ -80,6 +70,8 @@ pub struct CombRow {
     pub namespace: String,
     pub name: String,
     pub class: Option<String>,
+    /// Its layer builds it as its class's stub (`stubs` in the configuration).
+    pub stub: bool,
     pub phase: Option<String>,
     /// Reason and message of the `Ready` condition: the last step's verdict.
     pub reason: Option<String>,
@@ -88,11 +80,20 @@ pub struct CombRow {
     pub upstream: Option<String>,
     /// The layers the service comes through, nearest first; empty when served here.
     pub via: Vec<String>,
+    /// The published endpoints (the upstream's addresses while borrowing).
+    pub endpoints: Vec<CombEndpoint>,
     pub creation_timestamp: Option<Timestamp>,
 }
 
 impl CombRow {
-    pub fn new(layer: &str, comb: &Comb) -> CombRow {
+    /// The row of `comb` in `layer`.
+    pub fn of(layer: &Layer, comb: &Comb) -> CombRow {
+        let mut row = CombRow::new(&layer.name, comb);
+        row.stub = layer.stubs_comb(&row.namespace, &row.name);
+        row
+    }
+
+    fn new(layer: &str, comb: &Comb) -> CombRow {
         let status = comb.status.as_ref();
         let ready = status.and_then(CombStatus::ready);
         let upstream = status.and_then(|status| status.upstream.as_ref());
@@ -101,6 +102,7 @@ impl CombRow {
             namespace: comb.metadata.namespace.clone().unwrap_or_default(),
             name: comb.metadata.name.clone().unwrap_or_default(),
             class: comb.spec.class.clone(),
+            stub: false,
             phase: status.and_then(|status| status.phase.clone()),
             reason: ready.and_then(|ready| ready.reason.clone()),
             message: ready.and_then(|ready| ready.message.clone()),
@@ -113,9 +115,30 @@ impl CombRow {
             via: upstream
                 .and_then(|upstream| upstream.via.clone())
                 .unwrap_or_default(),
+            endpoints: status
+                .map(|status| status.endpoint_list().to_vec())
+                .unwrap_or_default(),
             creation_timestamp: comb.metadata.creation_timestamp.as_ref().map(|time| time.0),
         }
     }
+}
+
+/// The rows of every Comb of `layers` (in `namespace` only, if given), and a message for each
+/// layer that could not be read: one layer that cannot be read must not hide the others.
+pub async fn collect_rows(
+    federation: &Federation,
+    layers: &[&Layer],
+    namespace: Option<&str>,
+) -> (Vec<CombRow>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    for layer in layers {
+        match federation.list_combs(layer, namespace).await {
+            Ok(combs) => rows.extend(combs.iter().map(|comb| CombRow::of(layer, comb))),
+            Err(error) => failures.push(format!("{error:#}")),
+        }
+    }
+    (rows, failures)
 }
 
 /// `Kubernetes::Comb::Upstream::Static` reads as `Static`; other names stay.
@@ -152,7 +175,10 @@ pub fn table(rows: &[CombRow], wide: bool, now: Timestamp) -> String {
             row.layer.clone(),
             row.namespace.clone(),
             row.name.clone(),
-            row.class.clone().unwrap_or_default(),
+            match (&row.class, row.stub) {
+                (Some(class), true) => format!("{class} (stub)"),
+                (class, _) => class.clone().unwrap_or_default(),
+            },
             row.phase.clone().unwrap_or_default(),
             row.reason.clone().unwrap_or_default(),
             row.upstream.clone().unwrap_or_default(),
@@ -200,10 +226,18 @@ mod tests {
             "metadata": {"name": "nats", "namespace": "platform"},
             "spec": {"class": "Manifests"}
         }));
+        let dev = crate::config::Config::from_yaml(
+            "layers: [{name: dev, context: dev, stubs: [nats]}]",
+            "test",
+            None,
+        )
+        .unwrap()
+        .layers
+        .remove(0);
         vec![
-            CombRow::new("dev", &borrowed),
-            CombRow::new("dev", &fixed),
-            CombRow::new("dev", &fresh),
+            CombRow::of(&dev, &borrowed),
+            CombRow::of(&dev, &fixed),
+            CombRow::of(&dev, &fresh),
         ]
     }
 
@@ -219,9 +253,9 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&rows[0]).unwrap(),
             json!({"layer": "dev", "namespace": "platform", "name": "db", "class": "Manifests",
-                   "phase": "Running", "reason": "Borrowed",
+                   "stub": false, "phase": "Running", "reason": "Borrowed",
                    "message": "borrowed from upstream K8s (context staging) via staging, prod",
-                   "upstream": "staging", "via": ["staging", "prod"],
+                   "upstream": "staging", "via": ["staging", "prod"], "endpoints": [],
                    "creationTimestamp": "2026-01-01T12:00:00Z"})
         );
     }
@@ -231,10 +265,10 @@ mod tests {
         let now: Timestamp = "2026-01-01T12:05:30Z".parse().unwrap();
         assert_eq!(
             table(&rows(), false, now),
-            "LAYER   NAMESPACE   NAME    CLASS       PHASE     REASON     UPSTREAM   VIA             AGE\n\
-             dev     platform    db      Manifests   Running   Borrowed   staging    staging, prod   5m30s\n\
-             dev     platform    cache   Manifests   Running   <none>     Static     <none>          65m\n\
-             dev     platform    nats    Manifests   <none>    <none>     <none>     <none>          <none>\n"
+            "LAYER   NAMESPACE   NAME    CLASS              PHASE     REASON     UPSTREAM   VIA             AGE\n\
+             dev     platform    db      Manifests          Running   Borrowed   staging    staging, prod   5m30s\n\
+             dev     platform    cache   Manifests          Running   <none>     Static     <none>          65m\n\
+             dev     platform    nats    Manifests (stub)   <none>    <none>     <none>     <none>          <none>\n"
         );
         let wide = table(&rows()[..1], true, now);
         assert!(

@@ -6,14 +6,21 @@ use clap::{Parser, Subcommand};
 
 use crate::engine::class::ClassRegistry;
 
+mod check;
 mod common;
 mod crd;
-mod demo;
+pub mod demo;
+mod describe;
 mod endpoints;
 mod get;
+mod logs;
 mod output;
+mod render;
+mod restart;
 mod run;
 mod sandbox;
+mod status;
+mod stop;
 mod via;
 
 /// comb: a multi-cluster layered federation controller for Kubernetes.
@@ -40,20 +47,46 @@ enum Command {
     Endpoints(endpoints::EndpointsArgs),
     /// The upstream chain of a Comb, layer by layer, with each hop's phase.
     Via(via::ViaArgs),
+    /// Everything about one Comb: identity, recorded status, endpoints, live status.
+    Describe(describe::DescribeArgs),
+    /// What the cluster shows of a Comb now: phase, reasons, pods, upstream.
+    Status(status::StatusArgs),
+    /// The logs of a Comb's containers.
+    Logs(logs::LogsArgs),
+    /// Rolling restart of a Comb's workloads; its Jobs run again.
+    Restart(restart::RestartArgs),
+    /// Scale a Comb's workloads to 0 until the next reconcile.
+    Stop(stop::StopArgs),
+    /// The manifests a Comb would apply now (its bridge while it borrows), as YAML.
+    Render(render::RenderArgs),
+    /// Can the controller work? Layers, CRD, permissions, upstream layers, cycles, loops.
+    Check(check::CheckArgs),
     /// Kubernetes API emulator clusters on 127.0.0.1 and their kubeconfig, until stopped.
     Sandbox(sandbox::SandboxArgs),
 }
 
 /// Parses the command line and runs the subcommand. Exit codes: 0 success, 1 failure, 2 usage.
 pub fn main() -> ExitCode {
+    main_with(ClassRegistry::with_builtins())
+}
+
+/// The CLI of a program that registers its own Comb classes in `registry`.
+pub fn main_with(registry: ClassRegistry) -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Run(args) => run::run(&cli.global, &ClassRegistry::with_builtins(), args),
-        Command::Demo(args) => demo::run(args),
+        Command::Run(args) => run::run(&cli.global, &registry, args),
+        Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
         Command::Endpoints(args) => endpoints::run(&cli.global, args),
         Command::Via(args) => via::run(&cli.global, args),
+        Command::Describe(args) => describe::run(&cli.global, &registry, args),
+        Command::Status(args) => status::run(&cli.global, &registry, args),
+        Command::Logs(args) => logs::run(&cli.global, &registry, args),
+        Command::Restart(args) => restart::run(&cli.global, &registry, args),
+        Command::Stop(args) => stop::run(&cli.global, &registry, args),
+        Command::Render(args) => render::run(&cli.global, &registry, args),
+        Command::Check(args) => check::run(&cli.global, args),
         Command::Sandbox(args) => sandbox::run(args),
     };
     match outcome {

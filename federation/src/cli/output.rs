@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use comb_api::CombEndpoint;
+use comb_api::{CombEndpoint, CombUpstreamStatus};
 use serde::Serialize;
 
 /// `-o json|yaml`: the machine-readable formats every command offers.
@@ -148,6 +148,60 @@ pub fn human_duration(seconds: i64) -> String {
     }
 }
 
+/// `Key:   value` lines with the values aligned, as `kubectl describe` prints them; an empty
+/// value shows as `<none>`.
+pub fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs
+        .iter()
+        .map(|(key, _)| key.chars().count() + 1)
+        .max()
+        .unwrap_or_default();
+    let mut text = String::new();
+    for (key, value) in pairs {
+        let key = format!("{key}:");
+        let value = if value.is_empty() { NONE } else { value };
+        let _ = writeln!(text, "{key:<width$}  {value}");
+    }
+    text
+}
+
+/// Every line of `text` indented by `by` spaces (for a table under a heading).
+pub fn indent(text: &str, by: usize) -> String {
+    text.lines()
+        .map(|line| format!("{:by$}{line}\n", ""))
+        .collect()
+}
+
+/// What an upstream record says, in one line: `K8s (context staging): reachable, Running, via
+/// staging, prod`.
+pub fn upstream_line(upstream: &CombUpstreamStatus) -> String {
+    let mut parts = Vec::new();
+    if let Some(reachable) = upstream.reachable {
+        parts.push(
+            if reachable {
+                "reachable"
+            } else {
+                "unreachable"
+            }
+            .to_string(),
+        );
+    }
+    parts.push(
+        upstream
+            .phase
+            .clone()
+            .unwrap_or_else(|| "in no known phase".to_string()),
+    );
+    if let Some(via) = upstream.via.as_ref().filter(|via| !via.is_empty()) {
+        parts.push(format!("via {}", via.join(", ")));
+    }
+    let class = upstream.class.as_deref().unwrap_or("an upstream");
+    match &upstream.context {
+        Some(context) => format!("{class} (context {context}): {}", parts.join(", ")),
+        None => format!("{class}: {}", parts.join(", ")),
+    }
+}
+
 /// A list for a table cell: `a, b`, empty when there is nothing (the table shows `<none>`).
 pub fn list(items: &[String]) -> String {
     items.join(", ")
@@ -228,6 +282,36 @@ mod tests {
         let mut short = Table::new(vec!["A", "B"]);
         short.row(vec!["x".into()]);
         assert_eq!(short.render(), "A   B\nx   <none>\n");
+    }
+
+    #[test]
+    fn fields_and_upstream_lines() {
+        assert_eq!(
+            fields(&[("Phase", "Running".into()), ("Upstream", String::new())]),
+            "Phase:     Running\nUpstream:  <none>\n"
+        );
+        assert_eq!(indent("a\nb\n", 2), "  a\n  b\n");
+        let upstream = CombUpstreamStatus {
+            class: Some("K8s".into()),
+            context: Some("staging".into()),
+            reachable: Some(true),
+            phase: Some("Running".into()),
+            via: Some(vec!["staging".into(), "prod".into()]),
+            observed_at: None,
+        };
+        assert_eq!(
+            upstream_line(&upstream),
+            "K8s (context staging): reachable, Running, via staging, prod"
+        );
+        let fixed = CombUpstreamStatus {
+            class: Some("Static".into()),
+            reachable: Some(false),
+            ..CombUpstreamStatus::default()
+        };
+        assert_eq!(
+            upstream_line(&fixed),
+            "Static: unreachable, in no known phase"
+        );
     }
 
     #[test]

@@ -10,13 +10,13 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombRef, CombStatus, UpstreamSpec};
+use comb_api::{Comb, CombRef, CombStatus};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::output::{DataFormat, Table, list, serialize};
-use crate::config::{BorrowDecision, CombLocation, Config};
+use crate::config::{CombLocation, Config};
+use crate::controller::triggers::upstream_peer;
 
 #[derive(Debug, clap::Args)]
 pub struct ViaArgs {
@@ -115,7 +115,9 @@ pub enum Next {
     Outside(String),
 }
 
-/// The peer a Comb borrows from, as the configuration and its record tell it.
+/// The peer a Comb borrows from: where its layer's `borrow` or its `spec.upstream` points (as
+/// the controller finds it), else the layer of the context its last step recorded (an upstream
+/// its class decided).
 pub fn next_hop(config: &Config, at: &CombLocation, comb: &Comb) -> Next {
     let Some(upstream) = comb
         .status
@@ -124,55 +126,30 @@ pub fn next_hop(config: &Config, at: &CombLocation, comb: &Comb) -> Next {
     else {
         return Next::Served;
     };
-    if let Some(BorrowDecision::Borrow {
-        from,
-        namespace,
-        name,
-        ..
-    }) = config
-        .layer(&at.layer)
-        .map(|layer| layer.borrow_decision(config, &at.namespace, &at.name))
-    {
-        return Next::Peer(CombLocation {
-            layer: from.name.clone(),
-            context: from.context.clone(),
-            namespace,
-            name,
-        });
-    }
-    // Not the layer's doing: the CR's own upstream (or its class's), found by the context the
-    // step recorded and the peer's namespace and name the CR may give.
-    let declared = match &comb.spec.upstream {
-        UpstreamSpec::Declared(map) => Some(map),
-        _ => None,
+    let declared = config
+        .layers
+        .iter()
+        .position(|layer| layer.name == at.layer)
+        .and_then(|index| upstream_peer(config, index, comb))
+        .and_then(|(index, key)| Some((config.layers.get(index)?, key.namespace, key.name)));
+    let recorded = || {
+        let context = upstream.context.as_deref()?;
+        let layer = config
+            .layers
+            .iter()
+            .find(|layer| layer.context == context && layer.manages(&at.namespace))?;
+        Some((layer, at.namespace.clone(), at.name.clone()))
     };
-    let argument = |key: &str| {
-        declared
-            .and_then(|map| map.get(key))
-            .and_then(Value::as_str)
-    };
-    let namespace = argument("namespace").unwrap_or(&at.namespace);
-    let name = argument("name").unwrap_or(&at.name);
-    let context = argument("context").or(upstream.context.as_deref());
-    let layer = match argument("layer") {
-        Some(layer) => config.layer(layer),
-        None => context.and_then(|context| {
-            config
-                .layers
-                .iter()
-                .find(|layer| layer.context == context && layer.manages(namespace))
-        }),
-    };
-    match layer {
-        Some(layer) => Next::Peer(CombLocation {
+    match declared.or_else(recorded) {
+        Some((layer, namespace, name)) => Next::Peer(CombLocation {
             layer: layer.name.clone(),
             context: layer.context.clone(),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace,
+            name,
         }),
         None => {
             let class = upstream.class.as_deref().unwrap_or("of no known class");
-            Next::Outside(match context {
+            Next::Outside(match &upstream.context {
                 Some(context) => format!("upstream {class} (context {context}, no layer)"),
                 None => format!("upstream {class}"),
             })
@@ -305,7 +282,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const CONFIG: &str = "
 layers:
@@ -352,11 +329,22 @@ layers:
         )
     }
 
+    /// The Comb stored at `at`, with its name and namespace.
+    fn found(combs: &BTreeMap<String, Comb>, at: &CombLocation) -> Result<Comb, String> {
+        let mut comb = combs
+            .get(&at.to_string())
+            .cloned()
+            .ok_or_else(|| format!("{at}: no such Comb"))?;
+        comb.metadata.name = Some(at.name.clone());
+        comb.metadata.namespace = Some(at.namespace.clone());
+        Ok(comb)
+    }
+
     async fn walk_over(combs: BTreeMap<String, Comb>, start: CombLocation) -> Chain {
         let config = config();
         walk(&config, start, |at| {
-            let found = combs.get(&at.to_string()).cloned();
-            async move { found.ok_or_else(|| format!("{at}: no such Comb")) }
+            let found = found(&combs, &at);
+            async move { found }
         })
         .await
     }
@@ -555,8 +543,8 @@ layers:
             ("staging:staging/db".to_string(), borrowed("prod")),
         ]);
         let chain = walk(&config, at("dev", "platform", "db"), |at| {
-            let found = combs.get(&at.to_string()).cloned();
-            async move { found.ok_or_else(|| format!("{at}: no such Comb")) }
+            let found = found(&combs, &at);
+            async move { found }
         })
         .await;
         assert_eq!(chain.end, End::TooDeep { max: 2 });

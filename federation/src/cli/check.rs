@@ -1,0 +1,459 @@
+//! `comb check`: can the controller work? Every layer reachable, the CRD installed and
+//! established, the permissions it needs (where the API server answers SelfSubjectAccessReview),
+//! the layers borrowed from reachable, no dependency cycles, no upstream loops. Exit code 1 when
+//! any check failed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+
+use comb_api::Comb;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::PostParams;
+use serde::Serialize;
+
+use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::output::{DataFormat, Table, serialize};
+use crate::config::Layer;
+use crate::controller::CombKey;
+use crate::controller::graph::{DependencyGraph, dependency_key, describe_cycles};
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    output: Option<DataFormat>,
+}
+
+/// How one check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Ok,
+    Failed,
+    /// Could not be checked (the note says why); not a failure.
+    Skipped,
+}
+
+/// One check of one layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub check: &'static str,
+    pub layer: String,
+    pub outcome: Outcome,
+    pub detail: String,
+}
+
+impl Check {
+    fn new(check: &'static str, layer: &str, outcome: Outcome, detail: impl Into<String>) -> Check {
+        Check {
+            check,
+            layer: layer.to_string(),
+            outcome,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// What the controller does with the API, as (verb, group, resource) triples: the Combs and their
+/// status, Events, the prerequisites `check` reads, and the kinds of the common Comb parts.
+const PERMISSIONS: &[(&str, &str, &str)] = &[
+    ("list", "", "combs"),
+    ("watch", "", "combs"),
+    ("update", "", "combs"),
+    ("update", "", "combs/status"),
+    ("create", "", "events"),
+    ("get", "", "secrets"),
+    ("get", "", "configmaps"),
+    ("create", "", "services"),
+    ("update", "", "services"),
+    ("delete", "", "services"),
+    ("create", "apps", "deployments"),
+    ("update", "apps", "deployments"),
+    ("delete", "apps", "deployments"),
+    ("create", "apps", "statefulsets"),
+    ("create", "discovery.k8s.io", "endpointslices"),
+];
+
+/// The dependency cycles among the Combs of one layer, as `ns/a -> ns/b -> ns/a`.
+pub fn dependency_cycles(combs: &[Comb]) -> String {
+    let mut graph = DependencyGraph::default();
+    for comb in combs {
+        let (Some(namespace), Some(name)) = (&comb.metadata.namespace, &comb.metadata.name) else {
+            continue;
+        };
+        let dependencies: BTreeSet<CombKey> = comb
+            .spec
+            .dependencies()
+            .iter()
+            .filter_map(|reference| dependency_key(reference, namespace))
+            .collect();
+        graph.set(&CombKey::new(namespace, name), dependencies);
+    }
+    describe_cycles(&graph.cycles())
+}
+
+/// The Combs whose last step found an upstream loop (`UpstreamLoop`), with its message.
+pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
+    combs
+        .iter()
+        .filter_map(|comb| {
+            let ready = comb.status.as_ref()?.ready()?;
+            (ready.reason.as_deref() == Some("UpstreamLoop")).then(|| {
+                format!(
+                    "{}/{}: {}",
+                    comb.metadata.namespace.as_deref().unwrap_or_default(),
+                    comb.metadata.name.as_deref().unwrap_or_default(),
+                    ready.message.as_deref().unwrap_or_default()
+                )
+            })
+        })
+        .collect()
+}
+
+/// The checks a layer's Combs answer without asking the cluster again.
+pub fn comb_checks(layer: &str, combs: &[Comb]) -> Vec<Check> {
+    let cycles = dependency_cycles(combs);
+    let loops = upstream_loops(combs);
+    vec![
+        if cycles.is_empty() {
+            Check::new(
+                "dependencies",
+                layer,
+                Outcome::Ok,
+                format!("no cycle among {} Comb(s)", combs.len()),
+            )
+        } else {
+            Check::new(
+                "dependencies",
+                layer,
+                Outcome::Failed,
+                format!("cycle: {cycles} (these stay Blocked)"),
+            )
+        },
+        if loops.is_empty() {
+            Check::new(
+                "upstream loops",
+                layer,
+                Outcome::Ok,
+                "no Comb reports UpstreamLoop",
+            )
+        } else {
+            Check::new("upstream loops", layer, Outcome::Failed, loops.join("; "))
+        },
+    ]
+}
+
+/// The checks as a table, in the order they ran.
+pub fn table(checks: &[Check]) -> String {
+    let mut table = Table::new(vec!["CHECK", "LAYER", "RESULT", "DETAIL"]);
+    for check in checks {
+        table.row(vec![
+            check.check.to_string(),
+            check.layer.clone(),
+            match check.outcome {
+                Outcome::Ok => "ok",
+                Outcome::Failed => "FAILED",
+                Outcome::Skipped => "skipped",
+            }
+            .to_string(),
+            check.detail.clone(),
+        ]);
+    }
+    table.render()
+}
+
+/// Whether the API of a layer answers, and with which version.
+async fn reachable(federation: &Federation, layer: &Layer) -> Result<String, String> {
+    let client = federation
+        .client(layer)
+        .await
+        .map_err(|error| format!("{error:#}"))?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|error| error.to_string())?;
+    let server = federation
+        .pool
+        .server_url(&layer.context)
+        .unwrap_or_default();
+    Ok(format!(
+        "context {} at {server}, Kubernetes {}",
+        layer.context, version.git_version
+    ))
+}
+
+async fn crd_check(federation: &Federation, layer: &Layer) -> Check {
+    let name = format!("{}.{}", comb_api::PLURAL, federation.config.group);
+    let found = match federation.client(layer).await {
+        Ok(client) => Api::<CustomResourceDefinition>::all(client)
+            .get_opt(&name)
+            .await
+            .map_err(|error| error.to_string()),
+        Err(error) => Err(format!("{error:#}")),
+    };
+    match found {
+        Ok(Some(crd)) => {
+            let established = crd
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|condition| condition.type_ == "Established" && condition.status == "True");
+            if established {
+                Check::new(
+                    "crd",
+                    &layer.name,
+                    Outcome::Ok,
+                    format!("{name} is established"),
+                )
+            } else {
+                Check::new(
+                    "crd",
+                    &layer.name,
+                    Outcome::Failed,
+                    format!("{name} exists but is not established yet"),
+                )
+            }
+        }
+        Ok(None) => Check::new(
+            "crd",
+            &layer.name,
+            Outcome::Failed,
+            format!(
+                "{name} is not installed: comb crd --group {} | kubectl apply -f -",
+                federation.config.group
+            ),
+        ),
+        Err(error) => Check::new(
+            "crd",
+            &layer.name,
+            Outcome::Failed,
+            format!("reading {name} failed: {error}"),
+        ),
+    }
+}
+
+async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
+    let client = match federation.client(layer).await {
+        Ok(client) => client,
+        Err(error) => {
+            return Check::new(
+                "permissions",
+                &layer.name,
+                Outcome::Failed,
+                format!("{error:#}"),
+            );
+        }
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
+    let namespaces: Vec<Option<String>> = match &layer.namespaces {
+        Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    };
+    let mut denied = Vec::new();
+    for namespace in &namespaces {
+        for (verb, group, resource) in PERMISSIONS {
+            let (resource, subresource) = match resource.split_once('/') {
+                Some((resource, sub)) => (resource, Some(sub.to_string())),
+                None => (*resource, None),
+            };
+            let group = if resource == "combs" {
+                federation.config.group.as_str()
+            } else {
+                group
+            };
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        namespace: namespace.clone(),
+                        verb: Some(verb.to_string()),
+                        group: Some(group.to_string()),
+                        resource: Some(resource.to_string()),
+                        subresource: subresource.clone(),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SelfSubjectAccessReviewSpec::default()
+                },
+                ..SelfSubjectAccessReview::default()
+            };
+            match reviews.create(&PostParams::default(), &review).await {
+                Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
+                Ok(_) => denied.push(format!(
+                    "{verb} {resource}{} in {}",
+                    subresource
+                        .as_ref()
+                        .map(|s| format!("/{s}"))
+                        .unwrap_or_default(),
+                    namespace.as_deref().unwrap_or("all namespaces")
+                )),
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    return Check::new(
+                        "permissions",
+                        &layer.name,
+                        Outcome::Skipped,
+                        "the API server does not serve SelfSubjectAccessReview",
+                    );
+                }
+                Err(error) => {
+                    return Check::new(
+                        "permissions",
+                        &layer.name,
+                        Outcome::Failed,
+                        format!("asking failed: {error}"),
+                    );
+                }
+            }
+        }
+    }
+    if denied.is_empty() {
+        Check::new(
+            "permissions",
+            &layer.name,
+            Outcome::Ok,
+            format!("{} verb(s) allowed", PERMISSIONS.len() * namespaces.len()),
+        )
+    } else {
+        Check::new(
+            "permissions",
+            &layer.name,
+            Outcome::Failed,
+            format!("denied: {}", denied.join(", ")),
+        )
+    }
+}
+
+/// Every check of every layer.
+pub async fn run_checks(federation: &Federation) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let mut up: BTreeMap<&str, bool> = BTreeMap::new();
+    for layer in &federation.config.layers {
+        match reachable(federation, layer).await {
+            Ok(detail) => {
+                up.insert(&layer.name, true);
+                checks.push(Check::new("reachable", &layer.name, Outcome::Ok, detail));
+            }
+            Err(error) => {
+                up.insert(&layer.name, false);
+                checks.push(Check::new("reachable", &layer.name, Outcome::Failed, error));
+            }
+        }
+    }
+    for layer in &federation.config.layers {
+        if let Some(borrow) = &layer.borrow {
+            checks.push(if up.get(borrow.from.as_str()).copied().unwrap_or(false) {
+                Check::new(
+                    "upstream layer",
+                    &layer.name,
+                    Outcome::Ok,
+                    format!("borrows from {}, which is reachable", borrow.from),
+                )
+            } else {
+                Check::new(
+                    "upstream layer",
+                    &layer.name,
+                    Outcome::Failed,
+                    format!("borrows from {}, which is not reachable", borrow.from),
+                )
+            });
+        }
+        if !up.get(layer.name.as_str()).copied().unwrap_or(false) {
+            checks.push(Check::new(
+                "crd",
+                &layer.name,
+                Outcome::Skipped,
+                "the layer is not reachable",
+            ));
+            continue;
+        }
+        checks.push(crd_check(federation, layer).await);
+        checks.push(permission_check(federation, layer).await);
+        match federation.list_combs(layer, None).await {
+            Ok(combs) => checks.extend(comb_checks(&layer.name, &combs)),
+            Err(error) => checks.push(Check::new(
+                "combs",
+                &layer.name,
+                Outcome::Failed,
+                format!("{error:#}"),
+            )),
+        }
+    }
+    checks
+}
+
+pub fn run(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let federation = Federation::open(global)?;
+        let checks = run_checks(&federation).await;
+        print!(
+            "{}",
+            match args.output {
+                None => table(&checks),
+                Some(format) => serialize(&checks, format)?,
+            }
+        );
+        Ok(
+            if checks.iter().any(|check| check.outcome == Outcome::Failed) {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            },
+        )
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn comb(name: &str, depends_on: &[&str], reason: Option<&str>) -> Comb {
+        let mut value = json!({"metadata": {"name": name, "namespace": "platform"},
+                               "spec": {"class": "Manifests", "dependsOn": depends_on}});
+        if let Some(reason) = reason {
+            value["status"] = json!({"phase": "Blocked", "conditions": [
+                {"type": "Ready", "status": "False", "reason": reason,
+                 "message": "upstream K8s leads through more than 16 layers, a loop? via a, b"}]});
+        }
+        Comb::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn cycles_and_loops_fail_their_checks() {
+        let fine = [
+            comb("mailer", &["nats", "db"], None),
+            comb("db", &[], None),
+            comb("nats", &[], None),
+        ];
+        let checks = comb_checks("prod", &fine);
+        assert!(
+            checks.iter().all(|check| check.outcome == Outcome::Ok),
+            "{checks:?}"
+        );
+        assert_eq!(checks[0].detail, "no cycle among 3 Comb(s)");
+
+        let tangled = [
+            comb("a", &["b"], None),
+            comb("b", &["platform/a"], Some("UpstreamLoop")),
+            comb("c", &["c"], None),
+        ];
+        let checks = comb_checks("dev", &tangled);
+        assert_eq!(checks[0].outcome, Outcome::Failed);
+        assert_eq!(
+            checks[0].detail,
+            "cycle: platform/a -> platform/b -> platform/a; platform/c -> platform/c (these stay Blocked)"
+        );
+        assert_eq!(checks[1].outcome, Outcome::Failed);
+        assert_eq!(
+            checks[1].detail,
+            "platform/b: upstream K8s leads through more than 16 layers, a loop? via a, b"
+        );
+        assert_eq!(
+            table(&checks[..1]),
+            "CHECK          LAYER   RESULT   DETAIL\n\
+             dependencies   dev     FAILED   cycle: platform/a -> platform/b -> platform/a; platform/c -> platform/c (these stay Blocked)\n"
+        );
+    }
+}
