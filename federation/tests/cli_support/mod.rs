@@ -1,0 +1,138 @@
+//! Running the `comb` binary in tests, and a converged demo to run it against.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+/// The longest a test waits for the demo to print something.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The `comb` binary of this build.
+pub fn comb() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_comb"))
+}
+
+/// `comb <args>`: its exit code, stdout and stderr.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = comb().args(args).output().expect("comb runs");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// `comb demo --follow`, once every Comb reached its phase: the layers of the demo, converged,
+/// for as long as this value lives (dropping it interrupts the demo and waits for it).
+pub struct ConvergedDemo {
+    child: Child,
+    /// The demo's output lines, read by a thread so that waits have a deadline.
+    lines: Receiver<String>,
+    /// The federation configuration of the demo's layers.
+    pub config: String,
+}
+
+impl ConvergedDemo {
+    pub fn start() -> ConvergedDemo {
+        let mut child = comb()
+            .args(["demo", "--follow", "--pod-ready-delay", "50ms"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("comb demo --follow starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut demo = ConvergedDemo {
+            child,
+            lines,
+            config: String::new(),
+        };
+        let hint = demo.wait_for_line("comb --config ");
+        demo.config = hint
+            .trim()
+            .trim_start_matches("comb --config ")
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        demo
+    }
+
+    /// `comb --config <demo> <args>`: exit code, stdout, stderr.
+    pub fn comb(&self, args: &[&str]) -> (i32, String, String) {
+        let mut all = vec!["--config", self.config.as_str()];
+        all.extend_from_slice(args);
+        run(&all)
+    }
+
+    /// `comb --config <demo> <args>`, which must succeed: its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.comb(args);
+        assert_eq!(code, 0, "comb {args:?} failed:\n{stdout}\n{stderr}");
+        stdout
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the demo to end (after it was interrupted).
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("the demo ends")
+    }
+
+    /// Reads the demo's output until a line contains `text`; fails after a deadline.
+    pub fn wait_for_line(&mut self, text: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(error) => panic!("the demo printed no line with {text:?}: {error}"),
+            }
+        }
+    }
+}
+
+impl Drop for ConvergedDemo {
+    fn drop(&mut self) {
+        // Only a demo still running is interrupted: an ended one's id may belong to another
+        // process by now.
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The row of a table whose first cells are `first`, split into its columns.
+pub fn row<'a>(table: &'a str, first: &[&str]) -> Vec<&'a str> {
+    table
+        .lines()
+        .map(|line| {
+            line.split("   ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .find(|cells| cells.len() >= first.len() && cells[..first.len()] == *first)
+        .unwrap_or_else(|| panic!("no row {first:?} in\n{table}"))
+}

@@ -1,0 +1,13 @@
+//! The Rust example (federation/examples/custom_classes.rs) converges: its own classes, the
+//! controller of comb, the demo's layers.
+
+#[allow(dead_code)]
+#[path = "../examples/custom_classes.rs"]
+mod example;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_with_its_own_classes_converges() {
+    example::run()
+        .await
+        .expect("every Comb of the example reaches Running");
+}
