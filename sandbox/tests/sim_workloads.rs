@@ -679,3 +679,41 @@ async fn a_selector_service_lists_its_ready_pods() {
         .await;
     assert!(cluster.get("", "Endpoints", "manual").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_replaced_without_its_cluster_ip_keeps_it() {
+    let cluster = Cluster::start();
+    cluster.create(
+        "",
+        "Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+            "spec": {"type": "NodePort", "ports": [{"name": "pg", "port": 5432}]},
+        }),
+    );
+    let allocated = cluster
+        .wait_for("the addresses", |c| {
+            let s = c.get("", "Service", "db")?;
+            s["spec"]["ports"][0]["nodePort"].is_u64().then_some(s)
+        })
+        .await;
+    let rt = cluster.rt("", "Service");
+    cluster
+        .store
+        .modify(&rt, Some("default"), "db", Subresource::Main, |s| {
+            s["spec"] = json!({"type": "NodePort", "ports": [{"name": "pg", "port": 5433}]});
+        })
+        .expect("replaced");
+    let kept = cluster
+        .wait_for("the addresses back", |c| {
+            let s = c.get("", "Service", "db")?;
+            s["spec"]["ports"][0]["nodePort"].is_u64().then_some(s)
+        })
+        .await;
+    assert_eq!(kept["spec"]["clusterIP"], allocated["spec"]["clusterIP"]);
+    assert_eq!(
+        kept["spec"]["ports"][0]["nodePort"],
+        allocated["spec"]["ports"][0]["nodePort"]
+    );
+    assert_eq!(kept["spec"]["ports"][0]["port"], 5433);
+}

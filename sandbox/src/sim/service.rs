@@ -127,15 +127,68 @@ impl Addresses {
     }
 }
 
-/// The addresses `service` still needs, taken from `addresses`.
-pub fn plan(service: &Value, addresses: &mut Addresses) -> Plan {
+fn needs_node_ports(service: &Value) -> bool {
+    match service["spec"]["type"].as_str() {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => service["spec"]["allocateLoadBalancerNodePorts"] != false,
+        _ => false,
+    }
+}
+
+/// `new` with the addresses `old` had where `new` leaves them empty, as kube-apiserver keeps
+/// allocated values on update (`patchAllocatedValues`): a Service replaced from a manifest
+/// without a clusterIP keeps its clusterIP and node ports.
+pub fn keep_allocated(old: &Value, new: &Value) -> Value {
+    let mut kept = new.clone();
+    let external = |s: &Value| s["spec"]["type"] == "ExternalName";
+    if !external(old) && !external(new) {
+        let spec = &mut kept["spec"];
+        if spec["clusterIP"].as_str().is_none_or(str::is_empty)
+            && old["spec"]["clusterIP"].is_string()
+        {
+            spec["clusterIP"] = old["spec"]["clusterIP"].clone();
+        }
+        for field in ["clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if spec[field].is_null() && !old["spec"][field].is_null() {
+                spec[field] = old["spec"][field].clone();
+            }
+        }
+    }
+    if needs_node_ports(old) && needs_node_ports(new) {
+        let used: Vec<&Value> = node_ports(new).filter(|p| !p.is_null()).collect();
+        let old_ports = old["spec"]["ports"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if let Some(ports) = kept["spec"]["ports"].as_array_mut() {
+            for port in ports.iter_mut().filter(|p| p["nodePort"].is_null()) {
+                let previous = old_ports
+                    .iter()
+                    .find(|o| o["name"] == port["name"])
+                    .map(|o| o["nodePort"].clone())
+                    .filter(|n| !n.is_null() && !used.contains(&n));
+                if let Some(previous) = previous {
+                    port["nodePort"] = previous;
+                }
+            }
+        }
+    }
+    kept
+}
+
+/// The addresses `service` still needs, taken from `addresses`; `before` is its state before
+/// an update that left out addresses it had (see [`keep_allocated`]).
+pub fn plan(service: &Value, before: Option<&Value>, addresses: &mut Addresses) -> Plan {
     if object::is_deleting(service) {
         return Plan::default();
     }
     let mut plan = Plan::default();
     let kind = service["spec"]["type"].as_str().unwrap_or("ClusterIP");
-    let mut spec_changed = false;
-    let mut updated = service.clone();
+    let mut updated = match before {
+        Some(old) => keep_allocated(old, service),
+        None => service.clone(),
+    };
+    let mut spec_changed = updated != *service;
     let spec = &mut updated["spec"];
     if kind != "ExternalName" {
         let current = spec["clusterIP"].as_str().unwrap_or_default().to_string();
@@ -156,9 +209,9 @@ pub fn plan(service: &Value, addresses: &mut Addresses) -> Plan {
             spec_changed = true;
         }
     }
-    let wants_node_ports = kind == "NodePort"
-        || (kind == "LoadBalancer" && spec["allocateLoadBalancerNodePorts"] != false);
-    if wants_node_ports && let Some(ports) = spec["ports"].as_array_mut() {
+    if needs_node_ports(service)
+        && let Some(ports) = spec["ports"].as_array_mut()
+    {
         for port in ports.iter_mut().filter(|p| p["nodePort"].is_null()) {
             if let Some(node_port) = addresses.node_ports.take() {
                 port["nodePort"] = json!(node_port);
@@ -196,6 +249,10 @@ mod tests {
         json!({"metadata": {"name": "web", "namespace": "default"}, "spec": spec, "status": {"loadBalancer": {}}})
     }
 
+    fn plan_fresh(service: &Value, addresses: &mut Addresses) -> Plan {
+        plan(service, None, addresses)
+    }
+
     fn written(plan: &Plan) -> (Option<Value>, Option<Value>) {
         let mut spec = None;
         let mut status = None;
@@ -212,7 +269,7 @@ mod tests {
     #[test]
     fn services_get_addresses_by_type() {
         let mut addresses = Addresses::default();
-        let (spec, status) = written(&plan(
+        let (spec, status) = written(&plan_fresh(
             &service(json!({"ports": [{"port": 80}]})),
             &mut addresses,
         ));
@@ -224,7 +281,7 @@ mod tests {
         assert!(spec["ports"][0].get("nodePort").is_none());
         assert_eq!(status, None);
 
-        let (spec, _) = written(&plan(
+        let (spec, _) = written(&plan_fresh(
             &service(json!({"clusterIP": "None", "ports": [{"port": 80}]})),
             &mut addresses,
         ));
@@ -232,13 +289,13 @@ mod tests {
         assert_eq!(spec["clusterIP"], "None");
         assert_eq!(spec["clusterIPs"], json!(["None"]));
 
-        let (spec, status) = written(&plan(
+        let (spec, status) = written(&plan_fresh(
             &service(json!({"type": "ExternalName", "externalName": "db.example.com"})),
             &mut addresses,
         ));
         assert_eq!((spec, status), (None, None));
 
-        let (spec, _) = written(&plan(
+        let (spec, _) = written(&plan_fresh(
             &service(
                 json!({"type": "NodePort", "ports": [{"port": 80}, {"port": 443, "nodePort": 30001}]}),
             ),
@@ -249,7 +306,7 @@ mod tests {
         assert_eq!(spec["ports"][0]["nodePort"], 30000);
         assert_eq!(spec["ports"][1]["nodePort"], 30001);
 
-        let (spec, status) = written(&plan(
+        let (spec, status) = written(&plan_fresh(
             &service(json!({"type": "LoadBalancer", "ports": [{"port": 80}]})),
             &mut addresses,
         ));
@@ -270,8 +327,8 @@ mod tests {
             json!({"clusterIP": "10.96.0.11", "clusterIPs": ["10.96.0.11"], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}),
         );
         addresses.hold(&existing);
-        assert_eq!(plan(&existing, &mut addresses), Plan::default());
-        let (spec, _) = written(&plan(&service(json!({})), &mut addresses));
+        assert_eq!(plan(&existing, None, &mut addresses), Plan::default());
+        let (spec, _) = written(&plan_fresh(&service(json!({})), &mut addresses));
         assert_eq!(
             spec.map(|s| s["clusterIP"].clone()),
             Some(json!("10.96.0.12"))
@@ -287,13 +344,48 @@ mod tests {
     }
 
     #[test]
+    fn an_update_keeps_allocated_addresses_the_new_object_leaves_empty() {
+        let old = service(json!({
+            "type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "ports": [{"name": "http", "port": 80, "nodePort": 30080}, {"name": "admin", "port": 81, "nodePort": 30081}],
+        }));
+        let replaced = service(
+            json!({"type": "NodePort", "ports": [{"name": "http", "port": 8080}, {"name": "admin", "port": 81, "nodePort": 30080}]}),
+        );
+        let kept = keep_allocated(&old, &replaced);
+        assert_eq!(kept["spec"]["clusterIP"], "10.96.0.20");
+        assert_eq!(kept["spec"]["clusterIPs"], json!(["10.96.0.20"]));
+        assert_eq!(kept["spec"]["ipFamilyPolicy"], "SingleStack");
+        // http's old port is taken by admin now, so http gets none back.
+        assert!(kept["spec"]["ports"][0]["nodePort"].is_null());
+        assert_eq!(kept["spec"]["ports"][1]["nodePort"], 30080);
+
+        let external = service(json!({"type": "ExternalName", "externalName": "db.example.com"}));
+        assert_eq!(keep_allocated(&old, &external), external);
+        let cluster_ip = service(json!({"ports": [{"name": "http", "port": 80}]}));
+        let kept = keep_allocated(&old, &cluster_ip);
+        assert_eq!(kept["spec"]["clusterIP"], "10.96.0.20");
+        assert!(kept["spec"]["ports"][0].get("nodePort").is_none());
+
+        // The plan writes the kept addresses back instead of allocating new ones.
+        let mut addresses = Addresses::default();
+        addresses.hold(&old);
+        let (spec, _) = written(&plan(&replaced, Some(&old), &mut addresses));
+        assert_eq!(
+            spec.map(|s| s["clusterIP"].clone()),
+            Some(json!("10.96.0.20"))
+        );
+    }
+
+    #[test]
     fn a_service_that_stops_being_a_load_balancer_loses_its_ingress() {
         let mut addresses = Addresses::default();
         let mut svc = service(
             json!({"clusterIP": "10.96.0.11", "clusterIPs": ["10.96.0.11"], "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}),
         );
         svc["status"] = json!({"loadBalancer": {"ingress": [{"ip": "172.18.255.1"}]}});
-        let (_, status) = written(&plan(&svc, &mut addresses));
+        let (_, status) = written(&plan(&svc, None, &mut addresses));
         assert_eq!(status, Some(json!({"loadBalancer": {}})));
     }
 }
