@@ -722,12 +722,7 @@ fn list(
             )
         }
         Rendering::Metadata => {
-            let items: Vec<Value> = page
-                .items
-                .iter()
-                .map(|o| table::partial_metadata(o)["metadata"].clone())
-                .map(|m| json!({"metadata": m}))
-                .collect();
+            let items: Vec<Value> = page.items.iter().map(table::partial_metadata).collect();
             json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items})
         }
         Rendering::Object => {

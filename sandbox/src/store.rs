@@ -189,10 +189,6 @@ fn generated_name(prefix: &str) -> String {
     format!("{prefix}{suffix}")
 }
 
-fn rv_of(value: &Value) -> Option<u64> {
-    meta::resource_version(value).parse().ok()
-}
-
 /// The namespace of a request must agree with the object's, which it fills in when absent.
 fn settle_namespace(
     rt: &ResourceType,
@@ -1474,7 +1470,7 @@ pub fn parse_resource_version(raw: Option<&str>) -> Result<Option<u64>, ApiError
 
 /// The resourceVersion carried by an object as a number.
 pub fn object_resource_version(object: &Value) -> Option<u64> {
-    rv_of(object)
+    meta::resource_version(object).parse().ok()
 }
 
 #[cfg(test)]

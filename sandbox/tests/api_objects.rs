@@ -638,3 +638,29 @@ async fn built_in_objects_keep_only_their_api_fields() {
     );
     assert_eq!(code, 400);
 }
+
+#[tokio::test]
+async fn metadata_only_reads() {
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.create(
+        &PostParams::default(),
+        &config_map("m", json!({"app": "meta"})),
+    )
+    .await
+    .expect("created");
+    let one = api.get_metadata("m").await.expect("metadata");
+    assert_eq!(
+        one.metadata
+            .labels
+            .and_then(|l| l.get("app").cloned())
+            .as_deref(),
+        Some("meta")
+    );
+    let list = api
+        .list_metadata(&ListParams::default().labels("app=meta"))
+        .await
+        .expect("metadata list");
+    assert_eq!(list.items.len(), 1);
+    assert!(list.items[0].metadata.uid.is_some());
+}
