@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 
-use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::common::{Federation, GlobalArgs, block_on, server_words};
 use crate::cli::output::{DataFormat, Table, serialize};
 use crate::config::Layer;
 use crate::controller::CombKey;
@@ -174,7 +174,7 @@ async fn reachable(federation: &Federation, layer: &Layer) -> Result<String, Str
     let version = client
         .apiserver_version()
         .await
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| server_words(&error))?;
     let server = federation
         .pool
         .server_url(&layer.context)
@@ -191,7 +191,7 @@ async fn crd_check(federation: &Federation, layer: &Layer) -> Check {
         Ok(client) => Api::<CustomResourceDefinition>::all(client)
             .get_opt(&name)
             .await
-            .map_err(|error| error.to_string()),
+            .map_err(|error| server_words(&error)),
         Err(error) => Err(format!("{error:#}")),
     };
     match found {
@@ -301,7 +301,7 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
                         "permissions",
                         &layer.name,
                         Outcome::Failed,
-                        format!("asking failed: {error}"),
+                        format!("asking failed: {}", server_words(&error)),
                     );
                 }
             }

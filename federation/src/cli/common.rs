@@ -33,6 +33,17 @@ pub struct GlobalArgs {
     pub config: PathBuf,
 }
 
+/// What the API server said about a failed request (`503 ServiceUnavailable: <message>`), rather
+/// than kube's debug rendering of the whole Status.
+pub fn server_words(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => {
+            format!("{} {}: {}", status.code, status.reason, status.message)
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Runs a command's async body on a runtime of its own.
 pub fn block_on<F>(body: F) -> anyhow::Result<ExitCode>
 where
@@ -107,10 +118,12 @@ impl Federation {
         };
         let mut combs = Vec::new();
         for api in apis {
-            let list = api.list(&ListParams::default()).await.with_context(|| {
-                format!(
-                    "listing the Combs of layer {} (context {}) failed",
-                    layer.name, layer.context
+            let list = api.list(&ListParams::default()).await.map_err(|error| {
+                anyhow::anyhow!(
+                    "listing the Combs of layer {} (context {}) failed: {}",
+                    layer.name,
+                    layer.context,
+                    server_words(&error)
                 )
             })?;
             combs.extend(list.items);

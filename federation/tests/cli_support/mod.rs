@@ -2,7 +2,8 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
@@ -84,6 +85,46 @@ impl ConvergedDemo {
         let (code, stdout, stderr) = self.comb(args);
         assert_eq!(code, 0, "comb {args:?} failed:\n{stdout}\n{stderr}");
         stdout
+    }
+
+    /// The API server URL of a context of the demo's kubeconfig (`http://127.0.0.1:PORT`).
+    pub fn server(&self, context: &str) -> String {
+        let path = std::path::Path::new(&self.config).with_file_name("sandbox.kubeconfig");
+        let text = std::fs::read_to_string(&path).expect("the demo's kubeconfig reads");
+        let kubeconfig: serde_json::Value =
+            serde_saphyr::from_str(&text).expect("the demo's kubeconfig parses");
+        let named = |list: &str, name: &str| {
+            kubeconfig[list]
+                .as_array()
+                .and_then(|items| items.iter().find(|item| item["name"] == name))
+                .cloned()
+                .unwrap_or_else(|| panic!("no {list} entry {name} in {text}"))
+        };
+        let cluster = named("contexts", context)["context"]["cluster"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        named("clusters", &cluster)["cluster"]["server"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// `POST <path>` (a sandbox test control, e.g. `/_sandbox/partition`) on a context's server.
+    pub fn control(&self, context: &str, path: &str) {
+        let server = self.server(context);
+        let address = server.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(address).expect("the sandbox server accepts");
+        write!(
+            stream,
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .expect("the request is sent");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .expect("the response reads");
+        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
     }
 
     pub fn pid(&self) -> u32 {
