@@ -21,6 +21,7 @@ pub mod managed;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod proto;
 pub mod resources;
 pub mod sandbox;
 pub mod schema;

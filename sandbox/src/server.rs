@@ -356,11 +356,15 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request("the request body is empty"));
     }
     let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media == crate::proto::MEDIA_TYPE
+        && let Some(object) = crate::proto::decode(body)
+    {
+        return Ok(object);
+    }
     let known =
         media.is_empty() || media.ends_with("json") || media.ends_with("yaml") || media == "*/*";
     if !known {
-        // Protobuf and CBOR bodies are not decoded here: kubectl's typed imperative commands
-        // (`kubectl create configmap ...`) send protobuf and get this 415.
+        // Protobuf beyond the kinds `proto` reads, and CBOR, are not spoken here.
         return Err(ApiError::unsupported_media_type(
             media,
             &["application/json", "application/yaml"],
