@@ -1,0 +1,170 @@
+//! Deleting a Comb: its finalizer holds the CR until what it deployed is gone, except what is
+//! marked keep, what is cluster-scoped, and everything under the Orphan deletion policy.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use comb_sandbox::controls::Fault;
+use controller_support::{World, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+
+const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";
+
+/// db: a Deployment, a Service, two PVCs (one marked keep) and a Namespace (cluster-scoped).
+fn db() -> Value {
+    json!({
+        "class": "Manifests",
+        "orphanResources": [{"kind": "ConfigMap", "version": "v1"}],
+        "config": {
+            "manifests": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"},
+                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                          "template": {"metadata": {"labels": {"app": "db"}},
+                                       "spec": {"containers": [{"name": "db", "image": "postgres:16"}]}}}},
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+                 "spec": {"selector": {"app": "db"}, "ports": [{"name": "postgres", "port": 5432}]}},
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                 "metadata": {"name": "db-data", "annotations": {"comb.internal/keep": "true"}},
+                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "db-scratch"},
+                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "db-extra"}}
+            ],
+            "endpoints": [{"name": "postgres", "port": 5432}]
+        }
+    })
+}
+
+/// Objects the workload "made" at run time, carrying db's labels: a ConfigMap (an orphan kind)
+/// and a Secret (not one).
+async fn runtime_objects(world: &World) {
+    let labels = json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "platform"});
+    let client = world.client("prod").await;
+    let config_map: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "db-state", "labels": labels}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), "platform")
+        .create(&PostParams::default(), &config_map)
+        .await
+        .unwrap();
+    let secret: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "db-session", "labels": labels}}))
+            .unwrap();
+    Api::<Secret>::namespaced(client, "platform")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+async fn exists<K>(world: &World, name: &str) -> bool
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(world.client("prod").await, "platform")
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+async fn wait_gone(world: &World, name: &str) {
+    let combs = world.combs("prod", "platform").await;
+    eventually(&format!("Comb {name} to be gone"), || {
+        let combs = combs.clone();
+        async move { combs.get_opt(name).await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    // The first two deletes of the Deployment fail: cleanup is retried until done.
+    world.controls("prod").inject(Fault::status(
+        "DELETE",
+        "/apis/apps/v1/namespaces/platform/deployments/db",
+        500,
+        2,
+    ));
+    let running = world.run(world.config(CONFIG)).await;
+    world.create_comb("prod", "platform", "db", db()).await;
+    let comb = world
+        .wait_phase("prod", "platform", "db", "Running", None)
+        .await;
+    assert_eq!(
+        comb.metadata.finalizers,
+        Some(vec!["comb.internal/cleanup".to_string()])
+    );
+    runtime_objects(&world).await;
+    world.delete_comb("prod", "platform", "db").await;
+    wait_gone(&world, "db").await;
+
+    assert!(!exists::<Deployment>(&world, "db").await);
+    assert!(!exists::<Service>(&world, "db").await);
+    assert!(!exists::<PersistentVolumeClaim>(&world, "db-scratch").await);
+    assert!(
+        !exists::<ConfigMap>(&world, "db-state").await,
+        "an orphan kind"
+    );
+    assert!(
+        exists::<PersistentVolumeClaim>(&world, "db-data").await,
+        "marked keep"
+    );
+    assert!(
+        exists::<Secret>(&world, "db-session").await,
+        "not an orphan kind"
+    );
+    let namespaces: Api<Namespace> = Api::all(world.client("prod").await);
+    assert!(
+        namespaces.get_opt("db-extra").await.unwrap().is_some(),
+        "cluster-scoped, never deleted"
+    );
+    assert_eq!(
+        world
+            .controls("prod")
+            .request_count("delete", "deployments.apps"),
+        3,
+        "two failed deletes, then one that worked"
+    );
+    let metrics = running.handle.metrics_text().unwrap();
+    assert!(
+        metrics.contains(r#"comb_api_errors_total{layer="prod",operation="cleanup"} 2"#),
+        "{metrics}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn the_orphan_policy_leaves_everything_in_place() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let running = world.run(world.config(CONFIG)).await;
+    world.create_comb("prod", "platform", "db", db()).await;
+    world
+        .wait_phase("prod", "platform", "db", "Running", None)
+        .await;
+    world
+        .combs("prod", "platform")
+        .await
+        .patch(
+            "db",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"comb.internal/deletion-policy": "Orphan"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    world.delete_comb("prod", "platform", "db").await;
+    wait_gone(&world, "db").await;
+    assert!(exists::<Deployment>(&world, "db").await);
+    assert!(exists::<Service>(&world, "db").await);
+    assert!(exists::<PersistentVolumeClaim>(&world, "db-scratch").await);
+    running.stop().await;
+}

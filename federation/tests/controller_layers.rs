@@ -1,0 +1,188 @@
+//! Several layers in one controller: a layer whose API server is down is reported and waits
+//! while the others go on; a borrower follows its upstream peer's status at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use comb_federation::controller::LayerState;
+use controller_support::{World, eventually, web};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+fn image(deployment: Option<&Deployment>) -> Option<String> {
+    deployment?
+        .spec
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .image
+        .clone()
+}
+
+#[tokio::test]
+async fn a_partitioned_layer_is_down_while_another_keeps_reconciling() {
+    let world = World::start(
+        &["prod", "dev"],
+        &[],
+        &[("prod", "platform"), ("dev", "platform")],
+    )
+    .await;
+    let config = world.config(
+        "resync: 1h\nlayers:\n - {name: prod, context: prod, namespaces: [platform]}\n - {name: dev, context: dev, namespaces: [platform]}",
+    );
+    let running = world.run(config).await;
+    for context in ["prod", "dev"] {
+        world
+            .create_comb(context, "platform", "web", web("web", "nginx:1"))
+            .await;
+    }
+    for context in ["prod", "dev"] {
+        world
+            .wait_phase(context, "platform", "web", "Running", None)
+            .await;
+    }
+    let handle = running.handle.clone();
+    assert_eq!(handle.layer("dev").unwrap().state, LayerState::Up);
+
+    world.controls("dev").partition();
+    eprintln!(
+        "probe: {:?}",
+        world.client("dev").await.apiserver_version().await
+    );
+    eprintln!("partitioned: {}", world.controls("dev").is_partitioned());
+    let down = eventually("dev to be down", || {
+        let handle = handle.clone();
+        async move { handle.layer("dev").filter(|l| l.state == LayerState::Down) }
+    })
+    .await;
+    assert!(down.error.is_some(), "{down:?}");
+    let metrics = handle.metrics_text().unwrap();
+    assert!(
+        metrics.contains(r#"comb_layer_up{layer="dev"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"comb_layer_up{layer="prod"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        handle.readiness().is_ok(),
+        "a down layer does not make the controller unready"
+    );
+
+    // prod goes on: an edit is applied and reaches Running.
+    world
+        .patch_spec("prod", "platform", "web", web("web", "nginx:2"))
+        .await;
+    let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "platform");
+    world
+        .wait_object(&deployments, "web", "prod's new image", |d| {
+            image(d).as_deref() == Some("nginx:2")
+        })
+        .await;
+    world
+        .wait_phase("prod", "platform", "web", "Running", Some("Healthy"))
+        .await;
+    assert_eq!(handle.layer("dev").unwrap().state, LayerState::Down);
+
+    world.controls("dev").heal();
+    eventually("dev to be up again", || {
+        let handle = handle.clone();
+        async move { handle.layer("dev").filter(|l| l.state == LayerState::Up) }
+    })
+    .await;
+    let metrics = handle.metrics_text().unwrap();
+    assert!(
+        metrics.contains(r#"comb_layer_up{layer="dev"} 1"#),
+        "{metrics}"
+    );
+    // dev reconciles again: a Deployment deleted by hand comes back.
+    let dev_deployments: Api<Deployment> = Api::namespaced(world.client("dev").await, "platform");
+    let uid = dev_deployments.get("web").await.unwrap().metadata.uid;
+    dev_deployments
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    world
+        .wait_object(&dev_deployments, "web", "dev's Deployment back", |d| {
+            d.is_some_and(|d| d.metadata.uid != uid)
+        })
+        .await;
+    running.stop().await;
+}
+
+/// db with a Service and an external address other clusters can reach.
+fn db() -> serde_json::Value {
+    json!({
+        "class": "Manifests",
+        "config": {
+            "manifests": [
+                {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"},
+                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                          "template": {"metadata": {"labels": {"app": "db"}},
+                                       "spec": {"containers": [{"name": "db", "image": "postgres:16"}]}}}},
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+                 "spec": {"selector": {"app": "db"}, "ports": [{"name": "postgres", "port": 5432}]}}
+            ],
+            "endpoints": [{"name": "postgres", "port": 5432, "external": "192.0.2.10:5432"}]
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_borrower_follows_its_upstream_without_a_resync() {
+    let world = World::start(
+        &["prod", "dev"],
+        &[],
+        &[("prod", "platform"), ("dev", "platform")],
+    )
+    .await;
+    let config = world.config(
+        "resync: 1h\nlayers:\n - {name: prod, context: prod, namespaces: [platform]}\n - {name: dev, context: dev, namespaces: [platform], borrow: {from: prod}}",
+    );
+    let mut running = world.run(config).await;
+    // The borrower first: it waits for an upstream that does not run yet.
+    world.create_comb("dev", "platform", "db", db()).await;
+    running
+        .transition("dev's db to wait for its upstream", |t| {
+            t.layer == "dev" && t.new.phase != "Running"
+        })
+        .await;
+    world.create_comb("prod", "platform", "db", db()).await;
+    let borrowed = world
+        .wait_phase("dev", "platform", "db", "Running", Some("Borrowed"))
+        .await;
+    let status = borrowed.status.unwrap();
+    assert_eq!(
+        status.upstream.as_ref().and_then(|u| u.via.clone()),
+        Some(vec!["prod".to_string()])
+    );
+    assert_eq!(
+        status.endpoint_list()[0].cluster.as_deref(),
+        Some("192.0.2.10:5432")
+    );
+
+    // prod's db stops running: dev's db follows at once (resync is an hour).
+    running.transitions = running.handle.subscribe();
+    world
+        .patch_spec("prod", "platform", "db", json!({"enabled": false}))
+        .await;
+    let followed = running
+        .transition("dev's db to follow prod's", |t| t.layer == "dev")
+        .await;
+    assert_eq!(
+        followed.change(),
+        "Running (Borrowed) -> Pending (UpstreamNotRunning): upstream Kubernetes::Comb::Upstream::K8s (context prod) is Disabled"
+    );
+    world
+        .patch_spec("prod", "platform", "db", json!({"enabled": true}))
+        .await;
+    world
+        .wait_phase("dev", "platform", "db", "Running", Some("Borrowed"))
+        .await;
+    running.stop().await;
+}
