@@ -34,6 +34,39 @@ fn logs_restart_and_stop_on_the_converged_demo() {
 }
 
 #[test]
+fn a_comb_that_cannot_be_built_is_described_by_what_it_recorded() {
+    let mut demo = ConvergedDemo::start();
+    let created = demo.post(
+        "dev",
+        "/apis/comb.internal/v1/namespaces/platform/combs",
+        r#"{"apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": "cache", "namespace": "platform"}, "spec": {"class": "Redis"}}"#,
+    );
+    assert!(created.starts_with("HTTP/1.1 201"), "{created}");
+    demo.wait_for_line("dev:platform/cache: new -> Error (BuildFailed)");
+
+    let described = demo.ok(&["describe", "dev:cache"]);
+    assert!(described.contains("Class:         Redis\n"), "{described}");
+    assert!(
+        described.contains("  Phase:                Error\n"),
+        "{described}"
+    );
+    assert!(
+        described.contains(
+            "Build:\n  dev:platform/cache cannot be built: Comb->from_crd: unknown class 'Redis'"
+        ),
+        "{described}"
+    );
+    let (code, _, stderr) = demo.comb(&["status", "dev:cache"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with("comb: dev:platform/cache cannot be built: Comb->from_crd: unknown class 'Redis' (known: "),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
 fn failures_are_one_line_with_exit_code_1_and_usage_errors_2() {
     let demo = ConvergedDemo::start();
     let cases: [(&[&str], i32, &str); 6] = [

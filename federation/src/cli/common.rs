@@ -153,7 +153,15 @@ impl Federation {
         registry: &ClassRegistry,
         reference: &str,
     ) -> anyhow::Result<Opened> {
-        let located = self.locate(reference).await?;
+        self.build(registry, self.locate(reference).await?).await
+    }
+
+    /// Builds a located Comb as the controller would.
+    pub async fn build(
+        &self,
+        registry: &ClassRegistry,
+        located: LocatedComb,
+    ) -> anyhow::Result<Opened> {
         let layer = self.layer(&located.location.layer)?;
         let stubs = |comb: &CombInstance| layer.stubs_comb(comb.namespace(), comb.name());
         let comb = registry

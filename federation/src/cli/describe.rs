@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::cli::common::{Federation, GlobalArgs, Live, Opened, block_on};
 use crate::cli::output::{DataFormat, Table, fields, indent, list, serialize, upstream_line};
 use crate::cli::status;
+use crate::config::LocatedComb;
 use crate::engine::class::ClassRegistry;
 
 #[derive(Debug, clap::Args)]
@@ -43,8 +44,11 @@ pub struct Description {
     /// Why the endpoints could not be resolved (e.g. an unreachable upstream).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoints_error: Option<String>,
-    /// What the cluster shows now.
-    pub status: Live,
+    /// What the cluster shows now; `None` when the Comb cannot be built.
+    pub status: Option<Live>,
+    /// Why the Comb cannot be built (what its status records as BuildFailed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_error: Option<String>,
 }
 
 impl Description {
@@ -67,8 +71,29 @@ impl Description {
             recorded: opened.comb.recorded_status().cloned(),
             endpoints,
             endpoints_error,
-            status: opened.live().await?,
+            status: Some(opened.live().await?),
+            build_error: None,
         })
+    }
+
+    /// What can be said of a Comb that cannot be built: who it is and what it recorded.
+    fn unbuilt(located: &LocatedComb, error: &anyhow::Error) -> Description {
+        let location = &located.location;
+        Description {
+            layer: location.layer.clone(),
+            context: location.context.clone(),
+            namespace: location.namespace.clone(),
+            name: location.name.clone(),
+            class: located.comb.spec.class.clone().unwrap_or_default(),
+            stub_of: None,
+            depends_on: located.comb.spec.dependencies().to_vec(),
+            borrows_from: None,
+            recorded: located.comb.status.clone(),
+            endpoints: Vec::new(),
+            endpoints_error: None,
+            status: None,
+            build_error: Some(format!("{error:#}")),
+        }
     }
 }
 
@@ -98,6 +123,16 @@ pub fn render(description: &Description) -> String {
     ]);
     text.push_str("Recorded:\n");
     text.push_str(&indent(&render_recorded(description.recorded.as_ref()), 2));
+    let (Some(live), None) = (&description.status, &description.build_error) else {
+        text.push_str(&format!(
+            "Build:\n  {}\n",
+            description
+                .build_error
+                .as_deref()
+                .unwrap_or("it was not built")
+        ));
+        return text;
+    };
     text.push_str("Endpoints:\n");
     let endpoints = match &description.endpoints_error {
         Some(error) => format!("cannot be resolved: {error}\n"),
@@ -105,7 +140,7 @@ pub fn render(description: &Description) -> String {
     };
     text.push_str(&indent(&endpoints, 2));
     text.push_str("Live:\n");
-    text.push_str(&indent(&status::render(&reference, &description.status), 2));
+    text.push_str(&indent(&status::render(&reference, live), 2));
     text
 }
 
@@ -186,8 +221,12 @@ pub fn run(
 ) -> anyhow::Result<ExitCode> {
     block_on(async {
         let federation = Federation::open(global)?;
-        let opened = federation.open_comb(registry, &args.reference).await?;
-        let description = Description::of(&opened).await?;
+        let located = federation.locate(&args.reference).await?;
+        // A Comb that cannot be built is described all the same: what it recorded says why.
+        let description = match federation.build(registry, located.clone()).await {
+            Ok(opened) => Description::of(&opened).await?,
+            Err(error) => Description::unbuilt(&located, &error),
+        };
         print!(
             "{}",
             match args.output {
@@ -232,14 +271,15 @@ mod tests {
             endpoints: recorded.endpoints.clone().unwrap(),
             recorded: Some(recorded),
             endpoints_error: None,
-            status: Live {
+            status: Some(Live {
                 phase: "Running".into(),
                 healthy: true,
                 reason: None,
                 message: None,
                 pods: Vec::new(),
                 upstream: None,
-            },
+            }),
+            build_error: None,
         };
         let text = render(&description);
         let expected_start = "\

@@ -112,19 +112,28 @@ impl ConvergedDemo {
 
     /// `POST <path>` (a sandbox test control, e.g. `/_sandbox/partition`) on a context's server.
     pub fn control(&self, context: &str, path: &str) {
+        let response = self.post(context, path, "");
+        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+    }
+
+    /// `POST <path>` with a JSON body on a context's server (e.g. creating an object): the
+    /// response, status line first.
+    pub fn post(&self, context: &str, path: &str, body: &str) -> String {
         let server = self.server(context);
         let address = server.trim_start_matches("http://");
         let mut stream = TcpStream::connect(address).expect("the sandbox server accepts");
         write!(
             stream,
-            "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
         )
         .expect("the request is sent");
         let mut response = String::new();
         stream
             .read_to_string(&mut response)
             .expect("the response reads");
-        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+        response
     }
 
     pub fn pid(&self) -> u32 {
