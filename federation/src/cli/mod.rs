@@ -25,7 +25,7 @@ mod via;
 
 /// comb: a multi-cluster layered federation controller for Kubernetes.
 #[derive(Debug, Parser)]
-#[command(name = "comb", version, about, long_about = None)]
+#[command(name = "comb", version, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
     global: common::GlobalArgs,
