@@ -217,3 +217,23 @@ fn follow_keeps_the_layers_up_for_the_cli_until_interrupted() {
         kubeconfig.display()
     );
 }
+
+#[test]
+fn the_demo_fails_with_the_reasons_when_its_time_is_up() {
+    // Pods take 300ms to become Ready, so after 1ms no Comb can be Running yet.
+    let output = comb()
+        .args(["demo", "--timeout", "1ms"])
+        .output()
+        .expect("comb demo runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("comb: not every Comb reached its expected phase within 1ms: "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("dev:platform/db: expected Running via staging, prod, "),
+        "{stderr}"
+    );
+}

@@ -36,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::common::{Federation, block_on};
 use crate::cli::endpoints::{self, Published};
 use crate::cli::get::{self, CombRow};
-use crate::cli::output::human_duration;
 use crate::config::{Config, Layer};
 use crate::controller::{Controller, ControllerOptions, Transition};
 use crate::engine::class::ClassRegistry;
@@ -388,6 +387,9 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                     .is_some_and(|phase| phase == expected.phase)
             });
             tokio::select! {
+                // The deadline first: a steady stream of transitions must not outlast it.
+                biased;
+                () = tokio::time::sleep_until(deadline) => break,
                 received = transitions.recv() => match received {
                     Ok(transition) => {
                         println!("{}", transition_line(&transition, &zone));
@@ -406,7 +408,6 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                     missing = shortfalls(&rows);
                     next_check = tokio::time::Instant::now() + CHECK_EVERY;
                 }
-                () = tokio::time::sleep_until(deadline) => break,
             }
         }
         rows = read_rows(&federation).await?;
@@ -428,8 +429,8 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
             shutdown.cancel();
             let _ = running.await;
             anyhow::bail!(
-                "not every Comb reached its expected phase within {}: {}",
-                human_duration(i64::try_from(args.timeout.as_secs()).unwrap_or(i64::MAX)),
+                "not every Comb reached its expected phase within {:?}: {}",
+                args.timeout,
                 missing.join("; ")
             );
         }
