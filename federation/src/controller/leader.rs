@@ -32,6 +32,13 @@ impl LeaderElection {
     }
 }
 
+/// The Lease duration and the renewal grace before it ends: a third of the duration, at least 1 s
+/// and less than the duration (the lease manager refuses anything else).
+fn lease_timing(duration_seconds: u64) -> (u64, u64) {
+    let duration = duration_seconds.max(2);
+    (duration, (duration / 3).clamp(1, duration - 1))
+}
+
 /// Leadership as it changes: `true` while this replica holds the Lease.
 pub struct Leadership {
     pub changes: watch::Receiver<bool>,
@@ -46,11 +53,12 @@ pub struct Leadership {
 
 /// Starts competing for the Lease on `client`'s cluster.
 pub async fn campaign(client: kube::Client, election: &LeaderElection) -> Result<Leadership> {
+    let (duration, grace) = lease_timing(election.duration_seconds);
     let manager = LeaseManagerBuilder::new(client, &election.lease)
         .with_namespace(&election.namespace)
         .with_identity(&election.identity)
-        .with_duration(election.duration_seconds)
-        .with_grace(election.duration_seconds.div_ceil(3).max(1))
+        .with_duration(duration)
+        .with_grace(grace)
         .build()
         .await
         .map_err(|error| {
@@ -61,4 +69,25 @@ pub async fn campaign(client: kube::Client, election: &LeaderElection) -> Result
         })?;
     let (changes, task) = manager.watch().await;
     Ok(Leadership { changes, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_the_lease_manager_accepts() {
+        for (asked, expected) in [
+            (0, (2, 1)),
+            (1, (2, 1)),
+            (2, (2, 1)),
+            (15, (15, 5)),
+            (60, (60, 20)),
+        ] {
+            assert_eq!(lease_timing(asked), expected, "{asked}");
+        }
+        let election = LeaderElection::new("default", "comb", "pod-a");
+        assert_eq!(election.lease, "comb-controller");
+        assert_eq!(election.duration_seconds, 15);
+    }
 }

@@ -1,0 +1,198 @@
+//! `comb run --once`: run until every Comb is settled, exit 1 when one ended in Error or the
+//! timeout hit. Through the library and through the `comb` binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use comb_federation::controller::{ControllerOptions, OnceOptions};
+use comb_federation::engine::class::ClassRegistry;
+use controller_support::{World, test_options, web};
+use serde_json::json;
+
+const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";
+
+fn once(settle: Duration, timeout: Duration) -> ControllerOptions {
+    ControllerOptions {
+        once: Some(OnceOptions { settle, timeout }),
+        ..test_options()
+    }
+}
+
+#[tokio::test]
+async fn settled_combs_exit_0() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    world
+        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
+        .await;
+    world
+        .create_comb(
+            "prod",
+            "platform",
+            "off",
+            json!({"class": "Manifests", "enabled": false}),
+        )
+        .await;
+    let mut running = world
+        .run_with(
+            world.config(CONFIG),
+            ClassRegistry::with_builtins(),
+            once(Duration::from_secs(30), Duration::from_secs(60)),
+        )
+        .await;
+    let outcome = running.finish().await;
+    assert!(!outcome.timed_out);
+    let phases: Vec<(String, Option<String>)> = outcome
+        .combs
+        .iter()
+        .map(|c| (c.name.clone(), c.phase.clone()))
+        .collect();
+    assert_eq!(
+        phases,
+        vec![
+            ("off".to_string(), Some("Disabled".to_string())),
+            ("web".to_string(), Some("Running".to_string())),
+        ]
+    );
+    assert_eq!(outcome.exit_code(), 0);
+}
+
+#[tokio::test]
+async fn a_comb_in_error_exits_1() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    world
+        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
+        .await;
+    world
+        .create_comb("prod", "platform", "odd", json!({"class": "NoSuchClass"}))
+        .await;
+    let mut running = world
+        .run_with(
+            world.config(CONFIG),
+            ClassRegistry::with_builtins(),
+            once(Duration::from_secs(30), Duration::from_secs(60)),
+        )
+        .await;
+    let outcome = running.finish().await;
+    assert!(!outcome.timed_out);
+    let odd = outcome.combs.iter().find(|c| c.name == "odd").unwrap();
+    assert_eq!(odd.phase.as_deref(), Some("Error"));
+    assert_eq!(odd.reason.as_deref(), Some("BuildFailed"));
+    assert!(
+        odd.message
+            .as_deref()
+            .unwrap()
+            .starts_with("Comb->from_crd: unknown class 'NoSuchClass' (known: "),
+        "{odd:?}"
+    );
+    assert_eq!(outcome.exit_code(), 1);
+    // The BuildFailed status is recorded in the CR.
+    world
+        .wait_phase("prod", "platform", "odd", "Error", Some("BuildFailed"))
+        .await;
+}
+
+#[tokio::test]
+async fn the_timeout_exits_1() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    // Never ready: the image crash-loops, so the Comb stays Pending, and settling takes longer
+    // than the run may.
+    world
+        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
+        .await;
+    let mut running = world
+        .run_with(
+            world.config(CONFIG),
+            ClassRegistry::with_builtins(),
+            once(Duration::from_secs(3600), Duration::from_millis(500)),
+        )
+        .await;
+    let outcome = running.finish().await;
+    assert!(outcome.timed_out);
+    assert_eq!(outcome.exit_code(), 1);
+}
+
+#[tokio::test]
+async fn the_binary_exits_0_then_1() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    world
+        .sandbox
+        .write_kubeconfig(&dir.path().join("kubeconfig.yaml"))
+        .unwrap();
+    let config = dir.path().join("comb.yaml");
+    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n")).unwrap();
+    world
+        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
+        .await;
+    let run = |config: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_comb"))
+                .args([
+                    "run",
+                    "--once",
+                    "--settle",
+                    "30s",
+                    "--timeout",
+                    "60s",
+                    "--config",
+                ])
+                .arg(config)
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+    };
+    let output = run(config.clone()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, "prod:platform/web Running (Healthy): healthy\n");
+
+    world
+        .create_comb("prod", "platform", "odd", json!({"class": "NoSuchClass"}))
+        .await;
+    let output = run(config).await.unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with("prod:platform/odd Error (BuildFailed): Comb->from_crd: unknown class"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("comb.yaml");
+    std::fs::write(
+        &config,
+        "layers:\n - {name: prod, context: prod}\n - {name: dev, context: dev, borrow: {from: stagin}}\n",
+    )
+    .unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_comb"))
+            .args(["run", "--once", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with(
+            "comb.yaml: layers[1].borrow.from: unknown layer \"stagin\" (layers: prod, dev)"
+        ),
+        "{stderr}"
+    );
+}
