@@ -84,6 +84,9 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
         }
     }
     defaults::apply(rt, new);
+    if is(rt, "", "Service") {
+        keep_allocated_service_values(&old["spec"], &mut new["spec"]);
+    }
     // Namespace finalizers change only through the namespace controller's /finalize.
     if is(rt, "", "Namespace") {
         new["spec"] = old["spec"].clone();
@@ -92,6 +95,57 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
         crd::default_crd(new);
     }
     schema::default_and_prune(rt, new);
+}
+
+fn needs_cluster_ip(spec: &Value) -> bool {
+    spec["type"] != "ExternalName"
+}
+
+fn needs_node_ports(spec: &Value) -> bool {
+    spec["type"] == "NodePort" || spec["type"] == "LoadBalancer"
+}
+
+/// kube-apiserver's `patchAllocatedValues`: an update that leaves out the addresses the
+/// cluster allocated (clusterIP, IP families, node ports by port name) keeps them, so
+/// clients can replace a Service from a manifest that never had them.
+fn keep_allocated_service_values(old: &Value, new: &mut Value) {
+    if !new.is_object() {
+        return;
+    }
+    if needs_cluster_ip(old) && needs_cluster_ip(new) {
+        for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            let missing = new
+                .get(field)
+                .is_none_or(|v| v.is_null() || *v == json!("") || *v == json!([]));
+            if missing && let Some(value) = old.get(field).filter(|v| !v.is_null()) {
+                new[field] = value.clone();
+            }
+        }
+    }
+    if needs_node_ports(old) && needs_node_ports(new) {
+        let used: Vec<Value> = new["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("nodePort").filter(|n| !n.is_null()).cloned())
+            .collect();
+        let old_ports = old["ports"].as_array().cloned().unwrap_or_default();
+        if let Some(ports) = new["ports"].as_array_mut() {
+            for port in ports {
+                if port.get("nodePort").is_some_and(|n| !n.is_null()) {
+                    continue;
+                }
+                let previous = old_ports
+                    .iter()
+                    .find(|p| p["name"] == port["name"])
+                    .and_then(|p| p.get("nodePort"))
+                    .filter(|n| !n.is_null() && !used.contains(n));
+                if let Some(node_port) = previous {
+                    port["nodePort"] = node_port.clone();
+                }
+            }
+        }
+    }
 }
 
 /// Whether an update changes what `metadata.generation` counts.
@@ -205,6 +259,27 @@ mod tests {
         let scaled = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 2}});
         assert!(!generation_changed(&deploy, &old, &relabelled));
         assert!(generation_changed(&deploy, &old, &scaled));
+    }
+
+    #[test]
+    fn services_keep_their_allocated_addresses() {
+        let svc = builtin("", "Service").expect("services");
+        let old = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.12", "clusterIPs": ["10.96.0.12"],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
+            "ports": [{"name": "pg", "port": 5432, "nodePort": 30001}]}});
+        let mut new =
+            json!({"spec": {"type": "NodePort", "ports": [{"name": "pg", "port": 5433}]}});
+        prepare_for_update(&svc, &old, &mut new);
+        assert_eq!(new["spec"]["clusterIP"], "10.96.0.12");
+        assert_eq!(new["spec"]["ipFamilyPolicy"], "SingleStack");
+        assert_eq!(new["spec"]["ports"][0]["nodePort"], 30001);
+        let mut external =
+            json!({"spec": {"type": "ExternalName", "externalName": "db.example.com"}});
+        prepare_for_update(&svc, &old, &mut external);
+        assert!(
+            external["spec"].get("clusterIP").is_none(),
+            "ExternalName services have no cluster IP"
+        );
     }
 
     #[test]
