@@ -257,10 +257,6 @@ impl ApiError {
         .with_details(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": content_type}]}))
     }
 
-    pub fn not_acceptable(message: impl Into<String>) -> Self {
-        Self::new(406, "NotAcceptable", message)
-    }
-
     /// The `metav1.Status` body of this error.
     pub fn to_status(&self) -> Value {
         let mut status = serde_json::Map::new();
