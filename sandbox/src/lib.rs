@@ -1,7 +1,15 @@
 //! comb-sandbox: a Kubernetes API emulator faithful enough for `kube::Client` and `kubectl`.
 //!
-//! [`store::Store`] is one cluster's objects (resourceVersions, watch events, finalizers);
-//! the HTTP layer serves it like kube-apiserver.
+//! [`Sandbox::start`] runs N clusters, each an API server on its own 127.0.0.1 port (HTTP or
+//! HTTPS with a generated CA) over its own [`Store`], and writes their kubeconfig.
+//!
+//! By concern: [`store`] (objects, resourceVersions, history, events), [`resources`] and
+//! [`crd`] (served types), [`strategy`], [`defaults`], [`specs`], [`validation`], [`schema`]
+//! and [`typed`] (what a write keeps and refuses), [`selectors`], [`patch`], [`managed`] and
+//! [`fieldset`] (server-side apply), [`gc`] (garbage collector, namespace and CRD cleanup),
+//! [`server`], [`watch`], [`discovery`], [`openapi`], [`table`] and [`proto`] (the HTTP
+//! face), [`tls`], [`sandbox`]; the simulated cluster is [`sim`], the test controls
+//! [`controls`], container logs [`logs`].
 
 // ApiError mirrors metav1.Status (reason, message, details) and is built only on failed
 // requests, so its size on the error path does not matter.
