@@ -132,6 +132,7 @@ impl LayerRuntime {
         borrow_env: BorrowEnv,
         resync: Duration,
         backoff: BackoffPolicy,
+        pacing: BackoffPolicy,
     ) -> LayerRuntime {
         LayerRuntime {
             index,
@@ -139,7 +140,7 @@ impl LayerRuntime {
             layer,
             ops,
             borrow_env,
-            queue: WorkQueue::new(resync, backoff),
+            queue: WorkQueue::new(resync, backoff, pacing),
             store: Mutex::new(HashMap::new()),
             graph: Mutex::new(Graph::default()),
             health: Mutex::new(Health {

@@ -103,6 +103,9 @@ pub struct ControllerOptions {
     pub workers_per_layer: usize,
     /// Retry delays after a failed step.
     pub backoff: BackoffPolicy,
+    /// Delays of reruns in a row: a Comb woken again while its step ran reruns at once the
+    /// first time, then waits longer each time in a row (its own writes may be what woke it).
+    pub pacing: BackoffPolicy,
     /// Delays between attempts of a failing watch, and of the probe of a layer that is down.
     pub watch_backoff: BackoffPolicy,
     /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/debug/*` (port 0: any free port,
@@ -123,6 +126,10 @@ impl Default for ControllerOptions {
         ControllerOptions {
             workers_per_layer: 8,
             backoff: BackoffPolicy::default(),
+            pacing: BackoffPolicy {
+                initial: Duration::from_millis(200),
+                max: Duration::from_secs(10),
+            },
             watch_backoff: BackoffPolicy {
                 initial: Duration::from_millis(200),
                 max: Duration::from_secs(10),
@@ -212,6 +219,7 @@ impl Controller {
                 borrow_env,
                 config.resync,
                 options.backoff,
+                options.pacing,
             )));
         }
         let metrics = metrics::Metrics::new();

@@ -1,9 +1,12 @@
 //! The work queue of one layer: one step at a time per Comb, many Combs in parallel.
 //!
-//! A Comb is idle, queued, running or backing off. Triggers for a queued Comb are merged (one
-//! step serves them all); a trigger for a running Comb makes it run once more afterwards. A
-//! failed step backs off exponentially; only an urgent trigger (the CR changed) cuts a backoff
-//! short. Each Comb is stepped again `resync` after its last step. The bookkeeping is
+//! A Comb is idle, queued, running, paced or backing off. Triggers for a queued Comb are merged
+//! (one step serves them all); a trigger for a running Comb makes it run once more afterwards.
+//! Such reruns are paced: the first comes at once, each further one in a row waits longer, so
+//! that a step whose own writes wake it again (an unhealthy Comb re-applies its manifests, a
+//! webhook rewrites what was applied) cannot spin. A failed step backs off exponentially. Only
+//! an urgent trigger (the CR changed) cuts a wait short. Each Comb is stepped again `resync`
+//! after its last step. The bookkeeping is
 //! [`QueueState`], a plain state machine driven with explicit instants so that tests need no
 //! clock; [`WorkQueue`] wraps it for the workers.
 
@@ -96,7 +99,13 @@ pub enum Activity {
     Idle,
     Queued,
     Running,
-    Backoff { until: Instant },
+    /// A rerun waits (its trigger is kept).
+    Paced {
+        until: Instant,
+    },
+    Backoff {
+        until: Instant,
+    },
 }
 
 /// How a step ended, as the queue needs to know it.
@@ -120,6 +129,8 @@ struct Entry {
     pending: Option<Trigger>,
     /// Failed steps in a row.
     failures: u32,
+    /// Steps in a row that were woken again while they ran.
+    reruns: u32,
     /// Removed from its layer while running: dropped when the step ends.
     forgotten: bool,
     next_resync: Option<Instant>,
@@ -132,6 +143,7 @@ impl Entry {
             activity: Activity::Idle,
             pending: None,
             failures: 0,
+            reruns: 0,
             forgotten: false,
             next_resync: None,
             last: None,
@@ -142,6 +154,7 @@ impl Entry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TimerKind {
     Retry,
+    Paced,
     Resync,
 }
 
@@ -160,18 +173,22 @@ pub struct QueueState {
     timers: BinaryHeap<Reverse<(Instant, TimerKind, CombKey)>>,
     resync: Duration,
     backoff: BackoffPolicy,
+    pacing: BackoffPolicy,
     paused: bool,
     closed: bool,
 }
 
 impl QueueState {
-    pub fn new(resync: Duration, backoff: BackoffPolicy) -> QueueState {
+    /// A queue that resyncs every `resync`, backs off by `backoff` after failures and paces
+    /// reruns in a row by `pacing`.
+    pub fn new(resync: Duration, backoff: BackoffPolicy, pacing: BackoffPolicy) -> QueueState {
         QueueState {
             entries: HashMap::new(),
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             resync,
             backoff,
+            pacing,
             paused: false,
             closed: false,
         }
@@ -196,11 +213,16 @@ impl QueueState {
                 merge(&mut entry.pending, trigger);
                 false
             }
-            Activity::Backoff { .. } if trigger.urgent() => {
+            Activity::Paced { .. } | Activity::Backoff { .. } if trigger.urgent() => {
                 entry.activity = Activity::Queued;
                 entry.pending = Some(trigger);
+                entry.reruns = 0;
                 self.ready.push_back(key.clone());
                 true
+            }
+            Activity::Paced { .. } => {
+                merge(&mut entry.pending, trigger);
+                false
             }
             Activity::Backoff { .. } => false,
         }
@@ -220,16 +242,18 @@ impl QueueState {
             };
             // A timer is stale when the Comb has moved on since it was set.
             let due = match (kind, entry.activity) {
-                (TimerKind::Retry, Activity::Backoff { until }) => until == at,
+                (TimerKind::Retry, Activity::Backoff { until })
+                | (TimerKind::Paced, Activity::Paced { until }) => until == at,
                 (TimerKind::Resync, Activity::Idle) => entry.next_resync == Some(at),
                 _ => false,
             };
             if due {
                 entry.activity = Activity::Queued;
-                entry.pending = Some(match kind {
-                    TimerKind::Retry => Trigger::Retry,
-                    TimerKind::Resync => Trigger::Resync,
-                });
+                entry.pending = match kind {
+                    TimerKind::Retry => Some(Trigger::Retry),
+                    TimerKind::Paced => entry.pending.or(Some(Trigger::Resource)),
+                    TimerKind::Resync => Some(Trigger::Resync),
+                };
                 self.ready.push_back(key);
             }
         }
@@ -254,8 +278,9 @@ impl QueueState {
         None
     }
 
-    /// Records the end of the running step of `key` at `now`: queued again when a trigger came
-    /// in meanwhile, backing off after a failure (`jitter` in `[0, 1)`), else idle.
+    /// Records the end of the running step of `key` at `now`: queued again (or paced) when a
+    /// trigger came in meanwhile, backing off after a failure (`jitter` in `[0, 1)` spreads the
+    /// waits), else idle.
     pub fn finish(&mut self, key: &CombKey, report: StepReport, now: Instant, jitter: f64) {
         let Some(entry) = self.entries.get_mut(key) else {
             return;
@@ -275,19 +300,37 @@ impl QueueState {
         self.timers
             .push(Reverse((resync_at, TimerKind::Resync, key.clone())));
         let again = entry.pending.take();
-        match again {
-            Some(trigger) if entry.failures == 0 || trigger.urgent() => {
-                entry.activity = Activity::Queued;
-                entry.pending = Some(trigger);
-                self.ready.push_back(key.clone());
+        let urgent = again.is_some_and(Trigger::urgent);
+        entry.reruns = if again.is_some() && !urgent {
+            entry.reruns.saturating_add(1)
+        } else {
+            0
+        };
+        let (activity, timer) = if urgent {
+            (Activity::Queued, None)
+        } else if entry.failures > 0 {
+            let until = now + self.backoff.delay(entry.failures, jitter);
+            (Activity::Backoff { until }, Some(TimerKind::Retry))
+        } else if again.is_some() && entry.reruns > 1 {
+            let until = now + self.pacing.delay(entry.reruns - 1, jitter);
+            (Activity::Paced { until }, Some(TimerKind::Paced))
+        } else if again.is_some() {
+            (Activity::Queued, None)
+        } else {
+            (Activity::Idle, None)
+        };
+        // A backoff's retry serves whatever came in; a rerun keeps its trigger.
+        entry.pending = match activity {
+            Activity::Queued | Activity::Paced { .. } => again,
+            _ => None,
+        };
+        entry.activity = activity;
+        match (activity, timer) {
+            (Activity::Queued, _) => self.ready.push_back(key.clone()),
+            (Activity::Backoff { until } | Activity::Paced { until }, Some(kind)) => {
+                self.timers.push(Reverse((until, kind, key.clone())));
             }
-            _ if entry.failures > 0 => {
-                let until = now + self.backoff.delay(entry.failures, jitter);
-                entry.activity = Activity::Backoff { until };
-                self.timers
-                    .push(Reverse((until, TimerKind::Retry, key.clone())));
-            }
-            _ => entry.activity = Activity::Idle,
+            _ => {}
         }
     }
 
@@ -334,17 +377,18 @@ impl QueueState {
             self.entries
                 .iter()
                 .map(|(key, entry)| {
+                    let wall = |until: Instant| {
+                        let left = until.saturating_duration_since(now);
+                        jiff::SignedDuration::try_from(left)
+                            .ok()
+                            .and_then(|left| wall_now.checked_add(left).ok())
+                    };
                     let (state, backoff_until) = match entry.activity {
                         Activity::Idle => ("idle", None),
                         Activity::Queued => ("queued", None),
                         Activity::Running => ("running", None),
-                        Activity::Backoff { until } => {
-                            let left = until.saturating_duration_since(now);
-                            let wall = jiff::SignedDuration::try_from(left)
-                                .ok()
-                                .and_then(|left| wall_now.checked_add(left).ok());
-                            ("backoff", wall)
-                        }
+                        Activity::Paced { until } => ("paced", wall(until)),
+                        Activity::Backoff { until } => ("backoff", wall(until)),
                     };
                     QueueEntryView {
                         namespace: key.namespace.clone(),
@@ -381,8 +425,9 @@ fn merge(pending: &mut Option<Trigger>, trigger: Trigger) {
 pub struct QueueEntryView {
     pub namespace: String,
     pub name: String,
-    /// `idle`, `queued`, `running` or `backoff`.
+    /// `idle`, `queued`, `running`, `paced` (a rerun waits) or `backoff` (after a failure).
     pub state: &'static str,
+    /// Until when it waits, when paced or backing off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backoff_until: Option<jiff::Timestamp>,
     /// Why it is queued, or runs again after the running step.
@@ -407,9 +452,9 @@ pub struct WorkQueue {
 }
 
 impl WorkQueue {
-    pub fn new(resync: Duration, backoff: BackoffPolicy) -> WorkQueue {
+    pub fn new(resync: Duration, backoff: BackoffPolicy, pacing: BackoffPolicy) -> WorkQueue {
         WorkQueue {
-            state: Mutex::new(QueueState::new(resync, backoff)),
+            state: Mutex::new(QueueState::new(resync, backoff, pacing)),
             notify: Notify::new(),
         }
     }

@@ -291,6 +291,10 @@ pub fn test_options() -> ControllerOptions {
             initial: Duration::from_millis(50),
             max: Duration::from_millis(500),
         },
+        pacing: BackoffPolicy {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(500),
+        },
         watch_backoff: BackoffPolicy {
             initial: Duration::from_millis(20),
             max: Duration::from_millis(200),

@@ -11,6 +11,10 @@ fn state() -> QueueState {
             initial: Duration::from_secs(1),
             max: Duration::from_secs(8),
         },
+        BackoffPolicy {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(2),
+        },
     )
 }
 
@@ -112,6 +116,62 @@ fn failures_back_off_exponentially_and_urgent_triggers_cut_it_short() {
 }
 
 #[test]
+fn reruns_in_a_row_are_paced_until_the_comb_goes_idle() {
+    let mut queue = state();
+    let start = Instant::now();
+    queue.enqueue(&key("a"), Trigger::Created);
+    let mut now = start;
+    let mut waits = Vec::new();
+    for _ in 0..5 {
+        let job = queue.pop().unwrap();
+        // Its own writes wake it while it runs.
+        queue.enqueue(&job.key, Trigger::Resource);
+        queue.finish(&key("a"), report(false), now, 0.0);
+        match queue.activity(&key("a")) {
+            Some(Activity::Queued) => waits.push(Duration::ZERO),
+            Some(Activity::Paced { until }) => {
+                waits.push(until - now);
+                // Nothing but time (or an urgent trigger) ends the wait.
+                assert!(!queue.enqueue(&key("a"), Trigger::Resource));
+                now = until;
+                queue.promote_due(now);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let millis: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+    assert_eq!(millis, vec![0, 50, 100, 200, 400]);
+    // The rerun keeps its trigger.
+    assert_eq!(queue.pop().unwrap().trigger, Trigger::Resource);
+    // A step nobody woke ends the streak.
+    queue.finish(&key("a"), report(false), now, 0.0);
+    assert_eq!(queue.activity(&key("a")), Some(Activity::Idle));
+    queue.enqueue(&key("a"), Trigger::Resource);
+    queue.pop().unwrap();
+    queue.enqueue(&key("a"), Trigger::Resource);
+    queue.finish(&key("a"), report(false), now, 0.0);
+    assert_eq!(queue.activity(&key("a")), Some(Activity::Queued));
+}
+
+#[test]
+fn an_urgent_trigger_ends_pacing() {
+    let mut queue = state();
+    let now = Instant::now();
+    queue.enqueue(&key("a"), Trigger::Created);
+    for _ in 0..2 {
+        queue.pop().unwrap();
+        queue.enqueue(&key("a"), Trigger::Resource);
+        queue.finish(&key("a"), report(false), now, 0.0);
+    }
+    assert!(matches!(
+        queue.activity(&key("a")),
+        Some(Activity::Paced { .. })
+    ));
+    assert!(queue.enqueue(&key("a"), Trigger::Changed));
+    assert_eq!(queue.pop().unwrap().trigger, Trigger::Changed);
+}
+
+#[test]
 fn a_failed_step_with_a_pending_trigger_still_backs_off() {
     let mut queue = state();
     let now = Instant::now();
@@ -196,13 +256,11 @@ fn the_debug_view() {
 
 #[tokio::test]
 async fn workers_wake_for_new_work_and_timers() {
-    let queue = std::sync::Arc::new(WorkQueue::new(
-        RESYNC,
-        BackoffPolicy {
-            initial: Duration::from_millis(10),
-            max: Duration::from_millis(10),
-        },
-    ));
+    let fast = BackoffPolicy {
+        initial: Duration::from_millis(10),
+        max: Duration::from_millis(10),
+    };
+    let queue = std::sync::Arc::new(WorkQueue::new(RESYNC, fast, fast));
     let worker = {
         let queue = queue.clone();
         tokio::spawn(async move { queue.next().await })
