@@ -165,7 +165,10 @@ pub fn apply(rt: &ResourceType, object: &mut Value) {
     }
     match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "Pod") => default_pod(object),
-        ("", "Secret") => default_field(object, "type", json!("Opaque")),
+        ("", "Secret") => {
+            default_field(object, "type", json!("Opaque"));
+            fold_string_data(object);
+        }
         ("", "Service") => default_service(&mut object["spec"]),
         ("", "PersistentVolumeClaim") => {
             default_field(&mut object["spec"], "volumeMode", json!("Filesystem"))
@@ -246,6 +249,29 @@ pub fn apply(rt: &ResourceType, object: &mut Value) {
     }
 }
 
+/// kube-apiserver merges a Secret's write-only `stringData` into `data` (base64, `stringData`
+/// winning on equal keys) when it converts the object, so `stringData` is never stored or read.
+fn fold_string_data(secret: &mut Value) {
+    use base64::Engine as _;
+    let Some(map) = secret.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(key, Value::String(encoded));
+        }
+    }
+}
+
 fn default_service(spec: &mut Value) {
     default_field(spec, "type", json!("ClusterIP"));
     let kind = spec["type"].as_str().unwrap_or("ClusterIP").to_string();
@@ -301,6 +327,17 @@ pub fn generate_job_selector(job: &mut Value) {
 mod tests {
     use super::*;
     use crate::resources::builtin;
+
+    #[test]
+    fn secret_string_data_is_folded_into_data() {
+        let rt = builtin("", "Secret").expect("secrets");
+        let mut object = json!({"metadata": {"name": "relay"},
+            "data": {"user": "b2xk", "host": "eA=="}, "stringData": {"user": "new"}});
+        apply(&rt, &mut object);
+        assert_eq!(object["stringData"], Value::Null);
+        assert_eq!(object["data"], json!({"user": "bmV3", "host": "eA=="}));
+        assert_eq!(object["type"], "Opaque");
+    }
 
     #[test]
     fn deployments_get_kube_apiserver_defaults() {
