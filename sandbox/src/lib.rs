@@ -5,7 +5,8 @@
 //!
 //! By concern: [`store`] (objects, resourceVersions, history, events), [`resources`] and
 //! [`crd`] (served types), [`strategy`], [`defaults`], [`specs`], [`validation`], [`schema`]
-//! and [`typed`] (what a write keeps and refuses), [`selectors`], [`patch`], [`managed`] and
+//! and [`typed`] (what a write keeps and refuses), [`service_addresses`] (cluster IPs and
+//! node ports allocated by the write), [`selectors`], [`patch`], [`managed`] and
 //! [`fieldset`] (server-side apply), [`gc`] (garbage collector, namespace and CRD cleanup),
 //! [`server`], [`watch`], [`discovery`], [`openapi`], [`table`] and [`proto`] (the HTTP
 //! face), [`tls`], [`sandbox`]; the simulated cluster is [`sim`], the test controls
@@ -35,6 +36,7 @@ pub mod sandbox;
 pub mod schema;
 pub mod selectors;
 pub mod server;
+pub mod service_addresses;
 pub mod sim;
 pub mod specs;
 pub mod store;

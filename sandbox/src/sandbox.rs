@@ -331,7 +331,7 @@ impl Drop for Sandbox {
 }
 
 /// The `kubernetes` Service in `default` and its endpoints, which every kube-apiserver
-/// keeps pointing at itself (ClusterIP 10.96.0.1, which the simulation never hands out).
+/// keeps pointing at itself (ClusterIP 10.96.0.1, which the allocator never hands out).
 fn publish_api_service(store: &Store, address: SocketAddr) {
     let port = address.port();
     let labels = json!({"component": "apiserver", "provider": "kubernetes"});

@@ -18,6 +18,7 @@ use crate::crd;
 use crate::meta;
 use crate::resources::{Registry, ResourceType, crd_resource_types};
 use crate::selectors::{FieldSelector, LabelSelector};
+use crate::service_addresses::Allocator;
 use crate::strategy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +159,8 @@ struct State {
     registry: Registry,
     sender: broadcast::Sender<StoreEvent>,
     history_limit: usize,
+    /// The cluster IPs and node ports the stored Services have.
+    service_addresses: Allocator,
 }
 
 /// One cluster's objects; cheap to clone.
@@ -213,6 +216,10 @@ fn settle_namespace(
         meta::set_metadata_field(object, "namespace", None);
     }
     Ok(())
+}
+
+fn is_service(rt: &ResourceType) -> bool {
+    rt.group.is_empty() && rt.kind == "Service"
 }
 
 fn require_object(object: &Value) -> Result<(), ApiError> {
@@ -337,6 +344,12 @@ impl State {
             self.index(&location, old, false);
         }
         self.index(&location, &object, true);
+        if is_service(rt) {
+            if let Some(old) = &old {
+                self.service_addresses.release(old);
+            }
+            self.service_addresses.hold(&object);
+        }
         let event_type = if old.is_some() {
             EventType::Modified
         } else {
@@ -360,6 +373,9 @@ impl State {
             .remove(&(ns.to_string(), name.to_string()))?;
         let location = Self::location(rt, ns, name);
         self.index(&location, &old, false);
+        if is_service(rt) {
+            self.service_addresses.release(&old);
+        }
         let rv = self.next_rv();
         let mut last = old.clone();
         meta::set_metadata_field(&mut last, "resourceVersion", Some(json!(rv.to_string())));
@@ -451,6 +467,7 @@ impl Store {
                 registry: Registry::default(),
                 sender,
                 history_limit: options.history_limit.max(1),
+                service_addresses: Allocator::default(),
             })),
         };
         {
@@ -582,6 +599,7 @@ impl Store {
         let generation = rt.tracks_generation().then(|| json!(1));
         meta::set_metadata_field(&mut object, "generation", generation);
         strategy::prepare_for_create(rt, &mut object);
+        Self::allocate_service_addresses(state, rt, None, &mut object)?;
         let mut object = decode_typed(rt, object)?;
         let errors = strategy::validate(rt, &object, None);
         if !errors.is_empty() {
@@ -1017,6 +1035,7 @@ impl Store {
         let next = match subresource {
             Subresource::Main => {
                 strategy::prepare_for_update(rt, &old, &mut object);
+                Self::allocate_service_addresses(state, rt, Some(&old), &mut object)?;
                 object
             }
             Subresource::Status => {
@@ -1111,6 +1130,25 @@ impl Store {
             state.establish_crd(rt, &stored);
         }
         Ok(stored)
+    }
+
+    /// kube-apiserver allocates a Service's cluster IP and node ports inside its create or
+    /// update (before validation), so the response already carries them.
+    fn allocate_service_addresses(
+        state: &mut State,
+        rt: &ResourceType,
+        old: Option<&Value>,
+        object: &mut Value,
+    ) -> Result<(), ApiError> {
+        if !is_service(rt) {
+            return Ok(());
+        }
+        let errors = state.service_addresses.allocate(old, object);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(rt, meta::name(object), &errors))
+        }
     }
 
     fn holds_namespace_finalizer(rt: &ResourceType, object: &Value) -> bool {

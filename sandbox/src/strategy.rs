@@ -8,6 +8,7 @@ use crate::crd;
 use crate::defaults;
 use crate::resources::ResourceType;
 use crate::schema;
+use crate::service_addresses;
 use crate::specs;
 use crate::validation::validate_metadata;
 
@@ -85,7 +86,8 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     }
     defaults::apply(rt, new);
     if is(rt, "", "Service") {
-        keep_allocated_service_values(&old["spec"], &mut new["spec"]);
+        service_addresses::keep_allocated(old, new);
+        service_addresses::drop_type_dependent_fields(old, new);
     }
     // Namespace finalizers change only through the namespace controller's /finalize.
     if is(rt, "", "Namespace") {
@@ -95,57 +97,6 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
         crd::default_crd(new);
     }
     schema::default_and_prune(rt, new);
-}
-
-fn needs_cluster_ip(spec: &Value) -> bool {
-    spec["type"] != "ExternalName"
-}
-
-fn needs_node_ports(spec: &Value) -> bool {
-    spec["type"] == "NodePort" || spec["type"] == "LoadBalancer"
-}
-
-/// kube-apiserver's `patchAllocatedValues`: an update that leaves out the addresses the
-/// cluster allocated (clusterIP, IP families, node ports by port name) keeps them, so
-/// clients can replace a Service from a manifest that never had them.
-fn keep_allocated_service_values(old: &Value, new: &mut Value) {
-    if !new.is_object() {
-        return;
-    }
-    if needs_cluster_ip(old) && needs_cluster_ip(new) {
-        for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-            let missing = new
-                .get(field)
-                .is_none_or(|v| v.is_null() || *v == json!("") || *v == json!([]));
-            if missing && let Some(value) = old.get(field).filter(|v| !v.is_null()) {
-                new[field] = value.clone();
-            }
-        }
-    }
-    if needs_node_ports(old) && needs_node_ports(new) {
-        let used: Vec<Value> = new["ports"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p.get("nodePort").filter(|n| !n.is_null()).cloned())
-            .collect();
-        let old_ports = old["ports"].as_array().cloned().unwrap_or_default();
-        if let Some(ports) = new["ports"].as_array_mut() {
-            for port in ports {
-                if port.get("nodePort").is_some_and(|n| !n.is_null()) {
-                    continue;
-                }
-                let previous = old_ports
-                    .iter()
-                    .find(|p| p["name"] == port["name"])
-                    .and_then(|p| p.get("nodePort"))
-                    .filter(|n| !n.is_null() && !used.contains(n));
-                if let Some(node_port) = previous {
-                    port["nodePort"] = node_port.clone();
-                }
-            }
-        }
-    }
 }
 
 /// Whether an update changes what `metadata.generation` counts.

@@ -5,7 +5,7 @@ mod api_support;
 
 use api_support::{cluster, reason};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -663,4 +663,109 @@ async fn metadata_only_reads() {
         .expect("metadata list");
     assert_eq!(list.items.len(), 1);
     assert!(list.items[0].metadata.uid.is_some());
+}
+
+#[tokio::test]
+async fn service_addresses_are_allocated_by_the_write() {
+    // A plain cluster runs no simulation: whatever the responses carry, the API server gave.
+    let (_sandbox, client) = cluster().await;
+    let api: Api<Service> = Api::namespaced(client, "default");
+    let service = |name: &str, spec: serde_json::Value| -> Service {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name}, "spec": spec}))
+        .expect("service")
+    };
+    let post = PostParams::default();
+    let mut ips = Vec::new();
+    for name in ["a", "b", "c"] {
+        let created = api
+            .create(&post, &service(name, json!({"ports": [{"port": 80}]})))
+            .await
+            .expect("created");
+        let spec = created.spec.expect("spec");
+        let ip = spec
+            .cluster_ip
+            .expect("a cluster IP in the create response");
+        assert_eq!(spec.cluster_ips, Some(vec![ip.clone()]));
+        ips.push(ip);
+    }
+    let mut unique = ips.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 3, "{ips:?}");
+
+    let node_port = api
+        .create(
+            &post,
+            &service("np", json!({"type": "NodePort", "ports": [{"port": 80}]})),
+        )
+        .await
+        .expect("node port service")
+        .spec
+        .expect("spec");
+    assert!(node_port.cluster_ip.is_some());
+    let port = node_port.ports.expect("ports")[0].node_port;
+    assert!(
+        port.is_some_and(|p| (30000..=32767).contains(&p)),
+        "{port:?}"
+    );
+    let headless = api
+        .create(&post, &service("headless", json!({"clusterIP": "None"})))
+        .await
+        .expect("headless")
+        .spec
+        .expect("spec");
+    assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+    let external = api
+        .create(
+            &post,
+            &service(
+                "external",
+                json!({"type": "ExternalName", "externalName": "db.example.com"}),
+            ),
+        )
+        .await
+        .expect("external")
+        .spec
+        .expect("spec");
+    assert_eq!(external.cluster_ip, None);
+
+    let taken = &ips[0];
+    let (code, why, message) = reason(
+        api.create(
+            &post,
+            &service("d", json!({"clusterIP": taken, "ports": [{"port": 80}]})),
+        )
+        .await
+        .expect_err("taken"),
+    );
+    assert_eq!((code, why.as_str()), (422, "Invalid"));
+    assert_eq!(
+        message,
+        format!(
+            r#"Service "d" is invalid: spec.clusterIPs: Invalid value: []string{{"{taken}"}}: failed to allocate IP {taken}: provided IP is already allocated"#
+        )
+    );
+
+    // A replace without the addresses keeps them; a switch to ExternalName releases them.
+    let mut replaced = api.get("a").await.expect("a");
+    let spec = replaced.spec.as_mut().expect("spec");
+    spec.cluster_ip = None;
+    spec.cluster_ips = None;
+    let kept = api.replace("a", &post, &replaced).await.expect("replaced");
+    assert_eq!(kept.spec.and_then(|s| s.cluster_ip).as_ref(), Some(taken));
+    let to_external = json!({"spec": {"type": "ExternalName", "externalName": "a.example.com"}});
+    let switched = api
+        .patch("a", &PatchParams::default(), &Patch::Merge(&to_external))
+        .await
+        .expect("switched");
+    assert_eq!(switched.spec.and_then(|s| s.cluster_ip), None);
+    let reused = api
+        .create(
+            &post,
+            &service("d", json!({"clusterIP": taken, "ports": [{"port": 80}]})),
+        )
+        .await
+        .expect("the released IP is free");
+    assert_eq!(reused.spec.and_then(|s| s.cluster_ip).as_ref(), Some(taken));
 }

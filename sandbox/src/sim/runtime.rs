@@ -16,13 +16,14 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::service::{Addresses, Pool, ip_of};
+use super::service::Addresses;
 use super::{
     Action, Kind, Plan, SimConfig, cronjob, daemonset, deployment, endpoints, job, object, pod,
     replicaset, service, statefulset, volume,
 };
 use crate::api_error::ApiError;
 use crate::resources::ResourceType;
+use crate::service_addresses::{Pool, ip_of};
 use crate::store::{EventType, Propagation, Store, StoreEvent, object_resource_version};
 
 /// How many objects are reconciled before the task yields and reads new events.
@@ -94,9 +95,6 @@ struct Simulation {
     pod_ips: Pool,
     /// Pod IPs handed out but not yet in a written status, by Pod UID.
     pending_ips: HashMap<String, u32>,
-    /// Services updated without the addresses they had: their previous state, until the
-    /// addresses are written back.
-    allocated_before: HashMap<Key, Value>,
     /// The selector of every Service that has one, by namespace and name.
     selectors: HashMap<String, BTreeMap<String, Map<String, Value>>>,
 }
@@ -115,7 +113,6 @@ impl Simulation {
             addresses: Addresses::default(),
             pod_ips: Pool::new(ip(10, 244, 0, 2), ip(10, 244, 255, 254)),
             pending_ips: HashMap::new(),
-            allocated_before: HashMap::new(),
             selectors: HashMap::new(),
         }
     }
@@ -170,7 +167,7 @@ impl Simulation {
         if kind == Kind::Service
             && let Some(old) = event.old_object.as_ref().filter(|_| !deleted)
         {
-            self.follow_service_update(old, object);
+            self.addresses.release(old);
         }
         self.track(kind, object, deleted);
         self.enqueue_endpoints(kind, event);
@@ -181,9 +178,6 @@ impl Simulation {
         if deleted {
             self.own_writes.remove(&key);
             self.timer_of.remove(&key);
-            if let Some(before) = self.allocated_before.remove(&key) {
-                self.addresses.release(&before);
-            }
             return;
         }
         if self.own_writes.get(&key) == Some(&event.resource_version) {
@@ -243,17 +237,6 @@ impl Simulation {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// An updated Service keeps the addresses it had where the update left them empty; the
-    /// others it had go back to the pools.
-    fn follow_service_update(&mut self, old: &Value, new: &Value) {
-        let key = key_of(Kind::Service, new);
-        if service::keep_allocated(old, new) != *new {
-            self.allocated_before.insert(key, old.clone());
-        } else if !self.allocated_before.contains_key(&key) {
-            self.addresses.release(old);
         }
     }
 
@@ -381,10 +364,7 @@ impl Simulation {
             Kind::DaemonSet => daemonset::plan(&object, &children, now),
             Kind::Job => job::plan(&object, &children, now),
             Kind::CronJob => cronjob::plan(&object, &children, now),
-            Kind::Service => {
-                let before = self.allocated_before.remove(&key);
-                service::plan(&object, before.as_ref(), &mut self.addresses)
-            }
+            Kind::Service => service::plan(&object, &mut self.addresses),
             Kind::PersistentVolumeClaim => volume::plan(&object),
             // Handled above, by the Service's name; slices are never a work item of their own.
             Kind::Endpoints | Kind::EndpointSlice => Plan::default(),
