@@ -827,10 +827,12 @@ fn patch(
                 "apiVersion and kind must be set in an apply patch",
             ));
         }
-        if meta::name(&patch_body) != name {
+        // Like kube-apiserver's checkName, on the applied object: a body without a name takes
+        // the live object's, so only a create needs one.
+        let body_name = meta::name(&patch_body);
+        if !body_name.is_empty() && body_name != name {
             return Err(ApiError::bad_request(format!(
-                "the name of the object ({}) does not match the name on the URL ({name})",
-                meta::name(&patch_body)
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
         validate_fields(rt, &patch_body, query)?;
@@ -852,6 +854,11 @@ fn patch(
             },
             |live| {
                 created = live.is_none();
+                if created && meta::name(&patch_body).is_empty() {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({name} based on URL) was undeterminable: name must be provided"
+                    )));
+                }
                 let mut config = patch_body.clone();
                 if let Some(ns) = ns.filter(|_| rt.namespaced) {
                     config["metadata"]["namespace"] = json!(ns);

@@ -769,3 +769,51 @@ async fn service_addresses_are_allocated_by_the_write() {
         .expect("the released IP is free");
     assert_eq!(reused.spec.and_then(|s| s.cluster_ip).as_ref(), Some(taken));
 }
+
+#[tokio::test]
+async fn server_side_apply_takes_the_name_of_the_live_object() {
+    // kube-apiserver checks the name of the applied object: without a name in the body, the
+    // live object's; a create has none to take.
+    let (_sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let nameless = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"holder": "first"}});
+    let apply = PatchParams::apply("holder");
+    let (code, why, message) = reason(
+        api.patch("lease", &apply, &Patch::Apply(&nameless))
+            .await
+            .expect_err("nothing to take the name from"),
+    );
+    assert_eq!((code, why.as_str()), (400, "BadRequest"));
+    assert_eq!(
+        message,
+        "the name of the object (lease based on URL) was undeterminable: name must be provided"
+    );
+
+    api.create(&PostParams::default(), &config_map("lease", json!({})))
+        .await
+        .expect("created");
+    let applied = api
+        .patch("lease", &apply, &Patch::Apply(&nameless))
+        .await
+        .expect("applied to the live object");
+    assert_eq!(applied.metadata.name.as_deref(), Some("lease"));
+    assert_eq!(
+        applied
+            .data
+            .and_then(|d| d.get("holder").cloned())
+            .as_deref(),
+        Some("first")
+    );
+
+    let renamed = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other"}});
+    let (code, why, message) = reason(
+        api.patch("lease", &apply, &Patch::Apply(&renamed))
+            .await
+            .expect_err("a name that is not the URL's"),
+    );
+    assert_eq!((code, why.as_str()), (400, "BadRequest"));
+    assert_eq!(
+        message,
+        "the name of the object (other) does not match the name on the URL (lease)"
+    );
+}
