@@ -125,8 +125,6 @@ fn elected(identity: &str) -> ControllerOptions {
 }
 
 #[tokio::test]
-#[ignore = "the sandbox refuses kube-lease-manager's apply patch, which has no metadata.name \
-            (kube-apiserver takes the URL's name); passes with that fixed"]
 async fn one_replica_leads_and_the_other_takes_over_when_it_stops() {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
     world
