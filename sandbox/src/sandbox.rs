@@ -143,10 +143,16 @@ pub struct ClusterHandle {
     name: String,
     address: SocketAddr,
     https: bool,
+    ca_pem: Option<String>,
     store: Store,
 }
 
 impl ClusterHandle {
+    /// The CA that signs an HTTPS cluster's certificate (none for HTTP).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -213,6 +219,7 @@ impl Sandbox {
                 name: name.clone(),
                 address,
                 https: options.https,
+                ca_pem: tls.as_ref().map(|t| t.ca_pem.clone()),
                 store: store.clone(),
             };
             let api = Arc::new(ApiServer {

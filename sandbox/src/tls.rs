@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, Certificate, CertificateParams, DnType, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use crate::error::Result;
@@ -22,21 +25,32 @@ impl std::fmt::Debug for Tls {
     }
 }
 
+/// A CA of its own: a self-signed certificate and the issuer that signs with it.
+fn certificate_authority() -> Result<(Certificate, Issuer<'static, KeyPair>)> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "comb sandbox CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    Ok((ca_cert, Issuer::new(ca_params, ca_key)))
+}
+
+/// The PEM of a freshly generated CA, for clusters that serve no TLS but still publish a CA
+/// bundle in every namespace, as every real cluster does.
+pub fn ca_pem() -> Result<String> {
+    Ok(certificate_authority()?.0.pem())
+}
+
 impl Tls {
     pub fn generate() -> Result<Tls> {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "comb sandbox CA");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_key = KeyPair::generate()?;
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
+        let (ca_cert, issuer) = certificate_authority()?;
 
         let mut server_params =
             CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;

@@ -3,9 +3,10 @@
 
 mod api_support;
 
-use api_support::{cluster, reason};
+use api_support::{client, cluster, reason, start, store, until};
+use comb_sandbox::SandboxOptions;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -816,4 +817,39 @@ async fn server_side_apply_takes_the_name_of_the_live_object() {
         message,
         "the name of the object (other) does not match the name on the URL (lease)"
     );
+}
+
+#[tokio::test]
+async fn namespaces_get_the_default_service_account_and_the_cluster_ca() {
+    // The simulation (the controller-manager) fills every namespace, with the CA that signs
+    // the HTTPS cluster's certificate.
+    let sandbox = start(SandboxOptions {
+        https: true,
+        ..SandboxOptions::clusters(["test"])
+    })
+    .await;
+    let client = client(&sandbox, "test").await;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let team: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team"}})).expect("namespace");
+    namespaces
+        .create(&PostParams::default(), &team)
+        .await
+        .expect("created");
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client, "team");
+    until(&store(&sandbox), "the namespace's defaults", || {
+        let (accounts, config_maps) = (accounts.clone(), config_maps.clone());
+        async move {
+            accounts.get("default").await.is_ok()
+                && config_maps.get("kube-root-ca.crt").await.is_ok()
+        }
+    })
+    .await;
+    let ca = config_maps
+        .get("kube-root-ca.crt")
+        .await
+        .expect("CA bundle");
+    let published = ca.data.and_then(|d| d.get("ca.crt").cloned());
+    assert_eq!(published.as_deref(), sandbox.ca_pem());
 }

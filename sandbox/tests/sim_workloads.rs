@@ -9,6 +9,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// What the simulation publishes as the cluster's CA bundle.
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
 /// A store with its collectors and simulated controllers, stopped on drop.
 struct Cluster {
     store: Store,
@@ -24,7 +27,7 @@ impl Cluster {
             crash_backoff: Duration::from_millis(20),
         };
         gc::spawn(store.clone(), shutdown.clone());
-        sim::spawn(store.clone(), config, shutdown.clone());
+        sim::spawn(store.clone(), config, CA_PEM.to_string(), shutdown.clone());
         Cluster { store, shutdown }
     }
 
@@ -716,4 +719,57 @@ async fn a_service_replaced_without_its_cluster_ip_keeps_it() {
         allocated["spec"]["ports"][0]["nodePort"]
     );
     assert_eq!(kept["spec"]["ports"][0]["port"], 5433);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_namespace_gets_its_service_account_and_ca_bundle_back() {
+    let cluster = Cluster::start();
+    let namespaces = cluster.rt("", "Namespace");
+    cluster
+        .store
+        .create(&namespaces, None, json!({"metadata": {"name": "team"}}))
+        .expect("namespace");
+    let (sa, cm) = (
+        cluster.rt("", "ServiceAccount"),
+        cluster.rt("", "ConfigMap"),
+    );
+    let published = |c: &Cluster| {
+        let sa = c.store.get(&sa, Some("team"), "default").ok()?;
+        let cm = c.store.get(&cm, Some("team"), "kube-root-ca.crt").ok()?;
+        (cm["data"]["ca.crt"] == CA_PEM).then_some((sa, cm))
+    };
+    let (first_sa, _) = cluster
+        .wait_for("the namespace's defaults", published)
+        .await;
+    // The system namespaces get them too.
+    cluster
+        .wait_for("kube-system's CA bundle", |c| {
+            c.store
+                .get(&cm, Some("kube-system"), "kube-root-ca.crt")
+                .ok()
+        })
+        .await;
+
+    cluster
+        .store
+        .delete(&sa, Some("team"), "default", Propagation::Background)
+        .expect("deleted");
+    cluster
+        .store
+        .modify(
+            &cm,
+            Some("team"),
+            "kube-root-ca.crt",
+            Subresource::Main,
+            |c| {
+                c["data"]["ca.crt"] = json!("tampered");
+            },
+        )
+        .expect("tampered");
+    let (again, _) = cluster
+        .wait_for("the defaults back", |c| {
+            published(c).filter(|(s, _)| s["metadata"]["uid"] != first_sa["metadata"]["uid"])
+        })
+        .await;
+    assert_eq!(again["metadata"]["name"], "default");
 }

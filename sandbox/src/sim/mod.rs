@@ -13,6 +13,7 @@ pub mod deployment;
 pub mod endpoints;
 pub mod hash;
 pub mod job;
+pub mod namespace;
 pub mod object;
 pub mod pod;
 pub mod quantity;
@@ -53,7 +54,8 @@ impl Default for SimConfig {
 }
 
 /// The simulated cluster as a sandbox extension: each cluster gets its own simulation, with
-/// the sandbox's `pod_ready_delay`.
+/// the sandbox's `pod_ready_delay`, publishing the sandbox's CA in every namespace (a CA of
+/// its own for HTTP clusters, which have none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Simulation {
     /// See [`SimConfig::crash_backoff`].
@@ -79,7 +81,17 @@ impl ClusterExtension for Simulation {
             pod_ready_delay: options.pod_ready_delay,
             crash_backoff: self.crash_backoff,
         };
-        vec![spawn(cluster.store().clone(), config, shutdown)]
+        let ca_pem = match cluster.ca_pem() {
+            Some(pem) => pem.to_string(),
+            None => match crate::tls::ca_pem() {
+                Ok(pem) => pem,
+                Err(error) => {
+                    tracing::warn!(%error, "no CA bundle for the namespaces of {}", cluster.name());
+                    String::new()
+                }
+            },
+        };
+        vec![spawn(cluster.store().clone(), config, ca_pem, shutdown)]
     }
 }
 
@@ -98,10 +110,14 @@ pub enum Kind {
     DaemonSet,
     Job,
     CronJob,
+    /// The work item of the controllers that fill a new namespace.
+    Namespace,
+    ServiceAccount,
+    ConfigMap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Pod,
         Kind::Service,
         Kind::Endpoints,
@@ -113,11 +129,20 @@ impl Kind {
         Kind::DaemonSet,
         Kind::Job,
         Kind::CronJob,
+        Kind::Namespace,
+        Kind::ServiceAccount,
+        Kind::ConfigMap,
     ];
 
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Pod | Kind::Service | Kind::Endpoints | Kind::PersistentVolumeClaim => "",
+            Kind::Pod
+            | Kind::Service
+            | Kind::Endpoints
+            | Kind::PersistentVolumeClaim
+            | Kind::Namespace
+            | Kind::ServiceAccount
+            | Kind::ConfigMap => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::ReplicaSet | Kind::Deployment | Kind::StatefulSet | Kind::DaemonSet => "apps",
             Kind::Job | Kind::CronJob => "batch",
@@ -137,6 +162,9 @@ impl Kind {
             Kind::DaemonSet => "DaemonSet",
             Kind::Job => "Job",
             Kind::CronJob => "CronJob",
+            Kind::Namespace => "Namespace",
+            Kind::ServiceAccount => "ServiceAccount",
+            Kind::ConfigMap => "ConfigMap",
         }
     }
 

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::service::Addresses;
 use super::{
-    Action, Kind, Plan, SimConfig, cronjob, daemonset, deployment, endpoints, job, object, pod,
-    replicaset, service, statefulset, volume,
+    Action, Kind, Plan, SimConfig, cronjob, daemonset, deployment, endpoints, job, namespace,
+    object, pod, replicaset, service, statefulset, volume,
 };
 use crate::api_error::ApiError;
 use crate::resources::ResourceType;
@@ -33,10 +33,16 @@ const BATCH: usize = 128;
 type Key = (Kind, String, String);
 
 /// Starts the simulated controllers and kubelet of `store`; they stop with `shutdown`.
-pub fn spawn(store: Store, config: SimConfig, shutdown: CancellationToken) -> JoinHandle<()> {
+/// `ca_pem` is the bundle published in every namespace's `kube-root-ca.crt`.
+pub fn spawn(
+    store: Store,
+    config: SimConfig,
+    ca_pem: String,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
     let mut events = store.subscribe();
     tokio::spawn(async move {
-        let mut sim = Simulation::new(store, config);
+        let mut sim = Simulation::new(store, config, ca_pem);
         sim.register_node();
         sim.resync();
         loop {
@@ -83,6 +89,7 @@ fn group_of(api_version: &str) -> &str {
 struct Simulation {
     store: Store,
     config: SimConfig,
+    ca_pem: String,
     queue: VecDeque<Key>,
     queued: HashSet<Key>,
     timers: BinaryHeap<Reverse<(Instant, Key)>>,
@@ -100,11 +107,12 @@ struct Simulation {
 }
 
 impl Simulation {
-    fn new(store: Store, config: SimConfig) -> Simulation {
+    fn new(store: Store, config: SimConfig, ca_pem: String) -> Simulation {
         let ip = |a, b, c, d| u32::from(Ipv4Addr::new(a, b, c, d));
         Simulation {
             store,
             config,
+            ca_pem,
             queue: VecDeque::new(),
             queued: HashSet::new(),
             timers: BinaryHeap::new(),
@@ -149,8 +157,8 @@ impl Simulation {
                 let key = key_of(kind, &object);
                 match kind {
                     Kind::Service => self.enqueue((Kind::Endpoints, key.1.clone(), key.2.clone())),
-                    // Looked at through their Service.
-                    Kind::EndpointSlice => continue,
+                    // Looked at through their Service, or their namespace.
+                    Kind::EndpointSlice | Kind::ServiceAccount | Kind::ConfigMap => continue,
                     _ => {}
                 }
                 self.enqueue(key);
@@ -163,6 +171,13 @@ impl Simulation {
             return;
         };
         let object = &event.object;
+        if matches!(kind, Kind::ServiceAccount | Kind::ConfigMap) {
+            if namespace::is_published(kind, object::name(object)) {
+                let ns = object::namespace(object).to_string();
+                self.enqueue((Kind::Namespace, String::new(), ns));
+            }
+            return;
+        }
         let deleted = event.event_type == EventType::Deleted;
         if kind == Kind::Service
             && let Some(old) = event.old_object.as_ref().filter(|_| !deleted)
@@ -342,7 +357,10 @@ impl Simulation {
             | Kind::Service
             | Kind::Endpoints
             | Kind::EndpointSlice
-            | Kind::PersistentVolumeClaim => Vec::new(),
+            | Kind::PersistentVolumeClaim
+            | Kind::Namespace
+            | Kind::ServiceAccount
+            | Kind::ConfigMap => Vec::new(),
         };
         let children: Vec<&Value> = children.iter().collect();
         let plan = match kind {
@@ -366,10 +384,25 @@ impl Simulation {
             Kind::CronJob => cronjob::plan(&object, &children, now),
             Kind::Service => service::plan(&object, &mut self.addresses),
             Kind::PersistentVolumeClaim => volume::plan(&object),
-            // Handled above, by the Service's name; slices are never a work item of their own.
-            Kind::Endpoints | Kind::EndpointSlice => Plan::default(),
+            Kind::Namespace => self.namespace_plan(&object),
+            // Handled above, by the Service's name; slices, service accounts and config maps
+            // are never work items of their own.
+            Kind::Endpoints | Kind::EndpointSlice | Kind::ServiceAccount | Kind::ConfigMap => {
+                Plan::default()
+            }
         };
         self.apply(&key, plan, now);
+    }
+
+    /// What the namespace still needs of its default ServiceAccount and CA bundle.
+    fn namespace_plan(&self, ns: &Value) -> Plan {
+        let read = |kind: Kind, name: &str| {
+            let rt = self.store.resource_type(kind.group(), kind.name())?;
+            self.store.get(&rt, Some(object::name(ns)), name).ok()
+        };
+        let service_account = read(Kind::ServiceAccount, namespace::SERVICE_ACCOUNT);
+        let root_ca = read(Kind::ConfigMap, namespace::ROOT_CA_CONFIG_MAP);
+        namespace::plan(ns, service_account.as_ref(), root_ca.as_ref(), &self.ca_pem)
     }
 
     /// The endpoints controllers' plan for the Service `name`, from fresh reads.
