@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, Endpoint, LabelKeys};
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::ClusterControls;
+use comb_sandbox::controls::{ClusterControls, Fault};
 use comb_sandbox::sandbox::SANDBOX_USER;
 use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
 use comb_upstreams::{K8s, PEER_READ_TIMEOUT, Replica, Upstream, UpstreamContext, UpstreamStatus};
@@ -244,6 +245,41 @@ async fn a_partitioned_peer_is_unreachable_until_healed() -> Result<()> {
     prod.partition();
     let status = K8s::new("prod").status(&ctx).await?;
     assert!(!status.reachable);
+    // The pool's clients do not retry 503s, so a down layer answers at once, in its own words.
+    assert_eq!(
+        status.message.as_deref(),
+        Some(
+            "reading Comb platform/db in context prod failed: 503 ServiceUnavailable: \
+             the sandbox cluster is partitioned (POST /_sandbox/heal ends it)"
+        )
+    );
+    assert_eq!(status.via.as_deref(), Some(&["prod".to_string()][..]));
+
+    prod.heal();
+    let status = K8s::new("prod").status(&ctx).await?;
+    assert!(status.reachable, "{status:?}");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_peer_that_does_not_answer_in_time_is_unreachable() -> Result<()> {
+    let clusters = Clusters::start().await?;
+    clusters
+        .comb("prod", "platform", "db", prod_db_status())
+        .await?;
+    let ctx = clusters.context("dev", "platform", "db");
+    let prod = clusters.controls.get("prod").expect("controls of prod");
+
+    // A slow API server must not hold a borrowing step: past the bound the peer is unreachable.
+    prod.inject(Fault::delay(
+        "GET",
+        "/apis/comb.internal/v1/namespaces/platform/combs/db",
+        PEER_READ_TIMEOUT + Duration::from_secs(2),
+        1,
+    ));
+    let status = K8s::new("prod").status(&ctx).await?;
+    assert!(!status.reachable);
     assert_eq!(
         status.message.as_deref(),
         Some(
@@ -254,12 +290,6 @@ async fn a_partitioned_peer_is_unreachable_until_healed() -> Result<()> {
             .as_str()
         )
     );
-    assert_eq!(status.via.as_deref(), Some(&["prod".to_string()][..]));
-
-    prod.heal();
-    let status = K8s::new("prod").status(&ctx).await?;
-    assert!(status.reachable, "{status:?}");
-    assert_eq!(status.phase.as_deref(), Some("Running"));
     Ok(())
 }
 
