@@ -262,7 +262,6 @@ fn decode_typed(rt: &ResourceType, object: Value) -> Result<Value, ApiError> {
         None => Ok(object),
         Some(Ok(decoded)) => Ok(decoded),
         Some(Err(error)) => {
-            eprintln!("DECODE {} {error} {}", rt.kind, object);
             Err(ApiError::bad_request(format!(
                 "{kind} in version {version:?} cannot be handled as a {kind}: {error}",
                 kind = rt.kind,
