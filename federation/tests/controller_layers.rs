@@ -115,6 +115,73 @@ async fn a_partitioned_layer_is_down_while_another_keeps_reconciling() {
     running.stop().await;
 }
 
+#[tokio::test]
+async fn watches_resume_after_410_expired() {
+    // A short watch history: a watch that resumes after much has happened gets 410 Expired.
+    let store = comb_sandbox::StoreOptions {
+        history_limit: 20,
+        ..comb_sandbox::StoreOptions::default()
+    };
+    let world = World::start_with(&["prod"], &[], &[("prod", "platform")], store).await;
+    let running =
+        world
+            .run(world.config(
+                "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
+            ))
+            .await;
+    world
+        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
+        .await;
+    world
+        .wait_phase("prod", "platform", "web", "Running", None)
+        .await;
+    // Cut the watches, and while they are away write more than the history keeps, the edit of
+    // web among it (in-process, past the partitioned HTTP server).
+    let handle = running.handle.clone();
+    world.controls("prod").partition();
+    eventually("prod to be down", || {
+        let handle = handle.clone();
+        async move { handle.layer("prod").filter(|l| l.state == LayerState::Down) }
+    })
+    .await;
+    let store = world.sandbox.cluster("prod").unwrap().store().clone();
+    let config_maps = store.resource_type("", "ConfigMap").unwrap();
+    for i in 0..50 {
+        store
+            .create(
+                &config_maps,
+                Some("platform"),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("filler-{i}")}}),
+            )
+            .unwrap();
+    }
+    let combs = store.resource_type("comb.internal", "Comb").unwrap();
+    store
+        .modify(
+            &combs,
+            Some("platform"),
+            "web",
+            comb_sandbox::Subresource::Main,
+            |comb| {
+                comb["spec"]["config"]["manifests"][0]["spec"]["template"]["spec"]["containers"]
+                    [0]["image"] = json!("nginx:2");
+            },
+        )
+        .unwrap();
+    world.controls("prod").heal();
+    // The watch cannot resume (410), lists again, and sees the edit.
+    let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "platform");
+    world
+        .wait_object(
+            &deployments,
+            "web",
+            "the edit applied after the re-list",
+            |d| image(d).as_deref() == Some("nginx:2"),
+        )
+        .await;
+    running.stop().await;
+}
+
 /// db with a Service and an external address other clusters can reach.
 fn db() -> serde_json::Value {
     json!({

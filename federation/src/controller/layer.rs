@@ -28,9 +28,9 @@ pub struct CombEntry {
     pub cr: Comb,
     /// The Comb as built and stepped last; reused while its spec stays (it holds a status that
     /// could not be written, for the next step to prune against).
-    pub instance: Option<CombInstance>,
+    pub instance: Option<Built>,
     /// Why the Comb of this uid and generation cannot be built.
-    pub build_failure: Option<(Option<String>, Option<i64>, String)>,
+    pub build_failure: Option<(Origin, String)>,
     /// resourceVersions our own writes produced: their watch events trigger nothing.
     own_versions: VecDeque<String>,
     /// Stepped at least once by this run.
@@ -51,6 +51,38 @@ impl CombEntry {
             stepped: false,
             changed_at: Instant::now(),
         }
+    }
+}
+
+/// The uid and generation of the CR a Comb was built from: a Comb is rebuilt when they change.
+/// (The CR a built Comb holds changes with every status write, and may be a later generation
+/// after a write that had to read the CR again, so it cannot tell.)
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub uid: Option<String>,
+    pub generation: Option<i64>,
+}
+
+impl Origin {
+    pub fn of(cr: &Comb) -> Origin {
+        Origin {
+            uid: cr.metadata.uid.clone(),
+            generation: cr.metadata.generation,
+        }
+    }
+}
+
+/// A built Comb and the CR it was built from.
+#[derive(Clone)]
+pub struct Built {
+    pub comb: CombInstance,
+    pub origin: Origin,
+}
+
+impl Built {
+    /// Whether it was built from `cr`'s uid and generation.
+    pub fn is_of(&self, cr: &Comb) -> bool {
+        self.origin == Origin::of(cr)
     }
 }
 
@@ -176,7 +208,7 @@ impl LayerRuntime {
         let signature = status_signature(cr.status.as_ref());
         match store.get_mut(key) {
             Some(entry) => {
-                let trigger = cr_trigger(Some(&entry.cr), &cr).filter(|_| !own);
+                let trigger = cr_trigger(Some(&entry.cr), &cr, own);
                 let status_changed = entry.signature != signature;
                 if status_changed {
                     entry.signature = signature;

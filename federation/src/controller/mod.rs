@@ -535,14 +535,25 @@ impl Shared {
         failure: Failure,
         message: &str,
     ) {
-        self.metrics.api_error(layer.name(), "watch");
-        if failure != Failure::Unavailable {
-            warn!(
-                layer = layer.name(),
-                watch = what,
-                "watch failed, retrying: {message}"
-            );
-            return;
+        match failure {
+            Failure::Expired => {
+                info!(
+                    layer = layer.name(),
+                    watch = what,
+                    "watch expired, listing again: {message}"
+                );
+                return;
+            }
+            Failure::NotServed | Failure::Other => {
+                self.metrics.api_error(layer.name(), "watch");
+                warn!(
+                    layer = layer.name(),
+                    watch = what,
+                    "watch failed, retrying: {message}"
+                );
+                return;
+            }
+            Failure::Unavailable => self.metrics.api_error(layer.name(), "watch"),
         }
         if layer.mark_down(message) {
             warn!(
@@ -709,7 +720,7 @@ impl Shared {
                         let status = entry
                             .instance
                             .as_ref()
-                            .and_then(|comb| comb.recorded_status())
+                            .and_then(|built| built.comb.recorded_status())
                             .or(entry.cr.status.as_ref());
                         is_settled(
                             &SettleView {
@@ -735,7 +746,7 @@ impl Shared {
                     let status = entry
                         .instance
                         .as_ref()
-                        .and_then(|comb| comb.recorded_status())
+                        .and_then(|built| built.comb.recorded_status())
                         .or(entry.cr.status.as_ref());
                     let ready = status.and_then(CombStatus::ready);
                     CombOutcome {

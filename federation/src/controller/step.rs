@@ -15,7 +15,7 @@ use super::Shared;
 use super::deletion::{cleanup, orphans_everything};
 use super::events::EventType;
 use super::graph::dependency_key;
-use super::layer::LayerRuntime;
+use super::layer::{Built, LayerRuntime, Origin};
 use super::queue::{CombKey, StepReport};
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::class::CombInstance;
@@ -116,6 +116,7 @@ async fn reconcile_comb(
         Ok(comb) => comb,
         Err(message) => return build_failed(shared, layer, key, &cr, message).await,
     };
+    let origin = Origin::of(&cr);
     if let Some(cycles) = layer.set_dependencies(key, &comb.depends_on()) {
         shared.report_cycles(layer, cycles).await;
     }
@@ -133,7 +134,7 @@ async fn reconcile_comb(
     let stored = comb.cr().clone();
     layer.record_own_write(key, &stored);
     layer.with_entry(key, |entry| {
-        entry.instance = Some(comb);
+        entry.instance = Some(Built { comb, origin });
         entry.build_failure = None;
         entry.stepped = true;
     });
@@ -157,34 +158,26 @@ async fn instance_for(
     key: &CombKey,
     cr: &Comb,
 ) -> std::result::Result<CombInstance, String> {
-    let same = |uid: &Option<String>, generation: &Option<i64>| {
-        *uid == cr.metadata.uid && *generation == cr.metadata.generation
-    };
     let (cached, failure) = layer
         .with_entry(key, |entry| {
             (entry.instance.clone(), entry.build_failure.clone())
         })
         .unwrap_or_default();
-    if let Some(mut comb) = cached
-        && same(&comb.cr().metadata.uid, &comb.cr().metadata.generation)
-    {
+    if let Some(built) = cached.filter(|built| built.is_of(cr)) {
+        let mut comb = built.comb;
         if newer(cr, comb.cr()) {
             comb.adopt_cr(cr.clone());
         }
         return Ok(comb);
     }
-    if let Some((uid, generation, message)) = failure
-        && same(&uid, &generation)
+    if let Some((origin, message)) = failure
+        && origin == Origin::of(cr)
     {
         return Err(message);
     }
     build(shared, layer, cr).await.inspect_err(|message| {
         layer.with_entry(key, |entry| {
-            entry.build_failure = Some((
-                cr.metadata.uid.clone(),
-                cr.metadata.generation,
-                message.clone(),
-            ));
+            entry.build_failure = Some((Origin::of(cr), message.clone()));
             entry.instance = None;
         });
     })
@@ -332,8 +325,8 @@ async fn delete(
                 entry
                     .instance
                     .as_ref()
-                    .filter(|comb| comb.cr().metadata.uid == cr.metadata.uid)
-                    .and_then(|comb| comb.recorded_status().cloned())
+                    .filter(|built| built.origin.uid == cr.metadata.uid)
+                    .and_then(|built| built.comb.recorded_status().cloned())
             })
             .flatten()
         {
@@ -402,10 +395,8 @@ impl DependencyResolver for LayerResolver<'_> {
             .layer
             .with_entry(&key, |entry| entry.instance.clone())
             .flatten()
-            .filter(|dep| {
-                dep.cr().metadata.uid == cr.metadata.uid
-                    && dep.cr().metadata.generation == cr.metadata.generation
-            });
+            .filter(|built| built.is_of(&cr))
+            .map(|built| built.comb);
         let dependency: Arc<dyn Dependency> = match cached {
             Some(instance) => Arc::new(self.live(instance, &key)),
             None => match build(self.shared, self.layer, &cr).await {

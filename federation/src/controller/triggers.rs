@@ -16,11 +16,19 @@ pub fn comb_key(comb: &Comb) -> Option<CombKey> {
 }
 
 /// Whether a change of a Comb's CR (`old` as last seen, if at all) needs a step of that Comb.
-/// Status changes alone need none: the controller writes them itself.
-pub fn cr_trigger(old: Option<&Comb>, new: &Comb) -> Option<Trigger> {
+/// Status changes alone need none: the controller writes them itself. Neither does a version
+/// the controller wrote itself (`own_write`: finalizers, status), unless the generation moved:
+/// a status write after re-reading the CR carries a spec change nobody has seen yet.
+pub fn cr_trigger(old: Option<&Comb>, new: &Comb, own_write: bool) -> Option<Trigger> {
     let Some(old) = old else {
         return Some(Trigger::Created);
     };
+    if own_write
+        && old.metadata.generation == new.metadata.generation
+        && old.metadata.uid == new.metadata.uid
+    {
+        return None;
+    }
     let (was, is) = (&old.metadata, &new.metadata);
     if was.uid != is.uid {
         return Some(Trigger::Created);
@@ -146,40 +154,64 @@ mod tests {
     fn cr_changes() {
         let old = comb("ns", "a");
         let same = old.clone();
-        assert_eq!(cr_trigger(None, &old), Some(Trigger::Created));
-        assert_eq!(cr_trigger(Some(&old), &same), None);
+        assert_eq!(cr_trigger(None, &old, false), Some(Trigger::Created));
+        assert_eq!(cr_trigger(Some(&old), &same, false), None);
 
         let mut status_only = old.clone();
         status_only.status = Some(CombStatus::default());
         status_only.metadata.resource_version = Some("9".into());
-        assert_eq!(cr_trigger(Some(&old), &status_only), None);
+        assert_eq!(cr_trigger(Some(&old), &status_only, false), None);
 
         let mut edited = old.clone();
         edited.metadata.generation = Some(2);
-        assert_eq!(cr_trigger(Some(&old), &edited), Some(Trigger::Changed));
+        assert_eq!(
+            cr_trigger(Some(&old), &edited, false),
+            Some(Trigger::Changed)
+        );
 
         let mut annotated = old.clone();
         annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
-        assert_eq!(cr_trigger(Some(&old), &annotated), Some(Trigger::Changed));
+        assert_eq!(
+            cr_trigger(Some(&old), &annotated, false),
+            Some(Trigger::Changed)
+        );
 
         let mut finalized = old.clone();
         finalized.metadata.finalizers = Some(vec!["comb.internal/cleanup".into()]);
-        assert_eq!(cr_trigger(Some(&old), &finalized), Some(Trigger::Changed));
+        assert_eq!(
+            cr_trigger(Some(&old), &finalized, false),
+            Some(Trigger::Changed)
+        );
 
         let mut deleting = old.clone();
         deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        assert_eq!(cr_trigger(Some(&old), &deleting), Some(Trigger::Deleting));
+        assert_eq!(
+            cr_trigger(Some(&old), &deleting, false),
+            Some(Trigger::Deleting)
+        );
 
         let mut recreated = old.clone();
         recreated.metadata.uid = Some("u2".into());
-        assert_eq!(cr_trigger(Some(&old), &recreated), Some(Trigger::Created));
+        assert_eq!(
+            cr_trigger(Some(&old), &recreated, false),
+            Some(Trigger::Created)
+        );
+
+        // Our own finalizer write wakes nobody; one that carries a new generation does.
+        assert_eq!(cr_trigger(Some(&old), &finalized, true), None);
+        let mut edited_behind_our_write = finalized.clone();
+        edited_behind_our_write.metadata.generation = Some(2);
+        assert_eq!(
+            cr_trigger(Some(&old), &edited_behind_our_write, true),
+            Some(Trigger::Changed)
+        );
 
         let mut no_generation = old.clone();
         no_generation.metadata.generation = None;
         let mut respecced = no_generation.clone();
         respecced.spec.enabled = Some(false);
         assert_eq!(
-            cr_trigger(Some(&no_generation), &respecced),
+            cr_trigger(Some(&no_generation), &respecced, false),
             Some(Trigger::Changed)
         );
     }

@@ -43,7 +43,9 @@ pub enum Failure {
     Unavailable,
     /// The resource is not served (404): this watch ends.
     NotServed,
-    /// Anything else (403, 410 handled by re-listing, a bad object): retried.
+    /// The watch fell behind the server's history (410 Gone): it lists again, as it should.
+    Expired,
+    /// Anything else (403, a bad object): retried.
     Other,
 }
 
@@ -55,6 +57,7 @@ pub fn classify(error: &watcher::Error) -> Failure {
         | watcher::Error::WatchFailed(error) => error,
         watcher::Error::WatchError(status) => {
             return match status.code {
+                410 => Failure::Expired,
                 code if code >= 500 || code == 429 => Failure::Unavailable,
                 _ => Failure::Other,
             };
@@ -63,12 +66,32 @@ pub fn classify(error: &watcher::Error) -> Failure {
     };
     match client_error {
         kube::Error::Api(status) if status.code == 404 => Failure::NotServed,
+        kube::Error::Api(status) if status.code == 410 => Failure::Expired,
         kube::Error::Api(status) if status.code >= 500 || status.code == 429 => {
             Failure::Unavailable
         }
         kube::Error::Api(_) | kube::Error::SerdeError(_) => Failure::Other,
         _ => Failure::Unavailable,
     }
+}
+
+/// Reports a failed watch and waits before it tries again (an expired one lists again at
+/// once); false when stopping.
+async fn after_error(
+    shared: &Arc<Shared>,
+    layer: &Arc<LayerRuntime>,
+    what: &str,
+    failure: Failure,
+    message: &str,
+    failures: &mut u32,
+    cancel: &CancellationToken,
+) -> bool {
+    shared.watch_failed(layer, what, failure, message);
+    if failure == Failure::Expired {
+        return true;
+    }
+    *failures = failures.saturating_add(1);
+    shared.pause_after_failure(*failures, cancel).await
 }
 
 /// Watches the Comb CRs of one scope (a namespace, or all) of `layer` until `cancel`.
@@ -98,9 +121,24 @@ pub async fn watch_combs(
         let event = match item {
             Ok(event) => event,
             Err(error) => {
-                failures = failures.saturating_add(1);
-                shared.watch_failed(&layer, "Comb", classify(&error), &error.to_string());
-                if !shared.pause_after_failure(failures, &cancel).await {
+                let message = match classify(&error) {
+                    Failure::NotServed => format!(
+                        "the Comb CRD (combs.{}) is not installed; install it with `comb crd | kubectl apply -f -` ({error})",
+                        shared.config.group
+                    ),
+                    _ => error.to_string(),
+                };
+                if !after_error(
+                    &shared,
+                    &layer,
+                    "Comb",
+                    classify(&error),
+                    &message,
+                    &mut failures,
+                    &cancel,
+                )
+                .await
+                {
                     return;
                 }
                 continue;
@@ -182,9 +220,17 @@ pub async fn watch_managed(
                     );
                     return;
                 }
-                failures = failures.saturating_add(1);
-                shared.watch_failed(&layer, &kind.kind, failure, &error.to_string());
-                if !shared.pause_after_failure(failures, &cancel).await {
+                if !after_error(
+                    &shared,
+                    &layer,
+                    &kind.kind,
+                    failure,
+                    &error.to_string(),
+                    &mut failures,
+                    &cancel,
+                )
+                .await
+                {
                     return;
                 }
                 continue;
@@ -237,7 +283,11 @@ mod tests {
                 watcher::Error::WatchError(Box::new(
                     Status::failure("gone", "Expired").with_code(410),
                 )),
-                Failure::Other,
+                Failure::Expired,
+            ),
+            (
+                watcher::Error::InitialListFailed(api(410)),
+                Failure::Expired,
             ),
             (watcher::Error::NoResourceVersion, Failure::Other),
             (

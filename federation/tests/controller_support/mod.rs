@@ -20,7 +20,7 @@ use comb_federation::error::Result;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::{ClusterControls, Controls};
 use comb_sandbox::sim::Simulation;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
+use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions, StoreOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -47,6 +47,16 @@ impl World {
         contexts: &[(&str, &str, &str)],
         namespaces: &[(&str, &str)],
     ) -> World {
+        World::start_with(clusters, contexts, namespaces, StoreOptions::default()).await
+    }
+
+    /// [`World::start`] with store options (e.g. a short watch history).
+    pub async fn start_with(
+        clusters: &[&str],
+        contexts: &[(&str, &str, &str)],
+        namespaces: &[(&str, &str)],
+        store: StoreOptions,
+    ) -> World {
         init_logging();
         let controls = Arc::new(ClusterControls::default());
         let options = SandboxOptions {
@@ -60,6 +70,7 @@ impl World {
                 })
                 .collect(),
             pod_ready_delay: Duration::ZERO,
+            store,
             extensions: vec![Arc::new(Simulation::default()), controls.clone()],
             ..SandboxOptions::default()
         };
