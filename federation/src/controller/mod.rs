@@ -293,6 +293,7 @@ impl Controller {
         if let Some(admin) = admin {
             let _ = admin.await;
         }
+        info!("stopped");
         outcome
     }
 }
