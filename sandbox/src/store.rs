@@ -261,13 +261,11 @@ fn decode_typed(rt: &ResourceType, object: Value) -> Result<Value, ApiError> {
     match crate::typed::decode(rt, &object) {
         None => Ok(object),
         Some(Ok(decoded)) => Ok(decoded),
-        Some(Err(error)) => {
-            Err(ApiError::bad_request(format!(
-                "{kind} in version {version:?} cannot be handled as a {kind}: {error}",
-                kind = rt.kind,
-                version = rt.version,
-            )))
-        }
+        Some(Err(error)) => Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {error}",
+            kind = rt.kind,
+            version = rt.version,
+        ))),
     }
 }
 
