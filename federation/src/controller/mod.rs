@@ -482,8 +482,11 @@ impl Shared {
         let change = layer.apply_cr(&key, cr);
         self.lock_borrowers().set(&(layer.index, key.clone()), peer);
         if let Some(trigger) = change.trigger {
-            // The class may say otherwise; the step corrects it once the Comb is built.
-            if let Some(cycles) = layer.set_dependencies(&key, &references) {
+            // Until it is built, `spec.dependsOn` stands for the class's dependencies; each
+            // step records the class's own.
+            if trigger == Trigger::Created
+                && let Some(cycles) = layer.set_dependencies(&key, &references)
+            {
                 self.spawn_cycle_report(layer, cycles);
             }
             layer.queue.enqueue(&key, trigger);
