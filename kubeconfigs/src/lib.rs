@@ -7,7 +7,9 @@
 
 mod error;
 mod pool;
+mod words;
 pub mod write;
 
 pub use error::{Error, Result};
 pub use pool::{ClientPool, IN_CLUSTER_CONTEXT};
+pub use words::describe_error;

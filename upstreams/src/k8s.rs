@@ -15,9 +15,9 @@ use tokio::sync::OnceCell;
 
 use crate::args::Args;
 use crate::error::{Error, Result};
-use crate::kube_error;
 use crate::replicate::{Replica, parse_replicas, replicate};
 use crate::upstream::{Upstream, UpstreamContext, UpstreamStatus};
+use comb_kubeconfigs::describe_error;
 
 /// The canonical class name.
 pub const K8S_CLASS: &str = "Kubernetes::Comb::Upstream::K8s";
@@ -168,7 +168,7 @@ impl K8s {
                 same_server,
                 status: Box::new(peer.status.unwrap_or_default()),
             },
-            Ok(Err(error)) => failed(kube_error::describe(&error)),
+            Ok(Err(error)) => failed(describe_error(&error)),
             Err(_) => failed(format!("no answer within {}s", PEER_READ_TIMEOUT.as_secs())),
         }
     }

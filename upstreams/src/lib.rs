@@ -15,7 +15,6 @@
 mod args;
 mod error;
 mod k8s;
-mod kube_error;
 mod replicate;
 mod resolve;
 mod static_upstream;

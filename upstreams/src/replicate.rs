@@ -13,8 +13,8 @@ use serde_json::{Map, Value, json};
 use crate::args::{check_keys, describe};
 use crate::error::{Error, Result};
 use crate::k8s::PEER_READ_TIMEOUT;
-use crate::kube_error;
 use crate::upstream::UpstreamContext;
+use comb_kubeconfigs::describe_error;
 
 /// What can be replicated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,7 +270,7 @@ pub(crate) async fn replicate(
         let source = match tokio::time::timeout(PEER_READ_TIMEOUT, source_api.get(name)).await {
             Ok(Ok(object)) => to_value(&object, &source_place)?,
             Ok(Err(e)) => {
-                let error = kube_error::describe(&e);
+                let error = describe_error(&e);
                 return Err(fail(format!("reading {source_place} failed: {error}")));
             }
             Err(_) => {
@@ -287,7 +287,7 @@ pub(crate) async fn replicate(
             .map_err(|e| {
                 fail(format!(
                     "reading {target_place} failed: {}",
-                    kube_error::describe(&e)
+                    describe_error(&e)
                 ))
             })?
             .map(|object| to_value(&object, &target_place))
@@ -318,7 +318,7 @@ pub(crate) async fn replicate(
         written.map_err(|e| {
             fail(format!(
                 "writing {target_place} failed: {}",
-                kube_error::describe(&e)
+                describe_error(&e)
             ))
         })?;
         copied.push(CombResource {

@@ -15,11 +15,12 @@ use kube::Api;
 use kube::api::PostParams;
 use serde::Serialize;
 
-use crate::cli::common::{Federation, GlobalArgs, block_on, server_words};
+use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::output::{DataFormat, Table, serialize};
 use crate::config::Layer;
 use crate::controller::CombKey;
 use crate::controller::graph::{DependencyGraph, dependency_key, describe_cycles};
+use comb_kubeconfigs::describe_error;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -174,7 +175,7 @@ async fn reachable(federation: &Federation, layer: &Layer) -> Result<String, Str
     let version = client
         .apiserver_version()
         .await
-        .map_err(|error| server_words(&error))?;
+        .map_err(|error| describe_error(&error))?;
     let server = federation
         .pool
         .server_url(&layer.context)
@@ -191,7 +192,7 @@ async fn crd_check(federation: &Federation, layer: &Layer) -> Check {
         Ok(client) => Api::<CustomResourceDefinition>::all(client)
             .get_opt(&name)
             .await
-            .map_err(|error| server_words(&error)),
+            .map_err(|error| describe_error(&error)),
         Err(error) => Err(format!("{error:#}")),
     };
     match found {
@@ -301,7 +302,7 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
                         "permissions",
                         &layer.name,
                         Outcome::Failed,
-                        format!("asking failed: {}", server_words(&error)),
+                        format!("asking failed: {}", describe_error(&error)),
                     );
                 }
             }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use comb_api::{Comb, CombRef, CombUpstreamStatus, Endpoint};
-use comb_kubeconfigs::ClientPool;
+use comb_kubeconfigs::{ClientPool, describe_error};
 use kube::Api;
 use kube::api::ListParams;
 use serde::Serialize;
@@ -31,17 +31,6 @@ pub struct GlobalArgs {
         value_name = "FILE"
     )]
     pub config: PathBuf,
-}
-
-/// What the API server said about a failed request (`503 ServiceUnavailable: <message>`), rather
-/// than kube's debug rendering of the whole Status.
-pub fn server_words(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => {
-            format!("{} {}: {}", status.code, status.reason, status.message)
-        }
-        other => other.to_string(),
-    }
 }
 
 /// Runs a command's async body on a runtime of its own.
@@ -123,7 +112,7 @@ impl Federation {
                     "listing the Combs of layer {} (context {}) failed: {}",
                     layer.name,
                     layer.context,
-                    server_words(&error)
+                    describe_error(&error)
                 )
             })?;
             combs.extend(list.items);

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use comb_api::{Comb, CombResource};
+use comb_kubeconfigs::describe_error;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{
@@ -426,30 +427,16 @@ fn kube_error(request: &str, message: String) -> Error {
     }
 }
 
-/// The server's words for a failed request: `<code> <reason>: <message>` for API errors, the
-/// error and its causes for transport failures.
+/// The server's words for a failed request (one rule for every crate: [`describe_error`]), with
+/// the status code kept so callers can tell a conflict from other failures.
 fn api_error(request: &str, error: kube::Error) -> Error {
-    let (message, code) = match &error {
-        kube::Error::Api(status) => {
-            let head = [status.code.to_string(), status.reason.clone()]
-                .into_iter()
-                .filter(|part| !part.is_empty() && part != "0")
-                .collect::<Vec<_>>()
-                .join(" ");
-            let text = if status.message.is_empty() {
-                head
-            } else if head.is_empty() {
-                status.message.clone()
-            } else {
-                format!("{head}: {}", status.message)
-            };
-            (text, Some(status.code))
-        }
-        other => (error_chain(other), None),
+    let code = match &error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
     };
     Error::Kube {
         request: request.to_string(),
-        message: message.trim_end().to_string(),
+        message: describe_error(&error),
         code,
     }
 }
@@ -462,18 +449,4 @@ fn is_conflict(error: &Error) -> bool {
             ..
         }
     )
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

@@ -1,8 +1,9 @@
-//! The words of a failed request, for status messages: the API server's own for API errors,
-//! the error and its causes for transport failures (a refused connection says so).
+//! The words of a failed request, for status messages, CLI errors and logs: the API server's own
+//! for API errors, the error and its causes for transport failures (a refused connection says so).
+//! One rule for every crate, so a failure reads the same wherever it is reported.
 
 /// `<code> <reason>: <message>` for an API error, else the error with its causes.
-pub(crate) fn describe(error: &kube::Error) -> String {
+pub fn describe_error(error: &kube::Error) -> String {
     let text = match error {
         kube::Error::Api(status) => {
             let head = [status.code.to_string(), status.reason.clone()]
@@ -48,21 +49,21 @@ mod tests {
             ..kube::core::Status::default()
         };
         assert_eq!(
-            describe(&kube::Error::Api(Box::new(status))),
+            describe_error(&kube::Error::Api(Box::new(status))),
             "404 NotFound: combs.comb.internal \"db\" not found"
         );
         let bare = kube::core::Status {
             code: 503,
             ..kube::core::Status::default()
         };
-        assert_eq!(describe(&kube::Error::Api(Box::new(bare))), "503");
+        assert_eq!(describe_error(&kube::Error::Api(Box::new(bare))), "503");
     }
 
     #[test]
     fn other_errors_name_their_causes() {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
         assert_eq!(
-            describe(&kube::Error::ReadEvents(io)),
+            describe_error(&kube::Error::ReadEvents(io)),
             "Error reading events stream: connection refused"
         );
     }
