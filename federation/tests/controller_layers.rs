@@ -220,6 +220,13 @@ async fn a_borrower_follows_its_upstream_without_a_resync() {
         })
         .await;
     world.create_comb("prod", "platform", "db", db()).await;
+    // Transitions are told after the status is written: wait for the one that says so, so that
+    // the next transition of dev's db is what follows.
+    running
+        .transition("dev's db to borrow", |t| {
+            t.layer == "dev" && t.new.reason.as_deref() == Some("Borrowed")
+        })
+        .await;
     let borrowed = world
         .wait_phase("dev", "platform", "db", "Running", Some("Borrowed"))
         .await;
@@ -234,7 +241,6 @@ async fn a_borrower_follows_its_upstream_without_a_resync() {
     );
 
     // prod's db stops running: dev's db follows at once (resync is an hour).
-    running.transitions = running.handle.subscribe();
     world
         .patch_spec("prod", "platform", "db", json!({"enabled": false}))
         .await;

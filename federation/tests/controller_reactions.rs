@@ -31,13 +31,15 @@ async fn a_deployment_deleted_by_hand_comes_back_at_once() {
     world
         .create_comb("prod", "platform", "web", web("web", "nginx:1"))
         .await;
-    world
-        .wait_phase("prod", "platform", "web", "Running", Some("Healthy"))
+    // Transitions are told after the status is written: wait for Running there, so that the
+    // next transition of web is what follows the deletion.
+    running
+        .transition("web Running", |t| {
+            t.name == "web" && t.new.phase == "Running"
+        })
         .await;
     let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "platform");
     let first_uid = deployments.get("web").await.unwrap().metadata.uid;
-    // Only what happens from here on counts.
-    running.transitions = running.handle.subscribe();
     deployments
         .delete("web", &DeleteParams::default())
         .await

@@ -1,38 +1,34 @@
 //! One layer at run time: its Comb CRs as watched, what the controller keeps per Comb, its work
 //! queue, its dependency graph and whether its API server answers.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use comb_api::Comb;
+use comb_api::{Comb, CombStatus};
 use serde::Serialize;
 use tokio::time::Instant;
 
 use super::backoff::BackoffPolicy;
 use super::graph::{DependencyGraph, dependency_key};
 use super::queue::{CombKey, Trigger, WorkQueue};
-use super::triggers::{StatusSignature, cr_trigger, status_signature};
+use super::triggers::{StatusSignature, cr_trigger, is_newer, status_signature};
 use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::CombInstance;
 use crate::engine::kube_ops::KubeOps;
 
-/// How many resourceVersions of our own writes are remembered per Comb: a step writes at most
-/// a finalizer and a status (twice on a conflict).
-const OWN_VERSIONS: usize = 4;
-
-/// What the controller keeps about one Comb.
+/// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
+/// is cheap) rather than kept, so that one copy of each spec is held, not four.
 pub struct CombEntry {
-    /// The CR as last seen (watch or own write).
+    /// The latest CR known: as watched, or as our own write returned it, whichever is later.
+    /// Without `managedFields`, which nothing here reads.
     pub cr: Comb,
-    /// The Comb as built and stepped last; reused while its spec stays (it holds a status that
-    /// could not be written, for the next step to prune against).
-    pub instance: Option<Built>,
+    /// A Comb whose status could not be written keeps it in its in-memory CR for the next step
+    /// to prune against (reference §6.8): kept until a status write succeeds.
+    pub unwritten: Option<Built>,
     /// Why the Comb of this uid and generation cannot be built.
     pub build_failure: Option<(Origin, String)>,
-    /// resourceVersions our own writes produced: their watch events trigger nothing.
-    own_versions: VecDeque<String>,
     /// Stepped at least once by this run.
     pub stepped: bool,
     signature: StatusSignature,
@@ -41,13 +37,20 @@ pub struct CombEntry {
 }
 
 impl CombEntry {
+    /// What the Comb recorded last: the unwritten status, else the CR's.
+    pub fn recorded_status(&self) -> Option<&CombStatus> {
+        self.unwritten
+            .as_ref()
+            .and_then(|built| built.comb.recorded_status())
+            .or(self.cr.status.as_ref())
+    }
+
     fn new(cr: Comb) -> CombEntry {
         CombEntry {
             signature: status_signature(cr.status.as_ref()),
             cr,
-            instance: None,
+            unwritten: None,
             build_failure: None,
-            own_versions: VecDeque::new(),
             stepped: false,
             changed_at: Instant::now(),
         }
@@ -86,8 +89,8 @@ impl Built {
     }
 }
 
-/// What a watched CR change means.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a CR change means.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CrChange {
     /// Whether the Comb itself needs a step, and why.
     pub trigger: Option<Trigger>,
@@ -196,42 +199,46 @@ impl LayerRuntime {
         }
     }
 
-    /// Records a CR as watched and says what it calls for.
-    pub fn apply_cr(&self, key: &CombKey, cr: Comb) -> CrChange {
+    /// Records a CR, as watched or as our own write returned it (`own_write`), and says what
+    /// it calls for. A version older than the one held changes nothing (the watch may deliver
+    /// our own write after we have it).
+    pub fn observe_cr(&self, key: &CombKey, mut cr: Comb, own_write: bool) -> CrChange {
+        cr.metadata.managed_fields = None;
         let mut store = lock(&self.store);
-        let own = cr
-            .metadata
-            .resource_version
-            .as_ref()
-            .zip(store.get(key))
-            .is_some_and(|(version, entry)| entry.own_versions.contains(version));
+        let Some(entry) = store.get_mut(key) else {
+            if own_write {
+                // Deleted meanwhile: its watch event said so.
+                return CrChange::default();
+            }
+            store.insert(key.clone(), CombEntry::new(cr));
+            return CrChange {
+                trigger: Some(Trigger::Created),
+                status_changed: true,
+            };
+        };
+        let same_object = entry.cr.metadata.uid == cr.metadata.uid;
+        if same_object && !is_newer(&cr, &entry.cr) {
+            return CrChange::default();
+        }
+        let trigger = cr_trigger(Some(&entry.cr), &cr, own_write);
+        if trigger == Some(Trigger::Created) {
+            // Another object under the same name: nothing of the old one applies.
+            *entry = CombEntry::new(cr);
+            return CrChange {
+                trigger,
+                status_changed: true,
+            };
+        }
         let signature = status_signature(cr.status.as_ref());
-        match store.get_mut(key) {
-            Some(entry) => {
-                let trigger = cr_trigger(Some(&entry.cr), &cr, own);
-                let status_changed = entry.signature != signature;
-                if status_changed {
-                    entry.signature = signature;
-                    entry.changed_at = Instant::now();
-                }
-                if trigger == Some(Trigger::Created) {
-                    // Another object under the same name: nothing of the old one applies.
-                    *entry = CombEntry::new(cr);
-                } else {
-                    entry.cr = cr;
-                }
-                CrChange {
-                    trigger,
-                    status_changed,
-                }
-            }
-            None => {
-                store.insert(key.clone(), CombEntry::new(cr));
-                CrChange {
-                    trigger: Some(Trigger::Created),
-                    status_changed: true,
-                }
-            }
+        let status_changed = entry.signature != signature;
+        if status_changed {
+            entry.signature = signature;
+            entry.changed_at = Instant::now();
+        }
+        entry.cr = cr;
+        CrChange {
+            trigger,
+            status_changed,
         }
     }
 
@@ -267,20 +274,6 @@ impl LayerRuntime {
     /// Runs `f` on the entry of `key`, if there is one.
     pub fn with_entry<T>(&self, key: &CombKey, f: impl FnOnce(&mut CombEntry) -> T) -> Option<T> {
         lock(&self.store).get_mut(key).map(f)
-    }
-
-    /// Remembers the resourceVersion of a write of ours and the CR the server returned.
-    pub fn record_own_write(&self, key: &CombKey, cr: &Comb) {
-        let mut store = lock(&self.store);
-        let Some(entry) = store.get_mut(key) else {
-            return;
-        };
-        if let Some(version) = &cr.metadata.resource_version {
-            entry.own_versions.push_back(version.clone());
-            while entry.own_versions.len() > OWN_VERSIONS {
-                entry.own_versions.pop_front();
-            }
-        }
     }
 
     /// Every entry, for `--once` and the final outcome: `f` over each.

@@ -479,20 +479,31 @@ impl Shared {
         };
         let peer = triggers::upstream_peer(&self.config, layer.index, &cr);
         let references = cr.spec.dependencies().to_vec();
-        let change = layer.apply_cr(&key, cr);
+        let change = layer.observe_cr(&key, cr, false);
         self.lock_borrowers().set(&(layer.index, key.clone()), peer);
+        // Until it is built, `spec.dependsOn` stands for the class's dependencies; each step
+        // records the class's own.
+        if change.trigger == Some(Trigger::Created)
+            && let Some(cycles) = layer.set_dependencies(&key, &references)
+        {
+            self.spawn_cycle_report(layer, cycles);
+        }
+        self.react(layer, &key, &change);
+    }
+
+    /// A CR as our own write returned it: held at once (the watch brings it later), and whoever
+    /// reacts to its status is woken now.
+    pub(crate) fn own_write(&self, layer: &LayerRuntime, key: &CombKey, cr: Comb) {
+        let change = layer.observe_cr(key, cr, true);
+        self.react(layer, key, &change);
+    }
+
+    fn react(&self, layer: &LayerRuntime, key: &CombKey, change: &layer::CrChange) {
         if let Some(trigger) = change.trigger {
-            // Until it is built, `spec.dependsOn` stands for the class's dependencies; each
-            // step records the class's own.
-            if trigger == Trigger::Created
-                && let Some(cycles) = layer.set_dependencies(&key, &references)
-            {
-                self.spawn_cycle_report(layer, cycles);
-            }
-            layer.queue.enqueue(&key, trigger);
+            layer.queue.enqueue(key, trigger);
         }
         if change.status_changed {
-            self.wake_watchers_of(layer, &key);
+            self.wake_watchers_of(layer, key);
         }
     }
 
@@ -721,11 +732,7 @@ impl Shared {
             layer.is_listed()
                 && layer
                     .each_entry(|key, entry| {
-                        let status = entry
-                            .instance
-                            .as_ref()
-                            .and_then(|built| built.comb.recorded_status())
-                            .or(entry.cr.status.as_ref());
+                        let status = entry.recorded_status();
                         is_settled(
                             &SettleView {
                                 stepped: entry.stepped,
@@ -747,11 +754,7 @@ impl Shared {
             .iter()
             .flat_map(|layer| {
                 layer.each_entry(|key, entry| {
-                    let status = entry
-                        .instance
-                        .as_ref()
-                        .and_then(|built| built.comb.recorded_status())
-                        .or(entry.cr.status.as_ref());
+                    let status = entry.recorded_status();
                     let ready = status.and_then(CombStatus::ready);
                     CombOutcome {
                         layer: layer.name().to_string(),

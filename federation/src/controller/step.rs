@@ -17,6 +17,7 @@ use super::events::EventType;
 use super::graph::dependency_key;
 use super::layer::{Built, LayerRuntime, Origin};
 use super::queue::{CombKey, StepReport};
+use super::triggers::is_newer;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::class::CombInstance;
 use crate::engine::kube_ops::KubeOps;
@@ -102,7 +103,7 @@ async fn reconcile_comb(
         finalizers.push(finalizer.clone());
         match set_finalizers(&layer.ops, group, &cr, &finalizers).await {
             Ok(stored) => {
-                layer.record_own_write(key, &stored);
+                shared.own_write(layer, key, stored.clone());
                 stored
             }
             Err(error) => {
@@ -131,17 +132,18 @@ async fn reconcile_comb(
         resolver: Some(&resolver),
     };
     let status = reconcile(&mut comb, env, resolution).await;
+    let write_failed = status.condition(STATUS_WRITTEN).is_some();
     let stored = comb.cr().clone();
-    layer.record_own_write(key, &stored);
     layer.with_entry(key, |entry| {
-        entry.instance = Some(Built { comb, origin });
+        entry.unwritten = write_failed.then(|| Built { comb, origin });
         entry.build_failure = None;
         entry.stepped = true;
     });
+    // What the server stored (an unwritten status stays in `unwritten` only).
+    shared.own_write(layer, key, stored.clone());
     shared
         .after_status(layer, &stored, previous.as_ref(), &status)
         .await;
-    let write_failed = status.condition(STATUS_WRITTEN).is_some();
     if write_failed {
         shared.metrics.api_error(layer.name(), "status");
     }
@@ -149,24 +151,28 @@ async fn reconcile_comb(
     Outcome::of(&status, failed)
 }
 
-/// The Comb of `cr`: the one built before while uid and generation stay (it may hold a status
-/// that could not be written), else built anew. A build failure of the same uid and generation
-/// is not retried.
+/// The Comb of `cr`, built anew; or the one whose status could not be written, while uid and
+/// generation stay (its in-memory status survives a newer CR). A build failure of the same uid
+/// and generation is not retried.
 async fn instance_for(
     shared: &Shared,
     layer: &LayerRuntime,
     key: &CombKey,
     cr: &Comb,
 ) -> std::result::Result<CombInstance, String> {
-    let (cached, failure) = layer
+    let (unwritten, failure) = layer
         .with_entry(key, |entry| {
-            (entry.instance.clone(), entry.build_failure.clone())
+            (entry.unwritten.clone(), entry.build_failure.clone())
         })
         .unwrap_or_default();
-    if let Some(built) = cached.filter(|built| built.is_of(cr)) {
+    if let Some(built) = unwritten.filter(|built| built.is_of(cr)) {
         let mut comb = built.comb;
-        if newer(cr, comb.cr()) {
+        if is_newer(cr, comb.cr()) {
+            let kept = comb.recorded_status().cloned();
             comb.adopt_cr(cr.clone());
+            if let Some(status) = kept {
+                comb.keep_status(status);
+            }
         }
         return Ok(comb);
     }
@@ -178,7 +184,7 @@ async fn instance_for(
     build(shared, layer, cr).await.inspect_err(|message| {
         layer.with_entry(key, |entry| {
             entry.build_failure = Some((Origin::of(cr), message.clone()));
-            entry.instance = None;
+            entry.unwritten = None;
         });
     })
 }
@@ -195,23 +201,6 @@ async fn build(
         .build(cr, &shared.settings, &stubs)
         .await
         .map_err(|error| error.to_string())
-}
-
-/// Whether `candidate` is a later version of the CR than `held`. resourceVersions are opaque,
-/// but every API server we know counts them up; where they do not parse, a different one
-/// counts as later.
-fn newer(candidate: &Comb, held: &Comb) -> bool {
-    let (a, b) = (
-        candidate.metadata.resource_version.as_deref(),
-        held.metadata.resource_version.as_deref(),
-    );
-    match (
-        a.and_then(|a| a.parse::<u64>().ok()),
-        b.and_then(|b| b.parse::<u64>().ok()),
-    ) {
-        (Some(a), Some(b)) => a > b,
-        _ => a != b,
-    }
 }
 
 /// A Comb that cannot be built: Error / BuildFailed with the construction error, written when
@@ -238,7 +227,7 @@ async fn build_failed(
     }
     match write_status(&layer.ops, &shared.config.group, cr, &status).await {
         Ok(stored) => {
-            layer.record_own_write(key, &stored);
+            shared.own_write(layer, key, stored.clone());
             shared.after_status(layer, &stored, previous, &status).await;
             Outcome::of(&status, false)
         }
@@ -321,13 +310,7 @@ async fn delete(
         // What the Comb recorded last, even when that could not be written.
         let mut recorded = cr.clone();
         if let Some(status) = layer
-            .with_entry(key, |entry| {
-                entry
-                    .instance
-                    .as_ref()
-                    .filter(|built| built.origin.uid == cr.metadata.uid)
-                    .and_then(|built| built.comb.recorded_status().cloned())
-            })
+            .with_entry(key, |entry| entry.recorded_status().cloned())
             .flatten()
         {
             recorded.status = Some(status);
@@ -393,7 +376,7 @@ impl DependencyResolver for LayerResolver<'_> {
         };
         let cached = self
             .layer
-            .with_entry(&key, |entry| entry.instance.clone())
+            .with_entry(&key, |entry| entry.unwritten.clone())
             .flatten()
             .filter(|built| built.is_of(&cr))
             .map(|built| built.comb);
@@ -456,37 +439,5 @@ struct Unbuildable(String);
 impl Dependency for Unbuildable {
     async fn healthy(&self) -> Result<bool> {
         Err(Error::Build(self.0.clone()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use comb_api::CombSpec;
-
-    fn at(version: Option<&str>) -> Comb {
-        let mut cr = Comb::new("comb.internal", "ns", "a", CombSpec::of_class("Manifests"));
-        cr.metadata.resource_version = version.map(str::to_string);
-        cr
-    }
-
-    #[test]
-    fn later_versions() {
-        let cases = [
-            (Some("12"), Some("9"), true),
-            (Some("9"), Some("12"), false),
-            (Some("9"), Some("9"), false),
-            (Some("b"), Some("a"), true),
-            (Some("a"), Some("a"), false),
-            (Some("1"), None, true),
-        ];
-        for (candidate, held, expected) in cases {
-            assert_eq!(
-                newer(&at(candidate), &at(held)),
-                expected,
-                "{candidate:?} {held:?}"
-            );
-        }
-        assert_eq!(finalizer("comb.internal"), "comb.internal/cleanup");
     }
 }

@@ -45,6 +45,23 @@ pub fn cr_trigger(old: Option<&Comb>, new: &Comb, own_write: bool) -> Option<Tri
     changed.then_some(Trigger::Changed)
 }
 
+/// Whether `candidate` is a later version of a CR than `held`. resourceVersions are opaque, but
+/// every API server we know counts them up; where they do not parse, a different one counts as
+/// later.
+pub fn is_newer(candidate: &Comb, held: &Comb) -> bool {
+    let (a, b) = (
+        candidate.metadata.resource_version.as_deref(),
+        held.metadata.resource_version.as_deref(),
+    );
+    match (
+        a.and_then(|a| a.parse::<u64>().ok()),
+        b.and_then(|b| b.parse::<u64>().ok()),
+    ) {
+        (Some(a), Some(b)) => a > b,
+        _ => a != b,
+    }
+}
+
 /// What others react to in a Comb's status: phase, Ready verdict, endpoints and upstream
 /// (without the times, which change on every borrowing step).
 #[derive(Clone, Debug, PartialEq)]
@@ -214,6 +231,30 @@ mod tests {
             cr_trigger(Some(&no_generation), &respecced, false),
             Some(Trigger::Changed)
         );
+    }
+
+    #[test]
+    fn later_versions() {
+        let at = |version: Option<&str>| {
+            let mut cr = comb("ns", "a");
+            cr.metadata.resource_version = version.map(str::to_string);
+            cr
+        };
+        let cases = [
+            (Some("12"), Some("9"), true),
+            (Some("9"), Some("12"), false),
+            (Some("9"), Some("9"), false),
+            (Some("b"), Some("a"), true),
+            (Some("a"), Some("a"), false),
+            (Some("1"), None, true),
+        ];
+        for (candidate, held, expected) in cases {
+            assert_eq!(
+                is_newer(&at(candidate), &at(held)),
+                expected,
+                "{candidate:?} {held:?}"
+            );
+        }
     }
 
     #[test]
