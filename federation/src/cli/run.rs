@@ -21,10 +21,10 @@ pub struct RunArgs {
     #[arg(long)]
     once: bool,
     /// With --once: how long a Pending Comb's status must stay unchanged to count as settled.
-    #[arg(long, value_parser = duration_arg, default_value = "10s", requires = "once")]
+    #[arg(long, value_parser = duration_arg, default_value = "10s", requires = "once", value_name = "DURATION")]
     settle: Duration,
     /// With --once: the longest the run may take.
-    #[arg(long, value_parser = duration_arg, default_value = "300s", requires = "once")]
+    #[arg(long, value_parser = duration_arg, default_value = "300s", requires = "once", value_name = "DURATION")]
     timeout: Duration,
     /// Serve /metrics, /healthz, /readyz and /debug/queue on this address (e.g. 127.0.0.1:9090).
     #[arg(long, value_name = "ADDRESS")]
