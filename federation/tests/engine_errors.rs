@@ -153,7 +153,7 @@ async fn deploy_without_live_objects_reads_the_workloads_first() {
             manifests_spec(vec![service("nats", 4222), deployment("nats", "nats:2")]),
         )
         .await;
-    let items = comb.render().await.unwrap();
+    let items = comb.render(&cluster.ops).await.unwrap();
 
     cluster.fail(
         "GET",

@@ -130,3 +130,180 @@ async fn a_cluster_scoped_resource_is_left_in_place() {
         .collect();
     assert!(namespace_requests.is_empty(), "{namespace_requests:?}");
 }
+
+/// A CRD of the cluster-scoped kind `ClusterWidget` (group `example.com`), installed and served.
+async fn install_cluster_widgets(cluster: &Cluster) {
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusterwidgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Cluster",
+            "names": {"kind": "ClusterWidget", "plural": "clusterwidgets", "singular": "clusterwidget", "listKind": "ClusterWidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true
+            }}}]
+        }
+    });
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_value(crd).unwrap();
+    let api = kube::Api::all(cluster.client.clone());
+    api.create(&Default::default(), &crd).await.unwrap();
+    cluster
+        .wait_until("ClusterWidget served", |c| {
+            c.store
+                .resource_type("example.com", "ClusterWidget")
+                .is_some()
+        })
+        .await;
+}
+
+fn cluster_widget(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "example.com/v1", "kind": "ClusterWidget", "metadata": {"name": name}, "spec": {"size": 3}})
+}
+
+fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::CombResource {
+    comb_api::CombResource {
+        api_version: "example.com/v1".into(),
+        kind: "ClusterWidget".into(),
+        namespace: namespace.map(str::to_string),
+        name: "shared".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_never_pruned() {
+    let cluster = Cluster::start().await;
+    install_cluster_widgets(&cluster).await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "nats:2"), cluster_widget("shared")]),
+        )
+        .await;
+    let settled = cluster.settle(&mut comb).await;
+    let recorded = settled
+        .managed()
+        .iter()
+        .find(|r| r.kind == "ClusterWidget")
+        .unwrap();
+    assert_eq!(
+        recorded.namespace, None,
+        "discovery says ClusterWidget is cluster-scoped"
+    );
+
+    let mut comb = cluster
+        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
+        .await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect(
+            "Running",
+            "Healthy",
+            "healthy; the record differed from the manifests: applied 1 resource(s); left ClusterWidget shared in place: \
+             cluster-scoped, never pruned automatically"
+        )
+    );
+    assert!(
+        cluster
+            .peek("example.com", "ClusterWidget", "shared")
+            .is_some()
+    );
+    assert_eq!(managed(&status), ["Deployment/nats"]);
+}
+
+#[tokio::test]
+async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_deletes_it() {
+    // What an older comb recorded: unknown kinds counted as namespaced.
+    let cluster = Cluster::start().await;
+    install_cluster_widgets(&cluster).await;
+    let mut comb = cluster
+        .comb(
+            "nats",
+            manifests_spec(vec![deployment("nats", "nats:2"), cluster_widget("shared")]),
+        )
+        .await;
+    let mut settled = cluster.settle(&mut comb).await;
+    for resource in settled.managed_resources.iter_mut().flatten() {
+        if resource.kind == "ClusterWidget" {
+            resource.namespace = Some(NS.into());
+        }
+    }
+
+    let mut comb = cluster
+        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
+        .await;
+    comb.keep_status(settled);
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    let (_, _, message) = verdict(&status);
+    assert!(
+        message.ends_with(
+            "left ClusterWidget shared in place: cluster-scoped, never pruned automatically"
+        ),
+        "{message}"
+    );
+    assert!(
+        cluster
+            .peek("example.com", "ClusterWidget", "shared")
+            .is_some()
+    );
+    assert_eq!(managed(&status), ["Deployment/nats"]);
+    let deletes: Vec<_> = cluster
+        .requests()
+        .into_keys()
+        .filter(|k| k.starts_with("delete"))
+        .collect();
+    assert!(deletes.is_empty(), "{deletes:?}");
+}
+
+#[tokio::test]
+async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_says() {
+    let cluster = Cluster::start().await;
+    install_cluster_widgets(&cluster).await;
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        cluster.client.clone(),
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("example.com", "v1", "ClusterWidget"),
+            "clusterwidgets",
+        ),
+    );
+    api.create(
+        &Default::default(),
+        &serde_json::from_value(cluster_widget("shared")).unwrap(),
+    )
+    .await
+    .unwrap();
+    for namespace in [None, Some(NS)] {
+        let error = cluster
+            .ops
+            .delete(&cluster_widget_identity(namespace))
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "ClusterWidget shared is cluster-scoped: comb never deletes cluster-scoped objects"
+            ),
+            "{error}"
+        );
+    }
+    let namespace_error = cluster
+        .ops
+        .delete(&comb_api::CombResource {
+            api_version: "v1".into(),
+            kind: "Namespace".into(),
+            namespace: None,
+            name: NS.into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        namespace_error.to_string().contains("cluster-scoped"),
+        "{namespace_error}"
+    );
+    assert!(
+        cluster
+            .peek("example.com", "ClusterWidget", "shared")
+            .is_some()
+    );
+}

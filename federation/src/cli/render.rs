@@ -43,13 +43,13 @@ pub fn run(
         let (what, items) = match opened.borrowing()? {
             None => (
                 format!("{reference}: its manifests"),
-                opened.comb.render().await?,
+                opened.comb.render(&opened.ops).await?,
             ),
             Some(_) => (
                 format!("{reference} borrows: the bridge to its upstream"),
                 opened
                     .comb
-                    .render_bridge(&opened.endpoints().await?)
+                    .render_bridge(&opened.endpoints().await?, &opened.ops)
                     .await?,
             ),
         };

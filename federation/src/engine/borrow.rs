@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::engine::class::CombInstance;
 use crate::engine::endpoints::EndpointDecl;
+use crate::engine::kinds::{ScopeLookup, Scopes};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LivePhase, LiveStatus, PodState, Problem};
 use crate::engine::observe::{fetch_live, local_status};
@@ -242,6 +243,7 @@ pub async fn observe_upstream(
     comb: &CombInstance,
     upstream: &dyn Upstream,
     ctx: &UpstreamContext,
+    scopes: &dyn ScopeLookup,
 ) -> UpstreamObservation {
     let class = upstream.class_name().to_string();
     let mut observed = UpstreamObservation::new(&class);
@@ -322,7 +324,7 @@ pub async fn observe_upstream(
             return observed.stopped("Error", "UpstreamFailed", message);
         }
     };
-    let bridge = comb.render_bridge(&redirected).await;
+    let bridge = comb.render_bridge(&redirected, scopes).await;
     observed.endpoints = Some(redirected);
     match bridge {
         Ok(items) => {
@@ -538,7 +540,7 @@ pub async fn borrowed_status(
     upstream: &dyn Upstream,
     ctx: &UpstreamContext,
 ) -> Result<BorrowedStatus> {
-    let observed = observe_upstream(comb, upstream, ctx).await;
+    let observed = observe_upstream(comb, upstream, ctx, ops).await;
     let live = if observed.stop.is_some() {
         Vec::new()
     } else {
@@ -599,7 +601,8 @@ pub async fn borrowed_endpoints(
     upstream: &dyn Upstream,
     ctx: &UpstreamContext,
 ) -> Result<Vec<Endpoint>> {
-    let observed = observe_upstream(comb, upstream, ctx).await;
+    // Only the endpoints are used: where the bridge's objects would land does not matter.
+    let observed = observe_upstream(comb, upstream, ctx, &Scopes::default()).await;
     match (observed.endpoints, observed.stop) {
         (Some(endpoints), _) => Ok(endpoints),
         (None, Some(stop)) => Err(Error::Endpoints(stop.message)),
@@ -664,7 +667,13 @@ mod tests {
     }
 
     async fn observe(comb: &CombInstance, upstream: &dyn Upstream) -> UpstreamObservation {
-        observe_upstream(comb, upstream, &env().upstream_context(comb)).await
+        observe_upstream(
+            comb,
+            upstream,
+            &env().upstream_context(comb),
+            &Scopes::default(),
+        )
+        .await
     }
 
     fn stop(observed: &UpstreamObservation) -> (&str, &str, &str) {

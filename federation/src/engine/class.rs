@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::bridge::plan_bridge;
 use crate::engine::endpoints::{EndpointDecl, resolve_local, validate};
+use crate::engine::kinds::{ScopeLookup, Scopes};
 use crate::engine::manifests_class::ManifestsClass;
 use crate::engine::render::{RenderedItem, render_manifest};
 use crate::error::{Error, Result};
@@ -516,23 +517,43 @@ impl CombInstance {
         resolve_local(self.class_name(), &declared, self.name(), self.namespace())
     }
 
-    /// The class's manifests, rendered (labels, namespace, apiVersion, digest), in order.
-    pub async fn render(&self) -> Result<Vec<RenderedItem>> {
+    /// The class's manifests, rendered (labels, namespace, apiVersion, digest), in order. The
+    /// scope of a custom Kind is what `scopes` (the server's discovery) says.
+    pub async fn render(&self, scopes: &dyn ScopeLookup) -> Result<Vec<RenderedItem>> {
         let manifests = self.class.manifests(&self.ctx).await?;
-        self.render_all(&manifests)
+        self.render_all(&manifests, scopes).await
     }
 
     /// The bridge for the redirected `endpoints`, rendered like manifests. A failure of
     /// category `bridge` means the upstream cannot be bridged.
-    pub async fn render_bridge(&self, endpoints: &[Endpoint]) -> Result<Vec<RenderedItem>> {
+    pub async fn render_bridge(
+        &self,
+        endpoints: &[Endpoint],
+        scopes: &dyn ScopeLookup,
+    ) -> Result<Vec<RenderedItem>> {
         let manifests = self.class.bridge_manifests(&self.ctx, endpoints).await?;
-        self.render_all(&manifests)
+        self.render_all(&manifests, scopes).await
     }
 
-    fn render_all(&self, manifests: &[Value]) -> Result<Vec<RenderedItem>> {
+    async fn render_all(
+        &self,
+        manifests: &[Value],
+        lookup: &dyn ScopeLookup,
+    ) -> Result<Vec<RenderedItem>> {
+        // A manifest without an apiVersion gets a built-in Kind's, whose scope the table knows.
+        let types = manifests
+            .iter()
+            .filter_map(|manifest| {
+                let field = |name: &str| manifest.get(name).and_then(Value::as_str);
+                field("apiVersion")
+                    .zip(field("kind"))
+                    .map(|(api_version, kind)| (api_version.to_string(), kind.to_string()))
+            })
+            .collect();
+        let scopes = Scopes::discover(lookup, types).await;
         manifests
             .iter()
-            .map(|manifest| render_manifest(self.class_name(), manifest, &self.ctx))
+            .map(|manifest| render_manifest(self.class_name(), manifest, &self.ctx, &scopes))
             .collect()
     }
 

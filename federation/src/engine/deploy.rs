@@ -4,6 +4,7 @@ use comb_api::CombResource;
 use serde_json::Value;
 
 use crate::engine::class::CombContext;
+use crate::engine::kinds::ScopeLookup;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::observe::{LiveObjects, fetch_live, object_name};
 use crate::engine::prune::{OrphanFate, PruneOutcome, PrunePlan, plan_prune, union};
@@ -72,10 +73,29 @@ pub async fn deploy(
 /// list finds is deleted (Background), what it does not find is looked up to tell "lost our
 /// labels" (left alone, noted) from "gone". Cluster-scoped orphans were settled by the plan and
 /// are never looked up. Failures become notes and keep the orphan recorded for the next step.
+///
+/// The plan places custom Kinds by the record, which an older comb wrote with a namespace for
+/// every Kind it did not know; so each group's scope is asked of discovery first, and a group
+/// of a cluster-scoped Kind is left in place with the plan's note.
 pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneOutcome {
     let selector = ctx.label_selector();
     let mut outcome = PruneOutcome::new(plan);
     for group in &plan.groups {
+        match ops.is_namespaced(&group.api_version, &group.kind).await {
+            Ok(true) => {}
+            Ok(false) => {
+                for orphan in &group.orphans {
+                    outcome.record(orphan, OrphanFate::ClusterScoped, &selector);
+                }
+                continue;
+            }
+            Err(error) => {
+                for orphan in &group.orphans {
+                    outcome.record(orphan, OrphanFate::Unchecked(error.to_string()), &selector);
+                }
+                continue;
+            }
+        }
         let listed = ops
             .list(
                 &group.api_version,

@@ -3,7 +3,10 @@
 //! workloads with Pod templates.
 //!
 //! The table is generated from k8s-openapi's types, so apiVersions and scopes are the API's own.
-//! A Kind it does not know counts as namespaced (reference §4.1 step 6).
+//! The scope of any other Kind (a custom resource) is the API server's to say: [`ScopeLookup`]
+//! asks its discovery, and [`Scopes`] holds the answers one rendering needs. A Kind neither
+//! knows counts as namespaced (reference §4.1 step 6), which is only ever used to place a
+//! manifest: prune and cleanup ask discovery again before they delete anything.
 
 use k8s_openapi::api::{
     admissionregistration::v1 as admissionregistration, apps::v1 as apps,
@@ -16,9 +19,13 @@ use k8s_openapi::api::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
+use std::collections::HashMap;
+
+use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::engine::values::truthy;
+use crate::error::Result;
 
 /// One built-in Kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,13 +133,86 @@ pub fn default_api_version(kind: &str, comb_group: &str) -> Option<String> {
         .map(|known| known.api_version.to_string())
 }
 
-/// Whether objects of `kind` in `group` live in namespaces. Any version of a known group/Kind
-/// counts; unknown Kinds (custom resources) count as namespaced.
-pub fn is_namespaced(group: &str, kind: &str) -> bool {
+/// Whether objects of `kind` in `group` live in namespaces, for the built-in Kinds (any version
+/// of a known group/Kind counts); `None` for a Kind only the API server knows.
+pub fn known_scope(group: &str, kind: &str) -> Option<bool> {
     KNOWN_KINDS
         .iter()
         .find(|known| known.group == group && known.kind == kind)
-        .is_none_or(|known| known.namespaced)
+        .map(|known| known.namespaced)
+}
+
+/// Whether objects of `kind` in `group` live in namespaces, as far as the static table says:
+/// unknown Kinds (custom resources) count as namespaced. Placing a manifest needs more:
+/// [`Scopes`].
+pub fn is_namespaced(group: &str, kind: &str) -> bool {
+    known_scope(group, kind).unwrap_or(true)
+}
+
+/// The API server's word on the scope of a Kind (its discovery, cached per client).
+#[async_trait]
+pub trait ScopeLookup: Send + Sync {
+    /// Whether `apiVersion`/`kind` is namespaced on this server.
+    async fn is_namespaced(&self, api_version: &str, kind: &str) -> Result<bool>;
+}
+
+/// The scopes one rendering uses: what discovery said of custom Kinds, by `apiVersion`/`kind`,
+/// over the static table of built-in ones. Pure, so rendering stays a function over data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scopes {
+    discovered: HashMap<(String, String), bool>,
+}
+
+impl Scopes {
+    /// Records what discovery said of `apiVersion`/`kind`.
+    pub fn insert(&mut self, api_version: &str, kind: &str, namespaced: bool) {
+        self.discovered
+            .insert((api_version.to_string(), kind.to_string()), namespaced);
+    }
+
+    /// Whether `apiVersion`/`kind` (of `group`) is namespaced: discovery's answer, else the
+    /// static table's, else namespaced.
+    pub fn is_namespaced(&self, api_version: &str, group: &str, kind: &str) -> bool {
+        self.discovered
+            .get(&(api_version.to_string(), kind.to_string()))
+            .copied()
+            .unwrap_or_else(|| is_namespaced(group, kind))
+    }
+
+    /// Asks `lookup` for every `apiVersion`/`kind` of `types` that the static table does not
+    /// know. A Kind discovery cannot tell (not served yet, server down) stays out: it counts as
+    /// namespaced, and the write that follows fails with discovery's own words.
+    pub async fn discover(lookup: &dyn ScopeLookup, types: Vec<(String, String)>) -> Scopes {
+        let mut scopes = Scopes::default();
+        for (api_version, kind) in types {
+            let group = comb_api::group_of(&api_version);
+            if known_scope(group, &kind).is_some()
+                || scopes
+                    .discovered
+                    .contains_key(&(api_version.clone(), kind.clone()))
+            {
+                continue;
+            }
+            if let Ok(namespaced) = lookup.is_namespaced(&api_version, &kind).await {
+                scopes.discovered.insert((api_version, kind), namespaced);
+            }
+        }
+        scopes
+    }
+}
+
+/// What a set of scopes says without asking a server (the static table for an empty one): for
+/// callers that need a rendering's endpoints, not where its objects land.
+#[async_trait]
+impl ScopeLookup for Scopes {
+    async fn is_namespaced(&self, api_version: &str, kind: &str) -> Result<bool> {
+        Ok(Scopes::is_namespaced(
+            self,
+            api_version,
+            comb_api::group_of(api_version),
+            kind,
+        ))
+    }
 }
 
 /// Where a workload keeps the Pod templates that get the Comb's labels: `None` for a Kind that

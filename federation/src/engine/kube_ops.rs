@@ -21,7 +21,7 @@ use kube::discovery::Scope;
 use serde_json::Value;
 
 use crate::engine::class::PrerequisiteLookup;
-use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, existing_treatment};
+use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
 use crate::error::{Error, Result};
 
 /// A resource type as requests need it: where it is served and whether it lives in namespaces.
@@ -274,8 +274,24 @@ impl KubeOps {
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
     /// too; without it the API server would orphan them.
+    ///
+    /// A cluster-scoped object is never deleted, whatever the caller recorded of it: the
+    /// server's discovery decides, and the refusal is an error naming the object.
     pub async fn delete(&self, resource: &CombResource) -> Result<()> {
         let request = format!("delete {}", resource.kind);
+        if !self
+            .resource_type(&resource.api_version, &resource.kind)
+            .await?
+            .namespaced
+        {
+            return Err(kube_error(
+                &request,
+                format!(
+                    "{} {} is cluster-scoped: comb never deletes cluster-scoped objects",
+                    resource.kind, resource.name
+                ),
+            ));
+        }
         let api = self.object_api(&request, resource).await?;
         api.delete(&resource.name, &DeleteParams::background())
             .await
@@ -353,6 +369,14 @@ impl KubeOps {
             .logs(pod, &params)
             .await
             .map_err(|error| api_error("log Pod", error))
+    }
+}
+
+/// Rendering places custom Kinds by the server's discovery (cached per client).
+#[async_trait]
+impl ScopeLookup for KubeOps {
+    async fn is_namespaced(&self, api_version: &str, kind: &str) -> Result<bool> {
+        Ok(self.resource_type(api_version, kind).await?.namespaced)
     }
 }
 

@@ -473,6 +473,7 @@ fn text(value: Option<&Value>) -> Option<&str> {
 mod tests {
     use super::*;
     use crate::engine::class::test_context;
+    use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
     use serde_json::json;
 
@@ -481,6 +482,7 @@ mod tests {
             "NATS",
             &manifest,
             &test_context("nats", "platform", json!({})),
+            &Scopes::default(),
         )
         .unwrap()
     }

@@ -91,7 +91,7 @@ pub async fn observe_local(
 /// The live status of a local Comb (the reference's `status()`): render, then observe.
 /// Rendering errors fail it. The status of a borrowing Comb (§8.2) is the upstream engine's.
 pub async fn local_status(ops: &KubeOps, comb: &CombInstance) -> Result<LiveStatus> {
-    let items = comb.render().await?;
+    let items = comb.render(ops).await?;
     let (_, status) = observe_local(ops, comb.context(), &items).await?;
     Ok(status)
 }

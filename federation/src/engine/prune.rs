@@ -220,6 +220,9 @@ pub enum OrphanFate {
     LostLabels,
     /// Not in the list and gone.
     Gone,
+    /// Recorded with a namespace, but discovery says its Kind is cluster-scoped: left in place,
+    /// dropped from the record.
+    ClusterScoped,
     /// The list of its group failed with this message: kept for the next step.
     Unchecked(String),
 }
@@ -246,6 +249,7 @@ impl PruneOutcome {
         let (kind, name) = (&orphan.kind, &orphan.name);
         match fate {
             OrphanFate::Deleted | OrphanFate::Gone => {}
+            OrphanFate::ClusterScoped => self.notes.push(note_cluster_scoped(orphan)),
             OrphanFate::LostLabels => self.notes.push(format!(
                 "left {kind} {name} alone: it no longer carries {selector}"
             )),
@@ -285,6 +289,7 @@ pub fn note_cluster_scoped(orphan: &CombResource) -> String {
 mod tests {
     use super::*;
     use crate::engine::class::test_context;
+    use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
     use serde_json::json;
 
@@ -302,6 +307,7 @@ mod tests {
             "NATS",
             &json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}),
             &test_context("nats", "platform", json!({})),
+            &Scopes::default(),
         )
         .unwrap()
     }

@@ -295,7 +295,7 @@ impl Step<'_> {
         let ctx = self.comb.context();
         // A bridge may stand here: the first local step deploys in its place.
         let borrowed = self.previous.is_some_and(|p| p.upstream.is_some());
-        let items = match self.comb.render().await {
+        let items = match self.comb.render(self.env.ops).await {
             Ok(items) => items,
             Err(error) => {
                 let message = format!(
@@ -358,7 +358,7 @@ impl Step<'_> {
     /// the local resources, which are pruned) and finish with the borrowed verdict.
     async fn upstream_path(&self, r: &mut StepRecord, borrowing: &Borrowing) -> ControlFlow<()> {
         let (upstream, ctx) = (borrowing.upstream.as_ref(), &borrowing.ctx);
-        let observed = observe_upstream(self.comb, upstream, ctx).await;
+        let observed = observe_upstream(self.comb, upstream, ctx, self.env.ops).await;
         r.established = Some(Established::Upstream);
         r.upstream = Some(observed.record(Timestamp::now()));
         // Redirected endpoints only when the upstream offered an address for each; else none.

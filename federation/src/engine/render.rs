@@ -12,7 +12,7 @@ use serde_json::{Map, Number, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::engine::class::CombContext;
-use crate::engine::kinds::{default_api_version, is_namespaced, workload_templates};
+use crate::engine::kinds::{Scopes, default_api_version, workload_templates};
 use crate::error::{Error, Result};
 
 /// One rendered manifest and what the engine needs to know about it.
@@ -89,8 +89,14 @@ impl RenderedItem {
 }
 
 /// Renders one manifest of `class` for the Comb of `ctx`: shape checks, the Comb's labels (they
-/// win over the manifest's), apiVersion, labels on Pod templates, namespace, digest.
-pub fn render_manifest(class: &str, manifest: &Value, ctx: &CombContext) -> Result<RenderedItem> {
+/// win over the manifest's), apiVersion, labels on Pod templates, namespace (only for a Kind
+/// `scopes` calls namespaced: a cluster-scoped object keeps none), digest.
+pub fn render_manifest(
+    class: &str,
+    manifest: &Value,
+    ctx: &CombContext,
+    scopes: &Scopes,
+) -> Result<RenderedItem> {
     let fail = |message: String| Error::Manifests(format!("{class}: {message}"));
     let Value::Object(source) = manifest else {
         return Err(fail(format!(
@@ -129,7 +135,7 @@ pub fn render_manifest(class: &str, manifest: &Value, ctx: &CombContext) -> Resu
         }
     }
 
-    let namespace = if is_namespaced(&group, &kind) {
+    let namespace = if scopes.is_namespaced(&api_version, &group, &kind) {
         let explicit = non_empty_str(object.get("metadata").and_then(|m| m.get("namespace")));
         match explicit {
             Some(explicit) => Some(explicit.to_string()),
@@ -141,6 +147,9 @@ pub fn render_manifest(class: &str, manifest: &Value, ctx: &CombContext) -> Resu
             }
         }
     } else {
+        if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
+            metadata.remove("namespace");
+        }
         None
     };
 
@@ -345,6 +354,7 @@ fn merge_labels(object: &mut Map<String, Value>, labels: &BTreeMap<String, Strin
 mod tests {
     use super::*;
     use crate::engine::class::test_context;
+    use crate::engine::kinds::Scopes;
     use serde_json::json;
 
     fn deployment() -> Value {
@@ -445,6 +455,7 @@ mod tests {
                 "NATS",
                 &manifest,
                 &test_context("nats", namespace, json!({})),
+                &Scopes::default(),
             )
             .unwrap();
             assert_eq!(item.digest, digest, "{what}");
@@ -465,6 +476,7 @@ mod tests {
             "NATS",
             &manifest,
             &test_context("nats", "platform", json!({})),
+            &Scopes::default(),
         )
         .unwrap();
         let mut digested = item.manifest.clone();
@@ -509,7 +521,13 @@ mod tests {
         let comb_labels = json!({"comb.internal/comb": "nats", "comb.internal/comb-namespace": "platform", "app.kubernetes.io/managed-by": "comb"});
         let merged = json!({"app": "nats", "comb.internal/comb": "nats", "comb.internal/comb-namespace": "platform", "app.kubernetes.io/managed-by": "comb"});
 
-        let item = render_manifest("NATS", &without(deployment(), "apiVersion"), &ctx).unwrap();
+        let item = render_manifest(
+            "NATS",
+            &without(deployment(), "apiVersion"),
+            &ctx,
+            &Scopes::default(),
+        )
+        .unwrap();
         assert_eq!(item.manifest["apiVersion"], "apps/v1");
         assert_eq!(item.manifest["metadata"]["labels"], comb_labels);
         assert_eq!(item.manifest["metadata"]["namespace"], "platform");
@@ -538,7 +556,7 @@ mod tests {
 
         let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "backup"},
                           "spec": {"jobTemplate": {"spec": {"template": {"spec": {}}}}}});
-        let item = render_manifest("NATS", &cron, &ctx).unwrap();
+        let item = render_manifest("NATS", &cron, &ctx, &Scopes::default()).unwrap();
         assert_eq!(
             item.manifest["spec"]["jobTemplate"]["metadata"]["labels"],
             comb_labels
@@ -550,7 +568,8 @@ mod tests {
 
         let job_without_template =
             json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "init"}});
-        let item = render_manifest("NATS", &job_without_template, &ctx).unwrap();
+        let item =
+            render_manifest("NATS", &job_without_template, &ctx, &Scopes::default()).unwrap();
         assert!(
             item.manifest.get("spec").is_none(),
             "a missing template path is left alone"
@@ -589,7 +608,7 @@ mod tests {
             ),
         ];
         for (manifest, namespace, workload) in cases {
-            let item = render_manifest("NATS", &manifest, &ctx).unwrap();
+            let item = render_manifest("NATS", &manifest, &ctx, &Scopes::default()).unwrap();
             assert_eq!(item.namespace.as_deref(), namespace, "{manifest}");
             assert_eq!(
                 item.manifest["metadata"]
@@ -608,6 +627,7 @@ mod tests {
             "NATS",
             &json!({"kind": "Comb", "metadata": {"name": "c"}}),
             &ctx,
+            &Scopes::default(),
         )
         .unwrap();
         assert_eq!(comb.api_version, "comb.internal/v1");
@@ -625,6 +645,7 @@ mod tests {
             "NATS",
             &manifest,
             &test_context("nats", "platform", json!({})),
+            &Scopes::default(),
         )
         .unwrap();
         assert_eq!(manifest, before);
@@ -661,7 +682,7 @@ mod tests {
             ),
         ];
         for (manifest, message) in cases {
-            let error = render_manifest("NATS", &manifest, &ctx).unwrap_err();
+            let error = render_manifest("NATS", &manifest, &ctx, &Scopes::default()).unwrap_err();
             assert_eq!(error.to_string(), message);
             assert_eq!(error.category(), "manifests");
         }
@@ -670,7 +691,7 @@ mod tests {
     #[test]
     fn restarts_are_kept_outside_the_digest() {
         let ctx = test_context("nats", "platform", json!({}));
-        let mut item = render_manifest("NATS", &deployment(), &ctx).unwrap();
+        let mut item = render_manifest("NATS", &deployment(), &ctx, &Scopes::default()).unwrap();
         let live = json!({"spec": {"template": {"metadata": {"annotations": {"comb.internal/restartedAt": "2026-01-01T00:00:00Z"}}}}});
         assert!(item.keep_restart(&live, "comb.internal/restartedAt"));
         assert_eq!(
@@ -680,7 +701,7 @@ mod tests {
         assert_eq!(item.digest, BASE);
         assert!(!item.keep_restart(&json!({}), "comb.internal/restartedAt"));
 
-        let mut job = render_manifest("NATS", &json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {}}}), &ctx).unwrap();
+        let mut job = render_manifest("NATS", &json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {}}}), &ctx, &Scopes::default()).unwrap();
         assert!(
             !job.keep_restart(&live, "comb.internal/restartedAt"),
             "only Deployments, StatefulSets and DaemonSets"
