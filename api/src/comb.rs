@@ -38,17 +38,103 @@ pub fn api_resource(group: &str) -> ApiResource {
 ///
 /// Serialises as `apiVersion, kind, metadata, spec, status`. `metadata` follows k8s-openapi's
 /// (alphabetical) field order; `spec` and `status` follow the reference's canonical order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+///
+/// Decoding never fails on a bad `spec` or `status` (a CRD without a schema lets any value
+/// through): the object still decodes, with the default spec and [`Comb::spec_error`] naming
+/// the field (or no status and [`Comb::status_error`]), so that one bad Comb cannot fail the
+/// list or watch of its whole layer. Only `metadata` must decode.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Comb {
     /// `apiVersion` and `kind`; absent on some list items, so optional.
-    #[serde(flatten, default)]
+    #[serde(flatten)]
     pub types: Option<TypeMeta>,
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: CombSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<CombStatus>,
+    /// Why `spec` did not decode (`spec.class: invalid type: integer `5`, expected a string`):
+    /// the Comb cannot be built. String values are left out of the message, since a field may
+    /// hold anything. Never serialised, so never written back.
+    #[serde(skip)]
+    pub spec_error: Option<String>,
+    /// Why `status` did not decode (`status.phase: ...`): it counts as absent, and the next
+    /// status written replaces it. Never serialised.
+    #[serde(skip)]
+    pub status_error: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Comb {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(flatten, default)]
+            types: Option<TypeMeta>,
+            #[serde(default)]
+            metadata: ObjectMeta,
+            #[serde(default)]
+            spec: Option<Value>,
+            #[serde(default)]
+            status: Option<Value>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        let (spec, spec_error) = match raw.spec {
+            None | Some(Value::Null) => (CombSpec::default(), None),
+            Some(spec) => match decode_part::<CombSpec>("spec", spec) {
+                Ok(spec) => (spec, None),
+                Err(problem) => (CombSpec::default(), Some(problem)),
+            },
+        };
+        let (status, status_error) = match raw.status {
+            None | Some(Value::Null) => (None, None),
+            Some(status) => match decode_part::<CombStatus>("status", status) {
+                Ok(status) => (Some(status), None),
+                Err(problem) => (None, Some(problem)),
+            },
+        };
+        Ok(Comb {
+            types: raw.types,
+            metadata: raw.metadata,
+            spec,
+            status,
+            spec_error,
+            status_error,
+        })
+    }
+}
+
+/// Decodes `part` (`spec` or `status`), or says which field is wrong and how.
+fn decode_part<T: serde::de::DeserializeOwned>(part: &str, value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let field = if path == "." {
+            part.to_string()
+        } else {
+            format!("{part}.{path}")
+        };
+        format!(
+            "{field}: {}",
+            without_string_values(&error.inner().to_string())
+        )
+    })
+}
+
+/// serde's messages quote a string that has the wrong type or value (`invalid type: string
+/// "hunter2", expected a boolean`); a Comb's field may hold a credential by mistake, so the
+/// quoted text is dropped (`invalid type: a string, expected a boolean`).
+fn without_string_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find("string \"") {
+        out.push_str(&rest[..start]);
+        out.push_str("a string");
+        let quoted = &rest[start + "string \"".len()..];
+        rest = match quoted.find('"') {
+            Some(end) => &quoted[end + 1..],
+            None => "",
+        };
+    }
+    out.push_str(rest);
+    out
 }
 
 impl Comb {
@@ -66,11 +152,14 @@ impl Comb {
             },
             spec,
             status: None,
+            spec_error: None,
+            status_error: None,
         }
     }
 
-    /// Parses a Comb from JSON data (e.g. a `DynamicObject` turned into a value), with an error
-    /// that says what is wrong instead of failing a whole list.
+    /// Parses a Comb from JSON data (e.g. a `DynamicObject` turned into a value). Fails only when
+    /// the data is no object or its metadata does not decode; a bad spec or status is
+    /// [`Comb::spec_error`] or [`Comb::status_error`].
     pub fn from_value(value: Value) -> crate::Result<Comb> {
         Ok(serde_json::from_value(value)?)
     }

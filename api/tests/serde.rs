@@ -90,17 +90,13 @@ fn upstream_null_survives_a_whole_comb_and_the_deserialize_guard() {
     assert_eq!(comb.spec.upstream, UpstreamSpec::Local);
     assert_eq!(serde_json::to_string(&comb).unwrap(), text);
 
-    // How a watcher meets malformed CRs: one bad object becomes an error value, not a failed list.
-    let guarded: kube_core::DeserializeGuard<Comb> = serde_json::from_str(text).unwrap();
-    assert_eq!(guarded.0.unwrap().spec.upstream, UpstreamSpec::Local);
+    // How a watcher meets malformed CRs: one bad object decodes with its error, not a failed list.
     let bad = r#"{"metadata":{"name":"x"},"spec":{"class":"A","enabled":"yes"}}"#;
-    let guarded: kube_core::DeserializeGuard<Comb> = serde_json::from_str(bad).unwrap();
-    let invalid = guarded.0.unwrap_err();
+    let invalid: Comb = serde_json::from_str(bad).unwrap();
     assert_eq!(invalid.metadata.name.as_deref(), Some("x"));
-    assert!(
-        invalid.error.contains("Expected a boolean"),
-        "{}",
-        invalid.error
+    assert_eq!(
+        invalid.spec_error.as_deref(),
+        Some("spec.enabled: invalid type: a string, expected a boolean")
     );
 }
 
@@ -144,9 +140,95 @@ fn resource_for_a_configurable_group() {
                "metadata": {"name": "nats", "namespace": "platform"}, "spec": {"class": "A"}})
     );
     assert_eq!(
-        Comb::from_value(json!({"spec": {"class": 5}}))
+        Comb::from_value(json!({"metadata": {"name": 5}}))
             .unwrap_err()
             .category(),
         "parse"
     );
+}
+
+/// One bad Comb must not fail the list of its layer: it decodes with the default spec and an
+/// error naming the field, and the rest of the object stays.
+#[test]
+fn a_comb_whose_spec_or_status_does_not_decode_still_decodes_with_the_field_named() {
+    let cases = [
+        (
+            json!({"class": 5}),
+            None,
+            "spec.class: invalid type: integer `5`, expected a string",
+        ),
+        (
+            json!({"class": "Manifests", "enabled": "yes"}),
+            None,
+            "spec.enabled: invalid type: a string, expected a boolean",
+        ),
+        (
+            json!({"class": "Manifests", "dependsOn": ["db", 7]}),
+            None,
+            "spec.dependsOn[1]: invalid type: integer `7`, expected a string",
+        ),
+        (
+            json!("everything"),
+            None,
+            "spec: invalid type: a string, expected struct CombSpec",
+        ),
+        (
+            json!({"class": "Manifests"}),
+            Some(json!({"phase": ["Running"]})),
+            "status.phase: invalid type: sequence, expected a string",
+        ),
+    ];
+    for (spec, status, expected) in cases {
+        let mut object = json!({
+            "apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": "bad", "namespace": "apps", "uid": "u-1", "generation": 2},
+            "spec": spec,
+        });
+        if let Some(status) = status.clone() {
+            object["status"] = status;
+        }
+        let comb: Comb = serde_json::from_value(object).expect("decodes");
+        let error = if status.is_some() {
+            assert_eq!(comb.spec_error, None);
+            &comb.status_error
+        } else {
+            assert_eq!(comb.status_error, None);
+            &comb.spec_error
+        };
+        assert_eq!(error.as_deref(), Some(expected), "{spec}");
+        assert_eq!(comb.metadata.name.as_deref(), Some("bad"));
+        assert_eq!(comb.metadata.generation, Some(2));
+        assert!(comb.status.is_none());
+        if status.is_some() {
+            assert_eq!(comb.spec.class.as_deref(), Some("Manifests"));
+        } else {
+            assert_eq!(comb.spec, CombSpec::default());
+        }
+    }
+}
+
+#[test]
+fn a_string_value_of_the_wrong_type_never_reaches_the_message() {
+    let comb: Comb = serde_json::from_value(json!({
+        "metadata": {"name": "bad"},
+        "spec": {"class": "Manifests", "enabled": "hunter2-secret", "maintenance": 3}
+    }))
+    .expect("decodes");
+    let message = comb.spec_error.expect("a decode error");
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(message.starts_with("spec.enabled: "), "{message}");
+}
+
+#[test]
+fn a_list_with_one_bad_comb_decodes_every_item() {
+    let list: kube_core::ObjectList<Comb> = serde_json::from_value(json!({
+        "apiVersion": "comb.internal/v1", "kind": "CombList", "metadata": {"resourceVersion": "7"},
+        "items": [
+            {"metadata": {"name": "good"}, "spec": {"class": "Manifests"}},
+            {"metadata": {"name": "bad"}, "spec": {"class": 5}},
+        ]
+    }))
+    .expect("the list decodes");
+    let errors: Vec<_> = list.items.iter().map(|c| c.spec_error.is_some()).collect();
+    assert_eq!(errors, [false, true]);
 }

@@ -5,3 +5,4 @@ pub mod config;
 pub mod controller;
 pub mod engine;
 pub mod error;
+pub mod logging;

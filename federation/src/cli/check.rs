@@ -144,7 +144,28 @@ pub fn comb_checks(layer: &str, combs: &[Comb]) -> Vec<Check> {
         } else {
             Check::new("upstream loops", layer, Outcome::Failed, loops.join("; "))
         },
+        spec_check(layer, combs),
     ]
+}
+
+/// Every Comb's spec decodes (a CRD without a schema lets anything through).
+fn spec_check(layer: &str, combs: &[Comb]) -> Check {
+    let bad: Vec<String> = combs
+        .iter()
+        .filter_map(|comb| {
+            let problem = comb.spec_error.as_deref()?;
+            Some(format!(
+                "{}/{}: {problem}",
+                comb.metadata.namespace.as_deref().unwrap_or_default(),
+                comb.metadata.name.as_deref().unwrap_or_default(),
+            ))
+        })
+        .collect();
+    if bad.is_empty() {
+        Check::new("specs", layer, Outcome::Ok, "every Comb's spec decodes")
+    } else {
+        Check::new("specs", layer, Outcome::Failed, bad.join("; "))
+    }
 }
 
 /// The checks as a table, in the order they ran.
@@ -419,6 +440,21 @@ mod tests {
                  "message": "upstream K8s leads through more than 16 layers, a loop? via a, b"}]});
         }
         Comb::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_spec_that_does_not_decode_fails_the_specs_check() {
+        let checks = comb_checks("prod", &[comb("fine", &[], None)]);
+        assert_eq!(checks[2].outcome, Outcome::Ok);
+        let bad = Comb::from_value(json!({"metadata": {"name": "bad", "namespace": "apps"},
+                                          "spec": {"class": 5}}))
+        .unwrap();
+        let checks = comb_checks("prod", &[comb("fine", &[], None), bad]);
+        assert_eq!(checks[2].outcome, Outcome::Failed);
+        assert_eq!(
+            checks[2].detail,
+            "apps/bad: spec.class: invalid type: integer `5`, expected a string"
+        );
     }
 
     #[test]

@@ -212,6 +212,14 @@ impl DemoWorld {
         let combs: Vec<Comb> = serde_saphyr::from_multiple(yaml)
             .with_context(|| format!("the Combs for layer {} do not parse", layer.name))?;
         for comb in &combs {
+            // What does not decode would be written back as the default spec: refuse it.
+            if let Some(problem) = &comb.spec_error {
+                anyhow::bail!(
+                    "Comb {} for layer {}: {problem}",
+                    comb.metadata.name.as_deref().unwrap_or_default(),
+                    layer.name
+                );
+            }
             let mut object = serde_json::to_value(comb)?;
             if comb.metadata.namespace.is_none() {
                 let namespace = layer.namespaces.iter().flatten().next().with_context(|| {
@@ -526,6 +534,7 @@ mod tests {
         assert_eq!(names, ["prod", "staging", "dev"]);
         for (layer, yaml) in COMBS_YAML {
             let combs: Vec<Comb> = serde_saphyr::from_multiple(yaml).unwrap();
+            assert!(combs.iter().all(|c| c.spec_error.is_none()), "{layer}");
             let mut found: Vec<(String, String)> = combs
                 .iter()
                 .map(|c| {

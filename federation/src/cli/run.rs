@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 use crate::cli::common::{GlobalArgs, block_on};
 use crate::config::{Config, duration_arg};
@@ -85,9 +84,9 @@ fn options(args: &RunArgs, config: &Config) -> ControllerOptions {
 }
 
 /// Logs go to stderr (stdout carries `--once`'s summary), filtered by `RUST_LOG` (default
-/// `info`).
+/// `info`) with the body-logging targets capped ([`crate::logging`]).
 fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = crate::logging::default_filter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

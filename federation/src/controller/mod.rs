@@ -477,6 +477,15 @@ impl Shared {
         let Some(key) = triggers::comb_key(&cr) else {
             return;
         };
+        if let Some(problem) = &cr.status_error {
+            warn!(
+                layer = layer.name(),
+                namespace = %key.namespace,
+                comb = %key.name,
+                problem = %problem,
+                "the recorded status does not decode; it counts as absent until the next status write"
+            );
+        }
         let peer = triggers::upstream_peer(&self.config, layer.index, &cr);
         let references = cr.spec.dependencies().to_vec();
         let change = layer.observe_cr(&key, cr, false);

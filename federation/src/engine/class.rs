@@ -273,6 +273,11 @@ impl ClassRegistry {
         settings: &Settings,
         stub: &StubSelector<'_>,
     ) -> Result<CombInstance> {
+        if let Some(problem) = &cr.spec_error {
+            return Err(Error::Build(format!(
+                "{FROM_CRD}: the custom resource does not decode: {problem}"
+            )));
+        }
         let class = cr
             .spec
             .class

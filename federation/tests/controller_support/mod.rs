@@ -288,7 +288,7 @@ impl Drop for Running {
 fn init_logging() {
     if let Ok(filter) = std::env::var("COMB_TEST_LOG") {
         let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_env_filter(comb_federation::logging::body_safe_filter(&filter))
             .with_test_writer()
             .try_init();
     }

@@ -1,0 +1,144 @@
+//! One bad Comb never stalls its layer: a CR that does not decode (possible when the CRD has no
+//! schema) is recorded as `Error`/`BuildFailed` naming the field, the others converge, and the
+//! layer is listed once, not in a loop.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use comb_api::DEFAULT_GROUP;
+use controller_support::{World, web};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// Replaces the Comb CRD's schema by one that lets anything through, as a hand-written CRD
+/// without a schema would.
+async fn schemaless_crd(world: &World, context: &str) {
+    let crds: Api<CustomResourceDefinition> = Api::all(world.client(context).await);
+    let name = format!("combs.{DEFAULT_GROUP}");
+    let mut crd = crds.get(&name).await.unwrap();
+    for version in &mut crd.spec.versions {
+        version.schema = Some(
+            serde_json::from_value(json!({"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": true
+            }}))
+            .unwrap(),
+        );
+    }
+    crd.metadata.managed_fields = None;
+    crds.replace(&name, &PostParams::default(), &crd)
+        .await
+        .unwrap();
+}
+
+/// Creates a Comb from raw JSON (a spec no typed client could write).
+async fn create_raw(world: &World, context: &str, namespace: &str, name: &str, spec: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        world.client(context).await,
+        namespace,
+        &comb_api::api_resource(DEFAULT_GROUP),
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{DEFAULT_GROUP}/v1"), "kind": "Comb",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+#[tokio::test]
+async fn combs_that_do_not_decode_get_build_failed_and_the_others_converge() {
+    let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    schemaless_crd(&world, "prod").await;
+    create_raw(&world, "prod", "apps", "class-five", json!({"class": 5})).await;
+    create_raw(
+        &world,
+        "prod",
+        "apps",
+        "enabled-yes",
+        json!({"class": "Manifests", "enabled": "yes"}),
+    )
+    .await;
+    world
+        .create_comb("prod", "apps", "web", web("web", "nginx:1"))
+        .await;
+    let controls = world.controls("prod");
+    controls.reset_requests();
+
+    let running = world
+        .run(world.config("layers:\n - {name: prod, context: prod, namespaces: [apps]}"))
+        .await;
+    world
+        .wait_phase("prod", "apps", "web", "Running", None)
+        .await;
+    for (name, field) in [
+        ("class-five", "spec.class"),
+        ("enabled-yes", "spec.enabled"),
+    ] {
+        let bad = world
+            .wait_phase("prod", "apps", name, "Error", Some("BuildFailed"))
+            .await;
+        let message = bad
+            .status
+            .as_ref()
+            .and_then(|s| s.ready())
+            .and_then(|r| r.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.contains(&format!("the custom resource does not decode: {field}: ")),
+            "{name}: {message}"
+        );
+    }
+    // The layer was listed once: nothing failed, so nothing listed again.
+    assert_eq!(controls.request_count("list", "combs.comb.internal"), 1);
+
+    // Fixing the spec makes the Comb build and converge.
+    let mut fixed = web("fixed", "nginx:1");
+    fixed["enabled"] = Value::Null;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        world.client("prod").await,
+        "apps",
+        &comb_api::api_resource(DEFAULT_GROUP),
+    );
+    api.patch(
+        "enabled-yes",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": fixed})),
+    )
+    .await
+    .unwrap();
+    world
+        .wait_phase("prod", "apps", "enabled-yes", "Running", None)
+        .await;
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn a_comb_whose_status_does_not_decode_reconciles_as_if_it_had_none() {
+    let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    schemaless_crd(&world, "prod").await;
+    world
+        .create_comb("prod", "apps", "web", web("web", "nginx:1"))
+        .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        world.client("prod").await,
+        "apps",
+        &comb_api::api_resource(DEFAULT_GROUP),
+    );
+    api.patch_status(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": ["garbage"]}})),
+    )
+    .await
+    .unwrap();
+    let running = world
+        .run(world.config("layers:\n - {name: prod, context: prod, namespaces: [apps]}"))
+        .await;
+    world
+        .wait_phase("prod", "apps", "web", "Running", None)
+        .await;
+    running.stop().await;
+}

@@ -1,0 +1,316 @@
+//! No credential leaves where it belongs: with a known value in a replicated Secret and in a
+//! Secret manifest, under faults (500s on writes, 409s on status writes, a partition healed)
+//! and bad input (a Secret the server refuses, a manifest without a name), the value appears in
+//! no log line of `comb run` (at `RUST_LOG=trace`), no Comb status, no Event, no CLI output and
+//! no admin endpoint.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine as _;
+use comb_api::Comb;
+use comb_federation::cli::demo::DemoWorld;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// The value that must not leak.
+const CANARY: &str = "canary-7f3a9c2e-must-not-leak";
+
+fn canary_forms() -> [String; 2] {
+    [
+        CANARY.to_string(),
+        base64::engine::general_purpose::STANDARD.encode(CANARY),
+    ]
+}
+
+fn leaks(text: &str) -> bool {
+    canary_forms()
+        .iter()
+        .any(|form| text.contains(form.as_str()))
+}
+
+/// `METHOD path` on the plain-HTTP server of `url` with a JSON body; the response text.
+fn http(url: &str, method: &str, path: &str, body: &str) -> String {
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = TcpStream::connect(address).expect("the server accepts");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("the request is sent");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .expect("the response reads");
+    response
+}
+
+fn fault(world: &DemoWorld, cluster: &str, fault: Value) {
+    let url = world.sandbox.cluster(cluster).expect("cluster").url();
+    let response = http(&url, "POST", "/_sandbox/faults", &fault.to_string());
+    assert!(response.starts_with("HTTP/1.1 201"), "{response}");
+}
+
+fn comb_cli(world: &DemoWorld, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_comb"))
+        .arg("--config")
+        .arg(world.config_path())
+        .args(args)
+        .output()
+        .expect("comb runs");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn manifests(extra: Vec<Value>) -> Value {
+    json!({
+        "class": "Manifests",
+        "config": {"manifests": extra, "endpoints": [{"name": "http", "port": 8200, "external": "192.0.2.30:8200"}]}
+    })
+}
+
+fn service(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+           "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 8200}]}})
+}
+
+async fn phase(world: &DemoWorld, context: &str, name: &str) -> Option<(String, String)> {
+    let api: Api<Comb> = Api::namespaced_with(
+        world.pool.client(context).await.ok()?,
+        "platform",
+        &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+    );
+    let status = api.get_opt(name).await.ok()??.status?;
+    let reason = status.ready()?.reason.clone().unwrap_or_default();
+    Some((status.phase?, reason))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_value_reaches_no_log_status_event_cli_output_or_admin_endpoint() {
+    let world = DemoWorld::start(Duration::from_millis(50))
+        .await
+        .expect("the demo's clusters start");
+    world.apply_examples().await.expect("the examples apply");
+    let token = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    world
+        .apply(
+            "prod",
+            &json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "api-token", "namespace": "platform"}, "data": {"token": token}}),
+        )
+        .await
+        .unwrap();
+    let vault_secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "vault-token"}, "stringData": {"token": CANARY}});
+    let comb = |context: &str, name: &str, spec: Value| {
+        let object = json!({"apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": name, "namespace": "platform"}, "spec": spec});
+        let context = context.to_string();
+        let world = &world;
+        async move { world.apply(&context, &object).await.unwrap() }
+    };
+    comb(
+        "prod",
+        "vault",
+        manifests(vec![vault_secret.clone(), service("vault")]),
+    )
+    .await;
+    let mut borrowed = manifests(vec![vault_secret.clone(), service("vault")]);
+    borrowed["upstream"] = json!({"class": "K8s", "layer": "prod", "namespace": "platform",
+        "replicate": [{"kind": "Secret", "name": "api-token"}]});
+    comb("dev", "vault", borrowed).await;
+    // Bad input: a Secret the server refuses (its data is not base64), a nameless manifest.
+    comb(
+        "dev",
+        "refused",
+        manifests(vec![json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "refused"}, "data": {"token": CANARY}})]),
+    )
+    .await;
+    comb(
+        "dev",
+        "nameless",
+        manifests(vec![json!({"apiVersion": "v1", "kind": "Secret",
+        "stringData": {"token": CANARY}})]),
+    )
+    .await;
+
+    // Faults before the controller starts: 500s on dev's writes, 409s on status writes, and a
+    // slow answer.
+    fault(
+        &world,
+        "dev",
+        json!({"method": "PATCH", "status": 500, "count": 4}),
+    );
+    fault(
+        &world,
+        "dev",
+        json!({"method": "POST", "status": 500, "count": 2}),
+    );
+    fault(
+        &world,
+        "prod",
+        json!({"method": "PUT", "path": "*/status", "status": 409, "count": 3}),
+    );
+    fault(
+        &world,
+        "prod",
+        json!({"method": "GET", "delayMs": 300, "count": 3}),
+    );
+
+    let admin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin_address = admin.local_addr().unwrap();
+    drop(admin);
+    let log_path = world.dir().join("controller.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut controller = tokio::process::Command::new(env!("CARGO_BIN_EXE_comb"))
+        .arg("--config")
+        .arg(world.config_path())
+        .args(["run", "--admin-address", &admin_address.to_string()])
+        .env("RUST_LOG", "trace")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("comb run starts");
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut partitioned = false;
+    loop {
+        let vault_dev = phase(&world, "dev", "vault").await;
+        let refused = phase(&world, "dev", "refused").await;
+        let nameless = phase(&world, "dev", "nameless").await;
+        let settled = vault_dev
+            .as_ref()
+            .is_some_and(|(p, r)| p == "Running" && r == "Borrowed")
+            && refused.as_ref().is_some_and(|(p, _)| p == "Error")
+            && nameless.as_ref().is_some_and(|(p, _)| p == "Error");
+        if settled && partitioned {
+            break;
+        }
+        if settled {
+            // A partition of prod, healed: dev's borrower loses and finds its upstream again.
+            let url = world.sandbox.cluster("prod").unwrap().url();
+            assert!(http(&url, "POST", "/_sandbox/partition", "").starts_with("HTTP/1.1 200"));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            assert!(http(&url, "POST", "/_sandbox/heal", "").starts_with("HTTP/1.1 200"));
+            partitioned = true;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not settled: vault {vault_dev:?}, refused {refused:?}, nameless {nameless:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The replicated Secret is there, with the value: the test looks where it could leak from.
+    let replica = Api::<Secret>::namespaced(world.pool.client("dev").await.unwrap(), "platform")
+        .get("api-token")
+        .await
+        .expect("the Secret was replicated into dev");
+    assert!(replica.data.is_some_and(|data| data.contains_key("token")));
+
+    // Every fault was met.
+    for cluster in ["prod", "dev"] {
+        let url = world.sandbox.cluster(cluster).unwrap().url();
+        let faults = http(&url, "GET", "/_sandbox/faults", "");
+        assert!(faults.trim_end().ends_with("[]"), "{cluster}: {faults}");
+    }
+
+    let mut places: Vec<(String, String)> = Vec::new();
+    for path in [
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/debug/queue",
+        "/debug/layers",
+    ] {
+        let url = format!("http://{admin_address}");
+        places.push((format!("admin {path}"), http(&url, "GET", path, "")));
+    }
+    for args in [
+        vec!["get"],
+        vec!["get", "-o", "wide"],
+        vec!["check"],
+        vec!["describe", "dev:platform/vault"],
+        vec!["describe", "dev:platform/refused"],
+        vec!["describe", "dev:platform/nameless"],
+        vec!["describe", "prod:platform/vault"],
+        vec!["status", "dev:platform/vault"],
+        vec!["status", "dev:platform/refused"],
+        vec!["endpoints", "dev:platform/vault"],
+        vec!["via", "dev:platform/vault"],
+    ] {
+        places.push((format!("comb {}", args.join(" ")), comb_cli(&world, &args)));
+    }
+    for context in ["prod", "dev"] {
+        let client = world.pool.client(context).await.unwrap();
+        let combs: Api<Comb> = Api::all_with(
+            client.clone(),
+            &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+        );
+        for comb in combs.list(&ListParams::default()).await.unwrap() {
+            places.push((
+                format!(
+                    "status of {context}:{}",
+                    comb.metadata.name.unwrap_or_default()
+                ),
+                serde_json::to_string(&comb.status).unwrap(),
+            ));
+        }
+        let events: Api<Event> = Api::all(client);
+        let events = events.list(&ListParams::default()).await.unwrap();
+        assert!(
+            !events.items.is_empty(),
+            "Events were recorded in {context}"
+        );
+        places.push((
+            format!("Events of {context}"),
+            serde_json::to_string(&events.items).unwrap(),
+        ));
+    }
+    controller.kill().await.ok();
+    controller.wait().await.ok();
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    let lines = logs.lines().count();
+    assert!(
+        lines > 100,
+        "the controller logged at trace level: {lines} lines"
+    );
+    places.push(("the controller's log".into(), logs));
+
+    let leaked: Vec<String> = places
+        .iter()
+        .filter(|(_, text)| leaks(text))
+        .map(|(place, text)| {
+            let at = canary_forms()
+                .iter()
+                .filter_map(|form| text.find(form.as_str()))
+                .min()
+                .unwrap_or(0);
+            let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+            let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+            format!("{place}: {}", &text[start..end.min(start + 400)])
+        })
+        .collect();
+    eprintln!(
+        "scanned {} places, {lines} controller log lines; {} leak(s)",
+        places.len(),
+        leaked.len()
+    );
+    assert!(
+        leaked.is_empty(),
+        "the value leaked:\n{}",
+        leaked.join("\n")
+    );
+}
