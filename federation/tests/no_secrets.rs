@@ -54,7 +54,7 @@ fn http(url: &str, method: &str, path: &str, body: &str) -> String {
 }
 
 fn fault(world: &DemoWorld, cluster: &str, fault: Value) {
-    let url = world.sandbox.cluster(cluster).expect("cluster").url();
+    let url = world.sandbox.url(cluster).expect("cluster");
     let response = http(&url, "POST", "/_sandbox/faults", &fault.to_string());
     assert!(response.starts_with("HTTP/1.1 201"), "{response}");
 }
@@ -201,7 +201,7 @@ async fn a_secret_value_reaches_no_log_status_event_cli_output_or_admin_endpoint
         }
         if settled {
             // A partition of prod, healed: dev's borrower loses and finds its upstream again.
-            let url = world.sandbox.cluster("prod").unwrap().url();
+            let url = world.sandbox.url("prod").unwrap();
             assert!(http(&url, "POST", "/_sandbox/partition", "").starts_with("HTTP/1.1 200"));
             tokio::time::sleep(Duration::from_secs(2)).await;
             assert!(http(&url, "POST", "/_sandbox/heal", "").starts_with("HTTP/1.1 200"));
@@ -222,7 +222,7 @@ async fn a_secret_value_reaches_no_log_status_event_cli_output_or_admin_endpoint
 
     // Every fault was met.
     for cluster in ["prod", "dev"] {
-        let url = world.sandbox.cluster(cluster).unwrap().url();
+        let url = world.sandbox.url(cluster).unwrap();
         let faults = http(&url, "GET", "/_sandbox/faults", "");
         assert!(faults.trim_end().ends_with("[]"), "{cluster}: {faults}");
     }

@@ -604,6 +604,10 @@ impl ClusterExtension for ClusterControls {
             .insert(cluster.name().to_string(), controls);
         wrapped
     }
+
+    fn controls(&self, cluster: &str) -> Option<Controls> {
+        self.get(cluster)
+    }
 }
 
 /// The controls in front of a cluster's API router.

@@ -42,6 +42,25 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+
+    #[error(
+        "the real-Kubernetes backend needs {binary} in {dir}, which is not there; build the binaries with tests/kube/build (Go 1.26 and the Go module proxy), or point COMB_KUBE_BIN at them"
+    )]
+    MissingBinary { binary: String, dir: PathBuf },
+
+    #[error("{what} failed: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+
+    #[error("{component} of cluster {cluster:?} did not come up: {message} (its log: {log})")]
+    ComponentFailed {
+        cluster: String,
+        component: String,
+        message: String,
+        log: PathBuf,
+    },
 }
 
 impl Error {
@@ -55,6 +74,9 @@ impl Error {
             Error::Bind { .. } => "bind",
             Error::Certificate(_) | Error::Tls(_) => "tls",
             Error::WriteKubeconfig { .. } => "kubeconfig",
+            Error::MissingBinary { .. } => "missing-binary",
+            Error::Io { .. } => "io",
+            Error::ComponentFailed { .. } => "component",
         }
     }
 }

@@ -17,6 +17,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod api_error;
+pub mod backend;
 pub mod controls;
 pub mod crd;
 pub mod defaults;
@@ -31,6 +32,7 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod proto;
+pub mod real;
 pub mod resources;
 pub mod sandbox;
 pub mod schema;
@@ -48,6 +50,7 @@ pub mod validation;
 pub mod watch;
 
 pub use api_error::{ApiError, FieldError};
+pub use backend::{Backend, Clusters};
 pub use error::{Error, Result};
 pub use resources::{PrinterColumn, ResourceType};
 pub use sandbox::{ClusterExtension, ClusterHandle, ExtraContext, Sandbox, SandboxOptions};

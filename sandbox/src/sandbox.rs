@@ -44,6 +44,11 @@ pub trait ClusterExtension: Send + Sync {
         router
     }
 
+    /// The test controls of `cluster`, when this extension serves them.
+    fn controls(&self, _cluster: &str) -> Option<crate::controls::Controls> {
+        None
+    }
+
     /// Starts the cluster's background tasks (simulated controllers); they stop when
     /// `shutdown` is cancelled.
     fn spawn(
@@ -115,7 +120,7 @@ impl SandboxOptions {
         }
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         if self.clusters.is_empty() {
             return Err(Error::NoClusters);
         }
@@ -176,6 +181,7 @@ impl ClusterHandle {
 /// Running clusters; they stop on [`Sandbox::shutdown`] or when dropped.
 pub struct Sandbox {
     clusters: Vec<ClusterHandle>,
+    extensions: Vec<Arc<dyn ClusterExtension>>,
     contexts: Vec<ExtraContext>,
     ca_pem: Option<String>,
     shutdown: CancellationToken,
@@ -247,6 +253,7 @@ impl Sandbox {
         }
         Ok(Sandbox {
             clusters,
+            extensions: options.extensions,
             contexts: options.contexts,
             ca_pem: tls.map(|t| t.ca_pem),
             shutdown,
@@ -274,6 +281,29 @@ impl Sandbox {
             .map(|c| c.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// The test controls of cluster `name`, when an extension serves them.
+    pub fn controls(&self, name: &str) -> Option<crate::controls::Controls> {
+        self.extensions
+            .iter()
+            .find_map(|extension| extension.controls(name))
+    }
+
+    /// Creates `namespace` in cluster `cluster` (an existing one is fine).
+    pub fn create_namespace(&self, cluster: &str, namespace: &str) -> Result<()> {
+        let store = self.cluster(cluster)?.store();
+        let Some(namespaces) = store.resource_type("", "Namespace") else {
+            return Ok(());
+        };
+        match store.create(&namespaces, None, json!({"metadata": {"name": namespace}})) {
+            Ok(_) => Ok(()),
+            Err(error) if error.reason == "AlreadyExists" => Ok(()),
+            Err(error) => Err(Error::Io {
+                what: format!("creating namespace {namespace} in cluster {cluster}"),
+                source: std::io::Error::other(error.message),
+            }),
+        }
     }
 
     /// The PEM of the CA that signs the HTTPS servers, if they are HTTPS.
@@ -378,7 +408,7 @@ fn publish_api_service(store: &Store, address: SocketAddr) {
 }
 
 /// Accepts connections until shutdown; each connection is HTTP/1.1, over TLS when given.
-async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     tls: Option<TlsAcceptor>,

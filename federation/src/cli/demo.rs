@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use comb_api::Comb;
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
+use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -73,34 +73,51 @@ pub struct DemoArgs {
     /// Give up when the Combs have not all reached their expected phase by then.
     #[arg(long, default_value = "60s", value_parser = crate::config::duration_arg)]
     timeout: Duration,
-    /// How long simulated Pods take to become Ready.
+    /// How long simulated Pods take to become Ready (emulator only).
     #[arg(long, default_value = "300ms", value_parser = crate::config::parse_duration)]
     pod_ready_delay: Duration,
+    #[command(flatten)]
+    backend: crate::cli::sandbox::BackendArgs,
 }
 
 /// The demo's clusters, set up: the CRD installed in each, the layers' namespaces created, the
 /// kubeconfig and the federation configuration written to a temporary directory.
 pub struct DemoWorld {
-    pub sandbox: Sandbox,
+    /// The clusters, of either backend.
+    pub sandbox: Clusters,
     pub config: Config,
     pub pool: ClientPool,
     dir: tempfile::TempDir,
 }
 
 impl DemoWorld {
-    /// Starts the clusters and sets them up. Pods become Ready `pod_ready_delay` after they are
-    /// scheduled.
+    /// Starts the clusters on the emulator and sets them up. Pods become Ready
+    /// `pod_ready_delay` after they are scheduled.
     pub async fn start(pod_ready_delay: Duration) -> anyhow::Result<DemoWorld> {
+        DemoWorld::start_on(Backend::Emulator, None, pod_ready_delay).await
+    }
+
+    /// Starts the clusters on `backend` (the real one from `kube_bin`, default its cache) and
+    /// sets them up.
+    pub async fn start_on(
+        backend: Backend,
+        kube_bin: Option<PathBuf>,
+        pod_ready_delay: Duration,
+    ) -> anyhow::Result<DemoWorld> {
         let (context, cluster, namespace) = STAGING;
-        let sandbox = Sandbox::start(SandboxOptions {
-            contexts: vec![ExtraContext {
-                name: context.to_string(),
-                cluster: cluster.to_string(),
-                namespace: Some(namespace.to_string()),
-            }],
-            pod_ready_delay,
-            ..SandboxOptions::clusters(CLUSTERS)
-        })
+        let sandbox = Clusters::start(
+            backend,
+            SandboxOptions {
+                contexts: vec![ExtraContext {
+                    name: context.to_string(),
+                    cluster: cluster.to_string(),
+                    namespace: Some(namespace.to_string()),
+                }],
+                pod_ready_delay,
+                ..SandboxOptions::clusters(CLUSTERS)
+            },
+            kube_bin,
+        )
         .await
         .context("starting the sandbox clusters failed")?;
         let dir = tempfile::Builder::new()
@@ -356,7 +373,12 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
     block_on(async move {
         let started = Instant::now();
         let zone = TimeZone::system();
-        let world = DemoWorld::start(args.pod_ready_delay).await?;
+        let world = DemoWorld::start_on(
+            args.backend.backend,
+            args.backend.kube_bin.clone(),
+            args.pod_ready_delay,
+        )
+        .await?;
         let federation = Federation {
             config: world.config.clone(),
             pool: world.pool.clone(),
@@ -364,8 +386,8 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
         println!(
             "comb demo: sandbox clusters prod ({}) and dev ({}); layers prod, staging (namespace \
              staging on prod's server) and dev; the example Combs of examples/combs",
-            world.sandbox.cluster("prod")?.url(),
-            world.sandbox.cluster("dev")?.url(),
+            world.sandbox.url("prod")?,
+            world.sandbox.url("dev")?,
         );
         let controller = Controller::with_pool(
             world.config.clone(),

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
-use serde_json::json;
+use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 
 use super::common::block_on;
 
@@ -41,9 +40,26 @@ pub struct SandboxArgs {
     /// Where the kubeconfig is written (atomically, before `ready` is printed).
     #[arg(long, default_value = "sandbox.kubeconfig", value_name = "PATH")]
     kubeconfig: PathBuf,
-    /// How long a simulated Pod takes from being scheduled to Ready: `0`, `500ms`, `2s`, `1m30s`.
+    /// How long a simulated Pod takes from being scheduled to Ready: `0`, `500ms`, `2s`, `1m30s`
+    /// (emulator only; kwok makes Pods Ready at once).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pod_ready_delay: Duration,
+    #[command(flatten)]
+    backend: BackendArgs,
+}
+
+/// Which API servers run the clusters.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArgs {
+    /// `emulator` (in-process, starts in milliseconds) or `kube` (real etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler and kwok per cluster, from tests/kube/build;
+    /// always HTTPS).
+    #[arg(long, value_enum, default_value = "emulator", value_name = "BACKEND")]
+    pub backend: Backend,
+    /// Where the real backend's binaries are (default: $COMB_KUBE_BIN, else
+    /// ~/.cache/comb/kube/<versions>, where tests/kube/build puts them).
+    #[arg(long, value_name = "DIR")]
+    pub kube_bin: Option<PathBuf>,
 }
 
 /// `staging=prod/staging` or `admin=prod`.
@@ -114,10 +130,10 @@ async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         contexts: args.contexts.clone(),
         ..SandboxOptions::clusters(args.clusters.iter().cloned())
     };
-    let sandbox = Sandbox::start(options)
+    let sandbox = Clusters::start(args.backend.backend, options, args.backend.kube_bin.clone())
         .await
         .context("starting the sandbox clusters failed")?;
-    create_context_namespaces(&sandbox, &args.contexts)?;
+    create_context_namespaces(&sandbox, &args.contexts).await?;
     sandbox
         .write_kubeconfig(&args.kubeconfig)
         .with_context(|| {
@@ -128,8 +144,8 @@ async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         })?;
 
     let mut out = std::io::stdout().lock();
-    for cluster in sandbox.clusters() {
-        writeln!(out, "cluster {} {}", cluster.name(), cluster.url())?;
+    for (name, url) in sandbox.urls() {
+        writeln!(out, "cluster {name} {url}")?;
     }
     let path = std::path::absolute(&args.kubeconfig).unwrap_or_else(|_| args.kubeconfig.clone());
     writeln!(out, "kubeconfig {}", path.display())?;
@@ -144,26 +160,16 @@ async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The namespaces extra contexts default to exist, so the contexts are usable at once.
-fn create_context_namespaces(sandbox: &Sandbox, contexts: &[ExtraContext]) -> anyhow::Result<()> {
+pub async fn create_context_namespaces(
+    sandbox: &Clusters,
+    contexts: &[ExtraContext],
+) -> anyhow::Result<()> {
     for context in contexts {
-        let Some(namespace) = &context.namespace else {
-            continue;
-        };
-        let store = sandbox.cluster(&context.cluster)?.store();
-        let namespaces = store
-            .resource_type("", "Namespace")
-            .context("the sandbox serves no namespaces")?;
-        match store.create(&namespaces, None, json!({"metadata": {"name": namespace}})) {
-            Ok(_) => {}
-            Err(error) if error.reason == "AlreadyExists" => {}
-            Err(error) => {
-                return Err(error).with_context(|| {
-                    format!(
-                        "creating namespace {namespace} for context {} failed",
-                        context.name
-                    )
-                });
-            }
+        if let Some(namespace) = &context.namespace {
+            sandbox
+                .create_namespace(&context.cluster, namespace)
+                .await
+                .with_context(|| format!("creating the namespace of context {}", context.name))?;
         }
     }
     Ok(())

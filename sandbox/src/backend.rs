@@ -1,0 +1,139 @@
+//! One face for both backends: the emulator ([`Sandbox`]) and real control planes
+//! ([`RealSandbox`]), so `comb sandbox`, `comb demo` and the tests start either with the same
+//! options and get the same kubeconfig, contexts and test controls.
+
+use std::path::{Path, PathBuf};
+
+use comb_kubeconfigs::write::KubeconfigBuilder;
+
+use crate::controls::Controls;
+use crate::error::Result;
+use crate::real::{RealOptions, RealSandbox, default_bin_dir};
+use crate::sandbox::{Sandbox, SandboxOptions};
+
+/// Which API servers to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Backend {
+    /// The in-process emulator: starts in milliseconds.
+    #[default]
+    Emulator,
+    /// Real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok per
+    /// cluster, built by tests/kube/build.
+    Kube,
+}
+
+impl Backend {
+    /// `COMB_TEST_BACKEND` (`emulator` or `kube`), default the emulator.
+    pub fn from_env() -> Backend {
+        match std::env::var("COMB_TEST_BACKEND").as_deref() {
+            Ok("kube") => Backend::Kube,
+            _ => Backend::Emulator,
+        }
+    }
+}
+
+/// Running clusters of either backend.
+#[derive(Debug)]
+pub enum Clusters {
+    Emulator(Sandbox),
+    Kube(RealSandbox),
+}
+
+impl Clusters {
+    /// Starts `options.clusters` on `backend`. The real backend takes the binaries from
+    /// `bin_dir` (default [`default_bin_dir`]) and ignores the emulator's knobs (Pod delay,
+    /// HTTPS: it always serves HTTPS).
+    pub async fn start(
+        backend: Backend,
+        options: SandboxOptions,
+        bin_dir: Option<PathBuf>,
+    ) -> Result<Clusters> {
+        match backend {
+            Backend::Emulator => Ok(Clusters::Emulator(Sandbox::start(options).await?)),
+            Backend::Kube => Ok(Clusters::Kube(
+                RealSandbox::start(RealOptions {
+                    clusters: options.clusters,
+                    contexts: options.contexts,
+                    bin_dir: bin_dir.unwrap_or_else(default_bin_dir),
+                })
+                .await?,
+            )),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Clusters::Emulator(_) => Backend::Emulator,
+            Clusters::Kube(_) => Backend::Kube,
+        }
+    }
+
+    /// `(name, url)` of every cluster, in order.
+    pub fn urls(&self) -> Vec<(String, String)> {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox
+                .clusters()
+                .iter()
+                .map(|c| (c.name().to_string(), c.url()))
+                .collect(),
+            Clusters::Kube(real) => real
+                .clusters()
+                .iter()
+                .map(|c| (c.name().to_string(), c.url()))
+                .collect(),
+        }
+    }
+
+    /// The URL clients use for cluster `name`.
+    pub fn url(&self, name: &str) -> Result<String> {
+        match self {
+            Clusters::Emulator(sandbox) => Ok(sandbox.cluster(name)?.url()),
+            Clusters::Kube(real) => Ok(real.cluster(name)?.url()),
+        }
+    }
+
+    /// The test controls of cluster `name` (request counts, faults, partitions).
+    pub fn controls(&self, name: &str) -> Option<Controls> {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox.controls(name),
+            Clusters::Kube(real) => real.cluster(name).ok().map(|c| c.controls().clone()),
+        }
+    }
+
+    pub fn kubeconfig(&self) -> KubeconfigBuilder {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox.kubeconfig(),
+            Clusters::Kube(real) => real.kubeconfig(),
+        }
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<()> {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox.write_kubeconfig(path),
+            Clusters::Kube(real) => real.write_kubeconfig(path),
+        }
+    }
+
+    /// The emulator itself, for what only it offers (its store, in-process).
+    pub fn emulator(&self) -> Option<&Sandbox> {
+        match self {
+            Clusters::Emulator(sandbox) => Some(sandbox),
+            Clusters::Kube(_) => None,
+        }
+    }
+
+    /// Creates `namespace` in `cluster`; an existing one is fine.
+    pub async fn create_namespace(&self, cluster: &str, namespace: &str) -> Result<()> {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox.create_namespace(cluster, namespace),
+            Clusters::Kube(real) => real.create_namespace(cluster, namespace).await,
+        }
+    }
+
+    pub async fn shutdown(self) {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox.shutdown().await,
+            Clusters::Kube(real) => real.shutdown().await,
+        }
+    }
+}

@@ -1,0 +1,787 @@
+//! Real control planes, the oracle the emulator answers to (`comb sandbox --backend kube`).
+//!
+//! Per cluster: etcd, kube-apiserver (RBAC, TLS with the sandbox CA, a token user in
+//! `system:masters`), kube-controller-manager, kube-scheduler and kwok with one fake node whose
+//! Pods follow the sandbox's image conventions (`kwok-stages.yaml`), all on 127.0.0.1, all built
+//! by `tests/kube/build` into [`default_bin_dir`]. Clients reach each cluster through a proxy
+//! that serves the sandbox's `/_sandbox/` test controls and forwards everything else, so the
+//! kubeconfig, the contexts and the controls are the emulator's.
+//!
+//! Every process stops when the sandbox is dropped or shut down, and when comb dies
+//! ([`process`]); the data directories are temporary.
+
+pub mod process;
+pub mod provisioner;
+pub mod proxy;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use comb_kubeconfigs::write::KubeconfigBuilder;
+use http::{Method, Request, StatusCode};
+use http_body_util::BodyExt as _;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::controls::Controls;
+use crate::error::{Error, Result};
+use crate::sandbox::{ExtraContext, SANDBOX_USER, serve};
+use crate::tls::Authority;
+use process::Component;
+use proxy::{ApiClient, api_client, forwarding_router};
+
+/// The versions `tests/kube/build` builds by default; the cache directory is keyed by them.
+pub const KUBE_VERSION: &str = "1.37.2";
+pub const ETCD_VERSION: &str = "3.6.16";
+pub const KWOK_VERSION: &str = "0.8.0";
+pub const HELM_VERSION: &str = "3.22.0";
+
+/// The binaries a cluster needs.
+pub const BINARIES: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+];
+
+/// The stages that give kwok's Pods the sandbox's behaviour.
+const KWOK_STAGES: &str = include_str!("kwok-stages.yaml");
+
+/// The fake node every Pod is scheduled to, named like the emulator's.
+pub const NODE_NAME: &str = "sandbox-node";
+const NODE_IP: &str = "172.18.0.2";
+const SERVICE_CIDR: &str = "10.96.0.0/16";
+const POD_CIDR: &str = "10.244.0.0/16";
+
+/// How long one cluster may take to come up (kube-apiserver's first start migrates storage).
+const START_LIMIT: Duration = Duration::from_secs(120);
+
+/// `$COMB_KUBE_BIN`, else `~/.cache/comb/kube/<versions>` (where `tests/kube/build` puts them).
+pub fn default_bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("COMB_KUBE_BIN").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("comb").join("kube").join(format!(
+        "k8s-v{KUBE_VERSION}_etcd-v{ETCD_VERSION}_kwok-v{KWOK_VERSION}_helm-v{HELM_VERSION}"
+    ))
+}
+
+/// Why the real backend cannot start here, if it cannot: a binary missing from `dir`.
+pub fn missing_binary(dir: &Path) -> Option<Error> {
+    BINARIES
+        .iter()
+        .find(|binary| !dir.join(binary).is_file())
+        .map(|binary| Error::MissingBinary {
+            binary: binary.to_string(),
+            dir: dir.to_path_buf(),
+        })
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct RealOptions {
+    pub clusters: Vec<String>,
+    pub contexts: Vec<ExtraContext>,
+    pub bin_dir: PathBuf,
+}
+
+/// One running real cluster.
+#[derive(Clone)]
+pub struct RealCluster {
+    name: String,
+    /// The proxy clients use.
+    url: String,
+    /// kube-apiserver itself, behind the proxy.
+    api_url: String,
+    controls: Controls,
+}
+
+impl std::fmt::Debug for RealCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealCluster")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RealCluster {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// `https://127.0.0.1:PORT` of the proxy: what kubeconfigs name.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+    /// The kube-apiserver behind the proxy (no test controls on this one).
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+    /// The test controls of the proxy (request counts, faults, partitions).
+    pub fn controls(&self) -> &Controls {
+        &self.controls
+    }
+}
+
+/// Running real clusters; everything stops on [`RealSandbox::shutdown`] or drop.
+pub struct RealSandbox {
+    clusters: Vec<RealCluster>,
+    contexts: Vec<ExtraContext>,
+    ca_pem: String,
+    token: String,
+    client: ApiClient,
+    components: Vec<Component>,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for RealSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealSandbox")
+            .field("clusters", &self.clusters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RealSandbox {
+    /// Starts every cluster (in parallel) and waits until each serves, has its controllers
+    /// running and its node Ready.
+    pub async fn start(options: RealOptions) -> Result<RealSandbox> {
+        crate::SandboxOptions {
+            clusters: options.clusters.clone(),
+            contexts: options.contexts.clone(),
+            ..crate::SandboxOptions::default()
+        }
+        .check()?;
+        if let Some(missing) = missing_binary(&options.bin_dir) {
+            return Err(missing);
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("comb-kube-")
+            .tempdir()
+            .map_err(|source| Error::Io {
+                what: "creating the clusters' data directory".into(),
+                source,
+            })?;
+        let authority = Arc::new(Authority::generate()?);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let client = api_client(authority.der())?;
+        let shutdown = CancellationToken::new();
+        let starts = options.clusters.iter().map(|name| {
+            let setup = ClusterSetup {
+                name: name.clone(),
+                dir: dir.path().join(name),
+                bin_dir: options.bin_dir.clone(),
+                authority: authority.clone(),
+                token: token.clone(),
+                client: client.clone(),
+            };
+            let shutdown = shutdown.clone();
+            async move { setup.start(shutdown).await }
+        });
+        let mut clusters = Vec::new();
+        let mut components = Vec::new();
+        let mut tasks = Vec::new();
+        let mut first_error = None;
+        for started in futures::future::join_all(starts).await {
+            match started {
+                Ok(started) => {
+                    clusters.push(started.cluster);
+                    components.extend(started.components);
+                    tasks.push(started.proxy);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        let sandbox = RealSandbox {
+            clusters,
+            contexts: options.contexts,
+            ca_pem: authority.pem(),
+            token,
+            client,
+            components,
+            shutdown,
+            tasks,
+            _dir: dir,
+        };
+        match first_error {
+            Some(error) => {
+                sandbox.shutdown().await;
+                Err(error)
+            }
+            None => Ok(sandbox),
+        }
+    }
+
+    pub fn clusters(&self) -> &[RealCluster] {
+        &self.clusters
+    }
+
+    pub fn cluster(&self, name: &str) -> Result<&RealCluster> {
+        self.clusters
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| Error::UnknownCluster {
+                name: name.to_string(),
+                known: self
+                    .clusters
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// The CA that signs the proxies' and the kube-apiservers' certificates.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The bearer token of the `system:masters` user every context uses.
+    pub fn admin_token(&self) -> &str {
+        &self.token
+    }
+
+    /// The kubeconfig: a context per cluster (the first is current), then the extra contexts;
+    /// servers are the proxies.
+    pub fn kubeconfig(&self) -> KubeconfigBuilder {
+        let mut builder = KubeconfigBuilder::new().token_user(SANDBOX_USER, &self.token);
+        for cluster in &self.clusters {
+            builder = builder
+                .cluster(&cluster.name, &cluster.url, Some(&self.ca_pem))
+                .context(&cluster.name, &cluster.name, SANDBOX_USER, None);
+        }
+        for extra in &self.contexts {
+            builder = builder.context(
+                &extra.name,
+                &extra.cluster,
+                SANDBOX_USER,
+                extra.namespace.as_deref(),
+            );
+        }
+        if let Some(first) = self.clusters.first() {
+            builder = builder.current_context(&first.name);
+        }
+        builder
+    }
+
+    /// Writes the kubeconfig atomically.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<()> {
+        self.kubeconfig()
+            .write_atomic(path)
+            .map_err(|source| Error::WriteKubeconfig {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+
+    /// Creates namespace `namespace` in `cluster` (an existing one is fine).
+    pub async fn create_namespace(&self, cluster: &str, namespace: &str) -> Result<()> {
+        let cluster = self.cluster(cluster)?;
+        let body =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
+        let (status, answer) = api_request(
+            &self.client,
+            &self.token,
+            Method::POST,
+            &format!("{}/api/v1/namespaces", cluster.api_url),
+            Some(&body),
+        )
+        .await
+        .map_err(|message| Error::Io {
+            what: format!("creating namespace {namespace} in cluster {}", cluster.name),
+            source: std::io::Error::other(message),
+        })?;
+        if status.is_success() || status == StatusCode::CONFLICT {
+            return Ok(());
+        }
+        Err(Error::Io {
+            what: format!("creating namespace {namespace} in cluster {}", cluster.name),
+            source: std::io::Error::other(format!(
+                "{status}: {}",
+                answer["message"].as_str().unwrap_or_default()
+            )),
+        })
+    }
+
+    /// Stops the proxies and every process, and waits for them.
+    pub async fn shutdown(mut self) {
+        self.shutdown.cancel();
+        for task in std::mem::take(&mut self.tasks) {
+            let _ = task.await;
+        }
+        // Everything but etcd first, so that kube-apiserver shuts down with its storage there.
+        let (mut etcds, mut others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.components)
+            .into_iter()
+            .partition(|component| component.name == "etcd");
+        for group in [&mut others, &mut etcds] {
+            for component in group.iter_mut() {
+                component.stop();
+            }
+            for component in group.iter_mut() {
+                component.stop_and_wait(Duration::from_secs(10)).await;
+            }
+        }
+    }
+}
+
+impl Drop for RealSandbox {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// What starting one cluster needs.
+struct ClusterSetup {
+    name: String,
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    authority: Arc<Authority>,
+    token: String,
+    client: ApiClient,
+}
+
+struct Started {
+    cluster: RealCluster,
+    components: Vec<Component>,
+    proxy: JoinHandle<()>,
+}
+
+impl ClusterSetup {
+    fn io(&self, what: &str) -> impl FnOnce(std::io::Error) -> Error + use<> {
+        let what = format!("{what} for cluster {}", self.name);
+        move |source| Error::Io { what, source }
+    }
+
+    fn failed(&self, component: &Component, message: String) -> Error {
+        Error::ComponentFailed {
+            cluster: self.name.clone(),
+            component: component.name.clone(),
+            message: format!("{message}; its log ends: {}", component.log_tail(12)),
+            log: component.log.clone(),
+        }
+    }
+
+    fn write(&self, file: &str, contents: &str) -> Result<PathBuf> {
+        let path = self.dir.join(file);
+        std::fs::write(&path, contents).map_err(self.io(&format!("writing {file}")))?;
+        Ok(path)
+    }
+
+    fn spawn(&self, name: &str, args: Vec<String>, cleanup: Option<&Path>) -> Result<Component> {
+        Component::spawn(
+            name,
+            &self.bin_dir.join(name),
+            &args,
+            &self.dir.join(format!("{name}.log")),
+            cleanup,
+        )
+    }
+
+    async fn start(self, shutdown: CancellationToken) -> Result<Started> {
+        std::fs::create_dir_all(&self.dir).map_err(self.io("creating the data directory"))?;
+        let mut components = Vec::new();
+        let outcome = self.start_components(&mut components, shutdown).await;
+        match outcome {
+            Ok((cluster, proxy)) => Ok(Started {
+                cluster,
+                components,
+                proxy,
+            }),
+            Err(error) => {
+                for component in &mut components {
+                    component.stop_and_wait(Duration::from_secs(10)).await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn start_components(
+        &self,
+        components: &mut Vec<Component>,
+        shutdown: CancellationToken,
+    ) -> Result<(RealCluster, JoinHandle<()>)> {
+        let [etcd_port, peer_port, api_port] = free_ports()?;
+        let ca = self.write("ca.crt", &self.authority.pem())?;
+        let serving = self.authority.issue(
+            &[
+                "127.0.0.1",
+                "localhost",
+                "10.96.0.1",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+            "kube-apiserver",
+        )?;
+        let cert = self.write("apiserver.crt", &serving.certificate)?;
+        let key = self.write("apiserver.key", &serving.key)?;
+        // kube-apiserver verifies tokens with the public half, signs them with the private one.
+        let service_accounts = rcgen::KeyPair::generate()?;
+        let sa_key = self.write("sa.key", &service_accounts.serialize_pem())?;
+        let sa_pub = self.write("sa.pub", &service_accounts.public_key_pem())?;
+        let tokens = self.write(
+            "tokens.csv",
+            &format!("{},admin,admin,\"system:masters\"\n", self.token),
+        )?;
+        let api_url = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = self.dir.join("kubeconfig");
+        KubeconfigBuilder::new()
+            .token_user("admin", &self.token)
+            .cluster(&self.name, &api_url, Some(&self.authority.pem()))
+            .context(&self.name, &self.name, "admin", None)
+            .current_context(&self.name)
+            .write_atomic(&kubeconfig)
+            .map_err(self.io("writing the components' kubeconfig"))?;
+        let stages = self.write("kwok-stages.yaml", KWOK_STAGES)?;
+        let path = |p: &Path| p.display().to_string();
+
+        let etcd_data = self.dir.join("etcd");
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        components.push(self.spawn(
+            "etcd",
+            vec![
+                format!("--name={}", self.name),
+                format!("--data-dir={}", path(&etcd_data)),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster={}={peer_url}", self.name),
+                "--log-level=warn".into(),
+                "--unsafe-no-fsync".into(),
+            ],
+            // etcd stops last: its watchdog removes the cluster's directory, also when comb was
+            // killed and could not remove it itself.
+            Some(&self.dir),
+        )?);
+        self.wait_until(components, 0, "etcd to be healthy", || async {
+            plain_get(&format!("{etcd_url}/health"))
+                .await
+                .is_some_and(|(_, health)| health["health"] == "true")
+        })
+        .await?;
+
+        components.push(self.spawn(
+            "kube-apiserver",
+            vec![
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", path(&self.dir)),
+                format!("--tls-cert-file={}", path(&cert)),
+                format!("--tls-private-key-file={}", path(&key)),
+                format!("--client-ca-file={}", path(&ca)),
+                format!("--token-auth-file={}", path(&tokens)),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", path(&sa_pub)),
+                format!("--service-account-signing-key-file={}", path(&sa_key)),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+            ],
+            None,
+        )?);
+        self.wait_until(components, 1, "kube-apiserver to be ready", || async {
+            self.get_json(&format!("{api_url}/readyz"))
+                .await
+                .is_some_and(|(status, _)| status == StatusCode::OK)
+        })
+        .await?;
+
+        let kubeconfig_flag = format!("--kubeconfig={}", path(&kubeconfig));
+        components.push(self.spawn(
+            "kube-controller-manager",
+            vec![
+                kubeconfig_flag.clone(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                format!("--service-account-private-key-file={}", path(&sa_key)),
+                format!("--root-ca-file={}", path(&ca)),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                "--use-service-account-credentials=false".into(),
+            ],
+            None,
+        )?);
+        components.push(self.spawn(
+            "kube-scheduler",
+            vec![
+                kubeconfig_flag.clone(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+            ],
+            None,
+        )?);
+        components.push(self.spawn(
+            "kwok",
+            vec![
+                kubeconfig_flag,
+                format!("--config={}", path(&stages)),
+                "--manage-all-nodes=false".into(),
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
+                format!("--cidr={POD_CIDR}"),
+                format!("--node-ip={NODE_IP}"),
+                // The node keeps Ready by renewing its Lease; without it, kube-controller-manager
+                // marks the node NotReady after 40 s and its Pods unready.
+                "--node-lease-duration-seconds=40".into(),
+            ],
+            None,
+        )?);
+        self.create_node(&api_url).await?;
+        self.wait_until(components, 4, "the kwok node to be Ready", || async {
+            self.get_json(&format!("{api_url}/api/v1/nodes/{NODE_NAME}"))
+                .await
+                .is_some_and(|(_, node)| {
+                    node["status"]["conditions"]
+                        .as_array()
+                        .is_some_and(|conditions| {
+                            conditions
+                                .iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        })
+                })
+        })
+        .await?;
+        // The controller-manager is up once it made the default ServiceAccount.
+        self.wait_until(
+            components,
+            2,
+            "the default ServiceAccount (made by kube-controller-manager)",
+            || async {
+                self.get_json(&format!(
+                    "{api_url}/api/v1/namespaces/default/serviceaccounts/default"
+                ))
+                .await
+                .is_some_and(|(status, _)| status == StatusCode::OK)
+            },
+        )
+        .await?;
+
+        let controls = Controls::new();
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|source| Error::Bind {
+                cluster: self.name.clone(),
+                source,
+            })?;
+        let address = listener.local_addr().map_err(|source| Error::Bind {
+            cluster: self.name.clone(),
+            source,
+        })?;
+        let router = controls.wrap(forwarding_router(
+            self.client.clone(),
+            format!("127.0.0.1:{api_port}"),
+        ));
+        let acceptor = TlsAcceptor::from(self.authority.server_config()?);
+        tokio::spawn(provisioner::run(
+            self.client.clone(),
+            self.token.clone(),
+            api_url.clone(),
+            shutdown.clone(),
+        ));
+        let proxy = tokio::spawn(serve(listener, router, Some(acceptor), shutdown));
+        Ok((
+            RealCluster {
+                name: self.name.clone(),
+                url: format!("https://{address}"),
+                api_url,
+                controls,
+            },
+            proxy,
+        ))
+    }
+
+    /// Polls `ready` until it holds; fails at once when the component `index` exited, and after
+    /// [`START_LIMIT`].
+    async fn wait_until<F, Fut>(
+        &self,
+        components: &mut [Component],
+        index: usize,
+        what: &str,
+        ready: F,
+    ) -> Result<()>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = tokio::time::Instant::now() + START_LIMIT;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            if ready().await {
+                return Ok(());
+            }
+            let component = &mut components[index];
+            if let Some(status) = component.exited() {
+                return Err(self.failed(component, format!("it exited ({status})")));
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(self.failed(
+                    component,
+                    format!("waited {}s for {what}", START_LIMIT.as_secs()),
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// The fake node kwok manages, with room for every Pod a test makes.
+    async fn create_node(&self, api_url: &str) -> Result<()> {
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": NODE_NAME,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
+                           "kubernetes.io/arch": "amd64", "type": "kwok"}
+            },
+            "status": {
+                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "1000"},
+                "capacity": {"cpu": "64", "memory": "256Gi", "pods": "1000"}
+            }
+        });
+        let (status, answer) = self
+            .request(
+                Method::POST,
+                &format!("{api_url}/api/v1/nodes"),
+                Some(&node),
+            )
+            .await
+            .map_err(|message| Error::ComponentFailed {
+                cluster: self.name.clone(),
+                component: "kube-apiserver".into(),
+                message: format!("creating the node failed: {message}"),
+                log: self.dir.join("kube-apiserver.log"),
+            })?;
+        if status.is_success() || status == StatusCode::CONFLICT {
+            return Ok(());
+        }
+        Err(Error::ComponentFailed {
+            cluster: self.name.clone(),
+            component: "kube-apiserver".into(),
+            message: format!(
+                "creating the node answered {status}: {}",
+                answer["message"].as_str().unwrap_or_default()
+            ),
+            log: self.dir.join("kube-apiserver.log"),
+        })
+    }
+
+    /// `GET url` as JSON with the admin token; `None` when it does not answer.
+    async fn get_json(&self, url: &str) -> Option<(StatusCode, Value)> {
+        self.request(Method::GET, url, None).await.ok()
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+    ) -> std::result::Result<(StatusCode, Value), String> {
+        api_request(&self.client, &self.token, method, url, body).await
+    }
+}
+
+/// One JSON request with the admin token, answered within 10 s.
+async fn api_request(
+    client: &ApiClient,
+    token: &str,
+    method: Method,
+    url: &str,
+    body: Option<&Value>,
+) -> std::result::Result<(StatusCode, Value), String> {
+    let request = Request::builder()
+        .method(method)
+        .uri(url)
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json")
+        .body(Body::from(body.map(Value::to_string).unwrap_or_default()))
+        .map_err(|error| error.to_string())?;
+    let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
+        .await
+        .map_err(|_| "no answer in 10s".to_string())?
+        .map_err(|error| error.to_string())?;
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|error| error.to_string())?
+        .to_bytes();
+    Ok((
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    ))
+}
+
+/// `GET` over plain HTTP (etcd's health), with a short deadline.
+async fn plain_get(url: &str) -> Option<(StatusCode, Value)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let rest = url.strip_prefix("http://")?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(authority).await.ok()?;
+        let request =
+            format!("GET /{path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.ok()?;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let code: u16 = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        Some((
+            StatusCode::from_u16(code).ok()?,
+            serde_json::from_str(body.trim()).unwrap_or(Value::Null),
+        ))
+    };
+    tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Three free ports on 127.0.0.1 (bound, then released, for the components to take).
+fn free_ports() -> Result<[u16; 3]> {
+    let bind = || {
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|source| Error::Io {
+            what: "finding a free port".into(),
+            source,
+        })
+    };
+    let listeners = [bind()?, bind()?, bind()?];
+    let port = |l: &std::net::TcpListener| {
+        l.local_addr()
+            .map(|a| a.port())
+            .map_err(|source| Error::Io {
+                what: "finding a free port".into(),
+                source,
+            })
+    };
+    Ok([
+        port(&listeners[0])?,
+        port(&listeners[1])?,
+        port(&listeners[2])?,
+    ])
+}

@@ -1,0 +1,126 @@
+//! The processes of a real control plane: each runs under a small `sh` watchdog that ends it
+//! when comb closes the watchdog's stdin, and so also when comb dies (the kernel closes the
+//! pipe then), which `kill_on_drop` cannot promise; the data directory goes with it.
+//!
+//! Why a watchdog and not `PR_SET_PDEATHSIG`: setting that needs `pre_exec`, which is unsafe
+//! code, and the workspace forbids it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::error::{Error, Result};
+
+/// Runs `"$@"`, and ends it (TERM, then KILL after 5 s) once stdin reads EOF; removes `$1` (a
+/// directory, may be empty) when the process is gone. Stdin is kept on fd 3 because `sh` gives
+/// a background job `/dev/null` as its stdin. The reader ignores INT, TERM and HUP: a Ctrl-C
+/// (or `timeout`) signals the whole process group, and the watchdog must outlive it to make
+/// sure a component that hangs in its graceful shutdown is killed.
+const WATCHDOG: &str = r#"cleanup=$1; shift
+exec 3<&0
+"$@" </dev/null 3<&- &
+child=$!
+( trap '' INT TERM HUP; read -r _ <&3; kill -TERM "$child" 2>/dev/null; i=0
+  while kill -0 "$child" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL "$child" 2>/dev/null ) &
+reader=$!
+wait "$child"; status=$?
+kill "$reader" 2>/dev/null
+[ -n "$cleanup" ] && rm -rf "$cleanup"
+exit "$status""#;
+
+/// One running component of a cluster.
+pub struct Component {
+    pub name: String,
+    pub log: PathBuf,
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl std::fmt::Debug for Component {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Component")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Component {
+    /// Starts `binary args` with its output in `log`; `cleanup` is removed when it ends.
+    pub fn spawn(
+        name: &str,
+        binary: &Path,
+        args: &[String],
+        log: &Path,
+        cleanup: Option<&Path>,
+    ) -> Result<Component> {
+        let io = |what: &str| {
+            let what = format!("{what} for {name}");
+            move |source| Error::Io { what, source }
+        };
+        let output = std::fs::File::create(log).map_err(io("creating the log file"))?;
+        let errors = output.try_clone().map_err(io("opening the log file"))?;
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("comb-watchdog")
+            .arg(cleanup.map(Path::as_os_str).unwrap_or_default())
+            .arg(binary)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(output)
+            .stderr(errors)
+            .spawn()
+            .map_err(io("starting"))?;
+        let stdin = child.stdin.take();
+        Ok(Component {
+            name: name.to_string(),
+            log: log.to_path_buf(),
+            child,
+            stdin,
+        })
+    }
+
+    /// Whether the process has ended already (a component that exits at start).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Asks the component to stop (its watchdog sends TERM).
+    pub fn stop(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Stops it and waits until it is gone (at most `limit`, then it is killed).
+    pub async fn stop_and_wait(&mut self, limit: Duration) {
+        self.stop();
+        if tokio::time::timeout(limit, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+        }
+    }
+
+    /// The last lines of its log, for an error message.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.log, lines)
+    }
+}
+
+impl Drop for Component {
+    fn drop(&mut self) {
+        // Closing stdin is all it takes: the watchdog ends the process.
+        self.stdin = None;
+    }
+}
+
+/// The last `lines` lines of a file, joined with ` | ` to fit one message.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join(" | ")
+}
