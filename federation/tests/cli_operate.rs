@@ -8,6 +8,12 @@ use cli_support::{ConvergedDemo, run};
 
 #[test]
 fn logs_restart_and_stop_on_the_converged_demo() {
+    if !comb_sandbox::emulator_only(
+        "cli_operate::logs_restart_and_stop_on_the_converged_demo",
+        "container logs are the emulator's (kwok serves none)",
+    ) {
+        return;
+    }
     let mut demo = ConvergedDemo::start();
 
     let logs = demo.ok(&["logs", "prod:nats", "--lines", "5"]);

@@ -27,9 +27,13 @@ async fn run_once(world: &DemoWorld, extra: &[&str]) -> (i32, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_once_exit_codes() {
-    let world = DemoWorld::start(Duration::from_millis(50))
-        .await
-        .expect("the demo's clusters start");
+    let world = DemoWorld::start_on(
+        comb_sandbox::Backend::from_env(),
+        None,
+        Duration::from_millis(50),
+    )
+    .await
+    .expect("the demo's clusters start");
     world.apply_examples().await.expect("the examples apply");
 
     // A timeout shorter than any Pod takes to become Ready: exit 1.

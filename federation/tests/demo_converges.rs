@@ -40,7 +40,16 @@ fn is_transition(line: &str) -> bool {
 
 #[test]
 fn the_demo_converges_with_the_expected_via_chains() {
-    let output = comb().arg("demo").output().expect("comb demo runs");
+    let output = comb()
+        .args([
+            "demo",
+            "--backend",
+            cli_support::backend(),
+            "--timeout",
+            "180s",
+        ])
+        .output()
+        .expect("comb demo runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -14,6 +14,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use comb_api::Comb;
 use comb_federation::cli::demo::DemoWorld;
+use comb_sandbox::Backend;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -54,9 +55,8 @@ fn http(url: &str, method: &str, path: &str, body: &str) -> String {
 }
 
 fn fault(world: &DemoWorld, cluster: &str, fault: Value) {
-    let url = world.sandbox.url(cluster).expect("cluster");
-    let response = http(&url, "POST", "/_sandbox/faults", &fault.to_string());
-    assert!(response.starts_with("HTTP/1.1 201"), "{response}");
+    let controls = world.sandbox.controls(cluster).expect("controls");
+    controls.inject(serde_json::from_value(fault).expect("a fault"));
 }
 
 fn comb_cli(world: &DemoWorld, args: &[&str]) -> String {
@@ -98,7 +98,7 @@ async fn phase(world: &DemoWorld, context: &str, name: &str) -> Option<(String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_value_reaches_no_log_status_event_cli_output_or_admin_endpoint() {
-    let world = DemoWorld::start(Duration::from_millis(50))
+    let world = DemoWorld::start_on(Backend::from_env(), None, Duration::from_millis(50))
         .await
         .expect("the demo's clusters start");
     world.apply_examples().await.expect("the examples apply");
@@ -201,10 +201,10 @@ async fn a_secret_value_reaches_no_log_status_event_cli_output_or_admin_endpoint
         }
         if settled {
             // A partition of prod, healed: dev's borrower loses and finds its upstream again.
-            let url = world.sandbox.url("prod").unwrap();
-            assert!(http(&url, "POST", "/_sandbox/partition", "").starts_with("HTTP/1.1 200"));
+            let controls = world.sandbox.controls("prod").unwrap();
+            controls.partition();
             tokio::time::sleep(Duration::from_secs(2)).await;
-            assert!(http(&url, "POST", "/_sandbox/heal", "").starts_with("HTTP/1.1 200"));
+            controls.heal();
             partitioned = true;
         }
         assert!(
@@ -222,9 +222,8 @@ async fn a_secret_value_reaches_no_log_status_event_cli_output_or_admin_endpoint
 
     // Every fault was met.
     for cluster in ["prod", "dev"] {
-        let url = world.sandbox.url(cluster).unwrap();
-        let faults = http(&url, "GET", "/_sandbox/faults", "");
-        assert!(faults.trim_end().ends_with("[]"), "{cluster}: {faults}");
+        let faults = world.sandbox.controls(cluster).unwrap().faults();
+        assert!(faults.is_empty(), "{cluster}: {faults:?}");
     }
 
     let mut places: Vec<(String, String)> = Vec::new();

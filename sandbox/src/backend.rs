@@ -32,6 +32,17 @@ impl Backend {
     }
 }
 
+/// For a test that needs what only the emulator has (its store, its container logs, its Pod
+/// delay): whether it may run on the backend `COMB_TEST_BACKEND` names. When not, it says why
+/// on stderr and in `$COMB_SKIP_LOG` (which `.ci/run` prints in its summary).
+pub fn emulator_only(test: &str, why: &str) -> bool {
+    if Backend::from_env() == Backend::Emulator {
+        return true;
+    }
+    crate::real::record_skip(&format!("{test}: skipped on the real backend: {why}"));
+    false
+}
+
 /// Running clusters of either backend.
 #[derive(Debug)]
 pub enum Clusters {

@@ -2,8 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
@@ -14,6 +13,14 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The `comb` binary of this build.
 pub fn comb() -> Command {
     Command::new(env!("CARGO_BIN_EXE_comb"))
+}
+
+/// `--backend`'s value for the backend `COMB_TEST_BACKEND` names.
+pub fn backend() -> &'static str {
+    match comb_sandbox::Backend::from_env() {
+        comb_sandbox::Backend::Kube => "kube",
+        comb_sandbox::Backend::Emulator => "emulator",
+    }
 }
 
 /// `comb <args>`: its exit code, stdout and stderr.
@@ -41,9 +48,22 @@ pub struct ConvergedDemo {
 }
 
 impl ConvergedDemo {
+    /// `comb demo --follow` on the backend `COMB_TEST_BACKEND` names (the emulator by default).
     pub fn start() -> ConvergedDemo {
+        let backend = match comb_sandbox::Backend::from_env() {
+            comb_sandbox::Backend::Kube => "kube",
+            comb_sandbox::Backend::Emulator => "emulator",
+        };
         let mut child = comb()
-            .args(["demo", "--follow", "--pod-ready-delay", "50ms"])
+            .args([
+                "demo",
+                "--follow",
+                "--pod-ready-delay",
+                "50ms",
+                "--backend",
+                backend,
+            ])
+            .args(["--timeout", "180s"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -116,24 +136,48 @@ impl ConvergedDemo {
         assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
     }
 
-    /// `POST <path>` with a JSON body on a context's server (e.g. creating an object): the
-    /// response, status line first.
+    /// `POST <path>` with a JSON body on a context's server (e.g. creating an object), through
+    /// a kube client of the demo's kubeconfig, so on either backend: the response, status line
+    /// first.
     pub fn post(&self, context: &str, path: &str, body: &str) -> String {
-        let server = self.server(context);
-        let address = server.trim_start_matches("http://");
-        let mut stream = TcpStream::connect(address).expect("the sandbox server accepts");
-        write!(
-            stream,
-            "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .expect("the request is sent");
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .expect("the response reads");
-        response
+        let path_of_kubeconfig =
+            std::path::Path::new(&self.config).with_file_name("sandbox.kubeconfig");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let kubeconfig =
+                kube::config::Kubeconfig::read_from(&path_of_kubeconfig).expect("the kubeconfig");
+            let options = kube::config::KubeConfigOptions {
+                context: Some(context.to_string()),
+                ..Default::default()
+            };
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .expect("a client configuration");
+            let client = kube::Client::try_from(config).expect("a client");
+            let request = http::Request::post(path)
+                .header("Content-Type", "application/json")
+                .body(body.as_bytes().to_vec())
+                .expect("a request");
+            match client.send(request.map(kube::client::Body::from)).await {
+                Ok(response) => {
+                    let status = response.status();
+                    let bytes = http_body_util::BodyExt::collect(response.into_body())
+                        .await
+                        .map(|b| b.to_bytes())
+                        .unwrap_or_default();
+                    format!(
+                        "HTTP/1.1 {} {}\r\n\r\n{}",
+                        status.as_u16(),
+                        status.canonical_reason().unwrap_or_default(),
+                        String::from_utf8_lossy(&bytes)
+                    )
+                }
+                Err(error) => format!("HTTP/1.1 000 no answer: {error}"),
+            }
+        })
     }
 
     pub fn pid(&self) -> u32 {

@@ -88,6 +88,32 @@ pub fn missing_binary(dir: &Path) -> Option<Error> {
         })
 }
 
+/// For tests of the real backend: whether its binaries are here. When they are not, the test
+/// should return at once; this says why on stderr and, when `$COMB_SKIP_LOG` names a file,
+/// appends `<test>: <reason>` to it, which `.ci/run` prints in its summary.
+pub fn available_or_skip(test: &str) -> bool {
+    let Some(missing) = missing_binary(&default_bin_dir()) else {
+        return true;
+    };
+    record_skip(&format!("{test}: skipped on the real backend: {missing}"));
+    false
+}
+
+/// Says why a test is skipped: on stderr, and in `$COMB_SKIP_LOG` when set.
+pub fn record_skip(line: &str) {
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("COMB_SKIP_LOG") {
+        use std::io::Write as _;
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+}
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct RealOptions {

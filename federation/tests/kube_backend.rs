@@ -1,0 +1,186 @@
+//! The real-Kubernetes backend through the binary: `comb sandbox --backend kube` starts real
+//! control planes behind the sandbox's proxy (the same contexts, `ready` line and `/_sandbox/`
+//! controls as the emulator), kubectl meets a real kube-apiserver, and `comb demo --backend
+//! kube` converges with the emulator's via chains. Skipped, with the reason, where
+//! `tests/kube/build` has not built the binaries.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli_support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cli_support::{comb, row};
+use comb_sandbox::real::{KUBE_VERSION, available_or_skip};
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+#[test]
+fn comb_sandbox_on_the_real_backend_serves_kubectl_with_the_sandbox_controls() {
+    if !available_or_skip("kube_backend::comb_sandbox_on_the_real_backend") {
+        return;
+    }
+    if Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: kubectl is not installed");
+        assert!(std::env::var("CI").is_err(), "CI installs kubectl");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kube.kubeconfig");
+    let mut sandbox = comb()
+        .args(["sandbox", "--backend", "kube", "--clusters", "prod,dev"])
+        .args(["--context", "staging=prod/staging", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("comb sandbox starts");
+    let stdout = sandbox.stdout.take().unwrap();
+    let started = Instant::now();
+    let lines: Vec<String> = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .take_while(|line| line != "ready")
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("cluster prod https://127.0.0.1:")),
+        "{lines:?}"
+    );
+    eprintln!("the real backend was ready in {:?}", started.elapsed());
+
+    let (ok, version) = kubectl(&kubeconfig, &["version", "-o", "json"]);
+    assert!(ok, "{version}");
+    assert!(
+        version.contains(&format!("\"gitVersion\": \"v{KUBE_VERSION}\"")),
+        "a real kube-apiserver answers: {version}"
+    );
+    let (ok, nodes) = kubectl(
+        &kubeconfig,
+        &["--context", "dev", "get", "nodes", "-o", "name"],
+    );
+    assert!(ok && nodes.contains("node/sandbox-node"), "{nodes}");
+    let (ok, account) = kubectl(
+        &kubeconfig,
+        &[
+            "--context",
+            "staging",
+            "get",
+            "serviceaccount",
+            "default",
+            "-o",
+            "name",
+        ],
+    );
+    assert!(
+        ok,
+        "the context's namespace exists, with its ServiceAccount: {account}"
+    );
+
+    // The controls answer on the proxy: a fault, counted requests.
+    let fault = dir.path().join("fault.json");
+    std::fs::write(
+        &fault,
+        r#"{"method": "GET", "path": "/api/v1/namespaces", "status": 503, "count": 1, "message": "injected"}"#,
+    )
+    .unwrap();
+    let (ok, created) = kubectl(
+        &kubeconfig,
+        &[
+            "--context",
+            "prod",
+            "create",
+            "--raw",
+            "/_sandbox/faults",
+            "-f",
+            fault.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{created}");
+    let (ok, refused) = kubectl(&kubeconfig, &["--context", "prod", "get", "namespaces"]);
+    assert!(!ok && refused.contains("injected"), "{refused}");
+    let (ok, namespaces) = kubectl(&kubeconfig, &["--context", "prod", "get", "namespaces"]);
+    assert!(ok && namespaces.contains("staging"), "{namespaces}");
+    let (ok, requests) = kubectl(
+        &kubeconfig,
+        &["--context", "prod", "get", "--raw", "/_sandbox/requests"],
+    );
+    assert!(
+        ok && requests.contains("\"list namespaces\":2"),
+        "{requests}"
+    );
+
+    // SIGTERM stops everything.
+    Command::new("kill")
+        .args(["-TERM", &sandbox.id().to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = sandbox.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "comb sandbox did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, _) = kubectl(
+        &kubeconfig,
+        &["--context", "prod", "--request-timeout", "2s", "get", "ns"],
+    );
+    assert!(!ok, "the clusters are gone");
+}
+
+#[test]
+fn the_demo_converges_on_the_real_backend_with_the_same_via_chains() {
+    if !available_or_skip("kube_backend::the_demo_converges_on_the_real_backend") {
+        return;
+    }
+    let output = comb()
+        .args(["demo", "--backend", "kube", "--timeout", "180s"])
+        .output()
+        .expect("comb demo runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for (layer, namespace, name, via) in [
+        ("staging", "staging", "db", "prod"),
+        ("dev", "platform", "db", "staging, prod"),
+        ("dev", "platform", "nats", "staging"),
+    ] {
+        let cells = row(&stdout, &[layer, namespace, name]);
+        assert_eq!(cells[4], "Running", "{cells:?}");
+        assert_eq!(cells[7], via, "{cells:?}");
+    }
+    let converged = stdout
+        .lines()
+        .find(|l| l.starts_with("Every Comb reached its expected phase"))
+        .unwrap_or_default();
+    eprintln!("real backend: {converged}");
+}
