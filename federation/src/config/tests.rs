@@ -447,4 +447,16 @@ fn hand_built_configs_are_checked() {
         config.check().unwrap_err().to_string(),
         "comb.yaml: layers[2].borrow.from: unknown layer \"qa\" (layers: prod, staging, dev)"
     );
+    let mut config = parse(FULL).unwrap();
+    config.layers[0].allow_cluster_scoped = vec![GroupKind::new("", "ConfigMap")];
+    config.layers[1].service_account = Some(ServiceAccountRef {
+        namespace: None,
+        name: "Writer".into(),
+    });
+    assert_eq!(
+        config.check().unwrap_err().to_string(),
+        "comb.yaml: layers[0].allowClusterScoped[0]: 'ConfigMap' is namespaced; allowClusterScoped names \
+         cluster-scoped Kinds (allowNamespaces says where namespaced ones may go); \
+         layers[1].serviceAccount: 'Writer' is no service account name (a DNS-1123 subdomain)"
+    );
 }

@@ -1,5 +1,6 @@
 //! One reconcile step of a Comb (reference §6): resolve -> enabled -> dependencies -> check ->
-//! the local or the upstream path -> publish endpoints -> record the status.
+//! the local or the upstream path -> publish endpoints -> record the status. Each path holds
+//! what it rendered to the layer's tenancy before its first write.
 //!
 //! A step never fails and never panics: every problem becomes a phase with the reference's
 //! reason and message, and the status is always recorded (written into the CR, or kept in the
