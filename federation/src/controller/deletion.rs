@@ -112,7 +112,7 @@ pub async fn cleanup(
             && !tenancy.allows_namespace(namespace, object_namespace)
         {
             let what = format!("{} {object_namespace}/{}", resource.kind, resource.name);
-            let why = tenancy.outside(object_namespace);
+            let why = tenancy.disallowed_namespace(object_namespace);
             info!(object = %what, "orphan: left {what} in place: {why}");
             continue;
         }

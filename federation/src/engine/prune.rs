@@ -194,7 +194,7 @@ pub fn plan_prune(
                     "left {} {namespace}/{} in place: {}",
                     orphan.kind,
                     orphan.name,
-                    tenancy.outside(namespace)
+                    tenancy.disallowed_namespace(namespace)
                 ));
             }
             Some(namespace) if is_namespaced(&key.group, &orphan.kind) => {

@@ -180,7 +180,7 @@ impl Tenancy {
     }
 
     /// Why nothing is deleted in `namespace` (for prune notes and cleanup logs).
-    pub fn outside(&self, namespace: &str) -> String {
+    pub fn disallowed_namespace(&self, namespace: &str) -> String {
         format!("{} does not allow namespace {namespace}", self.origin.who())
     }
 
@@ -362,7 +362,7 @@ mod tests {
         assert!(tenancy.allows_namespace("platform", "platform"));
         assert!(!tenancy.allows_namespace("platform", "other"));
         assert_eq!(
-            tenancy.outside("other"),
+            tenancy.disallowed_namespace("other"),
             "the engine's default tenancy does not allow namespace other"
         );
     }
