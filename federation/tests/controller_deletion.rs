@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Se
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";
+/// db writes a Namespace, which the layer has to allow.
+const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform], allowClusterScoped: [Namespace]}]";
 
 /// db: a Deployment, a Service, two PVCs (one marked keep) and a Namespace (cluster-scoped).
 fn db() -> Value {

@@ -1,11 +1,12 @@
 //! Pruning after a successful apply (reference §6.7): what a Comb no longer renders is deleted
 //! when it still carries both labels, left alone when it lost them, and never touched when it
-//! is cluster-scoped.
+//! is cluster-scoped. The layer allows the cluster-scoped Kinds these tests write.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod engine_support;
 
+use comb_federation::engine::tenancy::GroupKind;
 use engine_support::*;
 use serde_json::json;
 
@@ -91,7 +92,8 @@ async fn a_resource_that_lost_its_labels_is_left_alone() {
 
 #[tokio::test]
 async fn a_cluster_scoped_resource_is_left_in_place() {
-    let cluster = Cluster::start().await;
+    let mut cluster = Cluster::start().await;
+    cluster.set_tenancy(allowing_cluster_scoped(&[GroupKind::new("", "Namespace")]));
     let mut comb = cluster
         .comb(
             "nats",
@@ -131,8 +133,13 @@ async fn a_cluster_scoped_resource_is_left_in_place() {
     assert!(namespace_requests.is_empty(), "{namespace_requests:?}");
 }
 
-/// A CRD of the cluster-scoped kind `ClusterWidget` (group `example.com`), installed and served.
-async fn install_cluster_widgets(cluster: &Cluster) {
+/// A CRD of the cluster-scoped kind `ClusterWidget` (group `example.com`), installed and served,
+/// and a tenancy that allows writing ClusterWidgets.
+async fn install_cluster_widgets(cluster: &mut Cluster) {
+    cluster.set_tenancy(allowing_cluster_scoped(&[GroupKind::new(
+        "example.com",
+        "ClusterWidget",
+    )]));
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "clusterwidgets.example.com"},
@@ -172,8 +179,8 @@ fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::CombResource {
 
 #[tokio::test]
 async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_never_pruned() {
-    let cluster = Cluster::start().await;
-    install_cluster_widgets(&cluster).await;
+    let mut cluster = Cluster::start().await;
+    install_cluster_widgets(&mut cluster).await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -215,8 +222,8 @@ async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_neve
 #[tokio::test]
 async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_deletes_it() {
     // What an older comb recorded: unknown kinds counted as namespaced.
-    let cluster = Cluster::start().await;
-    install_cluster_widgets(&cluster).await;
+    let mut cluster = Cluster::start().await;
+    install_cluster_widgets(&mut cluster).await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -259,8 +266,8 @@ async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_del
 
 #[tokio::test]
 async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_says() {
-    let cluster = Cluster::start().await;
-    install_cluster_widgets(&cluster).await;
+    let mut cluster = Cluster::start().await;
+    install_cluster_widgets(&mut cluster).await;
     let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
         cluster.client.clone(),
         &kube::core::ApiResource::from_gvk_with_plural(

@@ -28,8 +28,11 @@ struct Inner {
     source: Source,
     /// Where the contexts come from, as error messages name it.
     origin: String,
-    clients: Mutex<HashMap<String, Client>>,
+    /// By context and the user the client impersonates (`None`: the configuration's own).
+    clients: Mutex<HashMap<ClientKey, Client>>,
 }
+
+type ClientKey = (String, Option<String>);
 
 enum Source {
     Kubeconfig(Box<Kubeconfig>),
@@ -203,7 +206,20 @@ impl ClientPool {
 
     /// The client of a context, built on first use and kept for the life of the pool.
     pub async fn client(&self, context: &str) -> Result<Client> {
-        if let Some(client) = self.cached(context) {
+        self.client_as(context, None).await
+    }
+
+    /// The client of a context that acts as `user` (header `Impersonate-User`), e.g.
+    /// `system:serviceaccount:apps:deployer`: the API server authorizes its requests as that
+    /// user, provided the configuration's own user may impersonate it. Built on first use and
+    /// kept, like [`ClientPool::client`].
+    pub async fn impersonating_client(&self, context: &str, user: &str) -> Result<Client> {
+        self.client_as(context, Some(user)).await
+    }
+
+    async fn client_as(&self, context: &str, user: Option<&str>) -> Result<Client> {
+        let key: ClientKey = (context.to_string(), user.map(str::to_string));
+        if let Some(client) = self.cached(&key) {
             return Ok(client);
         }
         let mut config = self.config(context).await?;
@@ -211,20 +227,26 @@ impl ClientPool {
         // would hold one Comb's step while its layer is down. The controller retries failed steps
         // with its own backoff and keeps the other layers going, so a request fails fast here.
         config.default_retry = false;
+        if let Some(user) = user {
+            config.auth_info.impersonate = Some(user.to_string());
+        }
         let client = Client::try_from(config).map_err(|error| Error::Build {
             context: context.to_string(),
-            message: error.to_string(),
+            message: match user {
+                Some(user) => format!("impersonating {user}: {error}"),
+                None => error.to_string(),
+            },
         })?;
         // Two first uses may race; the first stored client wins so that every caller shares it.
         let mut clients = self.lock_clients();
-        Ok(clients.entry(context.to_string()).or_insert(client).clone())
+        Ok(clients.entry(key).or_insert(client).clone())
     }
 
-    fn cached(&self, context: &str) -> Option<Client> {
-        self.lock_clients().get(context).cloned()
+    fn cached(&self, key: &ClientKey) -> Option<Client> {
+        self.lock_clients().get(key).cloned()
     }
 
-    fn lock_clients(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+    fn lock_clients(&self) -> std::sync::MutexGuard<'_, HashMap<ClientKey, Client>> {
         // The map is never left half-updated, so a panic elsewhere does not make it unusable.
         self.inner
             .clients
@@ -401,13 +423,30 @@ users:
     #[tokio::test]
     async fn clients_are_built_on_first_use_and_kept() {
         let (_dir, path, pool) = pool();
-        assert!(pool.cached("prod").is_none());
+        let key =
+            |context: &str, user: Option<&str>| (context.to_string(), user.map(str::to_string));
+        assert!(pool.cached(&key("prod", None)).is_none());
         pool.client("prod").await.expect("prod client");
         pool.client("prod").await.expect("prod client again");
         pool.clone().client("dev").await.expect("dev client");
-        let mut cached: Vec<String> = pool.lock_clients().keys().cloned().collect();
+        let deployer = "system:serviceaccount:apps:deployer";
+        pool.impersonating_client("prod", deployer)
+            .await
+            .expect("an impersonating prod client");
+        pool.impersonating_client("prod", deployer)
+            .await
+            .expect("the impersonating prod client again");
+        let mut cached: Vec<ClientKey> = pool.lock_clients().keys().cloned().collect();
         cached.sort();
-        assert_eq!(cached, ["dev", "prod"]);
+        assert_eq!(
+            cached,
+            [
+                key("dev", None),
+                key("prod", None),
+                key("prod", Some(deployer))
+            ],
+            "the impersonating client is kept beside the context's own"
+        );
 
         let Err(error) = pool.client("qa").await else {
             panic!("a client for a context that does not exist");
@@ -416,7 +455,7 @@ users:
             error.to_string(),
             format!("context qa is not in the kubeconfig {}", path.display())
         );
-        assert!(pool.cached("qa").is_none());
+        assert!(pool.cached(&key("qa", None)).is_none());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! | request | does |
 //! |---|---|
 //! | `GET /_sandbox/requests` | API requests counted by verb and resource: `{"list deployments.apps": 3, "get /version": 1}` |
+//! | `GET /_sandbox/requests/impersonated` | the same counts of the requests that carried `Impersonate-User`, by that user: `{"system:serviceaccount:apps:deployer": {"create configmaps": 1}}` |
 //! | `POST /_sandbox/requests/reset` | zeroes the counts |
 //! | `POST /_sandbox/faults` | `{"method": "GET", "path": "/apis/apps/v1/*", "verb": "list", "status": 500, "count": 2, "delayMs": 100}`: the next `count` matching API requests are delayed and/or answered with `status` as a `metav1.Status` |
 //! | `GET /_sandbox/faults` | the faults still armed |
@@ -16,6 +17,9 @@
 //! `deployments.apps/status`, `pods/log`); requests that name no resource (discovery,
 //! `/version`, `/openapi/v3`) count as `<verb> <path>`. Requests to `/_sandbox/` are not API
 //! requests: never counted, faulted or refused.
+//!
+//! The API server accepts `Impersonate-User` and serves the request as usual: the sandbox has no
+//! authorization, so the header is only counted, for tests that check who a client writes as.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -40,6 +44,8 @@ use crate::api_error::ApiError;
 use crate::sandbox::{ClusterExtension, ClusterHandle};
 
 const PREFIX: &str = "/_sandbox/";
+/// The header a client impersonates a user with (kube-apiserver's).
+const IMPERSONATE_USER: &str = "impersonate-user";
 /// The largest fault description accepted.
 const MAX_BODY: usize = 64 * 1024;
 
@@ -307,6 +313,8 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 
 struct State {
     requests: BTreeMap<String, u64>,
+    /// The counts of the requests with `Impersonate-User`, by that user.
+    impersonated: BTreeMap<String, BTreeMap<String, u64>>,
     faults: Vec<Fault>,
 }
 
@@ -336,6 +344,7 @@ impl Controls {
         Controls {
             state: Arc::new(Mutex::new(State {
                 requests: BTreeMap::new(),
+                impersonated: BTreeMap::new(),
                 faults: Vec::new(),
             })),
             partition: Arc::new(watch::Sender::new(false)),
@@ -368,8 +377,21 @@ impl Controls {
         self.lock().requests.values().sum()
     }
 
+    /// The API requests so far that impersonated `user` (header `Impersonate-User`), by
+    /// `<verb> <resource>`; they are in [`Controls::requests`] too.
+    pub fn requests_as(&self, user: &str) -> BTreeMap<String, u64> {
+        self.lock()
+            .impersonated
+            .get(user)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Zeroes every count, impersonated ones included.
     pub fn reset_requests(&self) {
-        self.lock().requests.clear();
+        let mut state = self.lock();
+        state.requests.clear();
+        state.impersonated.clear();
     }
 
     /// Arms a fault; faults are tried in the order they were armed.
@@ -410,8 +432,17 @@ impl Controls {
         })
     }
 
-    fn count(&self, info: &RequestInfo) {
-        *self.lock().requests.entry(info.key()).or_default() += 1;
+    fn count(&self, info: &RequestInfo, impersonated: Option<&str>) {
+        let mut state = self.lock();
+        *state.requests.entry(info.key()).or_default() += 1;
+        if let Some(user) = impersonated {
+            *state
+                .impersonated
+                .entry(user.to_string())
+                .or_default()
+                .entry(info.key())
+                .or_default() += 1;
+        }
     }
 
     /// Consumes one catch of the first fault that catches this request.
@@ -440,6 +471,9 @@ impl Controls {
             .to_string();
         match (method, path.as_str()) {
             (Method::GET, "requests") => json_response(StatusCode::OK, &json!(self.requests())),
+            (Method::GET, "requests/impersonated") => {
+                json_response(StatusCode::OK, &json!(self.lock().impersonated.clone()))
+            }
             (Method::POST, "requests/reset") => {
                 self.reset_requests();
                 json_response(StatusCode::OK, &json!({}))
@@ -484,7 +518,7 @@ impl Controls {
                 404,
                 "NotFound",
                 format!(
-                    "no sandbox control {method} {PREFIX}{other}; there are GET requests, POST requests/reset, GET|POST|DELETE faults, POST partition, POST heal"
+                    "no sandbox control {method} {PREFIX}{other}; there are GET requests, GET requests/impersonated, POST requests/reset, GET|POST|DELETE faults, POST partition, POST heal"
                 ),
             )),
         }
@@ -505,7 +539,11 @@ impl Controls {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
         let info = RequestInfo::parse(&method, &path, request.uri().query());
-        self.count(&info);
+        let impersonated = request
+            .headers()
+            .get(IMPERSONATE_USER)
+            .and_then(|value| value.to_str().ok());
+        self.count(&info, impersonated);
         if let Some(fault) = self.take_fault(&method, &path, &info) {
             if let Some(delay) = fault.delay_ms {
                 tokio::time::sleep(Duration::from_millis(delay)).await;

@@ -67,6 +67,7 @@ contexts:
                 .into_iter()
                 .map(|(layer, context)| (layer.to_string(), context.to_string()))
                 .collect(),
+            write_as: None,
         }
     }
 }

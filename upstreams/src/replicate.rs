@@ -248,6 +248,15 @@ pub(crate) async fn replicate(
         .client(&ctx.context)
         .await
         .map_err(|e| fail(e.to_string()))?;
+    // The copies are the Comb's resources: written as its layer's service account, if any.
+    let writer_client = match &ctx.write_as {
+        Some(user) => ctx
+            .pool
+            .impersonating_client(&ctx.context, user)
+            .await
+            .map_err(|e| fail(e.to_string()))?,
+        None => target_client.clone(),
+    };
     let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
 
     let mut copied = Vec::with_capacity(replicas.len());
@@ -259,6 +268,8 @@ pub(crate) async fn replicate(
             Api::namespaced_with(source_client.clone(), from_namespace, &resource);
         let target_api: Api<DynamicObject> =
             Api::namespaced_with(target_client.clone(), &ctx.namespace, &resource);
+        let writer_api: Api<DynamicObject> =
+            Api::namespaced_with(writer_client.clone(), &ctx.namespace, &resource);
         let source_place =
             format!("{kind} {name} in namespace {from_namespace} of context {from_context}");
         let target_place = format!(
@@ -301,7 +312,7 @@ pub(crate) async fn replicate(
             Write::Keep => Ok(()),
             Write::Create => {
                 let object = from_value(&desired, &target_place)?;
-                target_api
+                writer_api
                     .create(&PostParams::default(), &object)
                     .await
                     .map(drop)
@@ -309,7 +320,7 @@ pub(crate) async fn replicate(
             Write::Replace(resource_version) => {
                 let mut object = from_value(&desired, &target_place)?;
                 object.metadata.resource_version = resource_version;
-                target_api
+                writer_api
                     .replace(name, &PostParams::default(), &object)
                     .await
                     .map(drop)

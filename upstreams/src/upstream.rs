@@ -69,6 +69,10 @@ pub struct UpstreamContext {
     pub managed_by: String,
     /// The federation's layers: name -> kube context, for `layer: NAME` (empty outside one).
     pub layers: BTreeMap<String, String>,
+    /// The user writes into the Comb's namespace impersonate (its layer's `serviceAccount`,
+    /// `system:serviceaccount:<namespace>:<name>`); `None`: the context's own user. Reads keep
+    /// the context's own user.
+    pub write_as: Option<String>,
 }
 
 impl fmt::Debug for UpstreamContext {
@@ -79,6 +83,7 @@ impl fmt::Debug for UpstreamContext {
             .field("context", &self.context)
             .field("group", &self.group)
             .field("layers", &self.layers)
+            .field("write_as", &self.write_as)
             .finish_non_exhaustive()
     }
 }

@@ -96,6 +96,7 @@ impl Clusters {
             labels: LabelKeys::default(),
             managed_by: "comb".into(),
             layers: BTreeMap::new(),
+            write_as: None,
         }
     }
 

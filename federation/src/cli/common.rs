@@ -154,7 +154,7 @@ impl Federation {
         let layer = self.layer(&located.location.layer)?;
         let stubs = |comb: &CombInstance| layer.stubs_comb(comb.namespace(), comb.name());
         let comb = registry
-            .build(&located.comb, &self.config.settings(), &stubs)
+            .build(&located.comb, &self.config.settings(layer), &stubs)
             .await
             .with_context(|| format!("{} cannot be built", located.location))?;
         let ops = KubeOps::new(self.client(layer).await?);

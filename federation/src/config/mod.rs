@@ -28,6 +28,7 @@ pub use validate::{
 
 use crate::engine::borrow::{BorrowEnv, Controlling};
 use crate::engine::class::Settings;
+use crate::engine::tenancy::{GroupKind, PolicyOrigin, ServiceAccountRef, Tenancy};
 use crate::error::{Error, Result};
 
 /// A checked federation configuration. Build it with [`Config::load`] or [`Config::from_yaml`];
@@ -63,6 +64,12 @@ pub struct Layer {
     pub borrow: Option<Borrow>,
     /// Patterns of the Combs built as their stub.
     pub stubs: Vec<String>,
+    /// Namespaces besides its own that a Comb's namespaced manifests may land in.
+    pub allow_namespaces: Vec<String>,
+    /// The cluster-scoped Kinds a Comb may write (none by default).
+    pub allow_cluster_scoped: Vec<GroupKind>,
+    /// Whom comb impersonates for every write of a Comb's resources; `None`: itself.
+    pub service_account: Option<ServiceAccountRef>,
 }
 
 /// `layers[].borrow`: which Combs of the layer borrow from their peer in another layer.
@@ -274,14 +281,35 @@ impl Config {
         LabelKeys::new(&self.label_prefix)
     }
 
-    /// The engine's settings (group, labels, managed-by, upstream depth, cluster domain).
-    pub fn settings(&self) -> Settings {
+    /// The engine's settings for the Combs of `layer` (group, labels, managed-by, upstream
+    /// depth, cluster domain, and the layer's tenancy).
+    pub fn settings(&self, layer: &Layer) -> Settings {
         Settings {
             group: self.group.clone(),
             labels: self.label_keys(),
             managed_by: self.managed_by.clone(),
             max_upstream_depth: self.max_upstream_depth,
             cluster_domain: self.cluster_domain.clone(),
+            tenancy: self.tenancy(layer),
+        }
+    }
+
+    /// What the Combs of `layer` may write and as whom; refusals name the layer and its key.
+    pub fn tenancy(&self, layer: &Layer) -> Tenancy {
+        // Layer names are unique in a checked configuration, so the position is the layer's.
+        let index = self
+            .layers
+            .iter()
+            .position(|candidate| candidate.name == layer.name)
+            .unwrap_or(self.layers.len());
+        Tenancy {
+            origin: PolicyOrigin::Layer {
+                name: layer.name.clone(),
+                index,
+            },
+            allow_namespaces: layer.allow_namespaces.clone(),
+            allow_cluster_scoped: layer.allow_cluster_scoped.clone(),
+            service_account: layer.service_account.clone(),
         }
     }
 

@@ -46,6 +46,9 @@ pub struct RawLayer {
     pub namespaces: Option<Vec<String>>,
     pub borrow: Option<RawBorrow>,
     pub stubs: Option<Vec<String>>,
+    pub allow_namespaces: Option<Vec<String>>,
+    pub allow_cluster_scoped: Option<Vec<String>>,
+    pub service_account: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -65,6 +65,61 @@ fn reads_the_design_example() {
 }
 
 #[test]
+fn reads_the_tenancy_keys() {
+    let config = parse(
+        r#"
+layers:
+  - name: prod
+    context: prod
+    namespaces: [platform]
+    allowNamespaces: [shared]
+    allowClusterScoped: [Namespace, rbac.authorization.k8s.io/ClusterRole, example.com/ClusterWidget]
+    serviceAccount: deployer
+  - name: dev
+    context: dev
+    serviceAccount: comb-system/writer
+"#,
+    )
+    .unwrap();
+    let prod = config.layer("prod").unwrap();
+    assert_eq!(prod.allow_namespaces, ["shared"]);
+    assert_eq!(
+        prod.allow_cluster_scoped,
+        [
+            GroupKind::new("", "Namespace"),
+            GroupKind::new("rbac.authorization.k8s.io", "ClusterRole"),
+            GroupKind::new("example.com", "ClusterWidget"),
+        ]
+    );
+    let tenancy = config.settings(prod).tenancy;
+    assert_eq!(
+        tenancy.origin,
+        PolicyOrigin::Layer {
+            name: "prod".into(),
+            index: 0
+        }
+    );
+    assert_eq!(
+        tenancy.writer("platform").as_deref(),
+        Some("system:serviceaccount:platform:deployer"),
+        "a bare name is the service account in the Comb's own namespace"
+    );
+    let dev = config.tenancy(config.layer("dev").unwrap());
+    assert_eq!(
+        dev.origin,
+        PolicyOrigin::Layer {
+            name: "dev".into(),
+            index: 1
+        }
+    );
+    assert_eq!(
+        dev.writer("team").as_deref(),
+        Some("system:serviceaccount:comb-system:writer")
+    );
+    assert!(dev.allow_namespaces.is_empty() && dev.allow_cluster_scoped.is_empty());
+}
+
+#[test]
 fn defaults() {
     let config = parse("layers: [{name: prod, context: prod}]").unwrap();
     assert_eq!(config.kubeconfig, None);
@@ -74,9 +129,19 @@ fn defaults() {
     assert_eq!(config.max_upstream_depth.get(), 16);
     assert_eq!(config.cluster_domain, "cluster.local");
     assert_eq!(config.resync, Duration::from_secs(60));
-    let settings = config.settings();
+    let settings = config.settings(&config.layers[0]);
     assert_eq!(settings.labels.name_label(), "comb.internal/comb");
     assert_eq!(settings.managed_by, "comb");
+    let prod = &config.layers[0];
+    assert!(
+        prod.allow_namespaces.is_empty(),
+        "only a Comb's own namespace"
+    );
+    assert!(
+        prod.allow_cluster_scoped.is_empty(),
+        "nothing cluster-scoped"
+    );
+    assert_eq!(prod.service_account, None, "writes as the controller");
 }
 
 #[test]
@@ -163,6 +228,37 @@ fn every_bad_value_names_its_key() {
         (
             "layers: [{name: d, context: d, borrow: {}}]".into(),
             "comb.yaml: layers[0].borrow.from: missing; name the layer to borrow from",
+        ),
+        (
+            "layers: [{name: p, context: p, allowNamespaces: [Other, a, a]}]".into(),
+            "comb.yaml: layers[0].allowNamespaces[0]: 'Other' is no namespace name (a DNS-1123 label); \
+             layers[0].allowNamespaces[2]: namespace 'a' is listed twice",
+        ),
+        (
+            "layers: [{name: p, context: p, allowClusterScoped: [ConfigMap, apps/Deployment, ClusterWidget]}]".into(),
+            "comb.yaml: layers[0].allowClusterScoped[0]: 'ConfigMap' is namespaced; allowClusterScoped names \
+             cluster-scoped Kinds (allowNamespaces says where namespaced ones may go); \
+             layers[0].allowClusterScoped[1]: 'Deployment' is namespaced; allowClusterScoped names cluster-scoped \
+             Kinds (allowNamespaces says where namespaced ones may go); layers[0].allowClusterScoped[2]: \
+             'ClusterWidget' is no built-in Kind; write a custom resource's Kind with its API group, e.g. \
+             example.com/ClusterWidget",
+        ),
+        (
+            "layers: [{name: p, context: p, allowClusterScoped: [rbac.authorization.k8s.io/v1/ClusterRole, v1/Namespace, example.com/widget, '', Namespace, Namespace]}]".into(),
+            "comb.yaml: layers[0].allowClusterScoped[0]: 'rbac.authorization.k8s.io/v1/ClusterRole' has more than \
+             one '/'; write a Kind (ClusterRole) or group/Kind (example.com/ClusterWidget), without a version; \
+             layers[0].allowClusterScoped[1]: 'v1/Namespace' names no built-in Kind, and 'v1' is no API group of \
+             a custom resource (a DNS subdomain with a dot, e.g. example.com); write a Kind (ClusterRole) or \
+             group/Kind (example.com/ClusterWidget), without a version; layers[0].allowClusterScoped[2]: 'widget' \
+             is no Kind (a capitalised name of letters and digits, e.g. ClusterRole); \
+             layers[0].allowClusterScoped[3]: '' is no Kind (a capitalised name of letters and digits, e.g. \
+             ClusterRole); layers[0].allowClusterScoped[5]: 'Namespace' is listed twice",
+        ),
+        (
+            "layers:\n - {name: p, context: p, serviceAccount: a/b/c}\n - {name: q, context: q, serviceAccount: X/Deployer}".into(),
+            "comb.yaml: layers[0].serviceAccount: 'a/b/c' has more than one '/'; write NAME (in each Comb's own \
+             namespace) or NAMESPACE/NAME; layers[1].serviceAccount: 'X' is no namespace name (a DNS-1123 label); \
+             layers[1].serviceAccount: 'Deployer' is no service account name (a DNS-1123 subdomain)",
         ),
     ];
     for (text, expected) in cases {
@@ -350,5 +446,17 @@ fn hand_built_configs_are_checked() {
     assert_eq!(
         config.check().unwrap_err().to_string(),
         "comb.yaml: layers[2].borrow.from: unknown layer \"qa\" (layers: prod, staging, dev)"
+    );
+    let mut config = parse(FULL).unwrap();
+    config.layers[0].allow_cluster_scoped = vec![GroupKind::new("", "ConfigMap")];
+    config.layers[1].service_account = Some(ServiceAccountRef {
+        namespace: None,
+        name: "Writer".into(),
+    });
+    assert_eq!(
+        config.check().unwrap_err().to_string(),
+        "comb.yaml: layers[0].allowClusterScoped[0]: 'ConfigMap' is namespaced; allowClusterScoped names \
+         cluster-scoped Kinds (allowNamespaces says where namespaced ones may go); \
+         layers[1].serviceAccount: 'Writer' is no service account name (a DNS-1123 subdomain)"
     );
 }

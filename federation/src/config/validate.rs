@@ -13,6 +13,8 @@ use super::duration::parse_positive_duration;
 use super::raw::{RawBorrow, RawConfig, RawLayer, Scalar};
 use super::selector::pattern_problem;
 use super::{Borrow, Config, Layer, Replicate, ReplicateKind};
+use crate::engine::kinds::{builtin_kind, known_scope};
+use crate::engine::tenancy::{GroupKind, ServiceAccountRef};
 
 /// The default `managedBy`.
 pub const DEFAULT_MANAGED_BY: &str = "comb";
@@ -174,6 +176,55 @@ fn layer_from_raw(index: usize, raw: RawLayer, problems: &mut Vec<Problem>) -> L
             .borrow
             .map(|borrow| borrow_from_raw(&format!("{key}.borrow"), borrow, problems)),
         stubs: raw.stubs.unwrap_or_default(),
+        allow_namespaces: raw.allow_namespaces.unwrap_or_default(),
+        allow_cluster_scoped: raw
+            .allow_cluster_scoped
+            .unwrap_or_default()
+            .iter()
+            .map(|entry| group_kind_from_raw(entry))
+            .collect(),
+        service_account: raw
+            .service_account
+            .and_then(|text| service_account_from_raw(&key, &text, problems)),
+    }
+}
+
+/// An `allowClusterScoped` entry: a built-in Kind alone (its group is the one comb knows for it,
+/// `ClusterRole` is `rbac.authorization.k8s.io/ClusterRole`), or `group/Kind` for any Kind, a
+/// custom resource's included. Every entry is kept, so that [`check`] reports each at its own
+/// index (a `/` too many shows in the group).
+fn group_kind_from_raw(text: &str) -> GroupKind {
+    match text.rsplit_once('/') {
+        Some((group, kind)) => GroupKind::new(group, kind),
+        None => GroupKind::new(builtin_kind(text).map_or("", |known| known.group), text),
+    }
+}
+
+/// `serviceAccount`: `NAME` (in each Comb's own namespace) or `NAMESPACE/NAME`.
+fn service_account_from_raw(
+    layer_key: &str,
+    text: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<ServiceAccountRef> {
+    match text.split_once('/') {
+        None => Some(ServiceAccountRef {
+            namespace: None,
+            name: text.to_string(),
+        }),
+        Some((namespace, name)) if !name.contains('/') => Some(ServiceAccountRef {
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        }),
+        Some(_) => {
+            problems.push(Problem::new(
+                format!("{layer_key}.serviceAccount"),
+                format!(
+                    "'{text}' has more than one '/'; write NAME (in each Comb's own namespace) or \
+                     NAMESPACE/NAME"
+                ),
+            ));
+            None
+        }
     }
 }
 
@@ -328,22 +379,10 @@ fn check_layer<'a>(
                 "an empty list; leave the key out to manage every namespace",
             ));
         }
-        let mut listed = BTreeSet::new();
-        for (n, namespace) in namespaces.iter().enumerate() {
-            if !is_dns_label(namespace) {
-                problems.push(Problem::new(
-                    format!("{key}.namespaces[{n}]"),
-                    format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
-                ));
-            } else if !listed.insert(namespace) {
-                problems.push(Problem::new(
-                    format!("{key}.namespaces[{n}]"),
-                    format!("namespace '{namespace}' is listed twice"),
-                ));
-            }
-        }
+        check_namespaces(&format!("{key}.namespaces"), namespaces, problems);
     }
     check_patterns(&format!("{key}.stubs"), &layer.stubs, problems);
+    check_tenancy(&key, layer, problems);
     let Some(borrow) = &layer.borrow else { return };
     let bkey = format!("{key}.borrow");
     if !borrow.from.is_empty() {
@@ -376,6 +415,102 @@ fn check_layer<'a>(
     }
     check_patterns(&format!("{bkey}.combs"), &borrow.combs, problems);
     check_patterns(&format!("{bkey}.local"), &borrow.local, problems);
+}
+
+/// Each entry a namespace name, none twice.
+fn check_namespaces(key: &str, namespaces: &[String], problems: &mut Vec<Problem>) {
+    let mut listed = BTreeSet::new();
+    for (n, namespace) in namespaces.iter().enumerate() {
+        if !is_dns_label(namespace) {
+            problems.push(Problem::new(
+                format!("{key}[{n}]"),
+                format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+            ));
+        } else if !listed.insert(namespace) {
+            problems.push(Problem::new(
+                format!("{key}[{n}]"),
+                format!("namespace '{namespace}' is listed twice"),
+            ));
+        }
+    }
+}
+
+/// `allowNamespaces`, `allowClusterScoped` and `serviceAccount` of the layer at `key`.
+fn check_tenancy(key: &str, layer: &Layer, problems: &mut Vec<Problem>) {
+    check_namespaces(
+        &format!("{key}.allowNamespaces"),
+        &layer.allow_namespaces,
+        problems,
+    );
+    let mut listed = BTreeSet::new();
+    for (n, kind) in layer.allow_cluster_scoped.iter().enumerate() {
+        let problem = cluster_scoped_kind_problem(kind)
+            .or_else(|| (!listed.insert(kind)).then(|| format!("'{kind}' is listed twice")));
+        if let Some(problem) = problem {
+            problems.push(Problem::new(
+                format!("{key}.allowClusterScoped[{n}]"),
+                problem,
+            ));
+        }
+    }
+    if let Some(account) = &layer.service_account {
+        let akey = format!("{key}.serviceAccount");
+        if let Some(namespace) = &account.namespace
+            && !is_dns_label(namespace)
+        {
+            problems.push(Problem::new(
+                &akey,
+                format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+            ));
+        }
+        if !is_dns_subdomain(&account.name) {
+            problems.push(Problem::new(
+                &akey,
+                format!(
+                    "'{}' is no service account name (a DNS-1123 subdomain)",
+                    account.name
+                ),
+            ));
+        }
+    }
+}
+
+/// What is wrong with `kind` as an `allowClusterScoped` entry, if anything: it must name a
+/// built-in cluster-scoped Kind, or a Kind of a custom resource's API group (those have a dot).
+fn cluster_scoped_kind_problem(kind: &GroupKind) -> Option<String> {
+    let name = &kind.kind;
+    if kind.group.contains('/') {
+        return Some(format!(
+            "'{}/{name}' has more than one '/'; write a Kind (ClusterRole) or group/Kind \
+             (example.com/ClusterWidget), without a version",
+            kind.group
+        ));
+    }
+    let is_kind_name = name.starts_with(|c: char| c.is_ascii_uppercase())
+        && name.chars().all(|c| c.is_ascii_alphanumeric());
+    if !is_kind_name {
+        return Some(format!(
+            "'{name}' is no Kind (a capitalised name of letters and digits, e.g. ClusterRole)"
+        ));
+    }
+    match known_scope(&kind.group, name) {
+        Some(false) => None,
+        Some(true) => Some(format!(
+            "'{kind}' is namespaced; allowClusterScoped names cluster-scoped Kinds \
+             (allowNamespaces says where namespaced ones may go)"
+        )),
+        None if kind.group.is_empty() => Some(format!(
+            "'{name}' is no built-in Kind; write a custom resource's Kind with its API group, \
+             e.g. example.com/{name}"
+        )),
+        None if kind.group.contains('.') && is_dns_subdomain(&kind.group) => None,
+        None => Some(format!(
+            "'{}/{name}' names no built-in Kind, and '{}' is no API group of a custom resource \
+             (a DNS subdomain with a dot, e.g. example.com); write a Kind (ClusterRole) or \
+             group/Kind (example.com/ClusterWidget), without a version",
+            kind.group, kind.group
+        )),
+    }
 }
 
 fn check_patterns(key: &str, patterns: &[String], problems: &mut Vec<Problem>) {

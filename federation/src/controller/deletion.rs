@@ -1,7 +1,8 @@
 //! Cleanup when a Comb CR is deleted (DESIGN.md §6, Deckhouse semantics): delete what the Comb
 //! recorded in `managedResources` and the objects of its `spec.orphanResources` kinds, but only
-//! namespaced objects that still carry its labels and are not marked keep. Everything deleted,
-//! kept or skipped is logged with the word `orphan`, so that `grep orphan` finds it.
+//! namespaced objects that still carry its labels and are not marked keep, in the namespaces the
+//! layer's tenancy allows the Comb. Everything deleted, kept or skipped is logged with the word
+//! `orphan`, so that `grep orphan` finds it.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +12,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::tenancy::Tenancy;
 
 /// The annotation value of `helm.sh/resource-policy` that keeps an object.
 const HELM_KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
@@ -84,9 +86,15 @@ impl CleanupReport {
     }
 }
 
-/// Deletes what Comb `comb` leaves behind in its namespace. Never fails: failures are in the
-/// report, and the caller retries until there are none.
-pub async fn cleanup(ops: &KubeOps, comb: &Comb, keys: &LabelKeys) -> CleanupReport {
+/// Deletes what Comb `comb` leaves behind, in the namespaces `tenancy` allows it (its own,
+/// unless the layer allows more). Never fails: failures are in the report, and the caller
+/// retries until there are none.
+pub async fn cleanup(
+    ops: &KubeOps,
+    comb: &Comb,
+    keys: &LabelKeys,
+    tenancy: &Tenancy,
+) -> CleanupReport {
     let mut report = CleanupReport::default();
     let (Some(namespace), Some(name)) = (
         comb.metadata.namespace.as_deref(),
@@ -100,6 +108,14 @@ pub async fn cleanup(ops: &KubeOps, comb: &Comb, keys: &LabelKeys) -> CleanupRep
         .map(|status| status.managed().to_vec())
         .unwrap_or_default();
     for resource in &recorded {
+        if let Some(object_namespace) = resource.namespace.as_deref()
+            && !tenancy.allows_namespace(namespace, object_namespace)
+        {
+            let what = format!("{} {object_namespace}/{}", resource.kind, resource.name);
+            let why = tenancy.disallowed_namespace(object_namespace);
+            info!(object = %what, "orphan: left {what} in place: {why}");
+            continue;
+        }
         cleanup_recorded(ops, resource, keys, namespace, name, &mut report).await;
     }
     for orphan in comb.spec.orphan_resources.as_deref().unwrap_or_default() {

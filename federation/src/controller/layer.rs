@@ -3,20 +3,19 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use comb_api::{Comb, CombStatus};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::backoff::BackoffPolicy;
 use super::graph::{DependencyGraph, dependency_key};
 use super::queue::{CombKey, Trigger, WorkQueue};
 use super::triggers::{StatusSignature, cr_trigger, is_newer, status_signature};
 use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
-use crate::engine::class::CombInstance;
+use crate::engine::class::{CombInstance, Settings};
 use crate::engine::kube_ops::KubeOps;
+use crate::error::{Error, Result};
 
 /// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
 /// is cheap) rather than kept, so that one copy of each spec is held, not four.
@@ -144,6 +143,9 @@ struct Graph {
 pub struct LayerRuntime {
     pub index: usize,
     pub layer: Layer,
+    /// The engine's settings for the layer's Combs (its tenancy among them).
+    pub settings: Settings,
+    /// The layer's client, as the controller: watches, reads, the Combs' own status.
     pub ops: KubeOps,
     pub borrow_env: BorrowEnv,
     pub queue: WorkQueue,
@@ -163,19 +165,19 @@ impl LayerRuntime {
     pub fn new(
         index: usize,
         layer: Layer,
+        settings: Settings,
         ops: KubeOps,
         borrow_env: BorrowEnv,
-        resync: Duration,
-        backoff: BackoffPolicy,
-        pacing: BackoffPolicy,
+        queue: WorkQueue,
     ) -> LayerRuntime {
         LayerRuntime {
             index,
             scopes: layer.namespaces.as_ref().map_or(1, Vec::len),
             layer,
+            settings,
             ops,
             borrow_env,
-            queue: WorkQueue::new(resync, backoff, pacing),
+            queue,
             store: Mutex::new(HashMap::new()),
             graph: Mutex::new(Graph::default()),
             health: Mutex::new(Health {
@@ -189,6 +191,22 @@ impl LayerRuntime {
 
     pub fn name(&self) -> &str {
         &self.layer.name
+    }
+
+    /// The client edge of one step of a Comb in `namespace`: the layer's own, whose writes
+    /// impersonate the layer's `serviceAccount` when it names one (the client for that user is
+    /// built once and kept by the pool).
+    pub async fn comb_ops(&self, namespace: &str) -> Result<KubeOps> {
+        let Some(user) = self.settings.tenancy.writer(namespace) else {
+            return Ok(self.ops.clone());
+        };
+        let writer = self
+            .borrow_env
+            .pool
+            .impersonating_client(&self.layer.context, &user)
+            .await
+            .map_err(|error| Error::Config(format!("layer {}: {error}", self.layer.name)))?;
+        Ok(self.ops.writing_as(&user, writer))
     }
 
     /// The namespaces to watch: each of the layer's, or `None` for all.

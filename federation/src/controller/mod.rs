@@ -69,13 +69,14 @@ pub use queue::{CombKey, QueueEntryView, Trigger};
 pub use transition::{PhaseReason, Transition};
 
 use crate::config::Config;
-use crate::engine::class::{ClassRegistry, Settings};
+use crate::engine::class::ClassRegistry;
 use crate::engine::kube_ops::KubeOps;
 use crate::error::{Error, Result};
 use events::EventType;
 use graph::{BorrowIndex, describe_cycles};
 use layer::LayerRuntime;
 use once::{SettleView, is_settled};
+use queue::WorkQueue;
 use watch::Failure;
 
 /// `--once`: stop when every Comb is settled, or at the timeout.
@@ -160,7 +161,6 @@ pub struct Controller {
 pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) registry: Arc<ClassRegistry>,
-    pub(crate) settings: Settings,
     pub(crate) layers: Vec<Arc<LayerRuntime>>,
     borrowers: Mutex<BorrowIndex>,
     pub(crate) metrics: metrics::Metrics,
@@ -215,11 +215,10 @@ impl Controller {
             layers.push(Arc::new(LayerRuntime::new(
                 index,
                 layer.clone(),
+                config.settings(layer),
                 ops,
                 borrow_env,
-                config.resync,
-                options.backoff,
-                options.pacing,
+                WorkQueue::new(config.resync, options.backoff, options.pacing),
             )));
         }
         let metrics = metrics::Metrics::new();
@@ -230,7 +229,6 @@ impl Controller {
         let (transitions, _) = broadcast::channel(1024);
         Ok(Controller {
             shared: Arc::new(Shared {
-                settings: config.settings(),
                 config: Arc::new(config),
                 registry: Arc::new(registry),
                 layers,

@@ -125,10 +125,14 @@ async fn reconcile_comb(
     let controlling = shared
         .config
         .controlling(&layer.layer, &key.namespace, &key.name);
+    let ops = match layer.comb_ops(&key.namespace).await {
+        Ok(ops) => ops,
+        Err(error) => return build_failed(shared, layer, key, &cr, error.to_string()).await,
+    };
     let resolution = borrow::resolution(&comb, &controlling, &layer.borrow_env).await;
     let resolver = LayerResolver { shared, layer };
     let env = StepEnv {
-        ops: &layer.ops,
+        ops: &ops,
         resolver: Some(&resolver),
     };
     let status = reconcile(&mut comb, env, resolution).await;
@@ -198,7 +202,7 @@ async fn build(
     let stubs = |comb: &CombInstance| layer.layer.stubs_comb(comb.namespace(), comb.name());
     shared
         .registry
-        .build(cr, &shared.settings, &stubs)
+        .build(cr, &layer.settings, &stubs)
         .await
         .map_err(|error| error.to_string())
 }
@@ -315,7 +319,20 @@ async fn delete(
         {
             recorded.status = Some(status);
         }
-        let report = cleanup(&layer.ops, &recorded, &shared.config.label_keys()).await;
+        let ops = match layer.comb_ops(&key.namespace).await {
+            Ok(ops) => ops,
+            Err(error) => {
+                warn!(%error, "orphan: cleanup cannot start, retrying");
+                return Outcome::cleanup("Deleting", "CleanupFailed", true);
+            }
+        };
+        let report = cleanup(
+            &ops,
+            &recorded,
+            &shared.config.label_keys(),
+            &layer.settings.tenancy,
+        )
+        .await;
         if !report.failures.is_empty() {
             shared.metrics.api_error(layer.name(), "cleanup");
             let summary = report.summary();

@@ -90,6 +90,7 @@ impl BorrowEnv {
             labels: settings.labels.clone(),
             managed_by: settings.managed_by.clone(),
             layers: self.layers.clone(),
+            write_as: settings.tenancy.writer(comb.namespace()),
         }
     }
 }

@@ -21,9 +21,11 @@ use crate::engine::endpoints::{EndpointDecl, resolve_local, validate};
 use crate::engine::kinds::{ScopeLookup, Scopes};
 use crate::engine::manifests_class::ManifestsClass;
 use crate::engine::render::{RenderedItem, render_manifest};
+use crate::engine::tenancy::Tenancy;
 use crate::error::{Error, Result};
 
-/// How the engine labels, names and bounds what Combs do; one per controller.
+/// How the engine labels, names and bounds what Combs do; one per layer (only the tenancy
+/// differs between layers).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// API group of the Comb CRD.
@@ -36,6 +38,9 @@ pub struct Settings {
     pub max_upstream_depth: NonZeroUsize,
     /// Appended to `.svc` hosts of ExternalName bridges.
     pub cluster_domain: String,
+    /// Where a Comb may write and as whom. The default is the safe one (own namespace, nothing
+    /// cluster-scoped, the controller's identity).
+    pub tenancy: Tenancy,
 }
 
 impl Default for Settings {
@@ -46,6 +51,7 @@ impl Default for Settings {
             managed_by: "comb".to_string(),
             max_upstream_depth: NonZeroUsize::MIN.saturating_add(15),
             cluster_domain: "cluster.local".to_string(),
+            tenancy: Tenancy::default(),
         }
     }
 }

@@ -160,7 +160,8 @@ pub async fn apply_and_prune(
         .collect();
     match deploy(ops, ctx, items, live).await {
         Ok(_) => {
-            let outcome = prune(ops, ctx, &plan_prune(previous, &desired)).await;
+            let plan = plan_prune(previous, &desired, &ctx.settings.tenancy, &ctx.namespace);
+            let outcome = prune(ops, ctx, &plan).await;
             Applied::Done {
                 managed: outcome.managed(&desired),
                 notes: outcome.notes,

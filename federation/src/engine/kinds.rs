@@ -127,10 +127,13 @@ pub fn default_api_version(kind: &str, comb_group: &str) -> Option<String> {
     if kind == comb_api::KIND {
         return Some(format!("{comb_group}/{}", comb_api::VERSION));
     }
-    KNOWN_KINDS
-        .iter()
-        .find(|known| known.kind == kind)
-        .map(|known| known.api_version.to_string())
+    builtin_kind(kind).map(|known| known.api_version.to_string())
+}
+
+/// The built-in Kind a Kind name alone means: its first entry in [`KNOWN_KINDS`] (the one whose
+/// apiVersion a manifest without one gets).
+pub fn builtin_kind(kind: &str) -> Option<&'static KnownKind> {
+    KNOWN_KINDS.iter().find(|known| known.kind == kind)
 }
 
 /// Whether objects of `kind` in `group` live in namespaces, for the built-in Kinds (any version

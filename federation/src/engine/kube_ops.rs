@@ -33,29 +33,82 @@ pub struct ResourceType {
 
 /// The requests of one client (one kube context). Cloning is cheap and shares the discovery
 /// cache, so that each kind is looked up at most once per client.
+///
+/// Writes of a Comb's resources (create, replace, patch, delete) may go through another client
+/// than everything else ([`KubeOps::writing_as`]): one that impersonates the layer's service
+/// account, so that the API server's RBAC bounds what a Comb can do. Reads, discovery and the
+/// Comb's own status keep the controller's identity.
 #[derive(Clone)]
 pub struct KubeOps {
     client: Client,
+    writer: Writer,
     kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
+}
+
+/// The client of a Comb's writes, and the user it impersonates (`None`: the controller's own).
+#[derive(Clone)]
+struct Writer {
+    client: Client,
+    user: Option<String>,
+}
+
+/// Which client a request goes through.
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
 }
 
 impl std::fmt::Debug for KubeOps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KubeOps").finish_non_exhaustive()
+        f.debug_struct("KubeOps")
+            .field("writes_as", &self.writer.user)
+            .finish_non_exhaustive()
     }
 }
 
 impl KubeOps {
     pub fn new(client: Client) -> Self {
         KubeOps {
+            writer: Writer {
+                client: client.clone(),
+                user: None,
+            },
             client,
             kinds: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
-    /// The underlying client, for watches and other requests outside a Comb's own.
+    /// The same requests, but writes of a Comb's resources go through `writer`, a client of the
+    /// same API server that impersonates `user` (e.g. `system:serviceaccount:apps:deployer`).
+    /// The discovery cache is shared.
+    pub fn writing_as(&self, user: &str, writer: Client) -> KubeOps {
+        KubeOps {
+            client: self.client.clone(),
+            writer: Writer {
+                client: writer,
+                user: Some(user.to_string()),
+            },
+            kinds: self.kinds.clone(),
+        }
+    }
+
+    /// The user writes impersonate; `None` when they go out as the controller.
+    pub fn writes_as(&self) -> Option<&str> {
+        self.writer.user.as_deref()
+    }
+
+    /// The underlying client (the controller's identity), for watches and other requests outside
+    /// a Comb's own.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    fn client_for(&self, access: Access) -> &Client {
+        match access {
+            Access::Read => &self.client,
+            Access::Write => &self.writer.client,
+        }
     }
 
     /// Where `apiVersion`/`kind` is served and its scope: built-in kinds from the static table,
@@ -102,40 +155,58 @@ impl KubeOps {
 
     async fn api(
         &self,
+        access: Access,
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
     ) -> Result<Api<DynamicObject>> {
         let resource = self.resource_type(api_version, kind).await?;
+        let client = self.client_for(access).clone();
         Ok(match (resource.namespaced, namespace) {
             (true, Some(namespace)) => {
-                Api::namespaced_with(self.client.clone(), namespace, &resource.api_resource)
+                Api::namespaced_with(client, namespace, &resource.api_resource)
             }
             // Cluster-scoped kinds ignore a namespace; a namespaced kind without one means
             // "across all namespaces", as for list.
-            _ => Api::all_with(self.client.clone(), &resource.api_resource),
+            _ => Api::all_with(client, &resource.api_resource),
         })
     }
 
-    /// The API of one object: a namespaced one needs its namespace.
+    /// The API of one object: a namespaced one needs its namespace. A write of a cluster-scoped
+    /// object that names a namespace is refused: it was placed (and checked against the
+    /// layer's tenancy) as namespaced while discovery could not tell, and must not land
+    /// cluster-wide now that it can.
     async fn object_api(
         &self,
+        access: Access,
         request: &str,
         resource: &CombResource,
     ) -> Result<Api<DynamicObject>> {
         let resource_type = self
             .resource_type(&resource.api_version, &resource.kind)
             .await?;
-        match (resource_type.namespaced, resource.namespace.as_deref()) {
-            (true, None) => Err(kube_error(
+        match (
+            resource_type.namespaced,
+            resource.namespace.as_deref(),
+            access,
+        ) {
+            (true, None, _) => Err(kube_error(
                 request,
                 format!(
                     "{} {} is namespaced, but no namespace was given",
                     resource.kind, resource.name
                 ),
             )),
-            (_, namespace) => {
-                self.api(&resource.api_version, &resource.kind, namespace)
+            (false, Some(namespace), Access::Write) => Err(kube_error(
+                request,
+                format!(
+                    "{} {} is cluster-scoped, but it was placed in namespace {namespace}; render it \
+                     again so that the layer's tenancy is checked for what it is",
+                    resource.kind, resource.name
+                ),
+            )),
+            (_, namespace, _) => {
+                self.api(access, &resource.api_version, &resource.kind, namespace)
                     .await
             }
         }
@@ -144,7 +215,7 @@ impl KubeOps {
     /// The object `resource` names.
     pub async fn get(&self, resource: &CombResource) -> Result<Value> {
         let request = format!("get {}", resource.kind);
-        let api = self.object_api(&request, resource).await?;
+        let api = self.object_api(Access::Read, &request, resource).await?;
         let object = api
             .get(&resource.name)
             .await
@@ -155,7 +226,7 @@ impl KubeOps {
     /// The object `resource` names, or `None` when the server says it does not exist.
     pub async fn get_opt(&self, resource: &CombResource) -> Result<Option<Value>> {
         let request = format!("get {}", resource.kind);
-        let api = self.object_api(&request, resource).await?;
+        let api = self.object_api(Access::Read, &request, resource).await?;
         match api.get_opt(&resource.name).await {
             Ok(Some(object)) => to_value(&request, &object).map(Some),
             Ok(None) => Ok(None),
@@ -173,7 +244,7 @@ impl KubeOps {
         label_selector: &str,
     ) -> Result<Vec<Value>> {
         let request = format!("list {kind}");
-        let api = self.api(api_version, kind, namespace).await?;
+        let api = self.api(Access::Read, api_version, kind, namespace).await?;
         let list = api
             .list(&ListParams::default().labels(label_selector))
             .await
@@ -242,7 +313,7 @@ impl KubeOps {
 
     async fn create(&self, target: &CombResource, body: &Value) -> Result<Created> {
         let request = format!("create {}", target.kind);
-        let api = self.object_api(&request, target).await?;
+        let api = self.object_api(Access::Write, &request, target).await?;
         let mut object = from_value(&request, body)?;
         // A manifest copied from a live object may carry one; the server refuses it on create.
         object.metadata.resource_version = None;
@@ -259,7 +330,7 @@ impl KubeOps {
 
     async fn replace(&self, target: &CombResource, body: &Value, live: &Value) -> Result<Value> {
         let request = format!("replace {}", target.kind);
-        let api = self.object_api(&request, target).await?;
+        let api = self.object_api(Access::Write, &request, target).await?;
         let mut object = from_value(&request, body)?;
         object.metadata.resource_version = live
             .pointer("/metadata/resourceVersion")
@@ -292,7 +363,7 @@ impl KubeOps {
                 ),
             ));
         }
-        let api = self.object_api(&request, resource).await?;
+        let api = self.object_api(Access::Write, &request, resource).await?;
         api.delete(&resource.name, &DeleteParams::background())
             .await
             .map(drop)
@@ -302,7 +373,7 @@ impl KubeOps {
     /// A JSON merge patch of the main resource; returns the patched object.
     pub async fn merge_patch(&self, resource: &CombResource, patch: &Value) -> Result<Value> {
         let request = format!("patch {}", resource.kind);
-        let api = self.object_api(&request, resource).await?;
+        let api = self.object_api(Access::Write, &request, resource).await?;
         let patched = api
             .patch(
                 &resource.name,

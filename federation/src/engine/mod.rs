@@ -18,4 +18,5 @@ pub mod prune;
 pub mod reconcile;
 pub mod render;
 pub mod status;
+pub mod tenancy;
 pub mod values;

@@ -14,6 +14,7 @@ use crate::engine::class::CombContext;
 use crate::engine::kinds::{ExistingTreatment, existing_treatment, is_namespaced};
 use crate::engine::render::RenderedItem;
 use crate::engine::status::clean_message;
+use crate::engine::tenancy::Tenancy;
 
 /// A resource's identity regardless of its API version.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -155,8 +156,8 @@ pub struct PruneGroup {
 /// What to prune after a successful apply.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrunePlan {
-    /// Notes for the cluster-scoped orphans: never deleted, never looked up, dropped from the
-    /// record.
+    /// Notes for the cluster-scoped orphans and those outside the tenancy: never deleted, never
+    /// looked up, dropped from the record.
     pub notes: Vec<String>,
     /// The namespaced orphans by (`apiVersion/Kind`, namespace), sorted.
     pub groups: Vec<PruneGroup>,
@@ -169,8 +170,15 @@ impl PrunePlan {
 }
 
 /// The orphans are `previous − desired` by identity. Cluster-scoped ones (recorded without a
-/// namespace, or of a Kind that is not namespaced) only get a note.
-pub fn plan_prune(previous: &[CombResource], desired: &[CombResource]) -> PrunePlan {
+/// namespace, or of a Kind that is not namespaced) only get a note, and so do those in a
+/// namespace `tenancy` does not allow the Comb of `comb_namespace` (any more): comb deletes
+/// only where it may write.
+pub fn plan_prune(
+    previous: &[CombResource],
+    desired: &[CombResource],
+    tenancy: &Tenancy,
+    comb_namespace: &str,
+) -> PrunePlan {
     let desired_keys: HashSet<ResourceKey> = desired.iter().map(ResourceKey::of).collect();
     let mut plan = PrunePlan::default();
     let mut groups: BTreeMap<(String, String), Vec<CombResource>> = BTreeMap::new();
@@ -181,6 +189,14 @@ pub fn plan_prune(previous: &[CombResource], desired: &[CombResource]) -> PruneP
             continue;
         }
         match &orphan.namespace {
+            Some(namespace) if !tenancy.allows_namespace(comb_namespace, namespace) => {
+                plan.notes.push(format!(
+                    "left {} {namespace}/{} in place: {}",
+                    orphan.kind,
+                    orphan.name,
+                    tenancy.disallowed_namespace(namespace)
+                ));
+            }
             Some(namespace) if is_namespaced(&key.group, &orphan.kind) => {
                 groups
                     .entry((
@@ -341,7 +357,9 @@ mod tests {
         assert!(
             plan_prune(
                 &recorded,
-                &items.iter().map(RenderedItem::resource).collect::<Vec<_>>()
+                &items.iter().map(RenderedItem::resource).collect::<Vec<_>>(),
+                &Tenancy::default(),
+                "platform"
             )
             .is_empty()
         );
@@ -418,14 +436,20 @@ mod tests {
             res("v1", "Namespace", None, "team"),
             res("v1", "Service", Some("other"), "c"),
             res("example.com/v1", "Widget", None, "w"),
+            res("v1", "Service", Some("kube-system"), "d"),
         ];
-        let plan = plan_prune(&previous, &desired);
+        let tenancy = Tenancy {
+            allow_namespaces: vec!["other".into()],
+            ..Tenancy::default()
+        };
+        let plan = plan_prune(&previous, &desired, &tenancy, "platform");
         assert_eq!(
             plan.notes,
             [
                 "left ClusterRoleBinding crb in place: cluster-scoped, never pruned automatically",
                 "left Namespace team in place: cluster-scoped, never pruned automatically",
                 "left Widget w in place: cluster-scoped, never pruned automatically",
+                "left Service kube-system/d in place: the engine's default tenancy does not allow namespace kube-system",
             ]
         );
         let groups: Vec<(String, String, Vec<String>)> = plan
@@ -473,6 +497,8 @@ mod tests {
                 res("v1", "ConfigMap", Some("platform"), "unlisted"),
             ],
             &[],
+            &Tenancy::default(),
+            "platform",
         );
         let selector = "comb.internal/comb=nats,comb.internal/comb-namespace=platform";
         let mut outcome = PruneOutcome::new(&plan);

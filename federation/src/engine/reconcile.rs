@@ -1,5 +1,6 @@
 //! One reconcile step of a Comb (reference §6): resolve -> enabled -> dependencies -> check ->
-//! the local or the upstream path -> publish endpoints -> record the status.
+//! the local or the upstream path -> publish endpoints -> record the status. Each path holds
+//! what it rendered to the layer's tenancy before its first write.
 //!
 //! A step never fails and never panics: every problem becomes a phase with the reference's
 //! reason and message, and the status is always recorded (written into the CR, or kept in the
@@ -306,6 +307,7 @@ impl Step<'_> {
                 return ControlFlow::Break(());
             }
         };
+        self.permitted(r, &items)?;
         let (live, status) = match observe_local(self.env.ops, ctx, &items).await {
             Ok(observed) => observed,
             Err(error) => {
@@ -370,6 +372,7 @@ impl Step<'_> {
                 .map(|endpoint| endpoint.to_crd())
                 .collect(),
         );
+        self.permitted(r, &observed.bridge)?;
         if let Some(stop) = &observed.stop {
             r.finish(stop.phase, stop.reason, stop.message.clone());
             return ControlFlow::Break(());
@@ -402,6 +405,18 @@ impl Step<'_> {
             verdict,
         )
         .await
+    }
+
+    /// Tenancy: every item lands where the layer allows it, or the step ends here, before it
+    /// has written anything, as Error / `ManifestForbidden` naming each refused item.
+    fn permitted(&self, r: &mut StepRecord, items: &[RenderedItem]) -> ControlFlow<()> {
+        let tenancy = &self.comb.settings().tenancy;
+        let refusals = tenancy.refusals(items, self.comb.namespace());
+        if refusals.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        r.finish("Error", "ManifestForbidden", refusals.join("; "));
+        ControlFlow::Break(())
     }
 
     /// Applies and prunes, then finishes with `verdict` (prune notes appended), or as

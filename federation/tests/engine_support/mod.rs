@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use comb_api::{Comb, CombResource, CombSpec, CombStatus, DEFAULT_GROUP};
+use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombClass, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{
     Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
 };
+use comb_federation::engine::tenancy::{GroupKind, Tenancy};
 use comb_federation::error::{Error, Result};
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::{ClusterControls, Controls, Fault};
@@ -38,6 +40,7 @@ pub struct Cluster {
     pub controls: Controls,
     pub store: Store,
     pub client: kube::Client,
+    pub pool: ClientPool,
     pub ops: KubeOps,
     registry: ClassRegistry,
     settings: Settings,
@@ -60,22 +63,43 @@ impl Cluster {
             .create(&PostParams::default(), &crd)
             .await
             .expect("crd created");
-        let namespace: Namespace =
-            serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .expect("namespace created");
         let store = sandbox.cluster("test").expect("cluster").store().clone();
-        Cluster {
+        let cluster = Cluster {
             controls: controls.get("test").expect("controls of the cluster"),
             store,
             ops: KubeOps::new(client.clone()),
             client,
+            pool,
             _sandbox: sandbox,
             registry: ClassRegistry::with_builtins(),
             settings: Settings::default(),
-        }
+        };
+        cluster.namespace(NS).await;
+        cluster
+    }
+
+    /// The tenancy of the Combs built from now on (the default: own namespace only, nothing
+    /// cluster-scoped).
+    pub fn set_tenancy(&mut self, tenancy: Tenancy) {
+        self.settings.tenancy = tenancy;
+    }
+
+    /// Creates namespace `name`.
+    pub async fn namespace(&self, name: &str) {
+        let namespace: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace created");
+    }
+
+    /// One step of a Comb whose upstream its CR or class names (`spec.upstream`), resolved as
+    /// the controller would without a layer's say.
+    pub async fn reconcile_resolved(&self, comb: &mut CombInstance) -> CombStatus {
+        let env = BorrowEnv::new(self.pool.clone(), "test");
+        let upstream = resolution(comb, &Controlling::none(), &env).await;
+        self.reconcile_upstream(comb, upstream).await
     }
 
     /// Registers another class (one instance shared by every Comb of it).
@@ -209,9 +233,28 @@ impl Cluster {
 
     /// The object as the store has it now (no request counted).
     pub fn peek(&self, group: &str, kind: &str, name: &str) -> Option<Value> {
+        self.peek_in(group, kind, NS, name)
+    }
+
+    /// The object in `namespace` (ignored for a cluster-scoped kind) as the store has it now.
+    pub fn peek_in(&self, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let resource_type = self.store.resource_type(group, kind)?;
-        let namespace = resource_type.namespaced.then_some(NS);
+        let namespace = resource_type.namespaced.then_some(namespace);
         self.store.get(&resource_type, namespace, name).ok()
+    }
+
+    /// The counted requests that wrote something (`create`, `update`, `patch`, `delete`,
+    /// `deletecollection`), but for Comb status writes.
+    pub fn writes_but_status(&self) -> Vec<String> {
+        self.requests()
+            .into_keys()
+            .filter(|request| {
+                ["create ", "update ", "patch ", "delete"]
+                    .iter()
+                    .any(|verb| request.starts_with(verb))
+                    && request != STATUS_WRITE
+            })
+            .collect()
     }
 
     /// Counted API requests so far, by `<verb> <resource>`.
@@ -301,6 +344,14 @@ pub fn manifests_spec(manifests: Vec<Value>) -> Value {
         "manifests": manifests,
         "endpoints": [{"name": "client", "port": 4222}]
     }})
+}
+
+/// A tenancy that allows, besides a Comb's own namespace, these cluster-scoped Kinds.
+pub fn allowing_cluster_scoped(kinds: &[GroupKind]) -> Tenancy {
+    Tenancy {
+        allow_cluster_scoped: kinds.to_vec(),
+        ..Tenancy::default()
+    }
 }
 
 /// A dependency with a fixed answer.

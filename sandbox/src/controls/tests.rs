@@ -279,6 +279,41 @@ async fn requests_are_counted_and_reset() {
 }
 
 #[tokio::test]
+async fn impersonated_requests_are_counted_by_user() {
+    let controls = Controls::new();
+    let router = controls.wrap(api());
+    let deployer = "system:serviceaccount:apps:deployer";
+    for impersonate in [Some(deployer), None, Some(deployer)] {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("/api/v1/namespaces/apps/configmaps");
+        if let Some(user) = impersonate {
+            request = request.header("Impersonate-User", user);
+        }
+        let request = request.body(Body::from("{}")).expect("a request");
+        let response = router.clone().oneshot(request).await.expect("infallible");
+        assert_eq!(response.status(), StatusCode::OK, "the header is accepted");
+    }
+    assert_eq!(controls.request_count("create", "configmaps"), 3);
+    assert_eq!(
+        controls.requests_as(deployer),
+        [("create configmaps".to_string(), 2)].into()
+    );
+    assert!(
+        controls
+            .requests_as("system:serviceaccount:apps:other")
+            .is_empty()
+    );
+    let (status, body) = call(&router, Method::GET, "/_sandbox/requests/impersonated", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let counts: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(counts, json!({deployer: {"create configmaps": 2}}));
+
+    controls.reset_requests();
+    assert!(controls.requests_as(deployer).is_empty());
+}
+
+#[tokio::test]
 async fn faults_answer_the_next_matching_requests() {
     let controls = Controls::new();
     let router = controls.wrap(api());

@@ -1,0 +1,418 @@
+//! Tenancy (DESIGN.md §6): what a Comb may write, as its layer allows.
+//!
+//! A namespaced manifest lands in the Comb's own namespace, or in another one only when the
+//! layer lists it in `allowNamespaces`; a cluster-scoped manifest only when the layer's
+//! `allowClusterScoped` names its Kind. [`Tenancy::refusals`] is a pure function over the
+//! rendered items: reconcile asks it before anything of a step is written, so that a refused
+//! Comb writes nothing at all. Prune and cleanup delete only in namespaces the same rule allows.
+//!
+//! The default is the safe one (own namespace, no cluster-scoped Kind), also for an engine used
+//! without a layer: whoever may create a Comb must not get the controller's rights with it.
+
+use std::fmt;
+
+use crate::engine::kinds::builtin_kind;
+use crate::engine::render::RenderedItem;
+
+/// A Kind of an API group, as `allowClusterScoped` names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKind {
+    /// `""` for the core group.
+    pub group: String,
+    pub kind: String,
+}
+
+impl GroupKind {
+    pub fn new(group: impl Into<String>, kind: impl Into<String>) -> GroupKind {
+        GroupKind {
+            group: group.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
+impl fmt::Display for GroupKind {
+    /// As `allowClusterScoped` writes it: a built-in Kind alone when its name alone means this
+    /// group (`ClusterRole`, `Namespace`), anything else as `group/Kind`
+    /// (`example.com/ClusterWidget`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if builtin_kind(&self.kind).is_some_and(|known| known.group == self.group) {
+            write!(f, "{}", self.kind)
+        } else {
+            write!(f, "{}/{}", self.group, self.kind)
+        }
+    }
+}
+
+/// `serviceAccount` of a layer: the identity every write of a Comb's resources impersonates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceAccountRef {
+    /// `None`: the service account of that name in each Comb's own namespace.
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ServiceAccountRef {
+    /// The user the API server knows the service account as, for a Comb in `comb_namespace`
+    /// (`system:serviceaccount:<namespace>:<name>`).
+    pub fn user(&self, comb_namespace: &str) -> String {
+        format!(
+            "system:serviceaccount:{}:{}",
+            self.namespace.as_deref().unwrap_or(comb_namespace),
+            self.name
+        )
+    }
+}
+
+impl fmt::Display for ServiceAccountRef {
+    /// As `serviceAccount` writes it: `NAME` or `NAMESPACE/NAME`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(namespace) => write!(f, "{namespace}/{}", self.name),
+            None => write!(f, "{}", self.name),
+        }
+    }
+}
+
+/// Who set a tenancy, as refusals name it and the setting that would allow more.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PolicyOrigin {
+    /// The layer `name`, `layers[index]` of the configuration.
+    Layer { name: String, index: usize },
+    /// No layer: the engine's default (tests, library users).
+    #[default]
+    Engine,
+}
+
+impl PolicyOrigin {
+    fn who(&self) -> String {
+        match self {
+            PolicyOrigin::Layer { name, .. } => format!("layer {name}"),
+            PolicyOrigin::Engine => "the engine's default tenancy".to_string(),
+        }
+    }
+
+    fn namespaces_key(&self) -> String {
+        match self {
+            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].allowNamespaces"),
+            PolicyOrigin::Engine => "Settings.tenancy.allow_namespaces".to_string(),
+        }
+    }
+
+    fn kinds_key(&self) -> String {
+        match self {
+            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].allowClusterScoped"),
+            PolicyOrigin::Engine => "Settings.tenancy.allow_cluster_scoped".to_string(),
+        }
+    }
+}
+
+/// What the Combs of one layer may write, and as whom.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tenancy {
+    pub origin: PolicyOrigin,
+    /// Namespaces besides a Comb's own that its namespaced manifests may land in.
+    pub allow_namespaces: Vec<String>,
+    /// The cluster-scoped Kinds a Comb may write.
+    pub allow_cluster_scoped: Vec<GroupKind>,
+    /// Whom writes of a Comb's resources impersonate; `None`: the controller itself. The engine
+    /// writes through the [`KubeOps`](crate::engine::kube_ops::KubeOps) it is given, so the
+    /// caller hands it one that writes as [`Tenancy::writer`] (the controller does).
+    pub service_account: Option<ServiceAccountRef>,
+}
+
+impl Tenancy {
+    /// Whether a Comb in `comb_namespace` may write, prune and clean up in `namespace`.
+    pub fn allows_namespace(&self, comb_namespace: &str, namespace: &str) -> bool {
+        namespace == comb_namespace || self.allow_namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Whether a Comb may write cluster-scoped objects of `kind` in API group `group`.
+    pub fn allows_cluster_scoped(&self, group: &str, kind: &str) -> bool {
+        self.allow_cluster_scoped
+            .iter()
+            .any(|allowed| allowed.group == group && allowed.kind == kind)
+    }
+
+    /// Why the Comb in `comb_namespace` may not write `item`, naming the setting that would
+    /// allow it; `None` when it may.
+    pub fn refusal(&self, item: &RenderedItem, comb_namespace: &str) -> Option<String> {
+        let who = self.origin.who();
+        match &item.namespace {
+            None if self.allows_cluster_scoped(&item.group, &item.kind) => None,
+            None => {
+                let allowed = if self.allow_cluster_scoped.is_empty() {
+                    "no cluster-scoped kinds".to_string()
+                } else {
+                    let kinds: Vec<String> = self
+                        .allow_cluster_scoped
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect();
+                    format!("only {}", kinds.join(", "))
+                };
+                Some(format!(
+                    "{} {} is cluster-scoped; {who} allows {allowed} (add {} to {})",
+                    item.kind,
+                    item.name,
+                    GroupKind::new(&item.group, &item.kind),
+                    self.origin.kinds_key()
+                ))
+            }
+            Some(namespace) if self.allows_namespace(comb_namespace, namespace) => None,
+            Some(namespace) => Some(format!(
+                "{} {namespace}/{} is in namespace {namespace}, not {comb_namespace}; {who} does not \
+                 allow it (add {namespace} to {})",
+                item.kind,
+                item.name,
+                self.origin.namespaces_key()
+            )),
+        }
+    }
+
+    /// The refusals of every item the Comb in `comb_namespace` may not write, in order; empty
+    /// when it may write them all.
+    pub fn refusals(&self, items: &[RenderedItem], comb_namespace: &str) -> Vec<String> {
+        items
+            .iter()
+            .filter_map(|item| self.refusal(item, comb_namespace))
+            .collect()
+    }
+
+    /// Why nothing is deleted in `namespace` (for prune notes and cleanup logs).
+    pub fn disallowed_namespace(&self, namespace: &str) -> String {
+        format!("{} does not allow namespace {namespace}", self.origin.who())
+    }
+
+    /// The user every write of the Comb in `comb_namespace` impersonates; `None`: the
+    /// controller's own identity.
+    pub fn writer(&self, comb_namespace: &str) -> Option<String> {
+        self.service_account
+            .as_ref()
+            .map(|account| account.user(comb_namespace))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::engine::class::test_context;
+    use crate::engine::kinds::Scopes;
+    use crate::engine::render::render_manifest;
+    use serde_json::{Value, json};
+
+    /// `manifest` rendered for Comb `nats` in namespace `platform`; `ClusterWidget` is a
+    /// cluster-scoped custom Kind, as discovery would say.
+    fn item(manifest: Value) -> RenderedItem {
+        let mut scopes = Scopes::default();
+        scopes.insert("example.com/v1", "ClusterWidget", false);
+        render_manifest(
+            "Manifests",
+            &manifest,
+            &test_context("nats", "platform", json!({})),
+            &scopes,
+        )
+        .unwrap()
+    }
+
+    fn layer(index: usize, name: &str, namespaces: &[&str], kinds: &[GroupKind]) -> Tenancy {
+        Tenancy {
+            origin: PolicyOrigin::Layer {
+                name: name.to_string(),
+                index,
+            },
+            allow_namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
+            allow_cluster_scoped: kinds.to_vec(),
+            service_account: None,
+        }
+    }
+
+    #[test]
+    fn what_a_comb_may_write() {
+        let config_map = |namespace: Option<&str>| {
+            let mut manifest =
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}});
+            if let Some(namespace) = namespace {
+                manifest["metadata"]["namespace"] = json!(namespace);
+            }
+            item(manifest)
+        };
+        let own = config_map(None);
+        let own_explicit = config_map(Some("platform"));
+        let other = config_map(Some("other"));
+        let system = config_map(Some("kube-system"));
+        let cluster_role = item(json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole", "metadata": {"name": "admin-all"}}));
+        let namespace =
+            item(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+        let widget = item(
+            json!({"apiVersion": "example.com/v1", "kind": "ClusterWidget",
+            "metadata": {"name": "shared"}}),
+        );
+        let role = item(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "reader", "namespace": "other"}}),
+        );
+        let cluster_role_kind = GroupKind::new("rbac.authorization.k8s.io", "ClusterRole");
+        let namespace_kind = GroupKind::new("", "Namespace");
+        let widget_kind = GroupKind::new("example.com", "ClusterWidget");
+
+        let prod = layer(0, "prod", &[], &[]);
+        let dev = layer(1, "dev", &[], &[]);
+        let open = layer(
+            2,
+            "open",
+            &["other"],
+            &[namespace_kind.clone(), widget_kind.clone()],
+        );
+        let cases: Vec<(&Tenancy, &RenderedItem, Option<&str>)> = vec![
+            (&prod, &own, None),
+            (&prod, &own_explicit, None),
+            (
+                &dev,
+                &other,
+                Some(
+                    "ConfigMap other/cfg is in namespace other, not platform; layer dev does not allow it \
+                     (add other to layers[1].allowNamespaces)",
+                ),
+            ),
+            (&open, &other, None),
+            (
+                &open,
+                &system,
+                Some(
+                    "ConfigMap kube-system/cfg is in namespace kube-system, not platform; layer open does \
+                     not allow it (add kube-system to layers[2].allowNamespaces)",
+                ),
+            ),
+            (&open, &role, None),
+            (
+                &prod,
+                &cluster_role,
+                Some(
+                    "ClusterRole admin-all is cluster-scoped; layer prod allows no cluster-scoped kinds \
+                     (add ClusterRole to layers[0].allowClusterScoped)",
+                ),
+            ),
+            (
+                &open,
+                &cluster_role,
+                Some(
+                    "ClusterRole admin-all is cluster-scoped; layer open allows only Namespace, \
+                     example.com/ClusterWidget (add ClusterRole to layers[2].allowClusterScoped)",
+                ),
+            ),
+            (
+                &prod,
+                &namespace,
+                Some(
+                    "Namespace team is cluster-scoped; layer prod allows no cluster-scoped kinds \
+                     (add Namespace to layers[0].allowClusterScoped)",
+                ),
+            ),
+            (&open, &namespace, None),
+            (
+                &prod,
+                &widget,
+                Some(
+                    "ClusterWidget shared is cluster-scoped; layer prod allows no cluster-scoped kinds \
+                     (add example.com/ClusterWidget to layers[0].allowClusterScoped)",
+                ),
+            ),
+            (&open, &widget, None),
+        ];
+        for (tenancy, item, expected) in cases {
+            assert_eq!(
+                tenancy.refusal(item, "platform").as_deref(),
+                expected,
+                "{} {} {:?} in {:?}",
+                item.kind,
+                item.name,
+                item.namespace,
+                tenancy.origin
+            );
+        }
+
+        let roles_allowed = layer(0, "prod", &[], &[cluster_role_kind]);
+        assert!(roles_allowed.refusal(&cluster_role, "platform").is_none());
+    }
+
+    #[test]
+    fn the_default_allows_only_the_combs_own_namespace_and_says_where_to_allow_more() {
+        let tenancy = Tenancy::default();
+        let items = [
+            item(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nats"}})),
+            item(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "other"}}),
+            ),
+            item(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})),
+        ];
+        assert_eq!(
+            tenancy.refusals(&items, "platform"),
+            [
+                "ConfigMap other/cfg is in namespace other, not platform; the engine's default tenancy \
+                 does not allow it (add other to Settings.tenancy.allow_namespaces)",
+                "Namespace team is cluster-scoped; the engine's default tenancy allows no cluster-scoped \
+                 kinds (add Namespace to Settings.tenancy.allow_cluster_scoped)",
+            ]
+        );
+        assert!(tenancy.refusals(&items[..1], "platform").is_empty());
+        assert_eq!(tenancy.writer("platform"), None);
+        assert!(tenancy.allows_namespace("platform", "platform"));
+        assert!(!tenancy.allows_namespace("platform", "other"));
+        assert_eq!(
+            tenancy.disallowed_namespace("other"),
+            "the engine's default tenancy does not allow namespace other"
+        );
+    }
+
+    #[test]
+    fn service_accounts_are_users() {
+        let own = ServiceAccountRef {
+            namespace: None,
+            name: "deployer".into(),
+        };
+        let fixed = ServiceAccountRef {
+            namespace: Some("comb-system".into()),
+            name: "writer".into(),
+        };
+        assert_eq!(own.user("apps"), "system:serviceaccount:apps:deployer");
+        assert_eq!(own.to_string(), "deployer");
+        assert_eq!(
+            fixed.user("apps"),
+            "system:serviceaccount:comb-system:writer"
+        );
+        assert_eq!(fixed.to_string(), "comb-system/writer");
+        let tenancy = Tenancy {
+            service_account: Some(own),
+            ..Tenancy::default()
+        };
+        assert_eq!(
+            tenancy.writer("team").as_deref(),
+            Some("system:serviceaccount:team:deployer")
+        );
+    }
+
+    #[test]
+    fn kinds_are_written_alone_when_the_name_says_the_group() {
+        let cases = [
+            (GroupKind::new("", "Namespace"), "Namespace"),
+            (
+                GroupKind::new("rbac.authorization.k8s.io", "ClusterRole"),
+                "ClusterRole",
+            ),
+            (
+                GroupKind::new("example.com", "ClusterWidget"),
+                "example.com/ClusterWidget",
+            ),
+            (
+                GroupKind::new("example.com", "ClusterRole"),
+                "example.com/ClusterRole",
+            ),
+        ];
+        for (kind, written) in cases {
+            assert_eq!(kind.to_string(), written);
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! A Comb cannot escape its layer (DESIGN.md §6, tenancy), as the controller runs it: manifests
+//! land only where the layer allows, cleanup deletes only there, and with `serviceAccount` every
+//! write of a Comb's resources impersonates that service account.
+//!
+//! The sandbox authorizes nothing, so these tests check which requests carried
+//! `Impersonate-User`, not what the API server let through. A test against a real API server
+//! (to be added) should check what RBAC makes of it: with a layer `serviceAccount` bound to a
+//! Role that allows Deployments and Services in `apps` only, a Comb's Deployment and Service are
+//! created, a manifest the Role does not cover ends in `Error`/`DeployFailed` with the server's
+//! 403 in the message, the status is still written (the controller's identity), and the
+//! controller's own ClusterRole needs `impersonate` on `serviceaccounts` for any of it to work.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod controller_support;
+
+use comb_sandbox::controls::Controls;
+use controller_support::{World, eventually, web};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+/// The user the layer's `serviceAccount: deployer` is for Combs in `apps`.
+const DEPLOYER: &str = "system:serviceaccount:apps:deployer";
+
+/// A Deployment in the Comb's namespace and a ConfigMap in namespace `other`.
+fn reaching_out() -> Value {
+    json!({
+        "class": "Manifests",
+        "config": {"manifests": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                      "template": {"metadata": {"labels": {"app": "web"}},
+                                   "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}}}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "other"},
+             "data": {"a": "1"}}
+        ]}
+    })
+}
+
+fn config(layer_keys: &str) -> String {
+    format!("resync: 1h\nlayers: [{{name: prod, context: prod, namespaces: [apps]{layer_keys}}}]")
+}
+
+/// Counted writes of anything but Combs (the CR, its finalizer and status) and Events.
+fn resource_writes(controls: &Controls) -> Vec<String> {
+    controls
+        .requests()
+        .into_keys()
+        .filter(|request| {
+            let (verb, resource) = request.split_once(' ').unwrap_or_default();
+            matches!(
+                verb,
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            ) && !resource.starts_with("combs.")
+                && !resource.starts_with("events")
+        })
+        .collect()
+}
+
+async fn config_map_in(world: &World, namespace: &str, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(world.client("prod").await, namespace)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn wait_gone(world: &World, namespace: &str, name: &str) {
+    let combs = world.combs("prod", namespace).await;
+    eventually(&format!("Comb {namespace}/{name} to be gone"), || {
+        let combs = combs.clone();
+        async move { combs.get_opt(name).await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_manifest_for_another_namespace_is_forbidden_and_nothing_is_written() {
+    let world = World::start(&["prod"], &[], &[("prod", "apps"), ("prod", "other")]).await;
+    let running = world.run(world.config(&config(""))).await;
+    world.controls("prod").reset_requests();
+    world
+        .create_comb("prod", "apps", "web", reaching_out())
+        .await;
+    let comb = world
+        .wait_phase("prod", "apps", "web", "Error", Some("ManifestForbidden"))
+        .await;
+    let ready = comb.status.as_ref().unwrap().ready().unwrap();
+    assert_eq!(
+        ready.message.as_deref(),
+        Some(
+            "ConfigMap other/cfg is in namespace other, not apps; layer prod does not allow it \
+             (add other to layers[0].allowNamespaces)"
+        )
+    );
+    assert_eq!(
+        resource_writes(&world.controls("prod")),
+        Vec::<String>::new(),
+        "not even the Deployment it may write"
+    );
+    assert!(config_map_in(&world, "other", "cfg").await.is_none());
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn another_namespace_is_written_when_the_layer_allows_it_and_cleanup_stays_inside() {
+    let world = World::start(&["prod"], &[], &[("prod", "apps"), ("prod", "other")]).await;
+    let running = world
+        .run(world.config(&config(", allowNamespaces: [other]")))
+        .await;
+    world
+        .create_comb("prod", "apps", "web", reaching_out())
+        .await;
+    world
+        .wait_phase("prod", "apps", "web", "Running", None)
+        .await;
+    assert!(config_map_in(&world, "other", "cfg").await.is_some());
+    running.stop().await;
+
+    // The layer no longer allows namespace other: the Comb is refused, and its cleanup leaves
+    // the ConfigMap there alone while it deletes what is in apps.
+    let running = world.run(world.config(&config(""))).await;
+    world
+        .wait_phase("prod", "apps", "web", "Error", Some("ManifestForbidden"))
+        .await;
+    world.controls("prod").reset_requests();
+    world.delete_comb("prod", "apps", "web").await;
+    wait_gone(&world, "apps", "web").await;
+    let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "apps");
+    assert!(deployments.get_opt("web").await.unwrap().is_none());
+    assert!(
+        config_map_in(&world, "other", "cfg").await.is_some(),
+        "outside what the layer allows now"
+    );
+    assert_eq!(
+        world.controls("prod").request_count("delete", "configmaps"),
+        0
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn writes_of_a_combs_resources_impersonate_the_layers_service_account() {
+    let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    let running = world
+        .run(world.config(&config(", serviceAccount: deployer")))
+        .await;
+    world
+        .create_comb("prod", "apps", "web", web("web", "nginx:1"))
+        .await;
+    world
+        .wait_phase("prod", "apps", "web", "Running", None)
+        .await;
+    let controls = world.controls("prod");
+    let impersonated = controls.requests_as(DEPLOYER);
+    for write in ["create deployments.apps", "create services"] {
+        assert!(
+            impersonated.contains_key(write),
+            "{write}: {impersonated:?}"
+        );
+    }
+    let as_deployer: Vec<&String> = impersonated
+        .keys()
+        .filter(|request| {
+            !["create ", "update ", "patch ", "delete"]
+                .iter()
+                .any(|verb| request.starts_with(verb))
+                || request.contains("combs.")
+        })
+        .collect();
+    assert!(
+        as_deployer.is_empty(),
+        "reads and the Comb's own writes keep the controller's identity: {as_deployer:?}"
+    );
+    assert!(controls.request_count("update", "combs.comb.internal/status") > 0);
+
+    world.delete_comb("prod", "apps", "web").await;
+    wait_gone(&world, "apps", "web").await;
+    let impersonated = controls.requests_as(DEPLOYER);
+    for write in ["delete deployments.apps", "delete services"] {
+        assert!(
+            impersonated.get(write) == Some(&1),
+            "cleanup writes as the service account too: {impersonated:?}"
+        );
+    }
+    running.stop().await;
+}
