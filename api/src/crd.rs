@@ -6,8 +6,34 @@ use serde_json::{Value, json};
 use crate::comb::{KIND, NO_RESOURCE_RECONCILIATION, PLURAL, VERSION};
 use crate::{Error, Result};
 
+/// The upstream classes a Comb may name (`spec.upstream.class`): the short names and the Perl
+/// ones.
+pub const UPSTREAM_CLASSES: [&str; 4] = [
+    "K8s",
+    "Static",
+    "Kubernetes::Comb::Upstream::K8s",
+    "Kubernetes::Comb::Upstream::Static",
+];
+
+/// `name` or `namespace/name`: a DNS label, then optionally `/` and a DNS subdomain.
+const DEPENDENCY_RULE: &str =
+    "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$')";
+/// A DNS-1123 label (its length is the schema's `maxLength`).
+const ENDPOINT_NAME_RULE: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
+
+fn upstream_rule() -> String {
+    let names: Vec<String> = UPSTREAM_CLASSES
+        .iter()
+        .map(|name| format!("'{name}'"))
+        .collect();
+    format!("!has(self.class) || self.class in [{}]", names.join(", "))
+}
+
 /// The CRD of the Comb resource in `group`, as JSON in a readable key order (what `comb crd`
-/// prints). Fails on a group the API server would refuse.
+/// prints). Fails on a group the API server would refuse. CEL rules
+/// (`x-kubernetes-validations`) refuse at the door what the schema can say: a name too long to
+/// be a label value, malformed `dependsOn` entries, endpoint names that are not DNS labels,
+/// an unknown upstream class.
 pub fn crd(group: &str) -> Result<Value> {
     check_group(group)?;
     let string = |description: &str| json!({"type": "string", "description": description});
@@ -21,12 +47,42 @@ pub fn crd(group: &str) -> Result<Value> {
             "dependsOn": {
                 "type": "array",
                 "description": "Combs this one needs, each name or namespace/name.",
-                "items": {"type": "string"}
+                "maxItems": 64,
+                "items": {
+                    "type": "string",
+                    // A namespace (63) and a name (253): the bounds keep the rule's cost estimate
+                    // inside the API server's budget.
+                    "maxLength": 317,
+                    "x-kubernetes-validations": [{
+                        "rule": DEPENDENCY_RULE,
+                        "message": "each dependsOn entry is a Comb name or namespace/name"
+                    }]
+                }
             },
             "config": {
                 "type": "object",
-                "description": "Free-form configuration for the class. Never credentials.",
-                "x-kubernetes-preserve-unknown-fields": true
+                "description": "Free-form configuration for the class. Never credentials. `endpoints`, when present, is the list of endpoint declarations.",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {
+                    "endpoints": {
+                        "type": "array",
+                        "maxItems": 64,
+                        "items": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": true,
+                            "properties": {
+                                "name": {
+                                    "type": "string",
+                                    "maxLength": 63,
+                                    "x-kubernetes-validations": [{
+                                        "rule": ENDPOINT_NAME_RULE,
+                                        "message": "an endpoint name is a DNS-1123 label (lowercase letters, digits and -, alphanumeric at both ends), as the name of a Service port must be"
+                                    }]
+                                }
+                            }
+                        }
+                    }
+                }
             },
             "enabled": {
                 "type": "boolean",
@@ -36,7 +92,12 @@ pub fn crd(group: &str) -> Result<Value> {
                 "type": "object",
                 "description": "Where the service is borrowed from: {class: ..., ...}. null means local.",
                 "nullable": true,
-                "x-kubernetes-preserve-unknown-fields": true
+                "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"class": {"type": "string", "maxLength": 128}},
+                "x-kubernetes-validations": [{
+                    "rule": upstream_rule(),
+                    "message": format!("spec.upstream.class is one of {}", UPSTREAM_CLASSES.join(", "))
+                }]
             },
             "maintenance": {
                 "type": "string",
@@ -144,7 +205,13 @@ pub fn crd(group: &str) -> Result<Value> {
                     "openAPIV3Schema": {
                         "type": "object",
                         "description": "A Comb: a named set of Kubernetes parts that deploys itself, reports its status and publishes its endpoints.",
-                        "properties": {"spec": spec, "status": status}
+                        "properties": {"spec": spec, "status": status},
+                        // The API server checks the name is a DNS subdomain; a Comb's name is
+                        // also a label value on everything it deploys.
+                        "x-kubernetes-validations": [{
+                            "rule": "size(self.metadata.name) <= 63",
+                            "message": "a Comb name becomes a label value on everything it deploys, so it has at most 63 characters"
+                        }]
                     }
                 }
             }]

@@ -22,7 +22,7 @@ pub use comb::{
     Comb, CombSpec, DEFAULT_GROUP, KIND, NO_RESOURCE_RECONCILIATION, OrphanResource, PLURAL,
     UpstreamSpec, VERSION, api_resource,
 };
-pub use crd::{crd, custom_resource_definition};
+pub use crd::{UPSTREAM_CLASSES, crd, custom_resource_definition};
 pub use endpoint::{Address, DEFAULT_PROTOCOL, Endpoint, Host, name_problem};
 pub use error::{Error, Result};
 pub use labels::{DEFAULT_PREFIX, LabelKeys, MANAGED_BY_LABEL, is_label_value};

@@ -184,3 +184,122 @@ fn the_demo_converges_on_the_real_backend_with_the_same_via_chains() {
         .unwrap_or_default();
     eprintln!("real backend: {converged}");
 }
+
+/// The CRD's CEL rules refuse bad Combs at the door, in one sentence each. Only a real API
+/// server evaluates them (the emulator does not run CEL).
+#[tokio::test]
+async fn the_crd_refuses_bad_combs_at_the_door() {
+    use kube::api::{Api, DynamicObject, PostParams};
+    if !available_or_skip("kube_backend::the_crd_refuses_bad_combs_at_the_door") {
+        return;
+    }
+    let clusters = comb_sandbox::Clusters::start(
+        comb_sandbox::Backend::Kube,
+        comb_sandbox::SandboxOptions::clusters(["prod"]),
+        None,
+    )
+    .await
+    .expect("a real cluster starts");
+    let pool = comb_kubeconfigs::ClientPool::from_kubeconfig(clusters.kubeconfig().build(), "test");
+    let client = pool.client("prod").await.unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(
+        &PostParams::default(),
+        &comb_api::custom_resource_definition(comb_api::DEFAULT_GROUP).unwrap(),
+    )
+    .await
+    .expect("the API server accepts the CRD and its rules");
+    let combs: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+    );
+    let comb = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec
+        }))
+        .unwrap()
+    };
+    // The CRD may take a moment to be served.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match combs
+            .create(
+                &PostParams::default(),
+                &comb(
+                    "fine",
+                    serde_json::json!({
+                        "class": "Manifests", "dependsOn": ["db", "infra/vault"],
+                        "upstream": {"class": "K8s", "context": "prod"},
+                        "config": {"endpoints": [{"name": "web", "port": 80}]}
+                    }),
+                ),
+            )
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(status)) if status.code == 404 && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("a good Comb is accepted: {error}"),
+        }
+    }
+    let long = "x".repeat(64);
+    let cases = [
+        (
+            long.as_str(),
+            serde_json::json!({"class": "Manifests"}),
+            "a Comb name becomes a label value on everything it deploys, so it has at most 63 characters",
+        ),
+        (
+            "deps",
+            serde_json::json!({"class": "Manifests", "dependsOn": ["Bad Name"]}),
+            "spec.dependsOn[0]: Invalid value: \"Bad Name\": each dependsOn entry is a Comb name or namespace/name",
+        ),
+        (
+            "up",
+            serde_json::json!({"class": "Manifests", "upstream": {"class": "Nope"}}),
+            "spec.upstream: Invalid value: spec.upstream.class is one of K8s, Static, Kubernetes::Comb::Upstream::K8s, Kubernetes::Comb::Upstream::Static",
+        ),
+        (
+            "ep",
+            serde_json::json!({"class": "Manifests", "config": {"endpoints": [{"name": "Web_UI", "port": 80}]}}),
+            "spec.config.endpoints[0].name: Invalid value: \"Web_UI\": an endpoint name is a DNS-1123 label",
+        ),
+        (
+            "Bad_Name",
+            serde_json::json!({"class": "Manifests"}),
+            "metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain",
+        ),
+    ];
+    for (name, spec, expected) in cases {
+        match combs
+            .create(&PostParams::default(), &comb(name, spec))
+            .await
+        {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{name}: {status:?}");
+                assert!(
+                    status.message.contains(expected),
+                    "{name}: {}",
+                    status.message
+                );
+            }
+            other => panic!("{name} was not refused: {other:?}"),
+        }
+    }
+    // `upstream: null` (an explicit local) passes the rule.
+    combs
+        .create(
+            &PostParams::default(),
+            &comb(
+                "local",
+                serde_json::json!({"class": "Manifests", "upstream": null}),
+            ),
+        )
+        .await
+        .expect("upstream: null is accepted");
+    clusters.shutdown().await;
+}

@@ -166,6 +166,14 @@ mod tests {
         ));
     }
 
+    /// The CRD's CEL rule refuses any other upstream class at the door.
+    #[test]
+    fn the_crd_allows_exactly_the_built_in_names() {
+        let mut allowed = comb_api::UPSTREAM_CLASSES.to_vec();
+        allowed.sort_unstable();
+        assert_eq!(UpstreamClasses::default().names(), allowed);
+    }
+
     #[test]
     fn short_and_perl_names_build_the_same_classes() {
         for (class, canonical) in [

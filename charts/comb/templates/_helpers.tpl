@@ -1,5 +1,11 @@
+{{/* The release name when it already says comb (`helm install comb` gives `comb`, not
+     `comb-comb`), else `<release>-comb`. */}}
 {{- define "comb.fullname" -}}
+{{- if contains "comb" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
 {{- printf "%s-comb" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- define "comb.labels" -}}
 app.kubernetes.io/name: comb
