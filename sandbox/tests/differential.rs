@@ -160,34 +160,41 @@ fn openapi_view(v: Value) -> Value {
                 .as_object()
                 .map(|c| c.keys().collect())
                 .unwrap_or_default();
-            let params: Vec<&Value> = op["parameters"]
+            let mut content: Vec<&String> = content;
+            content.sort();
+            let field_validation = op["parameters"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|p| &p["name"])
-                .collect();
+                .any(|p| p["name"] == "fieldValidation");
             ops.insert(
                 verb.clone(),
                 json!({
                     "action": op["x-kubernetes-action"],
                     "gvk": op["x-kubernetes-group-version-kind"],
                     "requestBody": content,
-                    "parameters": params,
+                    "fieldValidation": field_validation,
                 }),
             );
         }
         paths.insert(path.clone(), Value::Object(ops));
     }
     let schema = &v["components"]["schemas"]["internal.comb.v1.Comb"];
-    let schema_keys: Vec<&String> = schema
+    let mut schema_keys: Vec<&String> = schema
         .as_object()
         .map(|s| s.keys().collect())
         .unwrap_or_default();
+    schema_keys.sort();
+    let mut properties: Vec<&String> = schema["properties"]
+        .as_object()
+        .map(|s| s.keys().collect())
+        .unwrap_or_default();
+    properties.sort();
     json!({
         "paths": paths,
         "combSchemaKeys": schema_keys,
         "combGvk": schema["x-kubernetes-group-version-kind"],
-        "combProperties": schema["properties"].as_object().map(|p| p.keys().collect::<Vec<_>>()),
+        "combProperties": properties,
         "metadataRef": schema["properties"]["metadata"],
     })
 }
