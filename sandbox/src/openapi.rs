@@ -218,6 +218,17 @@ fn patch_types(rt: &ResourceType) -> &'static [&'static str] {
     }
 }
 
+/// The body of an item's DELETE: DeleteOptions, as kube-apiserver documents it for CRDs.
+fn delete_options_body(types: &[&str]) -> Value {
+    let schema =
+        json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"});
+    let content: Map<String, Value> = types
+        .iter()
+        .map(|t| (t.to_string(), json!({"schema": schema})))
+        .collect();
+    json!({"content": content})
+}
+
 fn body(rt: &ResourceType, types: &[&str]) -> Value {
     let schema = if types.iter().any(|t| t.contains("patch")) {
         json!({"type": "object"})
@@ -306,7 +317,7 @@ fn resource_paths(rt: &ResourceType, paths: &mut Map<String, Value>) {
             "delete": operation(rt, "delete", "delete", with(item_params.clone(), vec![
                 query("gracePeriodSeconds", "The duration in seconds before the object should be deleted."),
                 query("propagationPolicy", "Whether and how garbage collection will be performed."),
-            ]), None),
+            ]), rt.is_custom().then(|| delete_options_body(write_types))),
         }),
     );
     if rt.has_status() {
@@ -356,6 +367,11 @@ pub fn group_version_document(group: &str, version: &str, types: &[ResourceType]
         schemas.insert(
             "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta".into(),
             json!({"type": "object", "description": "ObjectMeta is metadata that all persisted resources must have.",
+                   "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        schemas.insert(
+            "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(),
+            json!({"type": "object", "description": "DeleteOptions may be provided when deleting an API object.",
                    "x-kubernetes-preserve-unknown-fields": true}),
         );
     }

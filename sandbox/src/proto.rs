@@ -286,7 +286,7 @@ fn message(table: &[Field3], bytes: &[u8]) -> Option<Map<String, Value>> {
             // gogo-protobuf writes every non-pointer field; only unset ones may be unknown.
             match field {
                 Field::Varint(0) => continue,
-                Field::Bytes(b) if b.is_empty() => continue,
+                Field::Bytes([]) => continue,
                 _ => return None,
             }
         };
