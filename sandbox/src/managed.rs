@@ -24,6 +24,19 @@ struct Entry {
 }
 
 impl Entry {
+    /// How a conflict names this manager (kube-apiserver's `printManager`): quoted, with its
+    /// subresource, and for an update with the API version it wrote.
+    fn conflict_name(&self) -> String {
+        let mut name = format!("{:?}", self.manager);
+        if !self.subresource.is_empty() {
+            name = format!("{name} with subresource {:?}", self.subresource);
+        }
+        if self.operation == "Update" {
+            name = format!("{name} using {}", self.api_version);
+        }
+        name
+    }
+
     fn parse(value: &Value) -> Entry {
         let text = |k: &str| value[k].as_str().unwrap_or_default().to_string();
         Entry {
@@ -238,7 +251,7 @@ pub fn apply(
         return Ok(created);
     };
     let mut all = entries(live);
-    let mut conflicts: Vec<(String, String, FieldPath)> = Vec::new();
+    let mut conflicts: Vec<(String, FieldPath)> = Vec::new();
     for entry in &all {
         if entry.is(manager, "Apply", sub) || entry.subresource != sub {
             continue;
@@ -247,22 +260,18 @@ pub fn apply(
             // `.` owns an item's existence, which both sides agree on here.
             let existence = path.last().is_some_and(|p| p == ".");
             if !existence && fieldset::value_at(live, path) != fieldset::value_at(config, path) {
-                conflicts.push((
-                    entry.manager.clone(),
-                    entry.api_version.clone(),
-                    path.clone(),
-                ));
+                conflicts.push((entry.conflict_name(), path.clone()));
             }
         }
     }
     if !conflicts.is_empty() && !force {
-        return Err(conflict_error(rt, meta::name(live), &conflicts));
+        return Err(conflict_error(&conflicts));
     }
     for entry in &mut all {
         if !entry.is(manager, "Apply", sub) {
             entry
                 .fields
-                .retain(|p| !conflicts.iter().any(|(_, _, c)| c == p));
+                .retain(|p| !conflicts.iter().any(|(_, c)| c == p));
         }
     }
     let previous: BTreeSet<FieldPath> = all
@@ -338,20 +347,12 @@ pub fn apply(
     Ok(merged)
 }
 
-fn conflict_error(
-    rt: &ResourceType,
-    name: &str,
-    conflicts: &[(String, String, FieldPath)],
-) -> ApiError {
+/// A 409 like kube-apiserver's `NewApplyConflict`: the causes are its only details.
+fn conflict_error(conflicts: &[(String, FieldPath)]) -> ApiError {
     let count = conflicts.len();
     let lines: Vec<String> = conflicts
         .iter()
-        .map(|(manager, api_version, path)| {
-            format!(
-                "conflict with {manager:?} using {api_version}: {}",
-                fieldset::display(path)
-            )
-        })
+        .map(|(manager, path)| format!("conflict with {manager}: {}", fieldset::display(path)))
         .collect();
     let message = if count == 1 {
         format!("Apply failed with 1 conflict: {}", lines[0])
@@ -360,20 +361,16 @@ fn conflict_error(
     };
     let causes: Vec<Value> = conflicts
         .iter()
-        .map(|(manager, api_version, path)| {
+        .map(|(manager, path)| {
             json!({
                 "reason": "FieldManagerConflict",
-                "message": format!("conflict with {manager:?} using {api_version}"),
+                "message": format!("conflict with {manager}"),
                 "field": fieldset::display(path),
             })
         })
         .collect();
     let mut error = ApiError::new(409, "Conflict", message);
-    let mut details = json!({"name": name, "kind": rt.plural, "causes": causes});
-    if !rt.group.is_empty() {
-        details["group"] = json!(rt.group);
-    }
-    error.details = Some(details);
+    error.details = Some(json!({"causes": causes}));
     error
 }
 
@@ -433,7 +430,7 @@ mod tests {
         assert_eq!(error.code, 409);
         assert_eq!(
             error.message,
-            r#"Apply failed with 1 conflict: conflict with "alice" using apps/v1: .spec.replicas"#
+            r#"Apply failed with 1 conflict: conflict with "alice": .spec.replicas"#
         );
         let forced = apply(
             Some(&shared),

@@ -61,6 +61,54 @@ pub fn root(types: &[ResourceType]) -> Value {
     json!({"paths": paths})
 }
 
+/// The content type kube-apiserver answers `/openapi/v2` with when asked for protobuf (gnostic's
+/// `openapi_v2.Document`, what kubectl asks for).
+pub const V2_PROTOBUF_ANSWER: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+/// The `/openapi/v2` document as JSON: no definitions, so kubectl's client-side validation
+/// (which `kubectl create -f` of a `kind: List` uses) finds no schema and leaves the checking
+/// to the server, and patches fall back to its compiled-in types, as with v3.
+pub fn v2_json() -> Value {
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": crate::discovery::GIT_VERSION},
+        "paths": {},
+        "definitions": {},
+    })
+}
+
+/// The same document as protobuf: `swagger` (1) and `info` (2: `title` 1, `version` 2).
+pub fn v2_protobuf() -> Vec<u8> {
+    fn string(number: u8, text: &str) -> Vec<u8> {
+        let mut out = vec![(number << 3) | 2];
+        out.extend(varint(text.len()));
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+    fn varint(mut value: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let low = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                out.push(low);
+                return out;
+            }
+            out.push(low | 0x80);
+        }
+    }
+    let info = [
+        string(1, "Kubernetes"),
+        string(2, crate::discovery::GIT_VERSION),
+    ]
+    .concat();
+    let mut document = string(1, "2.0");
+    document.push((2 << 3) | 2);
+    document.extend(varint(info.len()));
+    document.extend(info);
+    document
+}
+
 /// The document at a path of the index (`apis/apps/v1`), if it is served.
 pub fn document(types: &[ResourceType], path: &str) -> Option<Value> {
     group_versions(types)
@@ -141,6 +189,46 @@ fn with(mut params: Vec<Value>, more: Vec<Value>) -> Vec<Value> {
     params
 }
 
+/// What a write's body may be: custom resources take JSON and YAML (no protobuf).
+fn write_types(rt: &ResourceType) -> &'static [&'static str] {
+    if rt.is_custom() {
+        &["application/json", "application/yaml"]
+    } else {
+        &["*/*"]
+    }
+}
+
+/// The patch types an item takes. Custom resources take no strategic merge patch, and their
+/// documents say so: kubectl reads this list (`gvkSupportsPatchOpenAPIV3`) and sends a JSON
+/// merge patch for `kubectl apply` when strategic merge is missing.
+fn patch_types(rt: &ResourceType) -> &'static [&'static str] {
+    if rt.is_custom() {
+        &[
+            "application/apply-patch+yaml",
+            "application/json-patch+json",
+            "application/merge-patch+json",
+        ]
+    } else {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ]
+    }
+}
+
+/// The body of an item's DELETE: DeleteOptions, as kube-apiserver documents it for CRDs.
+fn delete_options_body(types: &[&str]) -> Value {
+    let schema =
+        json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions"});
+    let content: Map<String, Value> = types
+        .iter()
+        .map(|t| (t.to_string(), json!({"schema": schema})))
+        .collect();
+    json!({"content": content})
+}
+
 fn body(rt: &ResourceType, types: &[&str]) -> Value {
     let schema = if types.iter().any(|t| t.contains("patch")) {
         json!({"type": "object"})
@@ -167,12 +255,8 @@ fn resource_paths(rt: &ResourceType, paths: &mut Map<String, Value>) {
     };
     let item = format!("{collection}/{{name}}");
     let item_params = with(scope_params.clone(), vec![path_param("name")]);
-    let patch_types = [
-        "application/json-patch+json",
-        "application/merge-patch+json",
-        "application/strategic-merge-patch+json",
-        "application/apply-patch+yaml",
-    ];
+    let patch_types = patch_types(rt);
+    let write_types = write_types(rt);
     let list_params = vec![
         query(
             "labelSelector",
@@ -204,11 +288,18 @@ fn resource_paths(rt: &ResourceType, paths: &mut Map<String, Value>) {
         ),
         query("timeoutSeconds", "Timeout for the list/watch call."),
     ];
+    if rt.namespaced {
+        // Every namespaced kind is also listed across namespaces.
+        paths.insert(
+            format!("{base}/{}", rt.plural),
+            json!({"get": operation(rt, "list", "listAllNamespaces", list_params.clone(), None)}),
+        );
+    }
     paths.insert(
         collection.clone(),
         json!({
             "get": operation(rt, "list", "list", with(scope_params.clone(), list_params.clone()), None),
-            "post": operation(rt, "post", "create", with(scope_params.clone(), write_params()), Some(body(rt, &["*/*"]))),
+            "post": operation(rt, "post", "create", with(scope_params.clone(), write_params()), Some(body(rt, write_types))),
             "delete": operation(rt, "deletecollection", "deleteCollection", with(scope_params.clone(), list_params), None),
         }),
     );
@@ -221,12 +312,12 @@ fn resource_paths(rt: &ResourceType, paths: &mut Map<String, Value>) {
         item.clone(),
         json!({
             "get": operation(rt, "get", "read", item_params.clone(), None),
-            "put": operation(rt, "put", "replace", with(item_params.clone(), write_params()), Some(body(rt, &["*/*"]))),
-            "patch": operation(rt, "patch", "patch", patch_params.clone(), Some(body(rt, &patch_types))),
+            "put": operation(rt, "put", "replace", with(item_params.clone(), write_params()), Some(body(rt, write_types))),
+            "patch": operation(rt, "patch", "patch", patch_params.clone(), Some(body(rt, patch_types))),
             "delete": operation(rt, "delete", "delete", with(item_params.clone(), vec![
                 query("gracePeriodSeconds", "The duration in seconds before the object should be deleted."),
                 query("propagationPolicy", "Whether and how garbage collection will be performed."),
-            ]), None),
+            ]), rt.is_custom().then(|| delete_options_body(write_types))),
         }),
     );
     if rt.has_status() {
@@ -234,8 +325,8 @@ fn resource_paths(rt: &ResourceType, paths: &mut Map<String, Value>) {
             format!("{item}/status"),
             json!({
                 "get": operation(rt, "get", "readStatus", item_params.clone(), None),
-                "put": operation(rt, "put", "replaceStatus", with(item_params.clone(), write_params()), Some(body(rt, &["*/*"]))),
-                "patch": operation(rt, "patch", "patchStatus", patch_params, Some(body(rt, &patch_types))),
+                "put": operation(rt, "put", "replaceStatus", with(item_params.clone(), write_params()), Some(body(rt, write_types))),
+                "patch": operation(rt, "patch", "patchStatus", patch_params, Some(body(rt, patch_types))),
             }),
         );
     }
@@ -253,7 +344,7 @@ fn custom_schema(rt: &ResourceType) -> Option<Value> {
     }
     schema["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
     schema["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
-    schema["properties"]["metadata"] = json!({"allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}], "description": "Standard object's metadata."});
+    schema["properties"]["metadata"] = json!({"allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}], "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"});
     schema["x-kubernetes-group-version-kind"] =
         json!([{"group": rt.group, "version": rt.version, "kind": rt.kind}]);
     Some(schema)
@@ -276,6 +367,11 @@ pub fn group_version_document(group: &str, version: &str, types: &[ResourceType]
         schemas.insert(
             "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta".into(),
             json!({"type": "object", "description": "ObjectMeta is metadata that all persisted resources must have.",
+                   "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        schemas.insert(
+            "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(),
+            json!({"type": "object", "description": "DeleteOptions may be provided when deleting an API object.",
                    "x-kubernetes-preserve-unknown-fields": true}),
         );
     }
@@ -315,6 +411,14 @@ mod tests {
                 .as_str()
                 .is_some_and(|u| u.starts_with("/openapi/v3/apis/apps/v1?hash="))
         );
+    }
+
+    #[test]
+    fn v2_protobuf_is_a_document() {
+        let bytes = v2_protobuf();
+        assert_eq!(&bytes[..5], b"\x0a\x032.0");
+        assert_eq!(bytes[5], 0x12);
+        assert_eq!(usize::from(bytes[6]), bytes.len() - 7);
     }
 
     #[test]

@@ -239,6 +239,22 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
                 &resource_list(store, group, version),
             ))
         }
+        ["openapi", "v2"] if is_get => {
+            let accept = request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .unwrap_or_default();
+            if accept.contains("protobuf") {
+                Ok(Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, openapi::V2_PROTOBUF_ANSWER)
+                    .body(Body::from(openapi::v2_protobuf()))
+                    .unwrap_or_else(|_| Response::new(Body::empty())))
+            } else {
+                Ok(json_response(StatusCode::OK, &openapi::v2_json()))
+            }
+        }
         ["openapi", "v3"] if is_get => Ok(json_response(
             StatusCode::OK,
             &openapi::root(&store.resource_types()),
@@ -269,6 +285,7 @@ fn root_paths(store: &Store) -> Value {
     paths.extend([
         "/healthz".into(),
         "/livez".into(),
+        "/openapi/v2".into(),
         "/openapi/v3".into(),
         "/readyz".into(),
         "/version".into(),
@@ -407,17 +424,21 @@ fn check_type(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The field manager of a write: `fieldManager`, else the user agent's first word, as
-/// kube-apiserver defaults it.
+/// The field manager of a write: `fieldManager`, else the user agent's first word, else
+/// `unknown`, as kube-apiserver defaults it (every write is recorded in managedFields).
 fn field_manager(query: &Query, headers: &HeaderMap) -> Option<String> {
     if let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) {
         return Some(manager.to_string());
     }
     let agent = headers
         .get(header::USER_AGENT)
-        .and_then(|a| a.to_str().ok())?;
+        .and_then(|a| a.to_str().ok())
+        .unwrap_or_default();
     let prefix = agent.split('/').next().unwrap_or(agent).trim();
-    (!prefix.is_empty()).then(|| prefix.chars().take(128).collect())
+    if prefix.is_empty() {
+        return Some("unknown".into());
+    }
+    Some(prefix.chars().take(128).collect())
 }
 
 fn write_options(query: &Query, headers: &HeaderMap) -> Result<WriteOptions, ApiError> {

@@ -32,11 +32,11 @@ fn name_error(rt: &ResourceType, name: &str) -> Option<String> {
                 None
             }
         }
-        // Custom resources and RBAC objects only need a valid path segment.
+        // RBAC objects and events only need a valid path segment; custom resources are
+        // DNS-1123 subdomains like most kinds (apiextensions' NameIsDNSSubdomain).
         ("rbac.authorization.k8s.io", _) | ("", "Event") | ("events.k8s.io", _) => {
             path_segment_error(name)
         }
-        _ if rt.is_custom() => path_segment_error(name),
         _ => {
             if name.len() > 253 {
                 Some("must be no more than 253 characters".into())

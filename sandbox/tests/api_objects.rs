@@ -481,9 +481,10 @@ async fn server_side_apply_owns_fields_and_conflicts() {
         .expect_err("conflict"),
     );
     assert_eq!((code, why.as_str()), (409, "Conflict"));
+    // An applier is named without its API version, as by kube-apiserver (see differential.rs).
     assert_eq!(
         message,
-        r#"Apply failed with 1 conflict: conflict with "alice" using apps/v1: .spec.replicas"#
+        r#"Apply failed with 1 conflict: conflict with "alice": .spec.replicas"#
     );
     let forced = api
         .patch(

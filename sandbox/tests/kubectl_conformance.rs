@@ -586,3 +586,123 @@ async fn rollout_status_scale_and_restart() {
         .await;
     assert_eq!(sets.lines().count(), 2, "{sets}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_onto_an_existing_comb_sends_a_merge_patch() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let crd = comb_api::crd(comb_api::DEFAULT_GROUP).expect("the Comb CRD");
+    fx.ok_with_input(&["--context", "dev", "create", "-f", "-"], &crd.to_string())
+        .await;
+    fx.ok(&[
+        "--context",
+        "dev",
+        "wait",
+        "--for=condition=Established",
+        "crd/combs.comb.internal",
+        "--timeout=20s",
+    ])
+    .await;
+    let comb = |class: &str| {
+        format!(
+            "apiVersion: comb.internal/v1\nkind: Comb\nmetadata:\n  name: c1\nspec:\n  class: {class}\n"
+        )
+    };
+    fx.ok_with_input(&["--context", "dev", "apply", "-f", "-"], &comb("Stub"))
+        .await;
+    // The second apply patches: kubectl finds no strategic merge patch for Combs in the
+    // OpenAPI v3 document, as on a real server, and sends a JSON merge patch.
+    let applied = fx
+        .ok_with_input(&["--context", "dev", "apply", "-f", "-"], &comb("Other"))
+        .await;
+    assert!(
+        applied.contains("comb.comb.internal/c1 configured"),
+        "{applied}"
+    );
+    let live = fx
+        .json(&["--context", "dev", "get", "comb", "c1", "-o", "json"])
+        .await;
+    assert_eq!(live["spec"]["class"], "Other");
+    // A name that is no DNS-1123 subdomain is refused, as by kube-apiserver.
+    let refused = fx
+        .command(&["--context", "dev", "create", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    let output = feed(refused, &comb("Stub").replace("name: c1", "name: Bad_Name")).await;
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr)
+            .contains(r#""Bad_Name" is invalid: metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain"#),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+async fn feed(mut child: tokio::process::Child, input: &str) -> Output {
+    let mut stdin = child.stdin.take().expect("a stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .await
+        .expect("stdin written");
+    drop(stdin);
+    child.wait_with_output().await.expect("kubectl finishes")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_a_list_of_objects() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    // kubectl validates a List on the client against /openapi/v2, which must be served.
+    let list = r#"{"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l1"}, "data": {"a": "1"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "l2"}}]}"#;
+    let created = fx.ok_with_input(&["create", "-f", "-"], list).await;
+    assert!(created.contains("configmap/l1 created"), "{created}");
+    assert!(created.contains("configmap/l2 created"), "{created}");
+    let l1 = fx.json(&["get", "configmap", "l1", "-o", "json"]).await;
+    assert_eq!(l1["data"]["a"], "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_deployment_sends_protobuf() {
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let created = fx
+        .ok(&[
+            "create",
+            "deployment",
+            "proto",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=8080",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .await;
+    assert!(
+        created.contains("deployment.apps/proto created"),
+        "{created}"
+    );
+    let live = fx.json(&["get", "deployment", "proto", "-o", "json"]).await;
+    assert_eq!(live["metadata"]["labels"]["app"], "proto");
+    assert_eq!(live["spec"]["replicas"], 2);
+    assert_eq!(live["spec"]["selector"]["matchLabels"]["app"], "proto");
+    assert_eq!(live["spec"]["strategy"]["type"], "RollingUpdate");
+    let container = &live["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["name"], "nginx");
+    assert_eq!(container["image"], "nginx:1.27");
+    assert_eq!(container["command"], serde_json::json!(["sleep", "60"]));
+    assert_eq!(container["ports"][0]["containerPort"], 8080);
+    assert_eq!(container["ports"][0]["protocol"], "TCP");
+    assert_eq!(
+        live["spec"]["template"]["metadata"]["labels"]["app"],
+        "proto"
+    );
+}
