@@ -353,3 +353,61 @@ async fn a_real_api_server_refuses_what_the_webhook_refuses() {
     server.await.unwrap();
     clusters.shutdown().await;
 }
+
+/// The chart's own certificates (helm-generated, without cert-manager) are what comb serves:
+/// the Secret it mounts at --webhook-cert-dir loads, and its CA is the caBundle.
+#[test]
+fn the_charts_generated_certificate_is_served_and_its_ca_is_the_ca_bundle() {
+    use base64::Engine as _;
+    let helm = comb_sandbox::real::default_bin_dir().join("helm");
+    if !helm.exists() {
+        eprintln!("skipped: no helm at {}", helm.display());
+        return;
+    }
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/comb");
+    let output = std::process::Command::new(&helm)
+        .args(["template", "comb"])
+        .arg(&chart)
+        .args(["--set", "webhook.enabled=true"])
+        .output()
+        .expect("helm runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let documents: Vec<Value> = text
+        .split("\n---\n")
+        .filter_map(|document| serde_saphyr::from_str::<Value>(document).ok())
+        .filter(|document| document.is_object())
+        .collect();
+    let of_kind = |kind: &str| {
+        documents
+            .iter()
+            .find(|document| document["kind"] == kind)
+            .unwrap_or_else(|| panic!("the chart renders a {kind}"))
+    };
+    let secret = of_kind("Secret");
+    let configuration = of_kind("ValidatingWebhookConfiguration");
+    let webhook = &configuration["webhooks"][0];
+    assert_eq!(
+        secret["data"]["ca.crt"],
+        webhook["clientConfig"]["caBundle"]
+    );
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(
+        webhook["rules"][0]["operations"],
+        json!(["CREATE", "UPDATE"])
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    for key in ["tls.crt", "tls.key"] {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(secret["data"][key].as_str().unwrap())
+            .unwrap();
+        std::fs::write(dir.path().join(key), decoded).unwrap();
+    }
+    comb_federation::webhook::ServingTls::from_dir(dir.path())
+        .expect("comb serves the chart's certificate");
+}
