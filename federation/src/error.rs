@@ -66,6 +66,10 @@ pub enum Error {
     /// The controller could not start or keep running (admin address, leader election, ...).
     #[error("{0}")]
     Controller(String),
+
+    /// The admission webhook could not start: its address, its certificate.
+    #[error("{0}")]
+    Webhook(String),
 }
 
 impl Error {
@@ -84,6 +88,7 @@ impl Error {
             Error::Upstream(inner) => inner.category(),
             Error::Config(_) => "config",
             Error::Controller(_) => "controller",
+            Error::Webhook(_) => "webhook",
         }
     }
 }

@@ -6,3 +6,4 @@ pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod logging;
+pub mod webhook;

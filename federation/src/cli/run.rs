@@ -1,6 +1,7 @@
 //! `comb run`: the federation controller (DESIGN.md §6).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use crate::controller::{
     Controller, ControllerOptions, LeaderElection, OnceOptions, RunOutcome, default_identity,
 };
 use crate::engine::class::ClassRegistry;
+use crate::webhook::{Certificates, ServiceName, WebhookOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -38,6 +40,56 @@ pub struct RunArgs {
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     log_json: bool,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+}
+
+/// The validating admission webhook.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Admission webhook")]
+pub struct WebhookArgs {
+    /// Serve the validating admission webhook (POST /validate, HTTPS) on this address
+    /// (e.g. 0.0.0.0:8443).
+    #[arg(long, value_name = "ADDRESS")]
+    webhook_addr: Option<SocketAddr>,
+    /// Serve the certificate of this directory (tls.crt, tls.key, as cert-manager writes them)
+    /// instead of generating one.
+    #[arg(long, value_name = "DIR", requires = "webhook_addr")]
+    webhook_cert_dir: Option<PathBuf>,
+    /// The Service in front of the webhook (NAME.NAMESPACE): the generated certificate is also
+    /// for NAME.NAMESPACE.svc and NAME.NAMESPACE.svc.<clusterDomain>.
+    #[arg(
+        long,
+        value_name = "NAME.NAMESPACE",
+        requires = "webhook_addr",
+        conflicts_with = "webhook_cert_dir"
+    )]
+    webhook_service: Option<ServiceName>,
+    /// Write the generated CA (PEM) here, for the webhook configuration's caBundle.
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "webhook_addr",
+        conflicts_with = "webhook_cert_dir"
+    )]
+    webhook_ca_file: Option<PathBuf>,
+}
+
+impl WebhookArgs {
+    fn options(&self) -> Option<WebhookOptions> {
+        let address = self.webhook_addr?;
+        let certificates = match &self.webhook_cert_dir {
+            Some(dir) => Certificates::Directory(dir.clone()),
+            None => Certificates::Generated {
+                service: self.webhook_service.clone(),
+                ca_file: self.webhook_ca_file.clone(),
+            },
+        };
+        Some(WebhookOptions {
+            address,
+            certificates,
+        })
+    }
 }
 
 pub fn run(
@@ -79,6 +131,7 @@ fn options(args: &RunArgs, config: &Config) -> ControllerOptions {
             timeout: args.timeout,
         }),
         identity,
+        webhook: args.webhook.options(),
         ..ControllerOptions::default()
     }
 }

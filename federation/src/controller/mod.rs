@@ -72,6 +72,7 @@ use crate::config::Config;
 use crate::engine::class::ClassRegistry;
 use crate::engine::kube_ops::KubeOps;
 use crate::error::{Error, Result};
+use crate::webhook::{Webhook, WebhookOptions};
 use events::EventType;
 use graph::{BorrowIndex, describe_cycles};
 use layer::LayerRuntime;
@@ -120,6 +121,8 @@ pub struct ControllerOptions {
     pub identity: String,
     /// The upstream classes `spec.upstream` and the layers may name (default: K8s, Static).
     pub upstream_classes: UpstreamClasses,
+    /// Serve the validating admission webhook (every replica serves it, leading or not).
+    pub webhook: Option<WebhookOptions>,
 }
 
 impl Default for ControllerOptions {
@@ -140,6 +143,7 @@ impl Default for ControllerOptions {
             once: None,
             identity: default_identity(),
             upstream_classes: UpstreamClasses::default(),
+            webhook: None,
         }
     }
 }
@@ -173,6 +177,7 @@ pub(crate) struct Shared {
     /// Reconciling (false while waiting for the Lease).
     active: AtomicBool,
     admin_address: OnceLock<SocketAddr>,
+    webhook_address: OnceLock<SocketAddr>,
 }
 
 impl Controller {
@@ -240,6 +245,7 @@ impl Controller {
                 options,
                 stopping: CancellationToken::new(),
                 admin_address: OnceLock::new(),
+                webhook_address: OnceLock::new(),
             }),
         })
     }
@@ -283,6 +289,15 @@ impl Controller {
             }
             None => None,
         };
+        let webhook = match &shared.options.webhook {
+            Some(options) => {
+                let webhook =
+                    Webhook::bind(options, shared.config.clone(), shared.registry.clone()).await?;
+                let _ = shared.webhook_address.set(webhook.address());
+                Some(tokio::spawn(webhook.serve(shared.stopping.clone())))
+            }
+            None => None,
+        };
         let outcome = match shared.options.leader_election.clone() {
             Some(election) => run_as_leader(&shared, &election, &shutdown).await,
             None => Ok(run_active(&shared, &shutdown).await),
@@ -290,6 +305,9 @@ impl Controller {
         shared.stopping.cancel();
         if let Some(admin) = admin {
             let _ = admin.await;
+        }
+        if let Some(webhook) = webhook {
+            let _ = webhook.await;
         }
         info!("stopped");
         outcome
@@ -866,6 +884,11 @@ impl ControllerHandle {
     /// Where the admin server listens, once it does.
     pub fn admin_address(&self) -> Option<SocketAddr> {
         self.shared.admin_address.get().copied()
+    }
+
+    /// Where the admission webhook listens, once it does.
+    pub fn webhook_address(&self) -> Option<SocketAddr> {
+        self.shared.webhook_address.get().copied()
     }
 
     /// The last recorded state of every Comb.

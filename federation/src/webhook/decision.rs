@@ -1,0 +1,352 @@
+//! What the webhook refuses: a pure function over the decoded Comb, the controller's class
+//! registry and the federation configuration, with the controller's own checks (the build, the
+//! rendering, the layer's tenancy), so that a refusal at the door says what the status would.
+
+use comb_api::Comb;
+
+use crate::config::{Config, Layer};
+use crate::controller::graph::dependency_key;
+use crate::controller::queue::CombKey;
+use crate::engine::class::{ClassRegistry, CombInstance};
+use crate::engine::kinds::Scopes;
+
+/// Why a Comb is refused: the HTTP-like code and reason of the admission `status`, and one
+/// sentence that says what to fix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// 422 for a Comb that cannot be built, 403 for one its layer does not allow.
+    pub code: u16,
+    /// `Invalid` or `Forbidden`, as the API server's own refusals say.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    fn invalid(message: String) -> Refusal {
+        Refusal {
+            code: 422,
+            reason: "Invalid",
+            message,
+        }
+    }
+
+    fn forbidden(message: String) -> Refusal {
+        Refusal {
+            code: 403,
+            reason: "Forbidden",
+            message,
+        }
+    }
+}
+
+/// The layers that manage a Comb in `namespace`: those whose namespaces contain it.
+pub fn layers_of<'a>(config: &'a Config, namespace: &str) -> Vec<&'a Layer> {
+    config
+        .layers
+        .iter()
+        .filter(|layer| layer.manages(namespace))
+        .collect()
+}
+
+/// Why the controller would fail `comb`, or `None` when it would take it. A Comb in no layer is
+/// taken: the controller does not manage it. A Comb that several layers manage (the webhook
+/// cannot tell which cluster asks) must suit each of them.
+pub async fn refusal(comb: &Comb, config: &Config, registry: &ClassRegistry) -> Option<Refusal> {
+    let namespace = comb.metadata.namespace.as_deref().unwrap_or_default();
+    let layers = layers_of(config, namespace);
+    if layers.is_empty() {
+        return None;
+    }
+    if let Some(problem) = &comb.spec_error {
+        return Some(Refusal::invalid(format!(
+            "the spec does not decode: {problem}"
+        )));
+    }
+    let known = || registry.names().join(", ");
+    match comb.spec.class.as_deref().filter(|class| !class.is_empty()) {
+        None => {
+            return Some(Refusal::invalid(format!(
+                "spec.class is required; known classes: {}",
+                known()
+            )));
+        }
+        Some(class) if !registry.knows(class) => {
+            return Some(Refusal::invalid(format!(
+                "spec.class: {class} is not a known class; known classes: {}",
+                known()
+            )));
+        }
+        Some(_) => {}
+    }
+    if let Some(name) = comb.metadata.name.as_deref() {
+        let own = CombKey::new(namespace, name);
+        let itself = comb
+            .spec
+            .dependencies()
+            .iter()
+            .find(|reference| dependency_key(reference, namespace).as_ref() == Some(&own));
+        if let Some(reference) = itself {
+            return Some(Refusal::invalid(format!(
+                "spec.dependsOn: {reference} is this Comb itself, and a Comb cannot depend on itself"
+            )));
+        }
+    }
+    for layer in layers {
+        if let Some(refusal) = refusal_in(comb, config, registry, layer).await {
+            return Some(refusal);
+        }
+    }
+    None
+}
+
+/// What `layer` would make of `comb`: its build (stubs included), its rendering, its tenancy.
+async fn refusal_in(
+    comb: &Comb,
+    config: &Config,
+    registry: &ClassRegistry,
+    layer: &Layer,
+) -> Option<Refusal> {
+    let settings = config.settings(layer);
+    let stubs = |built: &CombInstance| layer.stubs_comb(built.namespace(), built.name());
+    let built = match registry.build(comb, &settings, &stubs).await {
+        Ok(built) => built,
+        Err(error) => return Some(Refusal::invalid(error.to_string())),
+    };
+    // The static table of built-in Kinds answers without a server: a custom Kind counts as
+    // namespaced here, so a cluster-scoped custom Kind is left to the controller's own check.
+    let items = match built.render(&Scopes::default()).await {
+        Ok(items) => items,
+        Err(error) => {
+            return Some(Refusal::invalid(format!(
+                "rendering the manifests failed: {error}"
+            )));
+        }
+    };
+    let refusals = settings.tenancy.refusals(&items, built.namespace());
+    (!refusals.is_empty()).then(|| Refusal::forbidden(refusals.join("; ")))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const CONFIG: &str = r#"
+layers:
+  - name: prod
+    context: prod
+    namespaces: [platform, apps]
+    stubs: [mailer]
+    allowNamespaces: [shared]
+  - name: dev
+    context: dev
+    namespaces: [dev]
+"#;
+
+    fn comb(namespace: &str, name: &str, spec: Value) -> Comb {
+        Comb::from_value(json!({
+            "apiVersion": "comb.internal/v1",
+            "kind": "Comb",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn config_map(namespace: Option<&str>) -> Value {
+        let mut manifest =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"}});
+        if let Some(namespace) = namespace {
+            manifest["metadata"]["namespace"] = json!(namespace);
+        }
+        manifest
+    }
+
+    /// What a case is about, the Comb, and the code and sentence it is refused with.
+    type Case = (&'static str, Comb, Option<(u16, &'static str)>);
+
+    #[tokio::test]
+    async fn what_the_webhook_refuses_and_how_it_says_so() {
+        let config = Config::from_yaml(CONFIG, "comb.yaml", None).unwrap();
+        let registry = ClassRegistry::with_builtins();
+        let manifests =
+            |items: Vec<Value>| json!({"class": "Manifests", "config": {"manifests": items}});
+        let cases: Vec<Case> = vec![
+            (
+                "a Comb its layer takes",
+                comb("platform", "api", manifests(vec![config_map(None)])),
+                None,
+            ),
+            (
+                "an alias of a known class",
+                comb(
+                    "platform",
+                    "api",
+                    json!({"class": "Kubernetes::Comb::Static"}),
+                ),
+                None,
+            ),
+            (
+                "a namespace the layer allows",
+                comb(
+                    "platform",
+                    "api",
+                    manifests(vec![config_map(Some("shared"))]),
+                ),
+                None,
+            ),
+            (
+                "a Comb in no layer, whatever it says",
+                comb(
+                    "elsewhere",
+                    "api",
+                    json!({"class": "Redis", "dependsOn": ["api"]}),
+                ),
+                None,
+            ),
+            (
+                "an unknown class",
+                comb("platform", "api", json!({"class": "Redis"})),
+                Some((
+                    422,
+                    "spec.class: Redis is not a known class; known classes: Kubernetes::Comb::Static, \
+                     Manifests, Manifests::Stub",
+                )),
+            ),
+            (
+                "no class",
+                comb("platform", "api", json!({"config": {}})),
+                Some((
+                    422,
+                    "spec.class is required; known classes: Kubernetes::Comb::Static, Manifests, \
+                     Manifests::Stub",
+                )),
+            ),
+            (
+                "a spec that does not decode",
+                comb(
+                    "platform",
+                    "api",
+                    json!({"class": "Manifests", "dependsOn": "db"}),
+                ),
+                Some((
+                    422,
+                    "the spec does not decode: spec.dependsOn: invalid type: a string, expected a sequence",
+                )),
+            ),
+            (
+                "a dependency on itself",
+                comb(
+                    "platform",
+                    "api",
+                    json!({"class": "Manifests", "dependsOn": ["db", "api"]}),
+                ),
+                Some((
+                    422,
+                    "spec.dependsOn: api is this Comb itself, and a Comb cannot depend on itself",
+                )),
+            ),
+            (
+                "a dependency on itself, namespaced",
+                comb(
+                    "apps",
+                    "api",
+                    json!({"class": "Manifests", "dependsOn": ["apps/api"]}),
+                ),
+                Some((
+                    422,
+                    "spec.dependsOn: apps/api is this Comb itself, and a Comb cannot depend on itself",
+                )),
+            ),
+            (
+                "a namesake in another namespace is another Comb",
+                comb(
+                    "apps",
+                    "api",
+                    json!({"class": "Manifests", "dependsOn": ["platform/api"]}),
+                ),
+                None,
+            ),
+            (
+                "a stub that breaks its original's endpoints",
+                comb(
+                    "platform",
+                    "mailer",
+                    json!({"class": "Manifests", "config": {
+                        "endpoints": [{"name": "smtp", "port": 25}, {"name": "imap", "port": 143}],
+                        "stub": {"endpoints": [{"name": "smtp", "port": 1025}]}}}),
+                ),
+                Some((
+                    422,
+                    "Manifests::Stub does not keep the contract of Manifests: missing endpoint(s) imap",
+                )),
+            ),
+            (
+                "a stub that keeps them",
+                comb(
+                    "platform",
+                    "mailer",
+                    json!({"class": "Manifests", "config": {
+                        "endpoints": [{"name": "smtp", "port": 25}],
+                        "stub": {"endpoints": [{"name": "smtp", "port": 1025}]}}}),
+                ),
+                None,
+            ),
+            (
+                "a manifest in a namespace the layer does not allow",
+                comb(
+                    "platform",
+                    "api",
+                    manifests(vec![config_map(Some("kube-system"))]),
+                ),
+                Some((
+                    403,
+                    "ConfigMap kube-system/cfg is in namespace kube-system, not platform; layer prod does \
+                     not allow it (add kube-system to layers[0].allowNamespaces)",
+                )),
+            ),
+            (
+                "a cluster-scoped manifest, in the second layer",
+                comb(
+                    "dev",
+                    "api",
+                    manifests(vec![
+                        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                               "metadata": {"name": "all"}}),
+                        config_map(Some("shared")),
+                    ]),
+                ),
+                Some((
+                    403,
+                    "ClusterRole all is cluster-scoped; layer dev allows no cluster-scoped kinds (add \
+                     ClusterRole to layers[1].allowClusterScoped); ConfigMap shared/cfg is in namespace \
+                     shared, not dev; layer dev does not allow it (add shared to layers[1].allowNamespaces)",
+                )),
+            ),
+        ];
+        for (what, comb, expected) in cases {
+            let got = refusal(&comb, &config, &registry).await;
+            let got = got.as_ref().map(|r| (r.code, r.message.as_str()));
+            assert_eq!(got, expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_comb_belongs_to_the_layers_whose_namespaces_hold_it() {
+        let config = Config::from_yaml(
+            "layers:\n  - {name: prod, context: prod, namespaces: [platform]}\n  - {name: all, context: dev}\n",
+            "comb.yaml",
+            None,
+        )
+        .unwrap();
+        let names = |namespace| {
+            layers_of(&config, namespace)
+                .iter()
+                .map(|layer| layer.name.as_str())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names("platform"), ["prod", "all"]);
+        assert_eq!(names("other"), ["all"]);
+    }
+}
