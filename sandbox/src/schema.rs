@@ -280,12 +280,33 @@ fn check(schema: &Value, value: &Value, path: &str, root: bool, errors: &mut Vec
 }
 
 /// Schema violations of a custom resource (after defaulting and pruning).
+///
+/// The emulator does not evaluate CEL rules (`x-kubernetes-validations`); like kube-apiserver,
+/// it says so when schema errors kept them from running, so the answer is the same.
 pub fn validate(rt: &ResourceType, object: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if let Some(schema) = rt.schema.as_deref() {
         check(schema, object, "", true, &mut errors);
+        if !errors.is_empty() && has_cel_rules(schema) {
+            errors.push(FieldError::invalid(
+                "<nil>",
+                &Value::Null,
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        }
     }
     errors
+}
+
+/// Whether a schema holds CEL rules anywhere.
+fn has_cel_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.contains_key("x-kubernetes-validations") || map.values().any(has_cel_rules)
+        }
+        Value::Array(items) => items.iter().any(has_cel_rules),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
