@@ -1,36 +1,45 @@
 //! Sandbox clusters for the borrowing tests: `prod` and `dev` on two API servers, and `staging`,
 //! a second context on prod's server whose Combs live in namespace `staging`. Each context is a
 //! layer of the same name. Steps are driven directly (resolution, then one reconcile step), the
-//! way the federation controller runs them.
+//! way the federation controller runs them. The clusters run on the backend `COMB_TEST_BACKEND`
+//! names (the emulator by default, or real kube-apiservers with kwok).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
+use comb_api::CombResource;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, UpstreamSpec};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{StepEnv, reconcile};
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::{ClusterControls, Controls};
-use comb_sandbox::sim::Simulation;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions, Store};
+use comb_sandbox::controls::Controls;
+use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-/// How long a test waits for the clusters to do something.
-const DEADLINE: Duration = Duration::from_secs(20);
+/// How long a test waits for the clusters to do something: a real control plane's controllers
+/// take longer than the emulator's simulation.
+fn deadline() -> Instant {
+    Instant::now()
+        + match Backend::from_env() {
+            Backend::Emulator => Duration::from_secs(20),
+            Backend::Kube => Duration::from_secs(90),
+        }
+}
+
+/// The pause between two looks at a condition.
+const POLL: Duration = Duration::from_millis(50);
 
 /// The clusters, and the engine's view of them.
 pub struct Layers {
-    sandbox: Sandbox,
-    controls: Arc<ClusterControls>,
+    sandbox: Clusters,
     pub pool: ClientPool,
     registry: ClassRegistry,
     pub settings: Settings,
@@ -46,7 +55,6 @@ pub fn cluster_of(context: &str) -> &'static str {
 
 impl Layers {
     pub async fn start() -> Layers {
-        let controls = Arc::new(ClusterControls::default());
         let options = SandboxOptions {
             clusters: vec!["prod".into(), "dev".into()],
             contexts: vec![ExtraContext {
@@ -55,14 +63,14 @@ impl Layers {
                 namespace: Some("staging".into()),
             }],
             pod_ready_delay: Duration::ZERO,
-            extensions: vec![Arc::new(Simulation::default()), controls.clone()],
             ..SandboxOptions::default()
         };
-        let sandbox = Sandbox::start(options).await.expect("sandbox starts");
+        let sandbox = Clusters::start(Backend::from_env(), options, None)
+            .await
+            .expect("sandbox starts");
         let pool = ClientPool::from_kubeconfig(sandbox.kubeconfig().build(), "the test sandbox");
         let layers = Layers {
             sandbox,
-            controls,
             pool,
             registry: ClassRegistry::with_builtins(),
             settings: Settings::default(),
@@ -85,6 +93,17 @@ impl Layers {
                     .await
                     .expect("namespace created");
             }
+            // A real kube-apiserver serves a new CRD a moment after creating it.
+            let combs: Api<Comb> =
+                Api::all_with(client.clone(), &comb_api::api_resource(DEFAULT_GROUP));
+            let deadline = deadline();
+            while let Err(error) = combs.list(&Default::default()).await {
+                assert!(
+                    Instant::now() < deadline,
+                    "the Comb CRD is not served in {context}: {error}"
+                );
+                tokio::time::sleep(POLL).await;
+            }
         }
         layers
     }
@@ -102,15 +121,9 @@ impl Layers {
 
     /// The test controls of a cluster (`prod` or `dev`).
     pub fn controls(&self, cluster: &str) -> Controls {
-        self.controls.get(cluster).expect("controls of the cluster")
-    }
-
-    pub fn store(&self, cluster: &str) -> Store {
         self.sandbox
-            .cluster(cluster)
-            .expect("cluster")
-            .store()
-            .clone()
+            .controls(cluster)
+            .expect("controls of the cluster")
     }
 
     /// The federation's view for the Combs of `context`: its layer's context, every layer.
@@ -213,8 +226,7 @@ impl Layers {
         .await
     }
 
-    /// Steps until `done` holds for the recorded status, looking again after each change the
-    /// clusters make to anything but Combs.
+    /// Steps until `done` holds for the recorded status, stepping again after a short pause.
     pub async fn settle(
         &self,
         context: &str,
@@ -222,56 +234,41 @@ impl Layers {
         controlling: &Controlling,
         done: impl Fn(&CombStatus) -> bool,
     ) -> CombStatus {
-        let deadline = Instant::now() + DEADLINE;
-        let mut events = self.store(cluster_of(context)).subscribe();
+        let deadline = deadline();
         loop {
             let status = self.step(context, comb, controlling).await;
             if done(&status) {
                 return status;
             }
-            loop {
-                match tokio::time::timeout_at(deadline, events.recv()).await {
-                    Err(_) => panic!("{} did not settle in {context}: {status:#?}", comb.name()),
-                    Ok(Ok(event)) if event.resource.kind == "Comb" => continue,
-                    Ok(_) => break,
-                }
+            if Instant::now() > deadline {
+                panic!("{} did not settle in {context}: {status:#?}", comb.name());
             }
+            tokio::time::sleep(POLL).await;
         }
     }
 
-    /// Waits until `check` holds, looking again after each change in `cluster`.
-    pub async fn wait_until(&self, cluster: &str, what: &str, check: impl Fn(&Store) -> bool) {
-        let deadline = Instant::now() + DEADLINE;
-        let store = self.store(cluster);
-        let mut events = store.subscribe();
-        while !check(&store) {
-            if tokio::time::timeout_at(deadline, events.recv())
-                .await
-                .is_err()
-            {
-                panic!("timed out waiting for {what}");
-            }
-        }
-    }
-
-    /// The object of `group`/`kind` named `name` in `namespace` of `cluster`, as the store has it
-    /// (no request counted).
-    pub fn peek(
+    /// The object of `api_version`/`kind` named `name` in `namespace` of `cluster` (`prod` or
+    /// `dev`, each its own context), as its API server has it now.
+    pub async fn peek(
         &self,
         cluster: &str,
-        group: &str,
+        api_version: &str,
         kind: &str,
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        peek(&self.store(cluster), group, kind, namespace, name)
+        let resource = CombResource {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        };
+        self.ops(cluster)
+            .await
+            .get_opt(&resource)
+            .await
+            .expect("peek answers")
     }
-}
-
-/// An object as a store has it.
-pub fn peek(store: &Store, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
-    let resource_type = store.resource_type(group, kind)?;
-    store.get(&resource_type, Some(namespace), name).ok()
 }
 
 /// The controlling code borrowing with `answer` (e.g. the layer's borrow).
