@@ -8,7 +8,7 @@ mod upstream_support;
 use comb_api::CombStatus;
 use comb_federation::engine::borrow::Controlling;
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec, endpoints, managed, verdict};
+use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
 
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
 
@@ -81,6 +81,9 @@ async fn three_layers_prod_staging_dev() {
     // prod runs, and publishes its LoadBalancer address as its external address.
     layers
         .settle("prod", &mut prod, &local, running_healthy)
+        .await;
+    layers
+        .provide_load_balancer("prod", "platform", "db", "198.51.100.7")
         .await;
     let service = layers
         .peek("prod", "v1", "Service", "platform", "db")
@@ -194,7 +197,7 @@ async fn three_layers_prod_staging_dev() {
         )
         .await
         .unwrap();
-    assert_eq!(slice["endpoints"], json!([{"addresses": [ip]}]));
+    assert_eq!(slice_addresses(&slice), [json!([ip])]);
     assert_eq!(
         slice["ports"],
         json!([{"name": "postgres", "port": 5432, "protocol": "TCP"}])

@@ -14,7 +14,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec, endpoints, managed, verdict};
+use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
 
 const STATIC: &str = "upstream Kubernetes::Comb::Upstream::Static";
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
@@ -106,7 +106,7 @@ async fn local_then_borrowed_then_local_again() {
         )
         .await
         .unwrap();
-    assert_eq!(slice["endpoints"], json!([{"addresses": ["10.1.2.3"]}]));
+    assert_eq!(slice_addresses(&slice), [json!(["10.1.2.3"])]);
     assert_eq!(slice["ports"][0]["port"], 15432);
     assert!(
         layers
@@ -346,10 +346,11 @@ async fn errors_of_the_upstream_path() {
 
     // Resolution is checked before Disabled; the controlling code decides before spec.upstream.
     let mut broken = layers
-        .comb(
+        .comb_admitted_earlier(
             "dev",
             "platform",
             "broken",
+            json!({"class": "Manifests", "enabled": false}),
             json!({"class": "Manifests", "enabled": false, "upstream": {"class": "Probe"}}),
         )
         .await;

@@ -166,6 +166,30 @@ impl Layers {
         self.build(&stored).await
     }
 
+    /// A Comb stored with `stored` but built from `spec`: one the CRD's CEL rules would refuse
+    /// now (a real API server evaluates them, the emulator does not), as if admitted before.
+    pub async fn comb_admitted_earlier(
+        &self,
+        context: &str,
+        namespace: &str,
+        name: &str,
+        stored: Value,
+        spec: Value,
+    ) -> CombInstance {
+        let stored: CombSpec = serde_json::from_value(stored).expect("a spec");
+        let mut cr = self
+            .combs(context, namespace)
+            .await
+            .create(
+                &PostParams::default(),
+                &Comb::new(DEFAULT_GROUP, namespace, name, stored),
+            )
+            .await
+            .expect("Comb created");
+        cr.spec = serde_json::from_value(spec).expect("a spec");
+        self.build(&cr).await
+    }
+
     /// Changes the spec (a merge patch) and builds the Comb anew, as the controller does when a
     /// spec changes. The recorded status is the CR's.
     pub async fn edit(
@@ -247,6 +271,32 @@ impl Layers {
         }
     }
 
+    /// What a cloud's load-balancer controller does, where nobody does it: a real control plane
+    /// here has none (the emulator's simulation assigns an address itself), so on it the
+    /// LoadBalancer Service `namespace/name` of `cluster` gets `ip` as its ingress.
+    pub async fn provide_load_balancer(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        name: &str,
+        ip: &str,
+    ) {
+        if self.sandbox.backend() != Backend::Kube {
+            return;
+        }
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(
+            self.client(cluster).await,
+            namespace,
+        )
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}})),
+        )
+        .await
+        .expect("the Service's load balancer recorded");
+    }
+
     /// The object of `api_version`/`kind` named `name` in `namespace` of `cluster` (`prod` or
     /// `dev`, each its own context), as its API server has it now.
     pub async fn peek(
@@ -269,6 +319,17 @@ impl Layers {
             .await
             .expect("peek answers")
     }
+}
+
+/// The addresses of each endpoint of an EndpointSlice (a real API server also defaults each
+/// endpoint's `conditions` to `{}`).
+pub fn slice_addresses(slice: &Value) -> Vec<Value> {
+    slice["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|endpoint| endpoint["addresses"].clone())
+        .collect()
 }
 
 /// The controlling code borrowing with `answer` (e.g. the layer's borrow).
