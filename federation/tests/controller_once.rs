@@ -120,7 +120,7 @@ async fn the_binary_exits_0_then_1() {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
     let dir = tempfile::tempdir().unwrap();
     world
-        .sandbox
+        .clusters
         .write_kubeconfig(&dir.path().join("kubeconfig.yaml"))
         .unwrap();
     let config = dir.path().join("comb.yaml");

@@ -18,6 +18,7 @@ use comb_sandbox::controls::Controls;
 use controller_support::{World, eventually, web};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::Api;
 use serde_json::{Value, json};
 
@@ -143,6 +144,18 @@ async fn another_namespace_is_written_when_the_layer_allows_it_and_cleanup_stays
 #[tokio::test]
 async fn writes_of_a_combs_resources_impersonate_the_layers_service_account() {
     let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    // What a real API server needs to let the service account write (the emulator authorizes
+    // nothing): the built-in `edit` role in apps.
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "deployer-edit", "namespace": "apps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "apps"}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(world.client("prod").await, "apps")
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
     let running = world
         .run(world.config(&config(", serviceAccount: deployer")))
         .await;

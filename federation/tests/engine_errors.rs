@@ -77,7 +77,12 @@ async fn a_failed_live_read_is_status_failed() {
             "reading the live status failed: Kubernetes API error (list Deployment): 500 InternalError: boom"
         )
     );
-    assert!(cluster.peek("apps", "Deployment", "nats").is_none());
+    assert!(
+        cluster
+            .peek("apps/v1", "Deployment", "nats")
+            .await
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -172,7 +177,7 @@ async fn deploy_without_live_objects_reads_the_workloads_first() {
         "reading the live workloads failed: Kubernetes API error (list Deployment): 500 InternalError: boom"
     );
     assert!(applied.is_empty());
-    assert!(cluster.peek("", "Service", "nats").is_none());
+    assert!(cluster.peek("v1", "Service", "nats").await.is_none());
 
     // Applied in manifest order; only the workload kinds were read.
     cluster.reset_requests();

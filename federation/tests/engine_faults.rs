@@ -52,10 +52,10 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
         "deploy failed: ensure Service nats: Kubernetes API error (create Service): 403 Forbidden: quota exceeded"
     );
     // What came before the failure was applied, nothing after it, nothing pruned.
-    let a = cluster.peek("", "ConfigMap", "nats-a").unwrap();
+    let a = cluster.peek("v1", "ConfigMap", "nats-a").await.unwrap();
     assert_eq!(a["data"]["changed"], "yes");
-    assert!(cluster.peek("", "ConfigMap", "nats-b").is_none());
-    assert!(cluster.peek("", "ConfigMap", "nats-old").is_some());
+    assert!(cluster.peek("v1", "ConfigMap", "nats-b").await.is_none());
+    assert!(cluster.peek("v1", "ConfigMap", "nats-old").await.is_some());
     assert_eq!(managed(&status), ["ConfigMap/nats-a", "ConfigMap/nats-old"]);
 
     // The next step finishes the job and prunes.
@@ -65,7 +65,7 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
         managed(&status),
         ["ConfigMap/nats-a", "Service/nats", "ConfigMap/nats-b"]
     );
-    assert!(cluster.peek("", "ConfigMap", "nats-old").is_none());
+    assert!(cluster.peek("v1", "ConfigMap", "nats-old").await.is_none());
 }
 
 #[tokio::test]

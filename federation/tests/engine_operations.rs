@@ -129,19 +129,24 @@ async fn a_restart_is_kept_across_a_deploy_and_triggers_none() {
 
 #[tokio::test]
 async fn logs_of_the_pods() {
+    if !comb_sandbox::emulator_only(
+        "engine_operations::logs_of_the_pods",
+        "kwok runs no containers, so a real kubelet-less cluster serves no Pod logs",
+    ) {
+        return;
+    }
     let cluster = Cluster::start().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![deployment("nats", "nats:2")]))
         .await;
     cluster.settle(&mut comb).await;
     cluster
-        .wait_until("the container logged", |cluster| {
-            let pods = cluster.store.resource_type("", "Pod").unwrap();
+        .wait_until("the container logged", async |cluster| {
             cluster
-                .store
-                .list(&pods, Some(NS), Some("comb.internal/comb=nats"), None)
-                .map(|(items, _)| items.len() == 1)
-                .unwrap_or(false)
+                .peek_list("v1", "Pod", "comb.internal/comb=nats")
+                .await
+                .len()
+                == 1
         })
         .await;
     let text = logs(&cluster.ops, comb.context(), 5).await.unwrap();
@@ -193,6 +198,12 @@ async fn describe_and_endpoint() {
 
 #[tokio::test]
 async fn logs_of_a_crash_looping_container_are_its_previous_instance() {
+    if !comb_sandbox::emulator_only(
+        "engine_operations::logs_of_a_crash_looping_container_are_its_previous_instance",
+        "kwok runs no containers, so a real kubelet-less cluster serves no Pod logs",
+    ) {
+        return;
+    }
     let cluster = Cluster::start().await;
     let mut comb = cluster
         .comb(
@@ -202,16 +213,11 @@ async fn logs_of_a_crash_looping_container_are_its_previous_instance() {
         .await;
     cluster.reconcile(&mut comb).await;
     cluster
-        .wait_until("the container crash-loops", |cluster| {
-            let pods = cluster.store.resource_type("", "Pod").unwrap();
-            let Ok((items, _)) =
-                cluster
-                    .store
-                    .list(&pods, Some(NS), Some("comb.internal/comb=nats"), None)
-            else {
-                return false;
-            };
-            items.iter().any(|pod| {
+        .wait_until("the container crash-loops", async |cluster| {
+            let pods = cluster
+                .peek_list("v1", "Pod", "comb.internal/comb=nats")
+                .await;
+            pods.iter().any(|pod| {
                 pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
                     == "CrashLoopBackOff"
             })

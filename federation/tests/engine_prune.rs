@@ -43,7 +43,12 @@ async fn a_dropped_resource_is_pruned() {
         )
     );
     assert_eq!(managed(&status), ["Deployment/nats"]);
-    assert!(cluster.peek("", "ConfigMap", "nats-extra").is_none());
+    assert!(
+        cluster
+            .peek("v1", "ConfigMap", "nats-extra")
+            .await
+            .is_none()
+    );
     // One list with both labels found it, and it was deleted.
     assert_eq!(cluster.requests().get("list configmaps"), Some(&1));
     assert_eq!(cluster.requests().get("delete configmaps"), Some(&1));
@@ -86,7 +91,12 @@ async fn a_resource_that_lost_its_labels_is_left_alone() {
              it no longer carries comb.internal/comb=nats,comb.internal/comb-namespace=platform"
         )
     );
-    assert!(cluster.peek("", "ConfigMap", "nats-extra").is_some());
+    assert!(
+        cluster
+            .peek("v1", "ConfigMap", "nats-extra")
+            .await
+            .is_some()
+    );
     assert_eq!(managed(&status), ["Deployment/nats"]);
 }
 
@@ -122,7 +132,7 @@ async fn a_cluster_scoped_resource_is_left_in_place() {
              cluster-scoped, never pruned automatically"
         )
     );
-    assert!(cluster.peek("", "Namespace", "nats-team").is_some());
+    assert!(cluster.peek("v1", "Namespace", "nats-team").await.is_some());
     assert_eq!(managed(&status), ["Deployment/nats"]);
     // Never looked up.
     let namespace_requests: Vec<_> = cluster
@@ -156,10 +166,8 @@ async fn install_cluster_widgets(cluster: &mut Cluster) {
     let api = kube::Api::all(cluster.client.clone());
     api.create(&Default::default(), &crd).await.unwrap();
     cluster
-        .wait_until("ClusterWidget served", |c| {
-            c.store
-                .resource_type("example.com", "ClusterWidget")
-                .is_some()
+        .wait_until("ClusterWidget served", async |c| {
+            c.served("example.com/v1", "ClusterWidget").await
         })
         .await;
 }
@@ -213,7 +221,8 @@ async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_neve
     );
     assert!(
         cluster
-            .peek("example.com", "ClusterWidget", "shared")
+            .peek("example.com/v1", "ClusterWidget", "shared")
+            .await
             .is_some()
     );
     assert_eq!(managed(&status), ["Deployment/nats"]);
@@ -252,7 +261,8 @@ async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_del
     );
     assert!(
         cluster
-            .peek("example.com", "ClusterWidget", "shared")
+            .peek("example.com/v1", "ClusterWidget", "shared")
+            .await
             .is_some()
     );
     assert_eq!(managed(&status), ["Deployment/nats"]);
@@ -310,7 +320,8 @@ async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_
     );
     assert!(
         cluster
-            .peek("example.com", "ClusterWidget", "shared")
+            .peek("example.com/v1", "ClusterWidget", "shared")
+            .await
             .is_some()
     );
 }

@@ -71,10 +71,18 @@ async fn a_manifest_for_another_namespace_is_refused_before_anything_is_written(
         cluster.requests()
     );
     assert!(
-        cluster.peek("apps", "Deployment", "nats").is_none(),
+        cluster
+            .peek("apps/v1", "Deployment", "nats")
+            .await
+            .is_none(),
         "not even what may be written"
     );
-    assert!(cluster.peek_in("", "ConfigMap", "other", "cfg").is_none());
+    assert!(
+        cluster
+            .peek_in("v1", "ConfigMap", "other", "cfg")
+            .await
+            .is_none()
+    );
     assert!(managed(&status).is_empty());
 }
 
@@ -93,7 +101,12 @@ async fn another_namespace_is_written_when_the_layer_allows_it() {
         )
         .await;
     let status = cluster.settle(&mut comb).await;
-    assert!(cluster.peek_in("", "ConfigMap", "other", "cfg").is_some());
+    assert!(
+        cluster
+            .peek_in("v1", "ConfigMap", "other", "cfg")
+            .await
+            .is_some()
+    );
     let recorded = status
         .managed()
         .iter()
@@ -129,7 +142,8 @@ async fn a_cluster_role_is_refused_until_the_layer_allows_cluster_roles() {
     );
     assert!(
         cluster
-            .peek("rbac.authorization.k8s.io", "ClusterRole", "admin-all")
+            .peek("rbac.authorization.k8s.io/v1", "ClusterRole", "admin-all")
+            .await
             .is_none()
     );
 
@@ -141,7 +155,8 @@ async fn a_cluster_role_is_refused_until_the_layer_allows_cluster_roles() {
     let status = cluster.settle(&mut comb).await;
     assert!(
         cluster
-            .peek("rbac.authorization.k8s.io", "ClusterRole", "admin-all")
+            .peek("rbac.authorization.k8s.io/v1", "ClusterRole", "admin-all")
+            .await
             .is_some()
     );
     assert!(managed(&status).contains(&"ClusterRole/admin-all".to_string()));
@@ -177,7 +192,7 @@ async fn a_namespace_is_refused_by_default_with_every_refusal_named() {
         "{:?}",
         cluster.requests()
     );
-    assert!(cluster.peek("", "Namespace", "team").is_none());
+    assert!(cluster.peek("v1", "Namespace", "team").await.is_none());
 }
 
 /// A class whose bridge puts a ConfigMap into namespace `other`.
@@ -236,7 +251,8 @@ async fn a_bridge_manifest_is_held_to_the_same_rule() {
     );
     assert!(
         cluster
-            .peek_in("", "ConfigMap", "other", "bridge")
+            .peek_in("v1", "ConfigMap", "other", "bridge")
+            .await
             .is_none()
     );
 }

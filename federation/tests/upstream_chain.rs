@@ -8,7 +8,7 @@ mod upstream_support;
 use comb_api::CombStatus;
 use comb_federation::engine::borrow::Controlling;
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec, endpoints, managed, verdict};
+use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
 
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
 
@@ -82,8 +82,12 @@ async fn three_layers_prod_staging_dev() {
     layers
         .settle("prod", &mut prod, &local, running_healthy)
         .await;
+    layers
+        .provide_load_balancer("prod", "platform", "db", "198.51.100.7")
+        .await;
     let service = layers
-        .peek("prod", "", "Service", "platform", "db")
+        .peek("prod", "v1", "Service", "platform", "db")
+        .await
         .unwrap();
     let ip = service
         .pointer("/status/loadBalancer/ingress/0/ip")
@@ -141,7 +145,10 @@ async fn three_layers_prod_staging_dev() {
         Some(external.as_str())
     );
     assert_eq!(managed(&status), ["Service/db"]);
-    let bridge = layers.peek("prod", "", "Service", "staging", "db").unwrap();
+    let bridge = layers
+        .peek("prod", "v1", "Service", "staging", "db")
+        .await
+        .unwrap();
     assert_eq!(bridge["spec"]["type"], "ExternalName");
     assert_eq!(
         bridge["spec"]["externalName"],
@@ -149,7 +156,8 @@ async fn three_layers_prod_staging_dev() {
     );
     assert!(
         layers
-            .peek("prod", "apps", "Deployment", "staging", "db")
+            .peek("prod", "apps/v1", "Deployment", "staging", "db")
+            .await
             .is_none(),
         "a borrowing Comb runs nothing"
     );
@@ -173,19 +181,23 @@ async fn three_layers_prod_staging_dev() {
         [("postgres".into(), 5432, Some(external.clone()))]
     );
     assert_eq!(managed(&status), ["Service/db", "EndpointSlice/db-1"]);
-    let service = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    let service = layers
+        .peek("dev", "v1", "Service", "platform", "db")
+        .await
+        .unwrap();
     assert_eq!(service["spec"].get("selector"), None);
     assert_eq!(service["spec"]["ipFamilies"], json!(["IPv4"]));
     let slice = layers
         .peek(
             "dev",
-            "discovery.k8s.io",
+            "discovery.k8s.io/v1",
             "EndpointSlice",
             "platform",
             "db-1",
         )
+        .await
         .unwrap();
-    assert_eq!(slice["endpoints"], json!([{"addresses": [ip]}]));
+    assert_eq!(slice_addresses(&slice), [json!([ip])]);
     assert_eq!(
         slice["ports"],
         json!([{"name": "postgres", "port": 5432, "protocol": "TCP"}])
@@ -319,7 +331,8 @@ async fn a_partitioned_upstream_blocks_until_healed() {
     );
     assert!(
         layers
-            .peek("dev", "", "Service", "platform", "db")
+            .peek("dev", "v1", "Service", "platform", "db")
+            .await
             .is_some(),
         "and standing"
     );

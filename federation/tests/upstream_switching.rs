@@ -14,7 +14,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec, endpoints, managed, verdict};
+use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
 
 const STATIC: &str = "upstream Kubernetes::Comb::Upstream::Static";
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
@@ -36,7 +36,10 @@ async fn local_then_borrowed_then_local_again() {
         .await;
     let status = layers.settle("dev", &mut db, &none, running_healthy).await;
     assert_eq!(status.upstream, None);
-    let local_service = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    let local_service = layers
+        .peek("dev", "v1", "Service", "platform", "db")
+        .await
+        .unwrap();
     assert_eq!(local_service["spec"]["selector"], json!({"app": "db"}));
 
     // Borrowing: the bridge Service replaces the local one in place, the workload is pruned.
@@ -79,7 +82,10 @@ async fn local_then_borrowed_then_local_again() {
             Some(vec!["vendor".to_string()])
         )
     );
-    let bridge = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    let bridge = layers
+        .peek("dev", "v1", "Service", "platform", "db")
+        .await
+        .unwrap();
     assert_eq!(uid(&bridge), uid(&local_service), "replaced in place");
     assert_eq!(bridge["spec"].get("selector"), None);
     assert_eq!(
@@ -93,17 +99,19 @@ async fn local_then_borrowed_then_local_again() {
     let slice = layers
         .peek(
             "dev",
-            "discovery.k8s.io",
+            "discovery.k8s.io/v1",
             "EndpointSlice",
             "platform",
             "db-1",
         )
+        .await
         .unwrap();
-    assert_eq!(slice["endpoints"], json!([{"addresses": ["10.1.2.3"]}]));
+    assert_eq!(slice_addresses(&slice), [json!(["10.1.2.3"])]);
     assert_eq!(slice["ports"][0]["port"], 15432);
     assert!(
         layers
-            .peek("dev", "apps", "Deployment", "platform", "db")
+            .peek("dev", "apps/v1", "Deployment", "platform", "db")
+            .await
             .is_none(),
         "the local workload is pruned"
     );
@@ -130,23 +138,28 @@ async fn local_then_borrowed_then_local_again() {
         endpoints(&status),
         [("postgres".into(), 5432, Some("db.platform.svc:5432".into()))]
     );
-    let service = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    let service = layers
+        .peek("dev", "v1", "Service", "platform", "db")
+        .await
+        .unwrap();
     assert_eq!(uid(&service), uid(&local_service));
     assert_eq!(service["spec"]["selector"], json!({"app": "db"}));
     assert!(
         layers
             .peek(
                 "dev",
-                "discovery.k8s.io",
+                "discovery.k8s.io/v1",
                 "EndpointSlice",
                 "platform",
                 "db-1"
             )
+            .await
             .is_none()
     );
     assert!(
         layers
-            .peek("dev", "apps", "Deployment", "platform", "db")
+            .peek("dev", "apps/v1", "Deployment", "platform", "db")
+            .await
             .is_some()
     );
     let status = layers.settle("dev", &mut db, &none, running_healthy).await;
@@ -319,7 +332,8 @@ async fn host_names_and_ips_behind_one_service_cannot_be_bridged() {
     assert!(status.managed().is_empty());
     assert!(
         layers
-            .peek("dev", "", "Service", "platform", "db")
+            .peek("dev", "v1", "Service", "platform", "db")
+            .await
             .is_none()
     );
     assert!(status.upstream.is_some());
@@ -332,10 +346,11 @@ async fn errors_of_the_upstream_path() {
 
     // Resolution is checked before Disabled; the controlling code decides before spec.upstream.
     let mut broken = layers
-        .comb(
+        .comb_admitted_earlier(
             "dev",
             "platform",
             "broken",
+            json!({"class": "Manifests", "enabled": false}),
             json!({"class": "Manifests", "enabled": false, "upstream": {"class": "Probe"}}),
         )
         .await;
@@ -399,7 +414,10 @@ async fn errors_of_the_upstream_path() {
             format!("borrowed from {STATIC}")
         )
     );
-    let bridge = layers.peek("dev", "", "Service", "platform", "db").unwrap();
+    let bridge = layers
+        .peek("dev", "v1", "Service", "platform", "db")
+        .await
+        .unwrap();
     assert_eq!(bridge["spec"]["externalName"], "pg.example.com");
 }
 

@@ -1,18 +1,18 @@
 //! The K8s upstream against sandbox clusters: `prod` and `dev` on two API servers, and `staging`,
-//! a second context on prod's server with the default namespace `staging`.
+//! a second context on prod's server with the default namespace `staging`, on the backend
+//! `COMB_TEST_BACKEND` names (the emulator by default, or real kube-apiservers).
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, Endpoint, LabelKeys};
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::{ClusterControls, Fault};
+use comb_sandbox::controls::{Controls, Fault};
 use comb_sandbox::sandbox::SANDBOX_USER;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
+use comb_sandbox::{Backend, ExtraContext, SandboxOptions};
 use comb_upstreams::{K8s, PEER_READ_TIMEOUT, Replica, Upstream, UpstreamContext, UpstreamStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,22 +21,19 @@ use serde_json::{Value, json};
 
 /// The sandbox, a pool over its kubeconfig (plus a context `gone` whose server does not exist).
 struct Clusters {
-    _sandbox: Sandbox,
-    controls: Arc<ClusterControls>,
+    sandbox: comb_sandbox::Clusters,
     pool: ClientPool,
 }
 
 impl Clusters {
     async fn start() -> Result<Clusters> {
-        let controls = Arc::new(ClusterControls::default());
         let mut options = SandboxOptions::clusters(["prod", "dev"]);
-        options.extensions = vec![controls.clone()];
         options.contexts.push(ExtraContext {
             name: "staging".into(),
             cluster: "prod".into(),
             namespace: Some("staging".into()),
         });
-        let sandbox = Sandbox::start(options).await?;
+        let sandbox = comb_sandbox::Clusters::start(Backend::from_env(), options, None).await?;
         // A port nobody listens on: bound, then released.
         let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let kubeconfig = sandbox
@@ -45,11 +42,7 @@ impl Clusters {
             .context("gone", "gone", SANDBOX_USER, None)
             .build();
         let pool = ClientPool::from_kubeconfig(kubeconfig, "the sandbox kubeconfig");
-        let clusters = Clusters {
-            _sandbox: sandbox,
-            controls,
-            pool,
-        };
+        let clusters = Clusters { sandbox, pool };
         for context in ["prod", "dev"] {
             let client = clusters.pool.client(context).await?;
             let crd = comb_api::custom_resource_definition(DEFAULT_GROUP)?;
@@ -63,8 +56,26 @@ impl Clusters {
                     .create(&PostParams::default(), &ns)
                     .await?;
             }
+            // A real kube-apiserver serves a new CRD a moment after creating it.
+            let combs: Api<Comb> =
+                Api::all_with(client.clone(), &comb_api::api_resource(DEFAULT_GROUP));
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while let Err(error) = combs.list(&Default::default()).await {
+                anyhow::ensure!(
+                    tokio::time::Instant::now() < deadline,
+                    "the Comb CRD is not served in {context}: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
         Ok(clusters)
+    }
+
+    /// The test controls of `cluster` (faults, partitions).
+    fn controls(&self, cluster: &str) -> Controls {
+        self.sandbox
+            .controls(cluster)
+            .expect("controls of the cluster")
     }
 
     /// The Comb `namespace/name` in `context`, created with `status`.
@@ -241,7 +252,7 @@ async fn a_partitioned_peer_is_unreachable_until_healed() -> Result<()> {
         .comb("prod", "platform", "db", prod_db_status())
         .await?;
     let ctx = clusters.context("dev", "platform", "db");
-    let prod = clusters.controls.get("prod").expect("controls of prod");
+    let prod = clusters.controls("prod");
 
     prod.partition();
     let status = K8s::new("prod").status(&ctx).await?;
@@ -270,7 +281,7 @@ async fn a_peer_that_does_not_answer_in_time_is_unreachable() -> Result<()> {
         .comb("prod", "platform", "db", prod_db_status())
         .await?;
     let ctx = clusters.context("dev", "platform", "db");
-    let prod = clusters.controls.get("prod").expect("controls of prod");
+    let prod = clusters.controls("prod");
 
     // A slow API server must not hold a borrowing step: past the bound the peer is unreachable.
     prod.inject(Fault::delay(

@@ -1,13 +1,13 @@
 //! Sandbox clusters and the federation controller over them, for the controller tests.
 //!
-//! Every test starts its own in-process clusters (Pods Ready at once, the Comb CRD installed)
-//! and runs the real controller on them through `kube::Client`. Conditions are awaited with a
-//! deadline, never slept for.
+//! Every test starts its own clusters (Pods Ready at once, the Comb CRD installed) on the
+//! backend `COMB_TEST_BACKEND` names (the emulator by default, or real kube-apiservers with
+//! kwok) and runs the real controller on them through `kube::Client`. Conditions are awaited
+//! with a deadline, never slept for.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use comb_api::{Comb, CombSpec, DEFAULT_GROUP};
@@ -18,9 +18,8 @@ use comb_federation::controller::{
 use comb_federation::engine::class::ClassRegistry;
 use comb_federation::error::Result;
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::{ClusterControls, Controls};
-use comb_sandbox::sim::Simulation;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions, StoreOptions};
+use comb_sandbox::controls::Controls;
+use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions, StoreOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -29,13 +28,17 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// How long any awaited condition may take before the test fails.
-pub const DEADLINE: Duration = Duration::from_secs(30);
+/// How long any awaited condition may take before the test fails: a real control plane's
+/// controllers take longer than the emulator's simulation.
+pub static DEADLINE: std::sync::LazyLock<Duration> =
+    std::sync::LazyLock::new(|| match Backend::from_env() {
+        Backend::Emulator => Duration::from_secs(30),
+        Backend::Kube => Duration::from_secs(90),
+    });
 
 /// Sandbox clusters, a client pool over them, and their test controls.
 pub struct World {
-    pub sandbox: Sandbox,
-    controls: Arc<ClusterControls>,
+    pub clusters: Clusters,
     pub pool: ClientPool,
 }
 
@@ -50,7 +53,8 @@ impl World {
         World::start_with(clusters, contexts, namespaces, StoreOptions::default()).await
     }
 
-    /// [`World::start`] with store options (e.g. a short watch history).
+    /// [`World::start`] with store options (e.g. a short watch history); the real backend has
+    /// no such options and ignores them.
     pub async fn start_with(
         clusters: &[&str],
         contexts: &[(&str, &str, &str)],
@@ -58,7 +62,6 @@ impl World {
         store: StoreOptions,
     ) -> World {
         init_logging();
-        let controls = Arc::new(ClusterControls::default());
         let options = SandboxOptions {
             clusters: clusters.iter().map(|c| c.to_string()).collect(),
             contexts: contexts
@@ -71,23 +74,31 @@ impl World {
                 .collect(),
             pod_ready_delay: Duration::ZERO,
             store,
-            extensions: vec![Arc::new(Simulation::default()), controls.clone()],
             ..SandboxOptions::default()
         };
-        let sandbox = Sandbox::start(options).await.expect("sandbox starts");
-        let pool = ClientPool::from_kubeconfig(sandbox.kubeconfig().build(), "the test sandbox");
+        let clusters_started = Clusters::start(Backend::from_env(), options, None)
+            .await
+            .expect("sandbox starts");
+        let pool =
+            ClientPool::from_kubeconfig(clusters_started.kubeconfig().build(), "the test sandbox");
         let world = World {
-            sandbox,
-            controls,
+            clusters: clusters_started,
             pool,
         };
         for cluster in clusters {
             let client = world.client(cluster).await;
             let crd = comb_api::custom_resource_definition(DEFAULT_GROUP).expect("crd");
-            Api::<CustomResourceDefinition>::all(client)
+            Api::<CustomResourceDefinition>::all(client.clone())
                 .create(&PostParams::default(), &crd)
                 .await
                 .expect("CRD created");
+            // A real kube-apiserver serves a new CRD a moment after creating it.
+            let combs: Api<Comb> = Api::all_with(client, &comb_api::api_resource(DEFAULT_GROUP));
+            eventually(&format!("the Comb CRD served on {cluster}"), || {
+                let combs = combs.clone();
+                async move { combs.list(&Default::default()).await.ok().map(|_| ()) }
+            })
+            .await;
         }
         for (context, namespace) in namespaces {
             let ns: Namespace =
@@ -97,7 +108,14 @@ impl World {
                 .await
                 .expect("namespace created");
         }
+        for cluster in clusters {
+            world.controls(cluster).reset_requests();
+        }
         world
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.clusters.backend()
     }
 
     pub async fn client(&self, context: &str) -> kube::Client {
@@ -106,7 +124,9 @@ impl World {
 
     /// The test controls of `cluster` (partition, faults, request counts).
     pub fn controls(&self, cluster: &str) -> Controls {
-        self.controls.get(cluster).expect("controls of the cluster")
+        self.clusters
+            .controls(cluster)
+            .expect("controls of the cluster")
     }
 
     /// A configuration for these clusters.
@@ -253,7 +273,7 @@ impl Running {
     /// Waits for the controller to return (`--once`).
     pub async fn finish(&mut self) -> RunOutcome {
         let task = self.task.take().expect("running");
-        tokio::time::timeout(DEADLINE * 4, task)
+        tokio::time::timeout(*DEADLINE * 4, task)
             .await
             .expect("the controller stops in time")
             .expect("the controller task does not panic")
@@ -266,7 +286,7 @@ impl Running {
         what: &str,
         test: impl Fn(&Transition) -> bool,
     ) -> Transition {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
+        let deadline = tokio::time::Instant::now() + *DEADLINE;
         loop {
             match tokio::time::timeout_at(deadline, self.transitions.recv()).await {
                 Ok(Ok(transition)) if test(&transition) => return transition,
@@ -320,7 +340,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let deadline = tokio::time::Instant::now() + *DEADLINE;
     loop {
         if let Some(value) = check().await {
             return value;

@@ -1,7 +1,10 @@
 //! A sandbox cluster and the engine over it, shared by the engine integration tests.
 //!
-//! Every test starts its own in-process cluster (`test`, namespace `platform`, the Comb CRD
-//! installed, Pods Ready at once) and talks to it through the real `kube::Client`.
+//! Every test starts its own cluster (`test`, namespace `platform`, the Comb CRD installed, Pods
+//! Ready at once) on the backend `COMB_TEST_BACKEND` names (the emulator by default, or a real
+//! kube-apiserver with kwok) and talks to it through the real `kube::Client`. What the tests
+//! observe they read through the API too, as an impersonated observer whose requests the
+//! counts leave out, and conditions are polled with a deadline, never slept for.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,9 +23,8 @@ use comb_federation::engine::reconcile::{
 use comb_federation::engine::tenancy::{GroupKind, Tenancy};
 use comb_federation::error::{Error, Result};
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::{ClusterControls, Controls, Fault};
-use comb_sandbox::sim::Simulation;
-use comb_sandbox::{Sandbox, SandboxOptions, Store};
+use comb_sandbox::controls::{Controls, Fault};
+use comb_sandbox::{Backend, Clusters, SandboxOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -33,49 +35,65 @@ use tokio::time::Instant;
 pub const NS: &str = "platform";
 /// The request that writes a Comb's status, as the sandbox counts it.
 pub const STATUS_WRITE: &str = "update combs.comb.internal/status";
+/// The user the tests' own reads impersonate, so that [`Cluster::requests`] can leave them out.
+pub const OBSERVER: &str = "comb-test-observer";
 
 /// One sandbox cluster with the engine's client over it.
 pub struct Cluster {
-    _sandbox: Sandbox,
+    clusters: Clusters,
     pub controls: Controls,
-    pub store: Store,
     pub client: kube::Client,
     pub pool: ClientPool,
     pub ops: KubeOps,
+    /// Reads of the test itself, as [`OBSERVER`] (in `system:masters`).
+    observer: KubeOps,
     registry: ClassRegistry,
     settings: Settings,
 }
 
 impl Cluster {
     pub async fn start() -> Cluster {
-        let controls = Arc::new(ClusterControls::default());
         let options = SandboxOptions {
             clusters: vec!["test".into()],
             pod_ready_delay: Duration::ZERO,
-            extensions: vec![Arc::new(Simulation::default()), controls.clone()],
             ..SandboxOptions::default()
         };
-        let sandbox = Sandbox::start(options).await.expect("sandbox starts");
-        let pool = ClientPool::from_kubeconfig(sandbox.kubeconfig().build(), "the test sandbox");
+        let clusters = Clusters::start(Backend::from_env(), options, None)
+            .await
+            .expect("sandbox starts");
+        let kubeconfig = clusters.kubeconfig().build();
+        let observer = KubeOps::new(observer_client(kubeconfig.clone(), "test").await);
+        let pool = ClientPool::from_kubeconfig(kubeconfig, "the test sandbox");
         let client = pool.client("test").await.expect("client");
         let crd = comb_api::custom_resource_definition(DEFAULT_GROUP).expect("crd");
         Api::<CustomResourceDefinition>::all(client.clone())
             .create(&PostParams::default(), &crd)
             .await
             .expect("crd created");
-        let store = sandbox.cluster("test").expect("cluster").store().clone();
         let cluster = Cluster {
-            controls: controls.get("test").expect("controls of the cluster"),
-            store,
+            controls: clusters.controls("test").expect("controls of the cluster"),
             ops: KubeOps::new(client.clone()),
+            observer,
             client,
             pool,
-            _sandbox: sandbox,
+            clusters,
             registry: ClassRegistry::with_builtins(),
             settings: Settings::default(),
         };
         cluster.namespace(NS).await;
+        // A real kube-apiserver serves a new CRD a moment after creating it.
+        let combs = cluster.combs();
         cluster
+            .wait_until("the Comb CRD served", async |_| {
+                combs.list(&Default::default()).await.is_ok()
+            })
+            .await;
+        cluster.reset_requests();
+        cluster
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.clusters.backend()
     }
 
     /// The tenancy of the Combs built from now on (the default: own namespace only, nothing
@@ -187,10 +205,9 @@ impl Cluster {
     }
 
     /// Reconciles until the step finds the Comb plainly healthy (`Running`, `Healthy`,
-    /// `healthy`), looking again after each change the cluster makes to anything but Combs.
+    /// `healthy`), stepping again after a short pause until [`Cluster::deadline`].
     pub async fn settle(&self, comb: &mut CombInstance) -> CombStatus {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut events = self.store.subscribe();
+        let deadline = self.deadline();
         loop {
             let status = self.reconcile(comb).await;
             let ready = status.ready().expect("Ready");
@@ -199,28 +216,32 @@ impl Cluster {
             {
                 return status;
             }
-            loop {
-                match tokio::time::timeout_at(deadline, events.recv()).await {
-                    Err(_) => panic!("{} did not settle: {status:?}", comb.name()),
-                    Ok(Ok(event)) if event.resource.kind == "Comb" => continue,
-                    Ok(_) => break,
-                }
+            if Instant::now() > deadline {
+                panic!("{} did not settle: {status:?}", comb.name());
             }
+            tokio::time::sleep(POLL).await;
         }
     }
 
-    /// Waits until `check` holds for the cluster's objects, looking again after each change.
-    pub async fn wait_until(&self, what: &str, check: impl Fn(&Cluster) -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut events = self.store.subscribe();
-        while !check(self) {
-            if tokio::time::timeout_at(deadline, events.recv())
-                .await
-                .is_err()
-            {
+    /// Waits until `check` holds, asking again after a short pause until [`Cluster::deadline`].
+    pub async fn wait_until(&self, what: &str, check: impl AsyncFn(&Cluster) -> bool) {
+        let deadline = self.deadline();
+        while !check(self).await {
+            if Instant::now() > deadline {
                 panic!("timed out waiting for {what}");
             }
+            tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// When a condition awaited from now on must hold: a real control plane's controllers take
+    /// longer than the emulator's simulation.
+    pub fn deadline(&self) -> Instant {
+        Instant::now()
+            + match self.backend() {
+                Backend::Emulator => Duration::from_secs(20),
+                Backend::Kube => Duration::from_secs(90),
+            }
     }
 
     /// The object of `kind` named `name` in the test namespace (or cluster-scoped), if any.
@@ -231,16 +252,50 @@ impl Cluster {
             .expect("get answers")
     }
 
-    /// The object as the store has it now (no request counted).
-    pub fn peek(&self, group: &str, kind: &str, name: &str) -> Option<Value> {
-        self.peek_in(group, kind, NS, name)
+    /// The object in the test namespace (or cluster-scoped) as the server has it now, read as
+    /// [`OBSERVER`] (left out of [`Cluster::requests`]).
+    pub async fn peek(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
+        self.peek_in(api_version, kind, NS, name).await
     }
 
-    /// The object in `namespace` (ignored for a cluster-scoped kind) as the store has it now.
-    pub fn peek_in(&self, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
-        let resource_type = self.store.resource_type(group, kind)?;
-        let namespace = resource_type.namespaced.then_some(namespace);
-        self.store.get(&resource_type, namespace, name).ok()
+    /// The object in `namespace` (ignored for a cluster-scoped kind), read as [`OBSERVER`].
+    pub async fn peek_in(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Value> {
+        let resource = CombResource {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        };
+        self.observer
+            .get_opt(&resource)
+            .await
+            .expect("peek answers")
+    }
+
+    /// The objects of a kind in the test namespace matching `label_selector`, read as
+    /// [`OBSERVER`].
+    pub async fn peek_list(&self, api_version: &str, kind: &str, selector: &str) -> Vec<Value> {
+        self.observer
+            .list(api_version, kind, Some(NS), selector)
+            .await
+            .expect("list answers")
+    }
+
+    /// Whether discovery names `api_version`/`kind` and its objects can be listed (a new CRD's
+    /// kind is served a moment after the CRD is created), asked as [`OBSERVER`].
+    pub async fn served(&self, api_version: &str, kind: &str) -> bool {
+        self.observer.resource_type(api_version, kind).await.is_ok()
+            && self
+                .observer
+                .list(api_version, kind, None, "")
+                .await
+                .is_ok()
     }
 
     /// The counted requests that wrote something (`create`, `update`, `patch`, `delete`,
@@ -257,9 +312,16 @@ impl Cluster {
             .collect()
     }
 
-    /// Counted API requests so far, by `<verb> <resource>`.
+    /// Counted API requests so far, by `<verb> <resource>`, but for the test's own reads (as
+    /// [`OBSERVER`]).
     pub fn requests(&self) -> BTreeMap<String, u64> {
-        self.controls.requests()
+        let observed = self.controls.requests_as(OBSERVER);
+        let mut requests = self.controls.requests();
+        requests.retain(|request, count| {
+            *count -= observed.get(request).copied().unwrap_or(0);
+            *count > 0
+        });
+        requests
     }
 
     pub fn reset_requests(&self) {
@@ -272,6 +334,24 @@ impl Cluster {
         fault.message = Some(message.to_string());
         self.controls.inject(fault);
     }
+}
+
+/// The pause between two looks at a condition.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A client of `context` that impersonates [`OBSERVER`] in `system:masters`: it may read
+/// everything on a real server too, and the controls count its requests apart.
+async fn observer_client(kubeconfig: kube::config::Kubeconfig, context: &str) -> kube::Client {
+    let options = kube::config::KubeConfigOptions {
+        context: Some(context.into()),
+        ..Default::default()
+    };
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .expect("the sandbox kubeconfig");
+    config.auth_info.impersonate = Some(OBSERVER.into());
+    config.auth_info.impersonate_groups = Some(vec!["system:masters".into()]);
+    kube::Client::try_from(config).expect("the observer's client")
 }
 
 /// The identity of an object in the test namespace (namespace ignored for cluster-scoped kinds).

@@ -1,36 +1,45 @@
 //! Sandbox clusters for the borrowing tests: `prod` and `dev` on two API servers, and `staging`,
 //! a second context on prod's server whose Combs live in namespace `staging`. Each context is a
 //! layer of the same name. Steps are driven directly (resolution, then one reconcile step), the
-//! way the federation controller runs them.
+//! way the federation controller runs them. The clusters run on the backend `COMB_TEST_BACKEND`
+//! names (the emulator by default, or real kube-apiservers with kwok).
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
+use comb_api::CombResource;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, UpstreamSpec};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{StepEnv, reconcile};
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::{ClusterControls, Controls};
-use comb_sandbox::sim::Simulation;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions, Store};
+use comb_sandbox::controls::Controls;
+use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-/// How long a test waits for the clusters to do something.
-const DEADLINE: Duration = Duration::from_secs(20);
+/// How long a test waits for the clusters to do something: a real control plane's controllers
+/// take longer than the emulator's simulation.
+fn deadline() -> Instant {
+    Instant::now()
+        + match Backend::from_env() {
+            Backend::Emulator => Duration::from_secs(20),
+            Backend::Kube => Duration::from_secs(90),
+        }
+}
+
+/// The pause between two looks at a condition.
+const POLL: Duration = Duration::from_millis(50);
 
 /// The clusters, and the engine's view of them.
 pub struct Layers {
-    sandbox: Sandbox,
-    controls: Arc<ClusterControls>,
+    sandbox: Clusters,
     pub pool: ClientPool,
     registry: ClassRegistry,
     pub settings: Settings,
@@ -46,7 +55,6 @@ pub fn cluster_of(context: &str) -> &'static str {
 
 impl Layers {
     pub async fn start() -> Layers {
-        let controls = Arc::new(ClusterControls::default());
         let options = SandboxOptions {
             clusters: vec!["prod".into(), "dev".into()],
             contexts: vec![ExtraContext {
@@ -55,14 +63,14 @@ impl Layers {
                 namespace: Some("staging".into()),
             }],
             pod_ready_delay: Duration::ZERO,
-            extensions: vec![Arc::new(Simulation::default()), controls.clone()],
             ..SandboxOptions::default()
         };
-        let sandbox = Sandbox::start(options).await.expect("sandbox starts");
+        let sandbox = Clusters::start(Backend::from_env(), options, None)
+            .await
+            .expect("sandbox starts");
         let pool = ClientPool::from_kubeconfig(sandbox.kubeconfig().build(), "the test sandbox");
         let layers = Layers {
             sandbox,
-            controls,
             pool,
             registry: ClassRegistry::with_builtins(),
             settings: Settings::default(),
@@ -85,6 +93,17 @@ impl Layers {
                     .await
                     .expect("namespace created");
             }
+            // A real kube-apiserver serves a new CRD a moment after creating it.
+            let combs: Api<Comb> =
+                Api::all_with(client.clone(), &comb_api::api_resource(DEFAULT_GROUP));
+            let deadline = deadline();
+            while let Err(error) = combs.list(&Default::default()).await {
+                assert!(
+                    Instant::now() < deadline,
+                    "the Comb CRD is not served in {context}: {error}"
+                );
+                tokio::time::sleep(POLL).await;
+            }
         }
         layers
     }
@@ -102,15 +121,9 @@ impl Layers {
 
     /// The test controls of a cluster (`prod` or `dev`).
     pub fn controls(&self, cluster: &str) -> Controls {
-        self.controls.get(cluster).expect("controls of the cluster")
-    }
-
-    pub fn store(&self, cluster: &str) -> Store {
         self.sandbox
-            .cluster(cluster)
-            .expect("cluster")
-            .store()
-            .clone()
+            .controls(cluster)
+            .expect("controls of the cluster")
     }
 
     /// The federation's view for the Combs of `context`: its layer's context, every layer.
@@ -151,6 +164,30 @@ impl Layers {
             .await
             .expect("Comb created");
         self.build(&stored).await
+    }
+
+    /// A Comb stored with `stored` but built from `spec`: one the CRD's CEL rules would refuse
+    /// now (a real API server evaluates them, the emulator does not), as if admitted before.
+    pub async fn comb_admitted_earlier(
+        &self,
+        context: &str,
+        namespace: &str,
+        name: &str,
+        stored: Value,
+        spec: Value,
+    ) -> CombInstance {
+        let stored: CombSpec = serde_json::from_value(stored).expect("a spec");
+        let mut cr = self
+            .combs(context, namespace)
+            .await
+            .create(
+                &PostParams::default(),
+                &Comb::new(DEFAULT_GROUP, namespace, name, stored),
+            )
+            .await
+            .expect("Comb created");
+        cr.spec = serde_json::from_value(spec).expect("a spec");
+        self.build(&cr).await
     }
 
     /// Changes the spec (a merge patch) and builds the Comb anew, as the controller does when a
@@ -213,8 +250,7 @@ impl Layers {
         .await
     }
 
-    /// Steps until `done` holds for the recorded status, looking again after each change the
-    /// clusters make to anything but Combs.
+    /// Steps until `done` holds for the recorded status, stepping again after a short pause.
     pub async fn settle(
         &self,
         context: &str,
@@ -222,56 +258,78 @@ impl Layers {
         controlling: &Controlling,
         done: impl Fn(&CombStatus) -> bool,
     ) -> CombStatus {
-        let deadline = Instant::now() + DEADLINE;
-        let mut events = self.store(cluster_of(context)).subscribe();
+        let deadline = deadline();
         loop {
             let status = self.step(context, comb, controlling).await;
             if done(&status) {
                 return status;
             }
-            loop {
-                match tokio::time::timeout_at(deadline, events.recv()).await {
-                    Err(_) => panic!("{} did not settle in {context}: {status:#?}", comb.name()),
-                    Ok(Ok(event)) if event.resource.kind == "Comb" => continue,
-                    Ok(_) => break,
-                }
+            if Instant::now() > deadline {
+                panic!("{} did not settle in {context}: {status:#?}", comb.name());
             }
+            tokio::time::sleep(POLL).await;
         }
     }
 
-    /// Waits until `check` holds, looking again after each change in `cluster`.
-    pub async fn wait_until(&self, cluster: &str, what: &str, check: impl Fn(&Store) -> bool) {
-        let deadline = Instant::now() + DEADLINE;
-        let store = self.store(cluster);
-        let mut events = store.subscribe();
-        while !check(&store) {
-            if tokio::time::timeout_at(deadline, events.recv())
-                .await
-                .is_err()
-            {
-                panic!("timed out waiting for {what}");
-            }
-        }
-    }
-
-    /// The object of `group`/`kind` named `name` in `namespace` of `cluster`, as the store has it
-    /// (no request counted).
-    pub fn peek(
+    /// What a cloud's load-balancer controller does, where nobody does it: a real control plane
+    /// here has none (the emulator's simulation assigns an address itself), so on it the
+    /// LoadBalancer Service `namespace/name` of `cluster` gets `ip` as its ingress.
+    pub async fn provide_load_balancer(
         &self,
         cluster: &str,
-        group: &str,
+        namespace: &str,
+        name: &str,
+        ip: &str,
+    ) {
+        if self.sandbox.backend() != Backend::Kube {
+            return;
+        }
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(
+            self.client(cluster).await,
+            namespace,
+        )
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}})),
+        )
+        .await
+        .expect("the Service's load balancer recorded");
+    }
+
+    /// The object of `api_version`/`kind` named `name` in `namespace` of `cluster` (`prod` or
+    /// `dev`, each its own context), as its API server has it now.
+    pub async fn peek(
+        &self,
+        cluster: &str,
+        api_version: &str,
         kind: &str,
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        peek(&self.store(cluster), group, kind, namespace, name)
+        let resource = CombResource {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        };
+        self.ops(cluster)
+            .await
+            .get_opt(&resource)
+            .await
+            .expect("peek answers")
     }
 }
 
-/// An object as a store has it.
-pub fn peek(store: &Store, group: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
-    let resource_type = store.resource_type(group, kind)?;
-    store.get(&resource_type, Some(namespace), name).ok()
+/// The addresses of each endpoint of an EndpointSlice (a real API server also defaults each
+/// endpoint's `conditions` to `{}`).
+pub fn slice_addresses(slice: &Value) -> Vec<Value> {
+    slice["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|endpoint| endpoint["addresses"].clone())
+        .collect()
 }
 
 /// The controlling code borrowing with `answer` (e.g. the layer's borrow).
