@@ -199,3 +199,67 @@ async fn writes_of_a_combs_resources_impersonate_the_layers_service_account() {
     }
     running.stop().await;
 }
+
+/// On a real API server, RBAC decides what a layer's `serviceAccount` may write: bound to a
+/// Role for Deployments only, the Comb's Service is refused with the server's 403 and the Comb
+/// ends `Error`/`DeployFailed`, while its status is still written as the controller.
+#[tokio::test]
+async fn the_api_servers_rbac_decides_what_the_service_account_may_write() {
+    if comb_sandbox::Backend::from_env() != comb_sandbox::Backend::Kube {
+        comb_sandbox::real::record_skip(
+            "controller_tenancy::the_api_servers_rbac_decides: runs on the real backend only (the emulator authorizes every request)",
+        );
+        return;
+    }
+    use k8s_openapi::api::rbac::v1::Role;
+    let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    let client = world.client("prod").await;
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "deployments-only", "namespace": "apps"},
+        "rules": [{"apiGroups": ["apps"], "resources": ["deployments"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(client.clone(), "apps")
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "deployer-deployments", "namespace": "apps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployments-only"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "apps"}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client, "apps")
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    let running = world
+        .run(world.config(&config(", serviceAccount: deployer")))
+        .await;
+    world
+        .create_comb("prod", "apps", "web", web("web", "nginx:1"))
+        .await;
+    let failed = world
+        .wait_phase("prod", "apps", "web", "Error", Some("DeployFailed"))
+        .await;
+    let message = failed
+        .status
+        .as_ref()
+        .and_then(|s| s.ready())
+        .and_then(|r| r.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("403") && message.contains(DEPLOYER) && message.contains("services"),
+        "the server's refusal, in its words: {message}"
+    );
+    assert!(
+        Api::<Deployment>::namespaced(world.client("prod").await, "apps")
+            .get_opt("web")
+            .await
+            .unwrap()
+            .is_some(),
+        "what the Role allows was written"
+    );
+    running.stop().await;
+}
