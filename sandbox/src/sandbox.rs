@@ -313,24 +313,17 @@ impl Sandbox {
 
     /// The kubeconfig: a context per cluster (the first is current), then the extra contexts.
     pub fn kubeconfig(&self) -> KubeconfigBuilder {
-        let mut builder = KubeconfigBuilder::new().token_user(SANDBOX_USER, SANDBOX_TOKEN);
-        for cluster in &self.clusters {
-            builder = builder
-                .cluster(&cluster.name, &cluster.url(), self.ca_pem.as_deref())
-                .context(&cluster.name, &cluster.name, SANDBOX_USER, None);
-        }
-        for extra in &self.contexts {
-            builder = builder.context(
-                &extra.name,
-                &extra.cluster,
-                SANDBOX_USER,
-                extra.namespace.as_deref(),
-            );
-        }
-        if let Some(first) = self.clusters.first() {
-            builder = builder.current_context(&first.name);
-        }
-        builder
+        let clusters: Vec<(&str, String)> = self
+            .clusters
+            .iter()
+            .map(|cluster| (cluster.name.as_str(), cluster.url()))
+            .collect();
+        sandbox_kubeconfig(
+            &clusters,
+            &self.contexts,
+            self.ca_pem.as_deref(),
+            SANDBOX_TOKEN,
+        )
     }
 
     pub fn kubeconfig_yaml(&self) -> Result<String> {
@@ -365,6 +358,34 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// The kubeconfig of sandbox clusters, on either backend: a context per cluster `(name, url)`
+/// (the first is current), then the extra contexts, all as the token user [`SANDBOX_USER`].
+pub(crate) fn sandbox_kubeconfig(
+    clusters: &[(&str, String)],
+    contexts: &[ExtraContext],
+    ca_pem: Option<&str>,
+    token: &str,
+) -> KubeconfigBuilder {
+    let mut builder = KubeconfigBuilder::new().token_user(SANDBOX_USER, token);
+    for (name, url) in clusters {
+        builder = builder
+            .cluster(name, url, ca_pem)
+            .context(name, name, SANDBOX_USER, None);
+    }
+    for extra in contexts {
+        builder = builder.context(
+            &extra.name,
+            &extra.cluster,
+            SANDBOX_USER,
+            extra.namespace.as_deref(),
+        );
+    }
+    if let Some((first, _)) = clusters.first() {
+        builder = builder.current_context(first);
+    }
+    builder
 }
 
 /// The `kubernetes` Service in `default` and its endpoints, which every kube-apiserver

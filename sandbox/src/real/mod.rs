@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controls::Controls;
 use crate::error::{Error, Result};
-use crate::sandbox::{ExtraContext, SANDBOX_USER, serve};
+use crate::sandbox::{ExtraContext, sandbox_kubeconfig, serve};
 use crate::tls::Authority;
 use process::Component;
 use proxy::{ApiClient, api_client, forwarding_router};
@@ -285,24 +285,12 @@ impl RealSandbox {
     /// The kubeconfig: a context per cluster (the first is current), then the extra contexts;
     /// servers are the proxies.
     pub fn kubeconfig(&self) -> KubeconfigBuilder {
-        let mut builder = KubeconfigBuilder::new().token_user(SANDBOX_USER, &self.token);
-        for cluster in &self.clusters {
-            builder = builder
-                .cluster(&cluster.name, &cluster.url, Some(&self.ca_pem))
-                .context(&cluster.name, &cluster.name, SANDBOX_USER, None);
-        }
-        for extra in &self.contexts {
-            builder = builder.context(
-                &extra.name,
-                &extra.cluster,
-                SANDBOX_USER,
-                extra.namespace.as_deref(),
-            );
-        }
-        if let Some(first) = self.clusters.first() {
-            builder = builder.current_context(&first.name);
-        }
-        builder
+        let clusters: Vec<(&str, String)> = self
+            .clusters
+            .iter()
+            .map(|cluster| (cluster.name.as_str(), cluster.url.clone()))
+            .collect();
+        sandbox_kubeconfig(&clusters, &self.contexts, Some(&self.ca_pem), &self.token)
     }
 
     /// Writes the kubeconfig atomically.
