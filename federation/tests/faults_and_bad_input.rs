@@ -118,8 +118,8 @@ fn expected(context: &str, name: &str) -> (&'static str, Option<&'static str>) {
 }
 
 /// Waits until every named Comb records its expected phase.
-async fn wait_for(world: &DemoWorld, what: &str, layers: &[(&str, &[&str])]) {
-    let deadline = Instant::now() + Duration::from_secs(120);
+async fn wait_for(world: &DemoWorld, what: &str, layers: &[(&str, &[&str])], limit: Duration) {
+    let deadline = Instant::now() + limit;
     loop {
         let mut missing = Vec::new();
         for (context, names) in layers {
@@ -309,6 +309,7 @@ async fn faults_and_bad_input_end_converged_with_nothing_lost_and_no_secret_anyw
         &world,
         "prod to converge with dev down",
         &[("prod", &prod_combs)],
+        Duration::from_secs(120),
     )
     .await;
     assert!(
@@ -317,7 +318,13 @@ async fn faults_and_bad_input_end_converged_with_nothing_lost_and_no_secret_anyw
     );
     eprintln!("prod converged with dev down after {:?}", started.elapsed());
     world.sandbox.controls("dev").unwrap().heal();
-    wait_for(&world, "every layer to converge", &everything()).await;
+    wait_for(
+        &world,
+        "every layer to converge",
+        &everything(),
+        Duration::from_secs(120),
+    )
+    .await;
     eprintln!("every layer converged after {:?}", started.elapsed());
 
     // A partition of prod, healed: dev's borrower loses and finds its upstream again.
@@ -325,7 +332,14 @@ async fn faults_and_bad_input_end_converged_with_nothing_lost_and_no_secret_anyw
     controls.partition();
     tokio::time::sleep(Duration::from_secs(2)).await;
     controls.heal();
-    wait_for(&world, "every layer to converge again", &everything()).await;
+    // Well inside the 60 s resync: a lost wake-up (a dependent left Blocked) fails here.
+    wait_for(
+        &world,
+        "every layer to converge again",
+        &everything(),
+        Duration::from_secs(30),
+    )
+    .await;
     eprintln!(
         "converged again after the partition after {:?}",
         started.elapsed()

@@ -549,12 +549,23 @@ impl Shared {
         for dependent in layer.dependents_of(key) {
             layer.queue.enqueue(&dependent, Trigger::Dependency);
         }
+        self.wake_borrowers_of(layer, key);
+    }
+
+    /// Wakes the Combs of lower layers that borrow from `key`, and their dependents: a
+    /// borrower's health, as its dependents judge it, is its live status, which reads this
+    /// peer, so a dependent that judged while the peer could not be read must look again even
+    /// when the borrower's own record never changed.
+    fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
         let borrowers = self
             .lock_borrowers()
             .borrowers_of(&(layer.index, key.clone()));
         for (index, borrower) in borrowers {
             if let Some(lower) = self.layers.get(index) {
                 lower.queue.enqueue(&borrower, Trigger::Upstream);
+                for dependent in lower.dependents_of(&borrower) {
+                    lower.queue.enqueue(&dependent, Trigger::Dependency);
+                }
             }
         }
     }
@@ -618,6 +629,10 @@ impl Shared {
             self.layer_up(layer);
             for key in layer.keys() {
                 layer.queue.enqueue(&key, Trigger::LayerRecovered);
+                // Lower layers read this one's Combs: whatever judged them while the layer was
+                // down (a borrower, a dependent of a borrower) looks again now (a 2 s partition
+                // of prod left dev's mailer Blocked until the resync without this).
+                self.wake_borrowers_of(layer, &key);
             }
         } else if layer.state() == LayerState::Up {
             self.layer_up(layer);
