@@ -273,3 +273,43 @@ async fn a_borrower_follows_its_upstream_without_a_resync() {
         .await;
     running.stop().await;
 }
+
+#[tokio::test]
+async fn a_layer_down_from_the_start_stays_down_until_it_answers() {
+    let world = World::start(
+        &["prod", "dev"],
+        &[],
+        &[("prod", "platform"), ("dev", "platform")],
+    )
+    .await;
+    world.controls("dev").partition();
+    let config = world.config(
+        "resync: 1h\nlayers:\n - {name: prod, context: prod, namespaces: [platform]}\n - {name: dev, context: dev, namespaces: [platform]}",
+    );
+    let running = world.run(config).await;
+    let handle = running.handle.clone();
+    eventually("dev to be down", || {
+        let handle = handle.clone();
+        async move { handle.layer("dev").filter(|l| l.state == LayerState::Down) }
+    })
+    .await;
+    // A watch's retries prove nothing until the server answers: kube's watcher yields `Init`
+    // before each list, which once marked the layer up (and reset its backoff) on every retry.
+    let window = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+    while tokio::time::Instant::now() < window {
+        let state = handle.layer("dev").map(|l| l.state);
+        assert_eq!(
+            state,
+            Some(LayerState::Down),
+            "dev flapped while partitioned"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    world.controls("dev").heal();
+    eventually("dev to be up", || {
+        let handle = handle.clone();
+        async move { handle.layer("dev").filter(|l| l.state == LayerState::Up) }
+    })
+    .await;
+    running.stop().await;
+}

@@ -144,8 +144,13 @@ pub async fn watch_combs(
                 continue;
             }
         };
-        failures = 0;
-        shared.layer_answered(&layer);
+        // kube's watcher yields `Init` before it lists, on every retry: only what the server
+        // sent proves it answers (counting `Init` kept a failing watch retrying at its first,
+        // shortest delay, and marked a partitioned layer back up several times a second).
+        if !matches!(event, Event::Init) {
+            failures = 0;
+            shared.layer_answered(&layer);
+        }
         match event {
             Event::Init => listing = Some(HashSet::new()),
             Event::InitApply(cr) => {
