@@ -69,16 +69,19 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
 
     assert_eq!(get(address, "/healthz").await, (200, "ok\n".to_string()));
     assert_eq!(get(address, "/readyz").await, (200, "ready\n".to_string()));
-    let (code, metrics) = get(address, "/metrics").await;
-    assert_eq!(code, 200);
-    for line in [
+    // The step that recorded Running counts itself once it has ended, a moment after its
+    // status write is visible: wait for the metrics rather than race them.
+    let lines = [
         r#"comb_layer_up{layer="prod"} 1"#,
         r#"comb_queue_depth{layer="prod"} 0"#,
         r#"comb_reconciles_total{layer="prod",phase="Running"}"#,
         r#"comb_step_duration_seconds_count{layer="prod"}"#,
-    ] {
-        assert!(metrics.contains(line), "{line} in\n{metrics}");
-    }
+    ];
+    eventually("the metrics of the Running step", || async {
+        let (code, metrics) = get(address, "/metrics").await;
+        (code == 200 && lines.iter().all(|line| metrics.contains(line))).then_some(())
+    })
+    .await;
     let queue = eventually("web idle in the queue", || async {
         let (_, body) = get(address, "/debug/queue").await;
         let queue: serde_json::Value = serde_json::from_str(&body).ok()?;
