@@ -1,8 +1,8 @@
 //! The chart on a real API server: `helm template` of `charts/comb` applied to the demo's real
 //! clusters, then `comb run --once` authenticated as the chart's ServiceAccount (a token of
 //! it per cluster) converges the demo's three layers, which proves the RBAC is enough; and a
-//! write comb must never make (a ClusterRole, a Namespace's deletion) is forbidden to it,
-//! which proves it is no broader than needed. Needs the real backend (tests/kube/build).
+//! write comb must never make (a ClusterRole, a Namespace's deletion, anything outside the
+//! layers' namespaces) is forbidden to it, which proves it is no broader than needed. Needs the real backend (tests/kube/build).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -59,20 +59,50 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         .expect("the demo's real clusters start");
     let admin = world.kubeconfig_path();
     let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
-    let rendered = Command::new(&helm)
-        .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
-        .output()
-        .expect("helm runs");
-    assert!(
-        rendered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    let rendered = String::from_utf8(rendered.stdout).unwrap();
-    assert!(
-        !rendered.contains("comb-comb"),
-        "names do not stutter:\n{rendered}"
-    );
+    // The demo's layers as the chart's configuration: every layer names its namespaces, so the
+    // RBAC is Roles there, not a ClusterRole. prod's server holds prod's and staging's
+    // namespaces, which the chart derives from the layers; dev's holds only `platform`, which
+    // `rbac.namespaces` says (the override for clusters that hold some of the layers).
+    let demo_config: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(world.config_path()).unwrap()).unwrap();
+    let layers = serde_json::to_string(&demo_config["layers"]).unwrap();
+    let render = |extra: &[&str]| {
+        let rendered = Command::new(&helm)
+            .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
+            .arg("--set-json")
+            .arg(format!("config.layers={layers}"))
+            .args(extra)
+            .output()
+            .expect("helm runs");
+        assert!(
+            rendered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        let rendered = String::from_utf8(rendered.stdout).unwrap();
+        assert!(
+            !rendered.contains("comb-comb"),
+            "names do not stutter:\n{rendered}"
+        );
+        assert!(
+            !rendered.contains("kind: ClusterRole"),
+            "layers that name namespaces get Roles only:\n{rendered}"
+        );
+        rendered
+    };
+    let for_prod = render(&[]);
+    let for_dev = render(&["--set-json", r#"rbac.namespaces=["platform"]"#]);
+    for (namespace, roles) in [("platform", 1), ("staging", 1), ("default", 0)] {
+        assert_eq!(
+            for_prod
+                .matches(&format!(
+                    "kind: Role\nmetadata:\n  name: comb\n  namespace: {namespace}\n"
+                ))
+                .count(),
+            roles,
+            "a Role for prod's layers in {namespace}:\n{for_prod}"
+        );
+    }
 
     let mut tokens = Vec::new();
     for cluster in ["prod", "dev"] {
@@ -83,7 +113,12 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
             None,
         );
         assert!(ok, "{out}");
-        let (ok, out) = kubectl(&admin, cluster, &["apply", "-f", "-"], Some(&rendered));
+        let rendered = if cluster == "prod" {
+            &for_prod
+        } else {
+            &for_dev
+        };
+        let (ok, out) = kubectl(&admin, cluster, &["apply", "-f", "-"], Some(rendered));
         assert!(ok, "the rendered chart applies to {cluster}: {out}");
         let (ok, token) = kubectl(
             &admin,
@@ -173,11 +208,42 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
             "create CRDs",
         ),
         (vec!["auth", "can-i", "delete", "nodes"], "delete Nodes"),
+        (
+            vec!["auth", "can-i", "list", "deployments", "--all-namespaces"],
+            "list Deployments in every namespace",
+        ),
+        (
+            vec!["auth", "can-i", "create", "deployments", "-n", "default"],
+            "create Deployments outside the layers' namespaces",
+        ),
+        (
+            vec![
+                "auth",
+                "can-i",
+                "list",
+                "combs.comb.internal",
+                "-n",
+                "default",
+            ],
+            "list Combs outside the layers' namespaces",
+        ),
     ] {
         let (allowed, answer) = kubectl(&service_account, "prod", &args, None);
         assert!(
             !allowed && answer.lines().any(|line| line.trim() == "no"),
             "the chart's ServiceAccount may not {what}: {answer}"
+        );
+    }
+    for namespace in ["platform", "staging"] {
+        let (allowed, answer) = kubectl(
+            &service_account,
+            "prod",
+            &["auth", "can-i", "create", "deployments", "-n", namespace],
+            None,
+        );
+        assert!(
+            allowed,
+            "the chart's ServiceAccount deploys into {namespace}: {answer}"
         );
     }
     let (ok, refused) = kubectl(
@@ -203,4 +269,34 @@ fn comb_cli(config: &Path, args: &[&str]) -> String {
         .output()
         .expect("comb runs");
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A layer without `namespaces` takes every namespace: only a ClusterRole serves it.
+#[test]
+fn a_layer_that_takes_every_namespace_gets_a_cluster_role() {
+    if !available_or_skip("chart_rbac::a_layer_that_takes_every_namespace_gets_a_cluster_role") {
+        return;
+    }
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
+    let rendered = Command::new(default_bin_dir().join("helm"))
+        .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
+        .args([
+            "--set-json",
+            r#"config.layers=[{"name":"prod","context":"in-cluster"},{"name":"dev","context":"dev","namespaces":["dev"]}]"#,
+        ])
+        .output()
+        .expect("helm runs");
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let rendered = String::from_utf8(rendered.stdout).unwrap();
+    assert!(rendered.contains("kind: ClusterRole\n"), "{rendered}");
+    assert!(
+        rendered.contains("kind: ClusterRoleBinding\n"),
+        "{rendered}"
+    );
+    // The leader-election Lease is the only namespaced grant.
+    assert_eq!(rendered.matches("\nkind: Role\n").count(), 1, "{rendered}");
 }
