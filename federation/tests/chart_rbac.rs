@@ -227,6 +227,10 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
             ],
             "list Combs outside the layers' namespaces",
         ),
+        (
+            vec!["auth", "can-i", "create", "secrets", "-n", "platform"],
+            "write Secrets where no layer replicates them",
+        ),
     ] {
         let (allowed, answer) = kubectl(&service_account, "prod", &args, None);
         assert!(
@@ -299,4 +303,62 @@ fn a_layer_that_takes_every_namespace_gets_a_cluster_role() {
     );
     // The leader-election Lease is the only namespaced grant.
     assert_eq!(rendered.matches("\nkind: Role\n").count(), 1, "{rendered}");
+}
+
+/// Secrets are written only in the namespaces of the layers that replicate them.
+#[test]
+fn secrets_are_writable_only_where_a_layer_replicates_them() {
+    if !available_or_skip("chart_rbac::secrets_are_writable_only_where_a_layer_replicates_them") {
+        return;
+    }
+    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
+    let render = |layers: &str| {
+        let rendered = Command::new(default_bin_dir().join("helm"))
+            .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
+            .args(["--set-json", &format!("config.layers={layers}")])
+            .output()
+            .expect("helm runs");
+        assert!(
+            rendered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        String::from_utf8(rendered.stdout).unwrap()
+    };
+    let secret_writers = |rendered: &str| -> Vec<String> {
+        rendered
+            .split("\n---")
+            .filter(|doc| doc.contains("\nkind: Role\n") && doc.contains("name: comb-secrets\n"))
+            .filter_map(|doc| doc.lines().find_map(|l| l.strip_prefix("  namespace: ")))
+            .map(str::to_string)
+            .collect()
+    };
+    let replicating = render(
+        r#"[{"name":"prod","context":"prod","namespaces":["platform"]},
+            {"name":"dev","context":"dev","namespaces":["dev-a","dev-b"],
+             "borrow":{"from":"prod","replicate":[{"kind":"Secret","name":"db-password"}]}}]"#,
+    );
+    assert_eq!(
+        secret_writers(&replicating),
+        ["dev-a", "dev-b"],
+        "{replicating}"
+    );
+    let config_maps_only = render(
+        r#"[{"name":"prod","context":"prod","namespaces":["platform"]},
+            {"name":"dev","context":"dev","namespaces":["dev"],
+             "borrow":{"from":"prod","replicate":[{"kind":"ConfigMap","name":"settings"}]}}]"#,
+    );
+    assert!(
+        !config_maps_only.contains("comb-secrets"),
+        "{config_maps_only}"
+    );
+    let every_namespace = render(
+        r#"[{"name":"prod","context":"prod"},
+            {"name":"dev","context":"dev",
+             "borrow":{"from":"prod","replicate":[{"kind":"Secret","name":"db-password"}]}}]"#,
+    );
+    assert!(
+        every_namespace.contains("kind: ClusterRole\nmetadata:\n  name: comb-secrets\n"),
+        "{every_namespace}"
+    );
 }

@@ -24,26 +24,51 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - {{ printf "%s.%s.svc" $service .Release.Namespace }}
 - {{ printf "%s.%s.svc.%s" $service .Release.Namespace $domain }}
 {{- end -}}
-{{/* Where the controller's RBAC applies, as JSON {clusterWide, namespaces}: `rbac.namespaces`
-     when set; else every namespace the layers name (`namespaces` and `allowNamespaces`), unless
-     some layer takes every namespace (no `namespaces`), which needs a ClusterRole. */}}
+{{/* Where the controller's RBAC applies, as JSON {clusterWide, namespaces, secrets:
+     {clusterWide, namespaces}}: `rbac.namespaces` when set; else every namespace the layers
+     name (`namespaces` and `allowNamespaces`), unless some layer takes every namespace (no
+     `namespaces`), which needs a ClusterRole. Secrets are written only where a layer replicates
+     them from its upstream (`borrow.replicate` of kind Secret), or where `rbac.secretNamespaces`
+     says (classes of your own that deploy Secrets). */}}
 {{- define "comb.rbacScope" -}}
 {{- $namespaces := list -}}
 {{- $clusterWide := false -}}
-{{- if .Values.rbac.namespaces -}}
-{{- $namespaces = .Values.rbac.namespaces -}}
-{{- else -}}
+{{- $secretNamespaces := list -}}
+{{- $secretsClusterWide := false -}}
 {{- range .Values.config.layers -}}
 {{- if .namespaces -}}
 {{- $namespaces = concat $namespaces .namespaces (.allowNamespaces | default list) -}}
 {{- else -}}
 {{- $clusterWide = true -}}
 {{- end -}}
+{{- $replicatesSecrets := false -}}
+{{- range ((.borrow | default dict).replicate | default list) -}}
+{{- if eq (.kind | default "") "Secret" -}}
+{{- $replicatesSecrets = true -}}
 {{- end -}}
 {{- end -}}
-{{- dict "clusterWide" $clusterWide "namespaces" ($namespaces | uniq | sortAlpha) | toJson -}}
+{{- if $replicatesSecrets -}}
+{{- if .namespaces -}}
+{{- $secretNamespaces = concat $secretNamespaces .namespaces -}}
+{{- else -}}
+{{- $secretsClusterWide = true -}}
 {{- end -}}
-{{/* The rules comb needs wherever it acts (a ClusterRole's or each namespace's Role). */}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.rbac.namespaces -}}
+{{- $namespaces = .Values.rbac.namespaces -}}
+{{- $clusterWide = false -}}
+{{- end -}}
+{{- if .Values.rbac.secretNamespaces -}}
+{{- $secretNamespaces = .Values.rbac.secretNamespaces -}}
+{{- $secretsClusterWide = false -}}
+{{- end -}}
+{{- $secrets := dict "clusterWide" $secretsClusterWide "namespaces" ($secretNamespaces | uniq | sortAlpha) -}}
+{{- dict "clusterWide" $clusterWide "namespaces" ($namespaces | uniq | sortAlpha) "secrets" $secrets | toJson -}}
+{{- end -}}
+{{/* The rules comb needs wherever it acts (a ClusterRole's or each namespace's Role). Secrets
+     are read there (a class's prerequisites, a replica's source); writing them is
+     "comb.secretWriterRules", granted only where replication needs it. */}}
 {{- define "comb.rules" -}}
 - apiGroups: [{{ .Values.config.group | default "comb.internal" | quote }}]
   resources: [combs]
@@ -52,10 +77,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
   resources: [combs/status]
   verbs: [get, update, patch]
 - apiGroups: [""]
-  resources: [services, configmaps, secrets, persistentvolumeclaims, serviceaccounts]
+  resources: [services, configmaps, persistentvolumeclaims, serviceaccounts]
   verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [""]
-  resources: [pods]
+  resources: [secrets, pods]
   verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods/log]
@@ -78,4 +103,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- with .Values.extraRules }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+{{- define "comb.secretWriterRules" -}}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, update, patch, delete]
 {{- end -}}
