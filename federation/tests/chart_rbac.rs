@@ -1,4 +1,4 @@
-//! The chart on a real API server: `helm template` of `charts/comb` applied to the demo's real
+//! The chart on a real API server: `charts/comb` installed by helm on the demo's real
 //! clusters, then `comb run --once` authenticated as the chart's ServiceAccount (a token of
 //! it per cluster) converges the demo's three layers, which proves the RBAC is enough; and a
 //! write comb must never make (a ClusterRole, a Namespace's deletion, anything outside the
@@ -66,12 +66,20 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
     let demo_config: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(world.config_path()).unwrap()).unwrap();
     let layers = serde_json::to_string(&demo_config["layers"]).unwrap();
-    let render = |extra: &[&str]| {
+    let values = |cluster: &str| -> Vec<String> {
+        let mut values = vec!["--set-json".to_string(), format!("config.layers={layers}")];
+        if cluster == "dev" {
+            values.extend([
+                "--set-json".to_string(),
+                r#"rbac.namespaces=["platform"]"#.to_string(),
+            ]);
+        }
+        values
+    };
+    let render = |cluster: &str| {
         let rendered = Command::new(&helm)
             .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
-            .arg("--set-json")
-            .arg(format!("config.layers={layers}"))
-            .args(extra)
+            .args(values(cluster))
             .output()
             .expect("helm runs");
         assert!(
@@ -90,8 +98,7 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         );
         rendered
     };
-    let for_prod = render(&[]);
-    let for_dev = render(&["--set-json", r#"rbac.namespaces=["platform"]"#]);
+    let for_prod = render("prod");
     for (namespace, roles) in [("platform", 1), ("staging", 1), ("default", 0)] {
         assert_eq!(
             for_prod
@@ -106,20 +113,36 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
 
     let mut tokens = Vec::new();
     for cluster in ["prod", "dev"] {
-        let (ok, out) = kubectl(
-            &admin,
-            cluster,
-            &["create", "namespace", RELEASE_NAMESPACE],
-            None,
+        // Installed as a user would: the release's NOTES say where the RBAC applies.
+        let installed = Command::new(&helm)
+            .args(["install", "comb", chart, "--namespace", RELEASE_NAMESPACE])
+            .args([
+                "--create-namespace",
+                "--wait=false",
+                "--kube-context",
+                cluster,
+            ])
+            .arg("--kubeconfig")
+            .arg(&admin)
+            .args(values(cluster))
+            .output()
+            .expect("helm runs");
+        let notes = String::from_utf8_lossy(&installed.stdout);
+        assert!(
+            installed.status.success(),
+            "the chart installs on {cluster}: {notes}{}",
+            String::from_utf8_lossy(&installed.stderr)
         );
-        assert!(ok, "{out}");
-        let rendered = if cluster == "prod" {
-            &for_prod
+        let expected = if cluster == "prod" {
+            "RBAC: Roles in platform, staging."
         } else {
-            &for_dev
+            "RBAC: Roles in platform."
         };
-        let (ok, out) = kubectl(&admin, cluster, &["apply", "-f", "-"], Some(rendered));
-        assert!(ok, "the rendered chart applies to {cluster}: {out}");
+        assert!(notes.contains(expected), "{notes}");
+        assert!(
+            notes.contains("  - dev: context dev, namespaces platform, borrows from staging"),
+            "{notes}"
+        );
         let (ok, token) = kubectl(
             &admin,
             cluster,
