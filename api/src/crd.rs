@@ -187,7 +187,11 @@ pub fn crd(group: &str) -> Result<Value> {
                 "kind": KIND,
                 "listKind": format!("{KIND}List"),
                 "plural": PLURAL,
-                "singular": KIND.to_lowercase()
+                "singular": KIND.to_lowercase(),
+                // `kubectl get cmb`; `kubectl get comb` lists every kind of the category (only
+                // Combs today). Not `all`: that category is for built-in workloads.
+                "shortNames": ["cmb"],
+                "categories": ["comb"]
             },
             "scope": "Namespaced",
             "versions": [{
@@ -199,7 +203,11 @@ pub fn crd(group: &str) -> Result<Value> {
                     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                     {"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].reason"},
                     {"name": "Via", "type": "string", "jsonPath": ".status.upstream.via"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    // `-o wide` only.
+                    {"name": "Class", "type": "string", "priority": 1, "jsonPath": ".spec.class"},
+                    {"name": "Upstream", "type": "string", "priority": 1, "jsonPath": ".status.upstream.context"},
+                    {"name": "Message", "type": "string", "priority": 1, "jsonPath": ".status.conditions[?(@.type==\"Ready\")].message"}
                 ],
                 "schema": {
                     "openAPIV3Schema": {
@@ -298,9 +306,22 @@ mod tests {
                 ".status.phase",
                 ".status.conditions[?(@.type==\"Ready\")].reason",
                 ".status.upstream.via",
-                ".metadata.creationTimestamp"
+                ".metadata.creationTimestamp",
+                ".spec.class",
+                ".status.upstream.context",
+                ".status.conditions[?(@.type==\"Ready\")].message"
             ]
         );
+        let wide_only: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["priority"] == 1)
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(wide_only, ["Class", "Upstream", "Message"]);
+        assert_eq!(crd["spec"]["names"]["shortNames"], json!(["cmb"]));
+        assert_eq!(crd["spec"]["names"]["categories"], json!(["comb"]));
     }
 
     #[test]

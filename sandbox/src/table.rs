@@ -163,21 +163,29 @@ fn select(value: &Value, selector: &str) -> Vec<Value> {
     Vec::new()
 }
 
+/// A custom column's cell as kube-apiserver's tableconvertor makes it: only the path's first
+/// result counts; a `string` column prints it as text (an array or map as compact JSON), other
+/// types keep a value of their type and drop the rest.
 fn cell(values: Vec<Value>, column: &PrinterColumn, now: jiff::Timestamp) -> Value {
-    if values.is_empty() {
+    let Some(value) = values.into_iter().next() else {
         return Value::Null;
+    };
+    match (column.type_.as_str(), value) {
+        (_, Value::Null) => Value::Null,
+        ("string", Value::String(text)) => Value::String(text),
+        ("string", other) => Value::String(other.to_string()),
+        ("integer", Value::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .map_or(Value::Null, |i| json!(i)),
+        ("number", Value::Number(n)) => n.as_f64().map_or(Value::Null, |f| json!(f)),
+        ("boolean", Value::Bool(b)) => Value::Bool(b),
+        ("date", Value::String(text)) => match text.parse::<jiff::Timestamp>() {
+            Ok(then) => json!(human_duration(now.as_second() - then.as_second())),
+            Err(_) => json!("<invalid>"),
+        },
+        _ => Value::Null,
     }
-    if column.type_ == "date" {
-        return json!(age(&values[0], now));
-    }
-    if values.len() == 1 {
-        return values.into_iter().next().unwrap_or(Value::Null);
-    }
-    let parts: Vec<String> = values
-        .iter()
-        .map(|v| v.as_str().map_or(v.to_string(), String::from))
-        .collect();
-    json!(parts.join(","))
 }
 
 fn column(name: &str, type_: &str, format: &str, description: &str, priority: i64) -> Value {
@@ -508,6 +516,43 @@ mod tests {
         ];
         for (seconds, text) in cases {
             assert_eq!(human_duration(seconds), text, "{seconds}");
+        }
+    }
+
+    #[test]
+    fn custom_cells_like_the_tableconvertor() {
+        let now: jiff::Timestamp = "2026-01-01T00:10:00Z".parse().unwrap();
+        let column = |type_: &str| PrinterColumn {
+            name: "c".into(),
+            type_: type_.into(),
+            format: String::new(),
+            description: String::new(),
+            priority: 0,
+            json_path: ".x".into(),
+        };
+        let cases = [
+            (
+                "string",
+                vec![json!(["staging", "prod"])],
+                json!(r#"["staging","prod"]"#),
+            ),
+            ("string", vec![json!({"a": 1})], json!(r#"{"a":1}"#)),
+            ("string", vec![json!(80), json!(443)], json!("80")),
+            ("string", vec![json!(true)], json!("true")),
+            ("string", vec![], Value::Null),
+            ("integer", vec![json!(2.7)], json!(2)),
+            ("integer", vec![json!("2")], Value::Null),
+            ("number", vec![json!(3)], json!(3.0)),
+            ("boolean", vec![json!(false)], json!(false)),
+            ("date", vec![json!("2026-01-01T00:00:00Z")], json!("10m")),
+            ("date", vec![json!("yesterday")], json!("<invalid>")),
+        ];
+        for (type_, values, expected) in cases {
+            assert_eq!(
+                cell(values.clone(), &column(type_), now),
+                expected,
+                "{type_} {values:?}"
+            );
         }
     }
 

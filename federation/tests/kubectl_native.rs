@@ -1,0 +1,105 @@
+//! Combs are native to kubectl: `kubectl get cmb` (the short name), `kubectl get comb` (the
+//! category), the printer columns and their `-o wide` extras, on the converged demo, on either
+//! backend (`COMB_TEST_BACKEND`). Skipped with the reason where kubectl is not installed; in CI
+//! (`CI` set) a missing kubectl fails.
+
+mod cli_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use cli_support::ConvergedDemo;
+
+fn kubectl_or_skip(test: &str) -> bool {
+    if Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI installs kubectl ({test})"
+    );
+    comb_sandbox::real::record_skip(&format!("{test}: kubectl is not installed"));
+    false
+}
+
+fn kubectl(kubeconfig: &Path, context: &str, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--context", context])
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The cells of the line whose first cells are `leading`, split on runs of 2+ spaces (cells
+/// like `staging,prod` or a message hold single spaces).
+fn row(table: &str, leading: &[&str]) -> Vec<String> {
+    table
+        .lines()
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .find(|cells| cells.iter().zip(leading).all(|(cell, want)| cell == want))
+        .unwrap_or_else(|| panic!("no row {leading:?} in\n{table}"))
+}
+
+#[test]
+fn kubectl_lists_combs_by_short_name_and_category_with_wide_columns() {
+    if !kubectl_or_skip("kubectl_native::kubectl_lists_combs_by_short_name_and_category") {
+        return;
+    }
+    let demo = ConvergedDemo::start();
+    let kubeconfig = Path::new(&demo.config).with_file_name("sandbox.kubeconfig");
+
+    let all = kubectl(&kubeconfig, "prod", &["get", "cmb", "-A"]);
+    let header = row(&all, &["NAMESPACE"]);
+    assert_eq!(
+        header,
+        ["NAMESPACE", "NAME", "PHASE", "REASON", "VIA", "AGE"],
+        "{all}"
+    );
+    for (namespace, name) in [("platform", "db"), ("platform", "nats"), ("staging", "db")] {
+        assert_eq!(row(&all, &[namespace, name])[2], "Running", "{all}");
+    }
+
+    let by_category = kubectl(&kubeconfig, "prod", &["get", "comb", "-n", "staging"]);
+    assert_eq!(row(&by_category, &["db"])[1], "Running", "{by_category}");
+
+    let wide = kubectl(
+        &kubeconfig,
+        "dev",
+        &["get", "cmb", "-n", "platform", "-o", "wide"],
+    );
+    let header = row(&wide, &["NAME"]);
+    assert_eq!(
+        header,
+        [
+            "NAME", "PHASE", "REASON", "VIA", "AGE", "CLASS", "UPSTREAM", "MESSAGE"
+        ],
+        "{wide}"
+    );
+    let db = row(&wide, &["db"]);
+    assert_eq!(db[1], "Running", "{wide}");
+    assert_eq!(db[3], "[\"staging\",\"prod\"]", "{wide}");
+    assert_eq!(db[6], "staging", "dev's db comes from staging:\n{wide}");
+    // The narrow table keeps the wide-only columns out.
+    let narrow = kubectl(&kubeconfig, "dev", &["get", "cmb", "-n", "platform"]);
+    assert!(!narrow.contains("UPSTREAM"), "{narrow}");
+}
