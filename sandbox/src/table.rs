@@ -521,7 +521,7 @@ mod tests {
 
     #[test]
     fn custom_cells_like_the_tableconvertor() {
-        let now: jiff::Timestamp = "2026-01-01T00:10:00Z".parse().unwrap();
+        let now: jiff::Timestamp = "2026-01-01T00:10:00Z".parse().expect("a timestamp");
         let column = |type_: &str| PrinterColumn {
             name: "c".into(),
             type_: type_.into(),
