@@ -1,6 +1,6 @@
 //! Combs are native to kubectl: `kubectl get cmb` (the short name), `kubectl get comb` (the
-//! category), the printer columns and their `-o wide` extras, on the converged demo, on either
-//! backend (`COMB_TEST_BACKEND`). Skipped with the reason where kubectl is not installed; in CI
+//! category), the printer columns and their `-o wide` extras, and `kubectl comb` as a plugin,
+//! on the converged demo, on either backend (`COMB_TEST_BACKEND`). Skipped with the reason where kubectl is not installed; in CI
 //! (`CI` set) a missing kubectl fails.
 
 mod cli_support;
@@ -102,4 +102,42 @@ fn kubectl_lists_combs_by_short_name_and_category_with_wide_columns() {
     // The narrow table keeps the wide-only columns out.
     let narrow = kubectl(&kubeconfig, "dev", &["get", "cmb", "-n", "platform"]);
     assert!(!narrow.contains("UPSTREAM"), "{narrow}");
+
+    // `kubectl comb get`: kubectl finds `kubectl-comb` on PATH.
+    let plugins = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_kubectl-comb"),
+        plugins.path().join("kubectl-comb"),
+    )
+    .unwrap();
+    let path = std::env::join_paths(std::iter::once(plugins.path().to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let output = Command::new("kubectl")
+        .env("PATH", path)
+        .args(["comb", "--config", &demo.config, "get"])
+        .output()
+        .expect("kubectl runs");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "kubectl comb get: {table}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The same rows as `comb get`, but for AGE, which may tick between the two.
+    let without_age = |table: &str| -> Vec<Vec<String>> {
+        table
+            .lines()
+            .map(|line| {
+                let cells: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+                cells[..cells.len() - 1].to_vec()
+            })
+            .collect()
+    };
+    assert_eq!(
+        without_age(&table),
+        without_age(&demo.ok(&["get"])),
+        "kubectl comb get is comb get:\n{table}"
+    );
 }
