@@ -3,6 +3,8 @@
 //! on the converged demo, on either backend (`COMB_TEST_BACKEND`). Skipped with the reason where kubectl is not installed; in CI
 //! (`CI` set) a missing kubectl fails.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cli_support;
 
 use std::path::Path;
