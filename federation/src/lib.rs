@@ -6,4 +6,5 @@ pub mod controller;
 pub mod engine;
 pub mod error;
 pub mod logging;
+pub mod picture;
 pub mod webhook;

@@ -13,6 +13,7 @@ pub mod demo;
 mod describe;
 mod endpoints;
 mod get;
+mod graph;
 mod logs;
 mod output;
 mod render;
@@ -43,6 +44,8 @@ enum Command {
     Crd(crd::CrdArgs),
     /// Every Comb of every layer: phase, reason, upstream and via chain.
     Get(get::GetArgs),
+    /// The layers, their Combs and every borrow edge, as Graphviz DOT, Mermaid or an HTML page.
+    Graph(graph::GraphArgs),
     /// The endpoints Combs published; `-o env` writes an env file.
     Endpoints(endpoints::EndpointsArgs),
     /// The upstream chain of a Comb, layer by layer, with each hop's phase.
@@ -78,6 +81,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
+        Command::Graph(args) => graph::run(&cli.global, args),
         Command::Endpoints(args) => endpoints::run(&cli.global, args),
         Command::Via(args) => via::run(&cli.global, args),
         Command::Describe(args) => describe::run(&cli.global, &registry, args),

@@ -1,0 +1,135 @@
+//! `comb graph` on the converged demo (either backend): DOT and Mermaid hold every layer, Comb
+//! and borrow edge, and the HTML page, rendered by headless Chromium, shows every layer and Comb
+//! name (the text of the rendered page, printed to PDF, is read back with `pdftotext`). Chromium
+//! and pdftotext are Debian's `chromium` and `poppler-utils`, which `.ci/run` installs; elsewhere
+//! the browser part skips with the reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli_support;
+
+use std::path::Path;
+use std::process::Command;
+
+use cli_support::ConvergedDemo;
+
+const LAYERS: [&str; 3] = ["prod", "staging", "dev"];
+const COMBS: [&str; 6] = [
+    "platform/db",
+    "platform/nats",
+    "platform/mailer",
+    "staging/db",
+    "staging/nats",
+    "staging/mailer",
+];
+
+fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|output| output.status.success())
+}
+
+fn chromium(args: &[&str], page: &Path) -> std::process::Output {
+    Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+        ])
+        .args(["--window-size=1200,520"])
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs")
+}
+
+#[test]
+fn the_graph_shows_every_layer_comb_and_borrow() {
+    let demo = ConvergedDemo::start();
+
+    let dot = demo.ok(&["graph"]);
+    for layer in LAYERS {
+        assert!(
+            dot.contains(&format!("label=\"{layer} (context {layer})\"")),
+            "{dot}"
+        );
+    }
+    for edge in [
+        "\"staging/staging/db\" -> \"prod/platform/db\"",
+        "\"dev/platform/db\" -> \"staging/staging/db\"",
+        "\"dev/platform/nats\" -> \"staging/staging/nats\"",
+    ] {
+        assert!(dot.contains(edge), "{edge} in\n{dot}");
+    }
+    assert_eq!(dot.matches(" -> ").count(), 3, "three borrows:\n{dot}");
+    assert!(dot.contains("via staging, prod"), "{dot}");
+
+    let mermaid = demo.ok(&["graph", "-o", "mermaid"]);
+    assert!(mermaid.starts_with("flowchart RL\n"), "{mermaid}");
+    assert_eq!(mermaid.matches("-->|borrows|").count(), 3, "{mermaid}");
+
+    let html = demo.ok(&["graph", "-o", "html"]);
+    for name in LAYERS.iter().chain(&COMBS) {
+        assert!(html.contains(&format!(">{name}<")), "{name} in the page");
+    }
+
+    let ci = std::env::var_os("CI").is_some();
+    let missing: Vec<&str> = ["chromium", "pdftotext"]
+        .into_iter()
+        .filter(|program| !installed(program))
+        .collect();
+    if !missing.is_empty() {
+        assert!(!ci, "CI installs {missing:?}");
+        comb_sandbox::real::record_skip(&format!(
+            "graph_page::the_graph_shows_every_layer_comb_and_borrow (the browser part): {} not installed",
+            missing.join(" and ")
+        ));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("federation.html");
+    std::fs::write(&page, &html).unwrap();
+    let screenshot = dir.path().join("federation.png");
+    let shot = chromium(&[&format!("--screenshot={}", screenshot.display())], &page);
+    assert!(
+        shot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let png = std::fs::read(&screenshot).expect("chromium wrote the screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG");
+    let (width, height) = (
+        u32::from_be_bytes(png[16..20].try_into().unwrap()),
+        u32::from_be_bytes(png[20..24].try_into().unwrap()),
+    );
+    assert_eq!((width, height), (1200, 520));
+    // The same rendering as text: what the browser laid out, not what the HTML says.
+    let pdf = dir.path().join("federation.pdf");
+    let printed = chromium(
+        &[
+            &format!("--print-to-pdf={}", pdf.display()),
+            "--no-pdf-header-footer",
+        ],
+        &page,
+    );
+    assert!(
+        printed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&printed.stderr)
+    );
+    let text = Command::new("pdftotext")
+        .arg(&pdf)
+        .arg("-")
+        .output()
+        .expect("pdftotext runs");
+    let text = String::from_utf8_lossy(&text.stdout);
+    for name in LAYERS.iter().chain(&COMBS) {
+        assert!(
+            text.contains(name),
+            "the rendered page shows {name}:\n{text}"
+        );
+    }
+    assert!(text.contains("via staging, prod"), "{text}");
+}
