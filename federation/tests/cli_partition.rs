@@ -1,5 +1,6 @@
 //! A layer whose API server is partitioned: `comb check` and `comb get` report it (exit 1)
-//! while the other layers answer and keep reconciling; after healing everything passes again.
+//! while the other layers answer and keep reconciling, and every command about one of its Combs
+//! fails in one line; after healing everything passes again.
 
 mod cli_support;
 
@@ -43,6 +44,31 @@ fn a_partitioned_layer_shows_as_down_while_the_others_go_on() {
         "comb: listing the Combs of layer dev (context dev) failed: 503 ServiceUnavailable: \
          the sandbox cluster is partitioned (POST /_sandbox/heal ends it)\n"
     );
+
+    // Every command about one Comb of the partitioned layer fails in one line, in the API
+    // server's words, with no Debug dump of kube's Status.
+    for command in [
+        "describe",
+        "status",
+        "via",
+        "logs",
+        "endpoints",
+        "render",
+        "restart",
+        "stop",
+    ] {
+        let (code, stdout, stderr) = demo.comb(&[command, "dev:nats"]);
+        assert_eq!(code, 1, "comb {command}: {stdout}{stderr}");
+        assert_eq!(
+            stderr,
+            "comb: Kubernetes API error (get Comb dev:platform/nats): 503 ServiceUnavailable: \
+             the sandbox cluster is partitioned (POST /_sandbox/heal ends it)\n",
+            "comb {command}"
+        );
+    }
+    let (code, _, stderr) = demo.comb(&["graph"]);
+    assert_eq!(code, 1);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
     // staging keeps reconciling: stopped, it is deployed again.
     demo.ok(&["stop", "staging:nats"]);

@@ -463,7 +463,8 @@ impl Config {
             .await
             .map_err(|error| Error::Kube {
                 request: format!("get Comb {location}"),
-                message: error.to_string(),
+                // The server's words, one line (kube's Display appends a Debug dump of Status).
+                message: comb_kubeconfigs::describe_error(&error),
                 code: match &error {
                     kube::Error::Api(status) => Some(status.code),
                     _ => None,
