@@ -91,23 +91,23 @@ impl Federation {
         layer: &Layer,
         namespace: Option<&str>,
     ) -> anyhow::Result<Vec<Comb>> {
-        let namespaces: Option<Vec<String>> = match namespace {
-            Some(namespace) if !layer.manages(namespace) => return Ok(Vec::new()),
-            Some(namespace) => Some(vec![namespace.to_string()]),
-            None => layer.namespaces.clone(),
-        };
-        let client = self.client(layer).await?;
-        let resource = comb_api::api_resource(&self.config.group);
-        let apis: Vec<Api<Comb>> = match namespaces {
-            Some(namespaces) => namespaces
-                .iter()
-                .map(|namespace| Api::namespaced_with(client.clone(), namespace, &resource))
-                .collect(),
-            None => vec![Api::all_with(client, &resource)],
-        };
+        self.list_selected_combs(layer, namespace, None).await
+    }
+
+    /// [`Federation::list_combs`], only those whose labels match `selector` when given.
+    pub async fn list_selected_combs(
+        &self,
+        layer: &Layer,
+        namespace: Option<&str>,
+        selector: Option<&str>,
+    ) -> anyhow::Result<Vec<Comb>> {
+        let mut params = ListParams::default();
+        if let Some(selector) = selector {
+            params = params.labels(selector);
+        }
         let mut combs = Vec::new();
-        for api in apis {
-            let list = api.list(&ListParams::default()).await.map_err(|error| {
+        for api in self.comb_apis(layer, namespace).await? {
+            let list = api.list(&params).await.map_err(|error| {
                 anyhow::anyhow!(
                     "listing the Combs of layer {} (context {}) failed: {}",
                     layer.name,
@@ -122,6 +122,29 @@ impl Federation {
                 .cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         Ok(combs)
+    }
+
+    /// One Comb API per namespace the read covers: `namespace`, else the layer's namespaces,
+    /// else one for all namespaces. None for a namespace the layer does not manage.
+    pub async fn comb_apis(
+        &self,
+        layer: &Layer,
+        namespace: Option<&str>,
+    ) -> anyhow::Result<Vec<Api<Comb>>> {
+        let namespaces: Option<Vec<String>> = match namespace {
+            Some(namespace) if !layer.manages(namespace) => return Ok(Vec::new()),
+            Some(namespace) => Some(vec![namespace.to_string()]),
+            None => layer.namespaces.clone(),
+        };
+        let client = self.client(layer).await?;
+        let resource = comb_api::api_resource(&self.config.group);
+        Ok(match namespaces {
+            Some(namespaces) => namespaces
+                .iter()
+                .map(|namespace| Api::namespaced_with(client.clone(), namespace, &resource))
+                .collect(),
+            None => vec![Api::all_with(client, &resource)],
+        })
     }
 }
 

@@ -499,7 +499,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
 /// Every Comb of every layer, as `comb get` reads them.
 async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
     let layers: Vec<&Layer> = federation.config.layers.iter().collect();
-    match get::collect_rows(federation, &layers, None).await {
+    match get::collect_rows(federation, &layers, None, None).await {
         (rows, failures) if failures.is_empty() => Ok(rows),
         (_, failures) => Err(anyhow::anyhow!(failures.join("; "))),
     }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombEndpoint, CombStatus};
+use comb_api::{Comb, CombEndpoint, CombRef, CombStatus};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -12,13 +12,27 @@ use crate::config::Layer;
 
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
+    /// Only these Combs, each `[LAYER:][NAMESPACE/]NAME` (a part left out matches any).
+    #[arg(value_name = "REF")]
+    references: Vec<CombRef>,
     /// Only the Combs of this layer.
-    #[arg(long, value_name = "LAYER")]
+    #[arg(long, value_name = "LAYER", conflicts_with = "all_layers")]
     layer: Option<String>,
+    /// Every layer (the default; for kubectl's hand).
+    #[arg(short = 'A', long)]
+    all_layers: bool,
     /// Only the Combs of this namespace.
     #[arg(short = 'n', long, value_name = "NAMESPACE")]
     namespace: Option<String>,
-    /// `wide` adds the last step's message; `json` and `yaml` are for scripts.
+    /// Only the Combs whose labels match this selector (`app=db,tier!=cache`), as kubectl's.
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    selector: Option<String>,
+    /// After the table, a line per change of a Comb's phase, reason, upstream or via, until
+    /// interrupted.
+    #[arg(short = 'w', long)]
+    watch: bool,
+    /// `wide` adds the last step's message; `name` prints `LAYER:NAMESPACE/NAME` references for
+    /// other commands; `json` and `yaml` are for scripts.
     #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
     output: Option<GetFormat>,
 }
@@ -26,6 +40,7 @@ pub struct GetArgs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum GetFormat {
     Wide,
+    Name,
     Json,
     Yaml,
 }
@@ -43,10 +58,28 @@ pub fn run(global: &GlobalArgs, args: GetArgs) -> anyhow::Result<ExitCode> {
             Some(name) => vec![federation.layer(name)?],
             None => federation.config.layers.iter().collect(),
         };
-        let (rows, failures) = collect_rows(&federation, &layers, args.namespace.as_deref()).await;
+        for reference in &args.references {
+            if let Some(layer) = &reference.layer {
+                federation.layer(layer)?;
+            }
+        }
+        if args.watch && matches!(args.output, Some(GetFormat::Json | GetFormat::Yaml)) {
+            anyhow::bail!("--watch prints table lines; use -o wide, -o name or no -o with it");
+        }
+        let selector = args.selector.as_deref();
+        let (rows, failures) =
+            collect_rows(&federation, &layers, args.namespace.as_deref(), selector).await;
+        let rows: Vec<CombRow> = rows
+            .into_iter()
+            .filter(|row| row.is_selected_by(&args.references))
+            .collect();
+        let wide = args.output == Some(GetFormat::Wide);
         let text = match args.output {
-            None => table(&rows, false, Timestamp::now()),
-            Some(GetFormat::Wide) => table(&rows, true, Timestamp::now()),
+            None | Some(GetFormat::Wide) => table(&rows, wide, Timestamp::now()),
+            Some(GetFormat::Name) => rows
+                .iter()
+                .map(|row| format!("{}\n", row.reference()))
+                .collect(),
             Some(GetFormat::Json) => serialize(&RowList { items: &rows }, DataFormat::Json)?,
             Some(GetFormat::Yaml) => serialize(&RowList { items: &rows }, DataFormat::Yaml)?,
         };
@@ -54,12 +87,111 @@ pub fn run(global: &GlobalArgs, args: GetArgs) -> anyhow::Result<ExitCode> {
         for failure in &failures {
             eprintln!("comb: {failure}");
         }
+        if args.watch {
+            let name_only = args.output == Some(GetFormat::Name);
+            watch(&federation, &layers, &args, rows, wide, name_only).await?;
+        }
         Ok(if failures.is_empty() {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)
         })
     })
+}
+
+/// `get -w`: watches the Combs of `layers` and prints a row (without the header) whenever what
+/// the table shows of one changes, or it is deleted (`PHASE` then reads `<deleted>`).
+async fn watch(
+    federation: &Federation,
+    layers: &[&Layer],
+    args: &GetArgs,
+    shown: Vec<CombRow>,
+    wide: bool,
+    name_only: bool,
+) -> anyhow::Result<()> {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+
+    let mut last: std::collections::HashMap<String, CombRow> = shown
+        .into_iter()
+        .map(|row| (row.reference(), row))
+        .collect();
+    let mut streams = Vec::new();
+    for layer in layers {
+        let layer = (*layer).clone();
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &args.selector {
+            config = config.labels(selector);
+        }
+        for api in federation
+            .comb_apis(&layer, args.namespace.as_deref())
+            .await?
+        {
+            let layer = layer.clone();
+            streams.push(
+                watcher(api, config.clone())
+                    .map(move |event| (layer.clone(), event))
+                    .boxed(),
+            );
+        }
+    }
+    let mut events = futures::stream::select_all(streams);
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let (layer, event) = tokio::select! {
+            _ = &mut interrupted => return Ok(()),
+            next = events.next() => match next {
+                Some(next) => next,
+                None => return Ok(()),
+            },
+        };
+        let changed: Vec<CombRow> = match event {
+            Ok(watcher::Event::Apply(comb) | watcher::Event::InitApply(comb)) => {
+                vec![CombRow::of(&layer, &comb)]
+            }
+            Ok(watcher::Event::Delete(comb)) => {
+                let mut row = CombRow::of(&layer, &comb);
+                row.phase = Some("<deleted>".to_string());
+                vec![row]
+            }
+            Ok(_) => Vec::new(),
+            // The watcher retries by itself; say why once per failure, as `get` does.
+            Err(error) => {
+                eprintln!(
+                    "comb: watching the Combs of layer {} failed: {error}",
+                    layer.name
+                );
+                Vec::new()
+            }
+        };
+        for row in changed {
+            if !row.is_selected_by(&args.references) {
+                continue;
+            }
+            let key = row.reference();
+            if last.get(&key).is_some_and(|before| before.shows_as(&row)) {
+                continue;
+            }
+            if name_only {
+                println!("{key}");
+            } else {
+                let table = table(std::slice::from_ref(&row), wide, Timestamp::now());
+                // The header aligned the first table; a watch line keeps only the row.
+                print!(
+                    "{}",
+                    table
+                        .lines()
+                        .skip(1)
+                        .map(|l| format!("{l}\n"))
+                        .collect::<String>()
+                );
+            }
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+            last.insert(key, row);
+        }
+    }
 }
 
 /// One Comb as `get` shows it; also the JSON/YAML item, so scripts see what people see.
@@ -86,6 +218,44 @@ pub struct CombRow {
 }
 
 impl CombRow {
+    /// `LAYER:NAMESPACE/NAME`, a reference every command takes.
+    pub fn reference(&self) -> String {
+        format!("{}:{}/{}", self.layer, self.namespace, self.name)
+    }
+
+    /// Whether one of `references` names this row (each part written must match); no
+    /// references select every row.
+    fn is_selected_by(&self, references: &[CombRef]) -> bool {
+        references.is_empty()
+            || references.iter().any(|reference| {
+                reference.name == self.name
+                    && reference
+                        .layer
+                        .as_ref()
+                        .is_none_or(|layer| *layer == self.layer)
+                    && reference
+                        .namespace
+                        .as_ref()
+                        .is_none_or(|namespace| *namespace == self.namespace)
+            })
+    }
+
+    /// Whether the table shows `other` as it shows this row (AGE aside).
+    fn shows_as(&self, other: &CombRow) -> bool {
+        let shown = |row: &CombRow| {
+            (
+                row.class.clone(),
+                row.stub,
+                row.phase.clone(),
+                row.reason.clone(),
+                row.message.clone(),
+                row.upstream.clone(),
+                row.via.clone(),
+            )
+        };
+        shown(self) == shown(other)
+    }
+
     /// The row of `comb` in `layer`.
     pub fn of(layer: &Layer, comb: &Comb) -> CombRow {
         let mut row = CombRow::new(&layer.name, comb);
@@ -129,11 +299,15 @@ pub async fn collect_rows(
     federation: &Federation,
     layers: &[&Layer],
     namespace: Option<&str>,
+    selector: Option<&str>,
 ) -> (Vec<CombRow>, Vec<String>) {
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for layer in layers {
-        match federation.list_combs(layer, namespace).await {
+        match federation
+            .list_selected_combs(layer, namespace, selector)
+            .await
+        {
             Ok(combs) => rows.extend(combs.iter().map(|comb| CombRow::of(layer, comb))),
             Err(error) => failures.push(format!("{error:#}")),
         }

@@ -1,0 +1,98 @@
+//! `comb get` as a kubectl user reaches for it, on the converged demo (either backend):
+//! references, `-A`, `-l`, `-o name`, and `-w` printing a line per change.
+
+mod cli_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use cli_support::{ConvergedDemo, comb};
+
+fn names(table: &str) -> Vec<String> {
+    table
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            format!("{}:{}/{}", cells[0], cells[1], cells[2])
+        })
+        .collect()
+}
+
+#[test]
+fn get_takes_references_selectors_and_name_output() {
+    let demo = ConvergedDemo::start();
+    assert_eq!(
+        names(&demo.ok(&["get", "db"])),
+        ["prod:platform/db", "staging:staging/db", "dev:platform/db"]
+    );
+    assert_eq!(
+        names(&demo.ok(&["get", "dev:nats", "staging:staging/db"])),
+        ["staging:staging/db", "dev:platform/nats"]
+    );
+    assert_eq!(
+        names(&demo.ok(&["get", "-A", "-l", "tier=data"])),
+        ["prod:platform/db", "staging:staging/db", "dev:platform/db"]
+    );
+    assert_eq!(
+        demo.ok(&[
+            "get",
+            "-l",
+            "tier in (edge, messaging)",
+            "--layer",
+            "dev",
+            "-o",
+            "name"
+        ]),
+        "dev:platform/mailer\ndev:platform/nats\n"
+    );
+    let (code, _, stderr) = demo.comb(&["get", "nowhere:db"]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("nowhere"), "{stderr}");
+}
+
+#[test]
+fn get_watch_prints_a_line_per_change() {
+    let demo = ConvergedDemo::start();
+    let mut child = comb()
+        .args(["--config", &demo.config, "get", "-w", "staging:nats"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("comb get -w starts");
+    let stdout = child.stdout.take().expect("piped");
+    let (send, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |what: &str| {
+        lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("comb get -w printed no {what}"))
+    };
+    assert!(next("header").starts_with("LAYER"));
+    assert!(next("first row").contains(" Running "));
+    demo.ok(&["stop", "staging:nats"]);
+    // Every change shows, without the header, until it runs again.
+    let mut seen = Vec::new();
+    loop {
+        let line = next("change");
+        assert!(line.starts_with("staging "), "{line}");
+        let running = line.contains(" Running ");
+        seen.push(line);
+        if running {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|line| line.contains(" Pending ")),
+        "{seen:#?}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
