@@ -1,6 +1,8 @@
 //! `comb get` as a kubectl user reaches for it, on the converged demo (either backend):
 //! references, `-A`, `-l`, `-o name`, and `-w` printing a line per change.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cli_support;
 
 use std::io::{BufRead, BufReader};
@@ -95,4 +97,30 @@ fn get_watch_prints_a_line_per_change() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A command that never reads the configuration refuses `--config` instead of ignoring it.
+#[test]
+fn config_is_refused_where_it_is_not_read() {
+    for (args, says) in [
+        (
+            ["--config", "mine.yaml", "crd"],
+            "comb: comb crd prints the CRD for --group, not --config; leave it out\n",
+        ),
+        (
+            ["demo", "--config", "mine.yaml"],
+            "comb: comb demo writes and reads a configuration of its own, not --config; leave it out\n",
+        ),
+    ] {
+        let output = comb().args(args).output().expect("comb runs");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&output.stderr), says);
+    }
+    // COMB_CONFIG in the environment is not a choice made for this command.
+    let output = comb()
+        .env("COMB_CONFIG", "mine.yaml")
+        .arg("crd")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
 }

@@ -68,6 +68,18 @@ enum Command {
     Sandbox(sandbox::SandboxArgs),
 }
 
+impl Command {
+    /// What the subcommand reads instead, when it never reads the federation configuration.
+    fn ignores_config(&self) -> Option<&'static str> {
+        match self {
+            Command::Demo(_) => Some("comb demo writes and reads a configuration of its own"),
+            Command::Sandbox(_) => Some("comb sandbox starts clusters from its own flags"),
+            Command::Crd(_) => Some("comb crd prints the CRD for --group"),
+            _ => None,
+        }
+    }
+}
+
 /// Parses the command line and runs the subcommand. Exit codes: 0 success, 1 failure, 2 usage.
 pub fn main() -> ExitCode {
     main_with(ClassRegistry::with_builtins())
@@ -75,7 +87,17 @@ pub fn main() -> ExitCode {
 
 /// The CLI of a program that registers its own Comb classes in `registry`.
 pub fn main_with(registry: ClassRegistry) -> ExitCode {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    if matches.value_source("config") == Some(clap::parser::ValueSource::CommandLine)
+        && let Some(why) = cli.command.ignores_config()
+    {
+        eprintln!("comb: {why}, not --config; leave it out");
+        return ExitCode::from(2);
+    }
     let outcome = match cli.command {
         Command::Run(args) => run::run(&cli.global, &registry, args),
         Command::Demo(args) => demo::run(args, &registry),

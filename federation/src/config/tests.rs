@@ -271,13 +271,17 @@ fn unknown_keys_and_wrong_types_are_refused() {
     for (text, expected) in [
         (
             "layers: [{name: p, context: p}]\nresyncc: 5s",
-            "comb.yaml: line 2 column 1: unknown field `resyncc`, expected one of",
+            "comb.yaml: resyncc: unknown field `resyncc`, expected one of",
         ),
-        ("layers: [{name: p, context: p, borow: {from: q}}]", "borow"),
+        (
+            "layers: [{name: p, context: p, borow: {from: q}}]",
+            "comb.yaml: layers[0].borow: unknown field `borow`",
+        ),
         (
             "layers: {name: p}",
-            "line 1 column 9: expected sequence start",
+            "comb.yaml: layers: invalid type: map, expected a sequence",
         ),
+        ("layers: [{name: p, context: p]", "comb.yaml: line 1 column"),
     ] {
         let message = error_of(text);
         assert!(message.starts_with("comb.yaml: "), "{message}");
@@ -288,6 +292,25 @@ fn unknown_keys_and_wrong_types_are_refused() {
         assert!(!message.contains('\n'), "one line: {message}");
         assert!(!message.contains("-->"), "no snippet: {message}");
     }
+}
+
+#[test]
+fn every_problem_of_a_file_is_listed_at_once_with_its_key() {
+    let text = "resync: 60
+maxUpstreamDepth: deep
+layers:
+  - {name: prod, context: prod, namespaces: platform}
+  - {name: dev, context: dev, colour: blue, stubs: [mailer, 5], borrow: {from: stagin}}
+";
+    assert_eq!(
+        error_of(text),
+        "comb.yaml: layers[0].namespaces: invalid type: string \"platform\", expected a sequence; \
+         layers[1].colour: unknown field `colour`, expected one of `name`, `context`, `namespaces`, \
+         `borrow`, `stubs`, `allowNamespaces`, `allowClusterScoped`, `serviceAccount`; \
+         layers[1].stubs[1]: invalid type: integer `5`, expected a string; \
+         layers[1].borrow.from: unknown layer \"stagin\" (layers: prod, dev); \
+         maxUpstreamDepth: 'deep' is not a positive integer; resync: '60' has no unit; write e.g. 60s"
+    );
 }
 
 fn contexts(list: &[(&str, &str)]) -> Vec<KubeContext> {

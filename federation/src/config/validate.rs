@@ -109,9 +109,12 @@ pub fn from_raw(
         Some(base) => base.join(path),
         None => path.into(),
     });
-    let (Some(max_upstream_depth), Some(resync)) = (max_upstream_depth, resync) else {
-        return Err(problems);
-    };
+    // A bad depth or resync is reported above; the defaults stand in so the layers are checked
+    // in the same run.
+    let max_upstream_depth = max_upstream_depth
+        .or(NonZeroUsize::new(DEFAULT_MAX_UPSTREAM_DEPTH))
+        .unwrap_or(NonZeroUsize::MIN);
+    let resync = resync.unwrap_or(DEFAULT_RESYNC);
     let config = Config {
         origin: origin.to_string(),
         kubeconfig,
