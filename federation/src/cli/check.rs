@@ -1,7 +1,8 @@
 //! `comb check`: can the controller work? Every layer reachable, the CRD installed and
 //! established, the permissions it needs (where the API server answers SelfSubjectAccessReview),
-//! the layers borrowed from reachable, no dependency cycles, no upstream loops. Exit code 1 when
-//! any check failed.
+//! the layers borrowed from reachable, no dependency cycles, no upstream loops, every Comb able to
+//! work as written (its dependencies there, its upstream's context or layer known, its build not
+//! failed; Pending is fine). Exit code 1 when any check failed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -114,8 +115,76 @@ pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
         .collect()
 }
 
+/// What a layer's Combs may name: the kube contexts of the kubeconfig and the layers.
+pub struct Names<'a> {
+    pub contexts: &'a [String],
+    pub layers: &'a [&'a str],
+}
+
+/// Combs that cannot work as written: a dependency that is not a Comb of the layer, an upstream
+/// whose context or layer does not exist, a build that failed. A Comb merely Pending is fine.
+fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
+    let present: BTreeSet<CombKey> = combs
+        .iter()
+        .filter_map(|comb| {
+            Some(CombKey::new(
+                comb.metadata.namespace.as_deref()?,
+                comb.metadata.name.as_deref()?,
+            ))
+        })
+        .collect();
+    let mut broken = Vec::new();
+    for comb in combs {
+        let (Some(namespace), Some(name)) = (&comb.metadata.namespace, &comb.metadata.name) else {
+            continue;
+        };
+        let mut problems = Vec::new();
+        for reference in comb.spec.dependencies() {
+            if let Some(key) = dependency_key(reference, namespace)
+                && !present.contains(&key)
+            {
+                problems.push(format!(
+                    "depends on {key}, which is not a Comb of the layer"
+                ));
+            }
+        }
+        if let comb_api::UpstreamSpec::Declared(upstream) = &comb.spec.upstream {
+            if let Some(context) = upstream.get("context").and_then(|v| v.as_str())
+                && !names.contexts.iter().any(|known| known == context)
+            {
+                problems.push(format!(
+                    "spec.upstream.context {context} is not a context of the kubeconfig (contexts: {})",
+                    names.contexts.join(", ")
+                ));
+            }
+            if let Some(layer) = upstream.get("layer").and_then(|v| v.as_str())
+                && !names.layers.contains(&layer)
+            {
+                problems.push(format!(
+                    "spec.upstream.layer {layer} is not a layer (layers: {})",
+                    names.layers.join(", ")
+                ));
+            }
+        }
+        if let Some(ready) = comb.status.as_ref().and_then(|status| status.ready())
+            && ready.reason.as_deref() == Some("BuildFailed")
+        {
+            problems.push(format!(
+                "BuildFailed: {}",
+                ready.message.as_deref().unwrap_or_default()
+            ));
+        }
+        broken.extend(
+            problems
+                .into_iter()
+                .map(|problem| format!("{namespace}/{name}: {problem}")),
+        );
+    }
+    broken
+}
+
 /// The checks a layer's Combs answer without asking the cluster again.
-pub fn comb_checks(layer: &str, combs: &[Comb]) -> Vec<Check> {
+pub fn comb_checks(layer: &str, combs: &[Comb], names: &Names<'_>) -> Vec<Check> {
     let cycles = dependency_cycles(combs);
     let loops = upstream_loops(combs);
     vec![
@@ -145,6 +214,15 @@ pub fn comb_checks(layer: &str, combs: &[Comb]) -> Vec<Check> {
             Check::new("upstream loops", layer, Outcome::Failed, loops.join("; "))
         },
         spec_check(layer, combs),
+        match broken_combs(combs, names).as_slice() {
+            [] => Check::new(
+                "combs",
+                layer,
+                Outcome::Ok,
+                format!("{} Comb(s) can work as written", combs.len()),
+            ),
+            broken => Check::new("combs", layer, Outcome::Failed, broken.join("; ")),
+        },
     ]
 }
 
@@ -348,6 +426,17 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
 
 /// Every check of every layer.
 pub async fn run_checks(federation: &Federation) -> Vec<Check> {
+    let contexts = federation.pool.contexts();
+    let layer_names: Vec<&str> = federation
+        .config
+        .layers
+        .iter()
+        .map(|layer| layer.name.as_str())
+        .collect();
+    let names = Names {
+        contexts: &contexts,
+        layers: &layer_names,
+    };
     let mut checks = Vec::new();
     let mut up: BTreeMap<&str, bool> = BTreeMap::new();
     for layer in &federation.config.layers {
@@ -392,7 +481,7 @@ pub async fn run_checks(federation: &Federation) -> Vec<Check> {
         checks.push(crd_check(federation, layer).await);
         checks.push(permission_check(federation, layer).await);
         match federation.list_combs(layer, None).await {
-            Ok(combs) => checks.extend(comb_checks(&layer.name, &combs)),
+            Ok(combs) => checks.extend(comb_checks(&layer.name, &combs, &names)),
             Err(error) => checks.push(Check::new(
                 "combs",
                 &layer.name,
@@ -442,14 +531,70 @@ mod tests {
         Comb::from_value(value).unwrap()
     }
 
+    fn names() -> Names<'static> {
+        static CONTEXTS: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| vec!["prod".to_string(), "dev".to_string()]);
+        Names {
+            contexts: &CONTEXTS,
+            layers: &["prod", "dev"],
+        }
+    }
+
+    #[test]
+    fn combs_that_cannot_work_as_written_fail_the_combs_check_and_pending_ones_pass() {
+        let mut pending = comb("waiting", &["db"], None);
+        pending.status = Some(
+            serde_json::from_value(json!({"phase": "Pending", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "Deployed", "message": "deployed"}]}))
+            .unwrap(),
+        );
+        let fine = [comb("db", &[], None), pending];
+        let checks = comb_checks("prod", &fine, &names());
+        assert_eq!(checks[3].check, "combs");
+        assert_eq!(checks[3].outcome, Outcome::Ok, "{checks:?}");
+        assert_eq!(checks[3].detail, "2 Comb(s) can work as written");
+
+        let mut unbuilt = comb("unbuilt", &[], None);
+        unbuilt.status = Some(
+            serde_json::from_value(json!({"phase": "Error", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "BuildFailed",
+                 "message": "spec.class: Redis is not a known class"}]}))
+            .unwrap(),
+        );
+        let far = Comb::from_value(json!({
+            "metadata": {"name": "far", "namespace": "platform"},
+            "spec": {"class": "Manifests", "upstream": {"class": "K8s", "context": "stagin"}}}))
+        .unwrap();
+        let lost = Comb::from_value(json!({
+            "metadata": {"name": "lost", "namespace": "platform"},
+            "spec": {"class": "Manifests", "upstream": {"class": "K8s", "layer": "qa"}}}))
+        .unwrap();
+        let broken = [
+            comb("orphan", &["cache", "apps/db"], None),
+            unbuilt,
+            far,
+            lost,
+        ];
+        let checks = comb_checks("prod", &broken, &names());
+        assert_eq!(checks[3].outcome, Outcome::Failed);
+        assert_eq!(
+            checks[3].detail,
+            "platform/orphan: depends on platform/cache, which is not a Comb of the layer; \
+             platform/orphan: depends on apps/db, which is not a Comb of the layer; \
+             platform/unbuilt: BuildFailed: spec.class: Redis is not a known class; \
+             platform/far: spec.upstream.context stagin is not a context of the kubeconfig (contexts: prod, dev); \
+             platform/lost: spec.upstream.layer qa is not a layer (layers: prod, dev)"
+        );
+    }
+
     #[test]
     fn a_spec_that_does_not_decode_fails_the_specs_check() {
-        let checks = comb_checks("prod", &[comb("fine", &[], None)]);
+        let checks = comb_checks("prod", &[comb("fine", &[], None)], &names());
         assert_eq!(checks[2].outcome, Outcome::Ok);
         let bad = Comb::from_value(json!({"metadata": {"name": "bad", "namespace": "apps"},
                                           "spec": {"class": 5}}))
         .unwrap();
-        let checks = comb_checks("prod", &[comb("fine", &[], None), bad]);
+        let checks = comb_checks("prod", &[comb("fine", &[], None), bad], &names());
         assert_eq!(checks[2].outcome, Outcome::Failed);
         assert_eq!(
             checks[2].detail,
@@ -464,7 +609,7 @@ mod tests {
             comb("db", &[], None),
             comb("nats", &[], None),
         ];
-        let checks = comb_checks("prod", &fine);
+        let checks = comb_checks("prod", &fine, &names());
         assert!(
             checks.iter().all(|check| check.outcome == Outcome::Ok),
             "{checks:?}"
@@ -476,7 +621,7 @@ mod tests {
             comb("b", &["platform/a"], Some("UpstreamLoop")),
             comb("c", &["c"], None),
         ];
-        let checks = comb_checks("dev", &tangled);
+        let checks = comb_checks("dev", &tangled, &names());
         assert_eq!(checks[0].outcome, Outcome::Failed);
         assert_eq!(
             checks[0].detail,
