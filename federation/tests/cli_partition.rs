@@ -1,5 +1,7 @@
 //! A layer whose API server is partitioned: `comb check` and `comb get` report it (exit 1)
 //! while the other layers answer and keep reconciling; after healing everything passes again.
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 
 mod cli_support;
 

@@ -9,6 +9,7 @@ use crate::engine::class::ClassRegistry;
 mod check;
 mod common;
 mod crd;
+#[cfg(feature = "sandbox")]
 pub mod demo;
 mod describe;
 mod endpoints;
@@ -18,6 +19,7 @@ mod output;
 mod render;
 mod restart;
 mod run;
+#[cfg(feature = "sandbox")]
 mod sandbox;
 mod status;
 mod stop;
@@ -37,6 +39,7 @@ pub struct Cli {
 enum Command {
     /// The federation controller: reconcile every Comb of every layer.
     Run(run::RunArgs),
+    #[cfg(feature = "sandbox")]
     /// Sandbox clusters, three layers, the example Combs and the controller, with every transition printed.
     Demo(demo::DemoArgs),
     /// Print the Comb CustomResourceDefinition as YAML.
@@ -61,6 +64,7 @@ enum Command {
     Render(render::RenderArgs),
     /// Can the controller work? Layers, CRD, permissions, upstream layers, cycles, loops.
     Check(check::CheckArgs),
+    #[cfg(feature = "sandbox")]
     /// Kubernetes API emulator clusters on 127.0.0.1 and their kubeconfig, until stopped.
     Sandbox(sandbox::SandboxArgs),
 }
@@ -75,6 +79,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Run(args) => run::run(&cli.global, &registry, args),
+        #[cfg(feature = "sandbox")]
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
@@ -87,6 +92,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
         Command::Stop(args) => stop::run(&cli.global, &registry, args),
         Command::Render(args) => render::run(&cli.global, &registry, args),
         Command::Check(args) => check::run(&cli.global, args),
+        #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => sandbox::run(args),
     };
     match outcome {
