@@ -3,6 +3,7 @@
 //! it per cluster) converges the demo's three layers, which proves the RBAC is enough; and a
 //! write comb must never make (a ClusterRole, a Namespace's deletion) is forbidden to it,
 //! which proves it is no broader than needed. Needs the real backend (tests/kube/build).
+
 // It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
 #![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

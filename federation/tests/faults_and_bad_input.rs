@@ -5,6 +5,7 @@
 //! Comb in its expected phase, no managed object lost, no panic, no restart, and a known value
 //! (in a replicated Secret and in a Secret manifest) in no log line of `comb run` (at
 //! `RUST_LOG=trace`), no Comb status, no Event, no CLI output and no admin endpoint.
+
 // It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
 #![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]

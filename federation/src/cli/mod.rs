@@ -67,6 +67,18 @@ enum Command {
     #[cfg(feature = "sandbox")]
     /// Kubernetes API emulator clusters on 127.0.0.1 and their kubeconfig, until stopped.
     Sandbox(sandbox::SandboxArgs),
+    /// `demo` and `sandbox` in a comb built without the emulator: they say so.
+    #[cfg(not(feature = "sandbox"))]
+    #[command(
+        name = "sandbox",
+        alias = "demo",
+        hide = true,
+        disable_help_flag = true
+    )]
+    WithoutSandbox {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
 }
 
 /// Parses the command line and runs the subcommand. Exit codes: 0 success, 1 failure, 2 usage.
@@ -94,6 +106,10 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
         Command::Check(args) => check::run(&cli.global, args),
         #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => sandbox::run(args),
+        #[cfg(not(feature = "sandbox"))]
+        Command::WithoutSandbox { .. } => Err(anyhow::anyhow!(
+            "this comb was built without the emulator (cargo feature `sandbox`): `comb sandbox` and `comb demo` are not in it"
+        )),
     };
     match outcome {
         Ok(code) => code,
