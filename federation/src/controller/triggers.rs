@@ -57,7 +57,10 @@ pub enum Source {
 }
 
 /// How many versions the watch delivered are remembered per CR: enough to tell an own write
-/// that returns after the watch already passed it.
+/// that returns after the watch already passed it. Also how many versions the watch may bring
+/// before it reaches our write: each of our writes is conditional on the version we held, so
+/// only our own earlier writes can stand between, and more than this many means the watch
+/// passed it unseen (nothing must wait for it for good).
 const WATCHED_KEPT: usize = 8;
 
 /// The resourceVersions of one CR as the controller met them. A resourceVersion is opaque: two
@@ -68,6 +71,8 @@ pub struct Versions {
     /// Our latest write, until the watch delivers it: what the watch delivers before it is an
     /// older version.
     awaiting: Option<String>,
+    /// How many versions the watch delivered while awaiting it.
+    behind: usize,
     /// The versions the watch delivered lately, newest last.
     watched: VecDeque<String>,
 }
@@ -90,9 +95,14 @@ impl Versions {
                     _ if source == Source::Listed => self.awaiting = None,
                     Some(ours) if ours == version => self.awaiting = None,
                     // The watch has not reached our write yet: this version is older.
-                    Some(_) => return false,
+                    Some(_) if self.behind + 1 < WATCHED_KEPT => {
+                        self.behind += 1;
+                        return false;
+                    }
+                    Some(_) => self.awaiting = None,
                     None => {}
                 }
+                self.behind = 0;
                 differs
             }
             Source::OwnWrite => {
@@ -101,6 +111,7 @@ impl Versions {
                     return false;
                 }
                 self.awaiting = Some(version.to_string());
+                self.behind = 0;
                 true
             }
         }
@@ -313,6 +324,14 @@ mod tests {
         }
         assert!(versions.is_later(None, Some("1"), Watched));
         assert!(!versions.is_later(None, None, OwnWrite));
+        // A write whose event never comes (the watch passed it unseen) is not awaited for good.
+        let mut versions = Versions::default();
+        assert!(versions.is_later(Some("a"), Some("ours"), OwnWrite));
+        let skipped = (1..WATCHED_KEPT)
+            .filter(|i| !versions.is_later(Some("ours"), Some(&format!("v{i}")), Watched))
+            .count();
+        assert_eq!(skipped, WATCHED_KEPT - 1);
+        assert!(versions.is_later(Some("ours"), Some("next"), Watched));
     }
 
     #[test]
