@@ -4,6 +4,8 @@
 //! write comb must never make (a ClusterRole, a Namespace's deletion, anything outside the
 //! layers' namespaces) is forbidden to it, which proves it is no broader than needed. Needs the real backend (tests/kube/build).
 
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;

@@ -1,6 +1,8 @@
 //! `comb get` as a kubectl user reaches for it, on the converged demo (either backend):
 //! references, `-A`, `-l`, `-o name`, and `-w` printing a line per change.
 
+// It runs `comb demo`: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli_support;

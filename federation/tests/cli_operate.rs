@@ -1,6 +1,8 @@
 //! The operating commands of the CLI through the `comb` binary, on the converged demo (whose
 //! controller keeps running): logs, restart, stop; and how the CLI fails: one line, exit 1, or
 //! exit 2 for usage.
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 
 mod cli_support;
 

@@ -1,6 +1,8 @@
 //! `comb run --once` through the binary against the demo's sandbox clusters (set up in-process
 //! with the example Combs): exit 0 when every Comb settled without an Error, exit 1 when one
 //! ended in Error or the timeout hit.
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 
 use std::time::Duration;
 

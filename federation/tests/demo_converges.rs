@@ -1,6 +1,8 @@
 //! `comb demo` end to end through the binary: it converges with the expected via chains, prints
 //! every transition in its format, and `--follow` keeps the clusters up for the CLI until
 //! interrupted.
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 
 mod cli_support;
 

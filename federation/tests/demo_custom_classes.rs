@@ -1,5 +1,7 @@
 //! The Rust example (federation/examples/custom_classes.rs) converges: its own classes, the
 //! controller of comb, the demo's layers.
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 
 #[allow(dead_code)]
 #[path = "../examples/custom_classes.rs"]

@@ -6,6 +6,8 @@
 //! (in a replicated Secret and in a Secret manifest) in no log line of `comb run` (at
 //! `RUST_LOG=trace`), no Comb status, no Event, no CLI output and no admin endpoint.
 
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{Read, Write};

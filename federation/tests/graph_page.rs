@@ -4,6 +4,8 @@
 //! and pdftotext are Debian's `chromium` and `poppler-utils`, which `.ci/run` installs; elsewhere
 //! the browser part skips with the reason.
 
+// It runs `comb demo`: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli_support;

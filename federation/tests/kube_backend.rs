@@ -4,6 +4,8 @@
 //! kube` converges with the emulator's via chains. Skipped, with the reason, where
 //! `tests/kube/build` has not built the binaries.
 
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli_support;

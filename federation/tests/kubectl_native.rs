@@ -3,6 +3,8 @@
 //! on the converged demo, on either backend (`COMB_TEST_BACKEND`). Skipped with the reason where kubectl is not installed; in CI
 //! (`CI` set) a missing kubectl fails.
 
+// It runs `comb demo`: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli_support;

@@ -1,5 +1,7 @@
 //! `comb sandbox` end to end: the built binary starts clusters, writes the kubeconfig, prints
 //! `ready`, serves clients through that kubeconfig, and stops cleanly on SIGTERM.
+// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
+#![cfg(feature = "sandbox")]
 
 use std::path::Path;
 use std::process::Stdio;

@@ -9,6 +9,7 @@ use crate::engine::class::ClassRegistry;
 mod check;
 mod common;
 mod crd;
+#[cfg(feature = "sandbox")]
 pub mod demo;
 mod describe;
 mod endpoints;
@@ -19,6 +20,7 @@ mod output;
 mod render;
 mod restart;
 mod run;
+#[cfg(feature = "sandbox")]
 mod sandbox;
 mod status;
 mod stop;
@@ -38,6 +40,7 @@ pub struct Cli {
 enum Command {
     /// The federation controller: reconcile every Comb of every layer.
     Run(run::RunArgs),
+    #[cfg(feature = "sandbox")]
     /// Sandbox clusters, three layers, the example Combs and the controller, with every transition printed.
     Demo(demo::DemoArgs),
     /// Print the Comb CustomResourceDefinition as YAML.
@@ -64,15 +67,30 @@ enum Command {
     Render(render::RenderArgs),
     /// Can the controller work? Layers, CRD, permissions, upstream layers, cycles, loops.
     Check(check::CheckArgs),
+    #[cfg(feature = "sandbox")]
     /// Kubernetes API emulator clusters on 127.0.0.1 and their kubeconfig, until stopped.
     Sandbox(sandbox::SandboxArgs),
+    /// `demo` and `sandbox` in a comb built without the emulator: they say so.
+    #[cfg(not(feature = "sandbox"))]
+    #[command(
+        name = "sandbox",
+        alias = "demo",
+        hide = true,
+        disable_help_flag = true
+    )]
+    WithoutSandbox {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
 }
 
 impl Command {
     /// What the subcommand reads instead, when it never reads the federation configuration.
     fn ignores_config(&self) -> Option<&'static str> {
         match self {
+            #[cfg(feature = "sandbox")]
             Command::Demo(_) => Some("comb demo writes and reads a configuration of its own"),
+            #[cfg(feature = "sandbox")]
             Command::Sandbox(_) => Some("comb sandbox starts clusters from its own flags"),
             Command::Crd(_) => Some("comb crd prints the CRD for --group"),
             _ => None,
@@ -100,6 +118,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
     }
     let outcome = match cli.command {
         Command::Run(args) => run::run(&cli.global, &registry, args),
+        #[cfg(feature = "sandbox")]
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
@@ -113,7 +132,12 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
         Command::Stop(args) => stop::run(&cli.global, &registry, args),
         Command::Render(args) => render::run(&cli.global, &registry, args),
         Command::Check(args) => check::run(&cli.global, args),
+        #[cfg(feature = "sandbox")]
         Command::Sandbox(args) => sandbox::run(args),
+        #[cfg(not(feature = "sandbox"))]
+        Command::WithoutSandbox { .. } => Err(anyhow::anyhow!(
+            "this comb was built without the emulator (cargo feature `sandbox`): `comb sandbox` and `comb demo` are not in it"
+        )),
     };
     match outcome {
         Ok(code) => code,

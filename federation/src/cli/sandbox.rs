@@ -83,40 +83,23 @@ fn parse_context(text: &str) -> Result<ExtraContext, String> {
     })
 }
 
-/// Durations as Go writes them: one or more `<number><unit>` with units `ms`, `s`, `m`, `h`
-/// (`500ms`, `1.5s`, `1m30s`), or a bare `0`.
+/// Durations as Go writes them (`500ms`, `1.5s`, `1m30s`, a bare `0`), read by kube's
+/// [`kube::core::Duration`]. It multiplies in floating point, which panics on a number too large
+/// for a duration or a sign inside a sum (`1s-1s`), and it reads an empty text as zero: such
+/// texts are refused before it sees them (no delay needs more than nine digits).
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
     let invalid = || format!("{text:?} is not a duration like 500ms, 2s, 1m30s or 0");
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    if rest.is_empty() {
+    let longest_number = text
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    if text.is_empty() || text.contains(['-', '+']) || longest_number > 9 {
         return Err(invalid());
     }
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let (number, after) = rest.split_at(number_end);
-        let unit_end = after
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_end);
-        let value: f64 = number.parse().map_err(|_| invalid())?;
-        let seconds = match unit {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return Err(invalid()),
-        };
-        total += Duration::try_from_secs_f64(seconds).map_err(|_| invalid())?;
-        rest = next;
-    }
-    Ok(total)
+    let duration: kube::core::Duration = text.parse().map_err(|_| invalid())?;
+    Ok(duration.into())
 }
 
 pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
@@ -205,6 +188,9 @@ mod tests {
             ("2 s", None),
             ("-1s", None),
             ("3d", None),
+            ("1s-1s", None),
+            ("99999999999999999999h", None),
+            ("250us", Some(Duration::from_micros(250))),
         ];
         for (text, expected) in cases {
             assert_eq!(parse_duration(text).ok(), expected, "{text:?}");

@@ -1,5 +1,12 @@
 //! Durations as people write them in the config and on the command line: `500ms`, `60s`, `5m`,
 //! `1h`, or a sum such as `1m30s`.
+//!
+//! Written here rather than read by kube's `kube::core::Duration` (which `comb sandbox`'s
+//! `--pod-ready-delay` uses): that one reads Go's syntax, so it takes an empty text for zero
+//! and accepts signs, fractions and bare `0`, which the configuration refuses with a message
+//! saying which part is wrong; and it multiplies in floating point, which panics on a number
+//! too large for a duration (`99999999999999999999s`), where a configuration file must get an
+//! error. Guarding it against all that took as many lines as this parser.
 
 use std::time::Duration;
 

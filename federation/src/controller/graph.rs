@@ -3,6 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use petgraph::algo::kosaraju_scc;
+use petgraph::graphmap::DiGraphMap;
+
 use super::queue::CombKey;
 
 /// The Comb a `dependsOn` entry names inside a layer: `name` in the Comb's own namespace,
@@ -49,98 +52,28 @@ impl DependencyGraph {
     }
 
     /// Every cycle, one per strongly connected component, each as a path that starts and ends
-    /// at its smallest Comb (`a -> b -> a`), sorted.
+    /// at its smallest Comb (`a -> b -> a`), sorted. Kosaraju's search, petgraph's iterative
+    /// one: a long chain of dependencies cannot overflow the stack (its Tarjan recurses).
     pub fn cycles(&self) -> Vec<Vec<CombKey>> {
-        let mut cycles: Vec<Vec<CombKey>> = self
-            .components()
+        let mut graph: DiGraphMap<&CombKey, ()> = DiGraphMap::new();
+        for (dependent, dependencies) in &self.edges {
+            graph.add_node(dependent);
+            for dependency in dependencies {
+                graph.add_edge(dependent, dependency, ());
+            }
+        }
+        let mut cycles: Vec<Vec<CombKey>> = kosaraju_scc(&graph)
             .into_iter()
-            .filter_map(|component| self.cycle_through(&component))
+            .filter_map(|component| self.cycle_through(&component.into_iter().collect()))
             .collect();
         cycles.sort();
         cycles
     }
 
-    /// Strongly connected components (Tarjan), iteratively so that long chains cannot overflow
-    /// the stack.
-    fn components(&self) -> Vec<BTreeSet<CombKey>> {
-        struct Node {
-            index: usize,
-            low: usize,
-            on_stack: bool,
-        }
-        let mut nodes: BTreeMap<&CombKey, Node> = BTreeMap::new();
-        let mut stack: Vec<&CombKey> = Vec::new();
-        let mut components = Vec::new();
-        let mut counter = 0;
-        let successors = |key: &CombKey| -> Vec<&CombKey> {
-            self.edges
-                .get(key)
-                .map(|deps| deps.iter().collect())
-                .unwrap_or_default()
-        };
-        for root in self.edges.keys() {
-            if nodes.contains_key(root) {
-                continue;
-            }
-            // (node, next successor to visit)
-            let mut work: Vec<(&CombKey, usize)> = vec![(root, 0)];
-            while let Some((node, next)) = work.pop() {
-                if next == 0 {
-                    nodes.insert(
-                        node,
-                        Node {
-                            index: counter,
-                            low: counter,
-                            on_stack: true,
-                        },
-                    );
-                    counter += 1;
-                    stack.push(node);
-                }
-                let succ = successors(node);
-                if let Some(child) = succ.get(next) {
-                    work.push((node, next + 1));
-                    match nodes.get(child) {
-                        None => work.push((child, 0)),
-                        Some(seen) if seen.on_stack => {
-                            let child_index = seen.index;
-                            if let Some(entry) = nodes.get_mut(node) {
-                                entry.low = entry.low.min(child_index);
-                            }
-                        }
-                        Some(_) => {}
-                    }
-                    continue;
-                }
-                // All successors done: fold the low link into the parent, maybe emit.
-                let (index, low) = nodes.get(node).map_or((0, 0), |n| (n.index, n.low));
-                if let Some((parent, _)) = work.last()
-                    && let Some(entry) = nodes.get_mut(*parent)
-                {
-                    entry.low = entry.low.min(low);
-                }
-                if index == low {
-                    let mut component = BTreeSet::new();
-                    while let Some(member) = stack.pop() {
-                        if let Some(entry) = nodes.get_mut(member) {
-                            entry.on_stack = false;
-                        }
-                        component.insert(member.clone());
-                        if member == node {
-                            break;
-                        }
-                    }
-                    components.push(component);
-                }
-            }
-        }
-        components
-    }
-
     /// A cycle inside `component` from its smallest member back to it, if there is one (a
     /// single Comb is a cycle only when it depends on itself).
-    fn cycle_through(&self, component: &BTreeSet<CombKey>) -> Option<Vec<CombKey>> {
-        let start = component.first()?;
+    fn cycle_through(&self, component: &BTreeSet<&CombKey>) -> Option<Vec<CombKey>> {
+        let start = *component.first()?;
         // Breadth-first within the component for the shortest way back to `start`.
         let mut previous: BTreeMap<&CombKey, &CombKey> = BTreeMap::new();
         let mut frontier = vec![start];
@@ -148,7 +81,7 @@ impl DependencyGraph {
             let mut next = Vec::new();
             for node in frontier {
                 for child in self.edges.get(node).into_iter().flatten() {
-                    if !component.contains(child) {
+                    if !component.contains(&child) {
                         continue;
                     }
                     if child == start {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::graph::{DependencyGraph, dependency_key};
 use super::queue::{CombKey, Trigger, WorkQueue};
-use super::triggers::{StatusSignature, cr_trigger, is_newer, status_signature};
+use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_signature};
 use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
@@ -31,6 +31,8 @@ pub struct CombEntry {
     /// Stepped at least once by this run.
     pub stepped: bool,
     signature: StatusSignature,
+    /// Which resourceVersion of the CR is the latest, by the watch's order.
+    versions: Versions,
     /// When the recorded status last changed in a way others react to.
     pub changed_at: Instant,
 }
@@ -44,9 +46,12 @@ impl CombEntry {
             .or(self.cr.status.as_ref())
     }
 
-    fn new(cr: Comb) -> CombEntry {
+    fn new(cr: Comb, source: Source) -> CombEntry {
+        let mut versions = Versions::default();
+        versions.is_later(None, cr.metadata.resource_version.as_deref(), source);
         CombEntry {
             signature: status_signature(cr.status.as_ref()),
+            versions,
             cr,
             unwritten: None,
             build_failure: None,
@@ -217,31 +222,38 @@ impl LayerRuntime {
         }
     }
 
-    /// Records a CR, as watched or as our own write returned it (`own_write`), and says what
-    /// it calls for. A version older than the one held changes nothing (the watch may deliver
-    /// our own write after we have it).
-    pub fn observe_cr(&self, key: &CombKey, mut cr: Comb, own_write: bool) -> CrChange {
+    /// Records a CR, as listed, watched or as our own write returned it, and says what it calls
+    /// for. A version older than the one held changes nothing (the watch may deliver our own
+    /// write after we have it).
+    pub fn observe_cr(&self, key: &CombKey, mut cr: Comb, source: Source) -> CrChange {
         cr.metadata.managed_fields = None;
+        let own_write = source == Source::OwnWrite;
         let mut store = lock(&self.store);
         let Some(entry) = store.get_mut(key) else {
             if own_write {
                 // Deleted meanwhile: its watch event said so.
                 return CrChange::default();
             }
-            store.insert(key.clone(), CombEntry::new(cr));
+            store.insert(key.clone(), CombEntry::new(cr, source));
             return CrChange {
                 trigger: Some(Trigger::Created),
                 status_changed: true,
             };
         };
         let same_object = entry.cr.metadata.uid == cr.metadata.uid;
-        if same_object && !is_newer(&cr, &entry.cr) {
+        if same_object
+            && !entry.versions.is_later(
+                entry.cr.metadata.resource_version.as_deref(),
+                cr.metadata.resource_version.as_deref(),
+                source,
+            )
+        {
             return CrChange::default();
         }
         let trigger = cr_trigger(Some(&entry.cr), &cr, own_write);
         if trigger == Some(Trigger::Created) {
             // Another object under the same name: nothing of the old one applies.
-            *entry = CombEntry::new(cr);
+            *entry = CombEntry::new(cr, source);
             return CrChange {
                 trigger,
                 status_changed: true,

@@ -17,7 +17,6 @@ use super::events::EventType;
 use super::graph::dependency_key;
 use super::layer::{Built, LayerRuntime, Origin};
 use super::queue::{CombKey, StepReport};
-use super::triggers::is_newer;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::class::CombInstance;
 use crate::engine::kube_ops::KubeOps;
@@ -171,7 +170,9 @@ async fn instance_for(
         .unwrap_or_default();
     if let Some(built) = unwritten.filter(|built| built.is_of(cr)) {
         let mut comb = built.comb;
-        if is_newer(cr, comb.cr()) {
+        // The layer's CR is the latest known (the layer orders versions by its watch), so a
+        // different resourceVersion is a later one.
+        if cr.metadata.resource_version != comb.cr().metadata.resource_version {
             let kept = comb.recorded_status().cloned();
             comb.adopt_cr(cr.clone());
             if let Some(status) = kept {

@@ -1,6 +1,6 @@
 //! Which watch events call for which steps: pure decisions over the objects seen.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use comb_api::{Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, UpstreamSpec};
 
@@ -45,20 +45,76 @@ pub fn cr_trigger(old: Option<&Comb>, new: &Comb, own_write: bool) -> Option<Tri
     changed.then_some(Trigger::Changed)
 }
 
-/// Whether `candidate` is a later version of a CR than `held`. resourceVersions are opaque, but
-/// every API server we know counts them up; where they do not parse, a different one counts as
-/// later.
-pub fn is_newer(candidate: &Comb, held: &Comb) -> bool {
-    let (a, b) = (
-        candidate.metadata.resource_version.as_deref(),
-        held.metadata.resource_version.as_deref(),
-    );
-    match (
-        a.and_then(|a| a.parse::<u64>().ok()),
-        b.and_then(|b| b.parse::<u64>().ok()),
-    ) {
-        (Some(a), Some(b)) => a > b,
-        _ => a != b,
+/// Where a version of a CR comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A list (the watch's first, or after it fell behind): the server's state when listed.
+    Listed,
+    /// A watch event: events come in the server's order.
+    Watched,
+    /// What one of our own writes returned.
+    OwnWrite,
+}
+
+/// How many versions the watch delivered are remembered per CR: enough to tell an own write
+/// that returns after the watch already passed it. Also how many versions the watch may bring
+/// before it reaches our write: each of our writes is conditional on the version we held, so
+/// only our own earlier writes can stand between, and more than this many means the watch
+/// passed it unseen (nothing must wait for it for good).
+const WATCHED_KEPT: usize = 8;
+
+/// The resourceVersions of one CR as the controller met them. A resourceVersion is opaque: two
+/// are only equal or not (the API promises no order), so "later" comes from the order of the
+/// watch, which delivers every version of an object in the server's order, ours included.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Versions {
+    /// Our latest write, until the watch delivers it: what the watch delivers before it is an
+    /// older version.
+    awaiting: Option<String>,
+    /// How many versions the watch delivered while awaiting it.
+    behind: usize,
+    /// The versions the watch delivered lately, newest last.
+    watched: VecDeque<String>,
+}
+
+impl Versions {
+    /// Whether `version` (from `source`) is later than `held`, the version kept, and records it.
+    pub fn is_later(&mut self, held: Option<&str>, version: Option<&str>, source: Source) -> bool {
+        let differs = version != held;
+        let Some(version) = version else {
+            return differs;
+        };
+        match source {
+            Source::Listed | Source::Watched => {
+                if self.watched.len() == WATCHED_KEPT {
+                    self.watched.pop_front();
+                }
+                self.watched.push_back(version.to_string());
+                match self.awaiting.as_deref() {
+                    // A list is the server's state: whatever we wrote is in it or behind it.
+                    _ if source == Source::Listed => self.awaiting = None,
+                    Some(ours) if ours == version => self.awaiting = None,
+                    // The watch has not reached our write yet: this version is older.
+                    Some(_) if self.behind + 1 < WATCHED_KEPT => {
+                        self.behind += 1;
+                        return false;
+                    }
+                    Some(_) => self.awaiting = None,
+                    None => {}
+                }
+                self.behind = 0;
+                differs
+            }
+            Source::OwnWrite => {
+                // The watch already passed it: what is held is as new or newer.
+                if !differs || self.watched.iter().any(|seen| seen == version) {
+                    return false;
+                }
+                self.awaiting = Some(version.to_string());
+                self.behind = 0;
+                true
+            }
+        }
     }
 }
 
@@ -234,27 +290,48 @@ mod tests {
     }
 
     #[test]
-    fn later_versions() {
-        let at = |version: Option<&str>| {
-            let mut cr = comb("ns", "a");
-            cr.metadata.resource_version = version.map(str::to_string);
-            cr
-        };
-        let cases = [
-            (Some("12"), Some("9"), true),
-            (Some("9"), Some("12"), false),
-            (Some("9"), Some("9"), false),
-            (Some("b"), Some("a"), true),
-            (Some("a"), Some("a"), false),
-            (Some("1"), None, true),
+    fn later_versions_follow_the_watch_not_the_digits() {
+        use Source::{Listed, OwnWrite, Watched};
+        // (held, version, source, later): one CR's life, step by step. The versions do not
+        // count up on purpose: only equality means anything.
+        let steps = [
+            (None, "k", Listed, true),
+            (Some("k"), "k", Watched, false),
+            // Our finalizer write, then our status write; the watch then brings the first.
+            (Some("k"), "c", OwnWrite, true),
+            (Some("c"), "q", OwnWrite, true),
+            (Some("q"), "c", Watched, false),
+            (Some("q"), "q", Watched, false),
+            // Someone else's edit after ours is later, whatever its digits.
+            (Some("q"), "b", Watched, true),
+            // Our next write's event comes before the write returns, then a later edit: the
+            // write, returned late, is older than what is held.
+            (Some("b"), "w", Watched, true),
+            (Some("w"), "y", Watched, true),
+            (Some("y"), "w", OwnWrite, false),
+            // A list taken after our write (and its event lost) is the server's state.
+            (Some("y"), "9", OwnWrite, true),
+            (Some("9"), "12", Listed, true),
+            (Some("12"), "7", Watched, true),
         ];
-        for (candidate, held, expected) in cases {
+        let mut versions = Versions::default();
+        for (held, version, source, later) in steps {
             assert_eq!(
-                is_newer(&at(candidate), &at(held)),
-                expected,
-                "{candidate:?} {held:?}"
+                versions.is_later(held, Some(version), source),
+                later,
+                "{held:?} -> {version} ({source:?})"
             );
         }
+        assert!(versions.is_later(None, Some("1"), Watched));
+        assert!(!versions.is_later(None, None, OwnWrite));
+        // A write whose event never comes (the watch passed it unseen) is not awaited for good.
+        let mut versions = Versions::default();
+        assert!(versions.is_later(Some("a"), Some("ours"), OwnWrite));
+        let skipped = (1..WATCHED_KEPT)
+            .filter(|i| !versions.is_later(Some("ours"), Some(&format!("v{i}")), Watched))
+            .count();
+        assert_eq!(skipped, WATCHED_KEPT - 1);
+        assert!(versions.is_later(Some("ours"), Some("next"), Watched));
     }
 
     #[test]

@@ -16,9 +16,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Shared;
+use super::backoff::Retries;
 use super::layer::LayerRuntime;
 use super::queue::Trigger;
-use super::triggers::{comb_key, owner_of};
+use super::triggers::{Source, comb_key, owner_of};
 
 /// The kinds whose changes wake their Comb: what Combs usually deploy, the bridges' kinds, and
 /// Pods (a crash loop shows there first).
@@ -83,15 +84,14 @@ async fn after_error(
     what: &str,
     failure: Failure,
     message: &str,
-    failures: &mut u32,
+    retries: &mut Retries,
     cancel: &CancellationToken,
 ) -> bool {
     shared.watch_failed(layer, what, failure, message);
     if failure == Failure::Expired {
         return true;
     }
-    *failures = failures.saturating_add(1);
-    shared.pause_after_failure(*failures, cancel).await
+    shared.pause(retries.next_delay(), cancel).await
 }
 
 /// Watches the Comb CRs of one scope (a namespace, or all) of `layer` until `cancel`.
@@ -110,7 +110,7 @@ pub async fn watch_combs(
     };
     let stream = watcher::watcher(api, watcher::Config::default());
     futures::pin_mut!(stream);
-    let mut failures = 0u32;
+    let mut retries = shared.watch_retries();
     let mut listing: Option<HashSet<super::queue::CombKey>> = None;
     loop {
         let item = tokio::select! {
@@ -134,7 +134,7 @@ pub async fn watch_combs(
                     "Comb",
                     classify(&error),
                     &message,
-                    &mut failures,
+                    &mut retries,
                     &cancel,
                 )
                 .await
@@ -148,7 +148,7 @@ pub async fn watch_combs(
         // sent proves it answers (counting `Init` kept a failing watch retrying at its first,
         // shortest delay, and marked a partitioned layer back up several times a second).
         if !matches!(event, Event::Init) {
-            failures = 0;
+            retries.reset();
             shared.layer_answered(&layer);
         }
         match event {
@@ -157,7 +157,7 @@ pub async fn watch_combs(
                 if let (Some(seen), Some(key)) = (listing.as_mut(), comb_key(&cr)) {
                     seen.insert(key);
                 }
-                shared.cr_seen(&layer, cr);
+                shared.cr_seen(&layer, cr, Source::Listed);
             }
             Event::InitDone => {
                 let seen = listing.take().unwrap_or_default();
@@ -175,7 +175,7 @@ pub async fn watch_combs(
                     shared.listed.notify_waiters();
                 }
             }
-            Event::Apply(cr) => shared.cr_seen(&layer, cr),
+            Event::Apply(cr) => shared.cr_seen(&layer, cr, Source::Watched),
             Event::Delete(cr) => {
                 if let Some(key) = comb_key(&cr) {
                     shared.cr_gone(&layer, &key);
@@ -204,7 +204,7 @@ pub async fn watch_managed(
     let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
     futures::pin_mut!(stream);
     let keys = shared.config.label_keys();
-    let mut failures = 0u32;
+    let mut retries = shared.watch_retries();
     loop {
         let item = tokio::select! {
             () = cancel.cancelled() => return,
@@ -231,7 +231,7 @@ pub async fn watch_managed(
                     &kind.kind,
                     failure,
                     &error.to_string(),
-                    &mut failures,
+                    &mut retries,
                     &cancel,
                 )
                 .await
@@ -241,7 +241,7 @@ pub async fn watch_managed(
                 continue;
             }
         };
-        failures = 0;
+        retries.reset();
         shared.layer_answered(&layer);
         if let Some(owner) = owner_of(object.metadata.labels.as_ref(), &keys)
             && layer.knows(&owner)

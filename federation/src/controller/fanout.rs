@@ -1,0 +1,104 @@
+//! Who is woken by what: a Comb CR as watched or as our own write returned it, a CR that is
+//! gone, and the dependents and borrowers (in lower layers) of a Comb whose status changed.
+
+use std::sync::{Arc, PoisonError};
+
+use comb_api::Comb;
+use tracing::warn;
+
+use super::Shared;
+use super::graph::BorrowIndex;
+use super::layer::{self, LayerRuntime};
+use super::queue::{CombKey, Trigger};
+use super::triggers::{self, Source};
+
+impl Shared {
+    /// A Comb CR as watched: store it, wake it, and wake whoever reacts to its status.
+    pub(crate) fn cr_seen(self: &Arc<Self>, layer: &Arc<LayerRuntime>, cr: Comb, source: Source) {
+        let Some(key) = triggers::comb_key(&cr) else {
+            return;
+        };
+        if let Some(problem) = &cr.status_error {
+            warn!(
+                layer = layer.name(),
+                namespace = %key.namespace,
+                comb = %key.name,
+                problem = %problem,
+                "the recorded status does not decode; it counts as absent until the next status write"
+            );
+        }
+        let peer = triggers::upstream_peer(&self.config, layer.index, &cr);
+        let references = cr.spec.dependencies().to_vec();
+        let change = layer.observe_cr(&key, cr, source);
+        self.lock_borrowers().set(&(layer.index, key.clone()), peer);
+        // Until it is built, `spec.dependsOn` stands for the class's dependencies; each step
+        // records the class's own.
+        if change.trigger == Some(Trigger::Created)
+            && let Some(cycles) = layer.set_dependencies(&key, &references)
+        {
+            self.spawn_cycle_report(layer, cycles);
+        }
+        self.react(layer, &key, &change);
+    }
+
+    /// A CR as our own write returned it: held at once (the watch brings it later), and whoever
+    /// reacts to its status is woken now.
+    pub(crate) fn own_write(&self, layer: &LayerRuntime, key: &CombKey, cr: Comb) {
+        let change = layer.observe_cr(key, cr, Source::OwnWrite);
+        self.react(layer, key, &change);
+    }
+
+    fn react(&self, layer: &LayerRuntime, key: &CombKey, change: &layer::CrChange) {
+        if let Some(trigger) = change.trigger {
+            layer.queue.enqueue(key, trigger);
+        }
+        if change.status_changed {
+            self.wake_watchers_of(layer, key);
+        }
+    }
+
+    /// A Comb CR is gone: forget it and wake whoever depended on or borrowed from it.
+    pub(crate) fn cr_gone(self: &Arc<Self>, layer: &Arc<LayerRuntime>, key: &CombKey) {
+        if let Some(cycles) = layer.set_dependencies(key, &[]) {
+            self.spawn_cycle_report(layer, cycles);
+        }
+        if layer.remove_cr(key) {
+            self.lock_borrowers().set(&(layer.index, key.clone()), None);
+            self.wake_watchers_of(layer, key);
+        }
+    }
+
+    /// Wakes the Combs of the layer that depend on `key`, and the Combs of lower layers that
+    /// borrow from it.
+    fn wake_watchers_of(&self, layer: &LayerRuntime, key: &CombKey) {
+        for dependent in layer.dependents_of(key) {
+            layer.queue.enqueue(&dependent, Trigger::Dependency);
+        }
+        self.wake_borrowers_of(layer, key);
+    }
+
+    /// Wakes the Combs of lower layers that borrow from `key`, and their dependents: a
+    /// borrower's health, as its dependents judge it, is its live status, which reads this
+    /// peer, so a dependent that judged while the peer could not be read must look again even
+    /// when the borrower's own record never changed.
+    pub(super) fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
+        let borrowers = self
+            .lock_borrowers()
+            .borrowers_of(&(layer.index, key.clone()));
+        for (index, borrower) in borrowers {
+            if let Some(lower) = self.layers.get(index) {
+                lower.queue.enqueue(&borrower, Trigger::Upstream);
+                for dependent in lower.dependents_of(&borrower) {
+                    lower.queue.enqueue(&dependent, Trigger::Dependency);
+                }
+            }
+        }
+    }
+
+    fn lock_borrowers(&self) -> std::sync::MutexGuard<'_, BorrowIndex> {
+        // Updated in single calls that leave it consistent.
+        self.borrowers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,121 @@
+//! A cheap view of a running controller: layers, queues, readiness, metrics, outcomes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use super::layer::{LayerState, LayerStatus};
+use super::once::CombOutcome;
+use super::queue::QueueEntryView;
+use super::{Shared, Transition};
+use crate::error::Result;
+
+/// A cheap view of a controller, for the admin server, tests and the demo.
+#[derive(Clone)]
+pub struct ControllerHandle {
+    pub(super) shared: Arc<Shared>,
+}
+
+/// The work queue of one layer, as `/debug/queue` shows it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerQueue {
+    pub layer: String,
+    pub paused: bool,
+    pub depth: usize,
+    pub combs: Vec<QueueEntryView>,
+}
+
+impl ControllerHandle {
+    /// The health of every layer.
+    pub fn layers(&self) -> Vec<LayerStatus> {
+        self.shared
+            .layers
+            .iter()
+            .map(|layer| layer.status())
+            .collect()
+    }
+
+    /// The health of layer `name`.
+    pub fn layer(&self, name: &str) -> Option<LayerStatus> {
+        self.shared
+            .layers
+            .iter()
+            .find(|layer| layer.name() == name)
+            .map(|layer| layer.status())
+    }
+
+    /// Every layer's queue.
+    pub fn queue(&self) -> Vec<LayerQueue> {
+        self.shared
+            .layers
+            .iter()
+            .map(|layer| LayerQueue {
+                layer: layer.name().to_string(),
+                paused: layer.queue.is_paused(),
+                depth: layer.queue.depth(),
+                combs: layer.queue.snapshot(),
+            })
+            .collect()
+    }
+
+    /// Ready when waiting for the Lease, or when every layer has listed its Combs once (a layer
+    /// that is down does not count: the others serve).
+    pub fn readiness(&self) -> std::result::Result<(), String> {
+        if !self.shared.active.load(Ordering::SeqCst) {
+            return if self.shared.options.leader_election.is_some() {
+                Ok(())
+            } else {
+                Err("the controller is not running".to_string())
+            };
+        }
+        let waiting: Vec<&str> = self
+            .shared
+            .layers
+            .iter()
+            .filter(|layer| !layer.is_listed() && layer.state() != LayerState::Down)
+            .map(|layer| layer.name())
+            .collect();
+        if waiting.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "waiting for the first list of layer(s) {}",
+                waiting.join(", ")
+            ))
+        }
+    }
+
+    /// The Prometheus text of the metrics.
+    pub fn metrics_text(&self) -> Result<String> {
+        for layer in &self.shared.layers {
+            self.shared
+                .metrics
+                .set_queue_depth(layer.name(), layer.queue.depth());
+        }
+        self.shared.metrics.encode()
+    }
+
+    /// Where the admin server listens, once it does.
+    pub fn admin_address(&self) -> Option<SocketAddr> {
+        self.shared.admin_address.get().copied()
+    }
+
+    /// Where the admission webhook listens, once it does.
+    pub fn webhook_address(&self) -> Option<SocketAddr> {
+        self.shared.webhook_address.get().copied()
+    }
+
+    /// The last recorded state of every Comb.
+    pub fn combs(&self) -> Vec<CombOutcome> {
+        self.shared.outcomes()
+    }
+
+    /// Every transition from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.shared.transitions.subscribe()
+    }
+}

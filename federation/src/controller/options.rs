@@ -1,0 +1,86 @@
+//! How the controller runs: workers, backoffs, the admin and webhook servers, leader election
+//! and `--once` (the configuration file says what it runs on).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use comb_upstreams::UpstreamClasses;
+
+use super::backoff::BackoffPolicy;
+use super::leader::LeaderElection;
+use crate::webhook::WebhookOptions;
+
+/// `--once`: stop when every Comb is settled, or at the timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnceOptions {
+    /// How long a Pending Comb's status must stay unchanged to count as settled.
+    pub settle: Duration,
+    /// The whole run's bound.
+    pub timeout: Duration,
+}
+
+impl Default for OnceOptions {
+    fn default() -> Self {
+        OnceOptions {
+            settle: Duration::from_secs(10),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// How the controller runs (the configuration file says what it runs on).
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// Combs stepped at once per layer.
+    pub workers_per_layer: usize,
+    /// Retry delays after a failed step.
+    pub backoff: BackoffPolicy,
+    /// Delays of reruns in a row: a Comb woken again while its step ran reruns at once the
+    /// first time, then waits longer each time in a row (its own writes may be what woke it).
+    pub pacing: BackoffPolicy,
+    /// Delays between attempts of a failing watch, and of the probe of a layer that is down.
+    pub watch_backoff: BackoffPolicy,
+    /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/debug/*` (port 0: any free port,
+    /// see [`ControllerHandle::admin_address`]).
+    pub admin_address: Option<SocketAddr>,
+    /// Compete for a Lease and reconcile only while holding it.
+    pub leader_election: Option<LeaderElection>,
+    /// Stop when every Comb is settled.
+    pub once: Option<OnceOptions>,
+    /// This replica's name in Events.
+    pub identity: String,
+    /// The upstream classes `spec.upstream` and the layers may name (default: K8s, Static).
+    pub upstream_classes: UpstreamClasses,
+    /// Serve the validating admission webhook (every replica serves it, leading or not).
+    pub webhook: Option<WebhookOptions>,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            workers_per_layer: 8,
+            backoff: BackoffPolicy::default(),
+            pacing: BackoffPolicy {
+                initial: Duration::from_millis(200),
+                max: Duration::from_secs(10),
+            },
+            watch_backoff: BackoffPolicy {
+                initial: Duration::from_millis(200),
+                max: Duration::from_secs(10),
+            },
+            admin_address: None,
+            leader_election: None,
+            once: None,
+            identity: default_identity(),
+            upstream_classes: UpstreamClasses::default(),
+            webhook: None,
+        }
+    }
+}
+
+/// The pod name (`POD_NAME`, `HOSTNAME`), else `comb-<pid>`.
+pub fn default_identity() -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("comb-{}", std::process::id()))
+}

@@ -1,0 +1,131 @@
+//! What the controller tells people: transitions in the log, as Events and to subscribers,
+//! dependency cycles, and how every Comb ended.
+
+use std::sync::Arc;
+
+use comb_api::{Comb, CombStatus};
+use tracing::{info, warn};
+
+use super::events::{self, EventType};
+use super::graph::describe_cycles;
+use super::layer::LayerRuntime;
+use super::once::CombOutcome;
+use super::queue::CombKey;
+use super::{Shared, Transition};
+
+impl Shared {
+    pub(super) fn spawn_cycle_report(
+        self: &Arc<Self>,
+        layer: &Arc<LayerRuntime>,
+        cycles: Vec<Vec<CombKey>>,
+    ) {
+        let shared = self.clone();
+        let layer = layer.clone();
+        tokio::spawn(async move { shared.report_cycles(&layer, cycles).await });
+    }
+
+    /// Reports the dependency cycles of a layer (they changed): a log line, and an Event on
+    /// every Comb in one. The Combs stay Blocked: each waits for another that is not healthy.
+    pub(crate) async fn report_cycles(&self, layer: &LayerRuntime, cycles: Vec<Vec<CombKey>>) {
+        if cycles.is_empty() {
+            info!(layer = layer.name(), "no dependency cycles any more");
+            return;
+        }
+        let message = format!(
+            "dependency cycle: {} (these stay Blocked)",
+            describe_cycles(&cycles)
+        );
+        warn!(layer = layer.name(), "{message}");
+        let mut members: Vec<&CombKey> = cycles.iter().flatten().collect();
+        members.sort();
+        members.dedup();
+        for key in members {
+            if let Some(cr) = layer.cr(key) {
+                self.event(layer, &cr, EventType::Warning, "DependencyCycle", &message)
+                    .await;
+            }
+        }
+    }
+
+    /// After a step recorded `status` (previously `previous`): the transition, if any, in the
+    /// log, as an Event and to subscribers.
+    pub(crate) async fn after_status(
+        &self,
+        layer: &LayerRuntime,
+        cr: &Comb,
+        previous: Option<&CombStatus>,
+        status: &CombStatus,
+    ) {
+        let (Some(namespace), Some(name)) = (
+            cr.metadata.namespace.as_deref(),
+            cr.metadata.name.as_deref(),
+        ) else {
+            return;
+        };
+        let Some(transition) = Transition::between(layer.name(), namespace, name, previous, status)
+        else {
+            return;
+        };
+        let change = transition.change();
+        info!("{change}");
+        let reason = transition
+            .new
+            .reason
+            .clone()
+            .unwrap_or_else(|| transition.new.phase.clone());
+        self.event(
+            layer,
+            cr,
+            EventType::for_phase(&transition.new.phase),
+            &reason,
+            &change,
+        )
+        .await;
+        // Nobody listening is fine.
+        let _ = self.transitions.send(transition);
+    }
+
+    /// Writes an Event about `cr`; a failure is logged and counted.
+    pub(crate) async fn event(
+        &self,
+        layer: &LayerRuntime,
+        cr: &Comb,
+        kind: EventType,
+        reason: &str,
+        message: &str,
+    ) {
+        let event = events::event_for(
+            &self.config.group,
+            cr,
+            kind,
+            reason,
+            message,
+            &self.options.identity,
+        );
+        if let Err(error) = events::publish(layer.ops.client().clone(), &event).await {
+            self.metrics.api_error(layer.name(), "event");
+            warn!("{error}");
+        }
+    }
+
+    /// Every Comb's last recorded state.
+    pub(super) fn outcomes(&self) -> Vec<CombOutcome> {
+        self.layers
+            .iter()
+            .flat_map(|layer| {
+                layer.each_entry(|key, entry| {
+                    let status = entry.recorded_status();
+                    let ready = status.and_then(CombStatus::ready);
+                    CombOutcome {
+                        layer: layer.name().to_string(),
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                        phase: status.and_then(|s| s.phase.clone()),
+                        reason: ready.and_then(|r| r.reason.clone()),
+                        message: ready.and_then(|r| r.message.clone()),
+                    }
+                })
+            })
+            .collect()
+    }
+}

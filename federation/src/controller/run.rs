@@ -1,0 +1,367 @@
+//! Building and running the controller: the admin and webhook servers, leader election, the
+//! watches and workers of every layer, and `--once` settling.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use comb_kubeconfigs::ClientPool;
+use futures::FutureExt;
+use kube::api::ApiResource;
+use tokio::sync::{Notify, broadcast};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use super::LeaderElection;
+use super::graph::BorrowIndex;
+use super::layer::LayerRuntime;
+use super::once::{RunOutcome, SettleView, is_settled};
+use super::queue::WorkQueue;
+use super::{
+    ControllerHandle, ControllerOptions, OnceOptions, Shared, Transition, admin, leader, metrics,
+    queue, step, watch,
+};
+use crate::config::Config;
+use crate::engine::class::ClassRegistry;
+use crate::engine::kube_ops::KubeOps;
+use crate::error::{Error, Result};
+use crate::webhook::Webhook;
+
+/// The federation controller. Build it, [`subscribe`](Controller::subscribe) to transitions or
+/// keep a [`handle`](Controller::handle), then [`run`](Controller::run) it.
+pub struct Controller {
+    shared: Arc<Shared>,
+}
+
+impl Controller {
+    /// A controller over `config`'s kubeconfig and layers, with the classes of `registry`.
+    pub async fn new(
+        config: Config,
+        registry: ClassRegistry,
+        options: ControllerOptions,
+    ) -> Result<Controller> {
+        let pool = config.client_pool()?;
+        Controller::with_pool(config, pool, registry, options).await
+    }
+
+    /// A controller over a client pool built elsewhere (the demo's sandbox, tests).
+    pub async fn with_pool(
+        config: Config,
+        pool: ClientPool,
+        registry: ClassRegistry,
+        options: ControllerOptions,
+    ) -> Result<Controller> {
+        config.check()?;
+        config.check_pool(&pool)?;
+        let mut ops_by_context: BTreeMap<String, KubeOps> = BTreeMap::new();
+        let mut layers = Vec::new();
+        for (index, layer) in config.layers.iter().enumerate() {
+            let ops = match ops_by_context.get(&layer.context) {
+                Some(ops) => ops.clone(),
+                None => {
+                    let client = pool
+                        .client(&layer.context)
+                        .await
+                        .map_err(|error| Error::Config(format!("layer {}: {error}", layer.name)))?;
+                    let ops = KubeOps::new(client);
+                    ops_by_context.insert(layer.context.clone(), ops.clone());
+                    ops
+                }
+            };
+            let mut borrow_env = config.borrow_env(&pool, layer);
+            borrow_env.classes = options.upstream_classes.clone();
+            layers.push(Arc::new(LayerRuntime::new(
+                index,
+                layer.clone(),
+                config.settings(layer),
+                ops,
+                borrow_env,
+                WorkQueue::new(config.resync, options.backoff, options.pacing),
+            )));
+        }
+        let metrics = metrics::Metrics::new();
+        for layer in &layers {
+            metrics.set_layer_up(layer.name(), false);
+            metrics.set_queue_depth(layer.name(), 0);
+        }
+        let (transitions, _) = broadcast::channel(1024);
+        Ok(Controller {
+            shared: Arc::new(Shared {
+                config: Arc::new(config),
+                registry: Arc::new(registry),
+                layers,
+                borrowers: Mutex::new(BorrowIndex::default()),
+                metrics,
+                transitions,
+                listed: Notify::new(),
+                active: AtomicBool::new(false),
+                options,
+                stopping: CancellationToken::new(),
+                admin_address: OnceLock::new(),
+                webhook_address: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// Every transition from now on (a lagging receiver loses the oldest).
+    pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.shared.transitions.subscribe()
+    }
+
+    /// A view of the running controller: layers, queue, readiness, metrics.
+    pub fn handle(&self) -> ControllerHandle {
+        ControllerHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled (or, with `--once`, until every Comb is settled or
+    /// the timeout hits), then finishes the running steps and returns how every Comb ended.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<RunOutcome> {
+        let shared = self.shared;
+        let admin = match shared.options.admin_address {
+            Some(address) => {
+                let listener = tokio::net::TcpListener::bind(address)
+                    .await
+                    .map_err(|error| {
+                        Error::Controller(format!(
+                            "the admin address {address} cannot be used: {error}"
+                        ))
+                    })?;
+                if let Ok(bound) = listener.local_addr() {
+                    let _ = shared.admin_address.set(bound);
+                }
+                let handle = ControllerHandle {
+                    shared: shared.clone(),
+                };
+                Some(tokio::spawn(admin::serve(
+                    listener,
+                    handle,
+                    shared.stopping.clone(),
+                )))
+            }
+            None => None,
+        };
+        let webhook = match &shared.options.webhook {
+            Some(options) => {
+                let webhook =
+                    Webhook::bind(options, shared.config.clone(), shared.registry.clone()).await?;
+                let _ = shared.webhook_address.set(webhook.address());
+                Some(tokio::spawn(webhook.serve(shared.stopping.clone())))
+            }
+            None => None,
+        };
+        let outcome = match shared.options.leader_election.clone() {
+            Some(election) => run_as_leader(&shared, &election, &shutdown).await,
+            None => Ok(run_active(&shared, &shutdown).await),
+        };
+        shared.stopping.cancel();
+        if let Some(admin) = admin {
+            let _ = admin.await;
+        }
+        if let Some(webhook) = webhook {
+            let _ = webhook.await;
+        }
+        info!("stopped");
+        outcome
+    }
+}
+
+/// Waits for the Lease, then reconciles while holding it. Losing it ends the run with an error
+/// (the process restarts and competes again), so that two replicas never reconcile at once.
+async fn run_as_leader(
+    shared: &Arc<Shared>,
+    election: &LeaderElection,
+    shutdown: &CancellationToken,
+) -> Result<RunOutcome> {
+    let client = shared
+        .layers
+        .first()
+        .map(|layer| layer.ops.client().clone())
+        .ok_or_else(|| Error::Config("no layers".to_string()))?;
+    let mut leadership = leader::campaign(client, election).await?;
+    info!(
+        lease = %format!("{}/{}", election.namespace, election.lease),
+        identity = %election.identity,
+        "waiting for the leader Lease"
+    );
+    tokio::select! {
+        () = shutdown.cancelled() => return Ok(RunOutcome::default()),
+        held = leadership.changes.wait_for(|leading| *leading) => {
+            if held.is_err() {
+                return Err(Error::Controller("leader election ended before this replica led".to_string()));
+            }
+        }
+    }
+    info!(identity = %election.identity, "leading: reconciling");
+    let lost = CancellationToken::new();
+    let active = shutdown.child_token();
+    let watch_loss = {
+        let mut changes = leadership.changes.clone();
+        let active = active.clone();
+        let lost = lost.clone();
+        async move {
+            if changes.wait_for(|leading| !*leading).await.is_ok() {
+                lost.cancel();
+                active.cancel();
+            }
+        }
+    };
+    let outcome = tokio::select! {
+        outcome = run_active(shared, &active) => outcome,
+        () = watch_loss => RunOutcome::default(),
+    };
+    // Dropping the receivers makes the Lease task release the Lease and end.
+    drop(leadership.changes);
+    let _ = leadership.task.await;
+    if lost.is_cancelled() && !shutdown.is_cancelled() {
+        return Err(Error::Controller(format!(
+            "lost the leader Lease {}/{}; exiting so that a fresh start competes again",
+            election.namespace, election.lease
+        )));
+    }
+    Ok(outcome)
+}
+
+/// The controller proper: watches and workers of every layer until `shutdown` (or settled).
+async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOutcome {
+    shared.active.store(true, Ordering::SeqCst);
+    let watches = shutdown.child_token();
+    let mut tasks = JoinSet::new();
+    let mut workers = JoinSet::new();
+    for layer in &shared.layers {
+        let span = info_span!("layer", layer = layer.name());
+        for (index, scope) in layer.scopes().into_iter().enumerate() {
+            tasks.spawn(
+                watch::watch_combs(
+                    shared.clone(),
+                    layer.clone(),
+                    index,
+                    scope.clone(),
+                    watches.clone(),
+                )
+                .instrument(span.clone()),
+            );
+            for (group, version, kind) in watch::WATCHED_KINDS {
+                let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+                tasks.spawn(
+                    watch::watch_managed(
+                        shared.clone(),
+                        layer.clone(),
+                        ApiResource::from_gvk(&gvk),
+                        scope.clone(),
+                        watches.clone(),
+                    )
+                    .instrument(span.clone()),
+                );
+            }
+        }
+        for _ in 0..shared.options.workers_per_layer.max(1) {
+            workers.spawn(work(shared.clone(), layer.clone()));
+        }
+    }
+    let timed_out = match shared.options.once {
+        Some(once) => {
+            let timed_out = wait_settled(shared, once, shutdown).await;
+            if timed_out {
+                warn!(
+                    timeout = ?once.timeout,
+                    "--once: the timeout hit before every Comb settled"
+                );
+            }
+            timed_out
+        }
+        None => {
+            shutdown.cancelled().await;
+            false
+        }
+    };
+    info!("stopping: finishing the running steps");
+    for layer in &shared.layers {
+        layer.queue.close();
+    }
+    while workers.join_next().await.is_some() {}
+    watches.cancel();
+    while tasks.join_next().await.is_some() {}
+    shared.active.store(false, Ordering::SeqCst);
+    RunOutcome {
+        combs: shared.outcomes(),
+        timed_out,
+    }
+}
+
+/// One worker of a layer: steps Combs from its queue until the queue closes.
+async fn work(shared: Arc<Shared>, layer: Arc<LayerRuntime>) {
+    while let Some(job) = layer.queue.next().await {
+        let span = info_span!(
+            "comb",
+            layer = layer.name(),
+            namespace = %job.key.namespace,
+            comb = %job.key.name,
+            trigger = job.trigger.as_str(),
+        );
+        let stepped = std::panic::AssertUnwindSafe(step::step(&shared, &layer, &job.key))
+            .catch_unwind()
+            .instrument(span.clone())
+            .await;
+        let report = stepped.unwrap_or_else(|_| {
+            span.in_scope(|| error!("the step panicked; retrying with backoff"));
+            queue::StepReport {
+                phase: Some("Error".to_string()),
+                reason: Some("ReconcileFailed".to_string()),
+                failed: true,
+                started_at: jiff::Timestamp::now(),
+                duration: Duration::ZERO,
+            }
+        });
+        layer.queue.finish(&job.key, report);
+        shared
+            .metrics
+            .set_queue_depth(layer.name(), layer.queue.depth());
+    }
+}
+
+/// `--once`: waits until every layer has listed and every Comb is settled; returns whether the
+/// timeout hit first.
+async fn wait_settled(shared: &Shared, once: OnceOptions, shutdown: &CancellationToken) -> bool {
+    let deadline = tokio::time::Instant::now() + once.timeout;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep_until(deadline) => return true,
+            _ = tick.tick() => {
+                if shared.all_settled(once.settle) {
+                    info!("--once: every Comb is settled");
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Whether every layer has listed and every Comb is settled (`--once`).
+    pub(super) fn all_settled(&self, settle: Duration) -> bool {
+        self.layers.iter().all(|layer| {
+            layer.is_listed()
+                && layer
+                    .each_entry(|key, entry| {
+                        let status = entry.recorded_status();
+                        is_settled(
+                            &SettleView {
+                                stepped: entry.stepped,
+                                busy: layer.queue.is_busy(key),
+                                phase: status.and_then(|s| s.phase.clone()),
+                                unchanged_for: entry.changed_at.elapsed(),
+                            },
+                            settle,
+                        )
+                    })
+                    .into_iter()
+                    .all(|settled| settled)
+        })
+    }
+}
