@@ -326,42 +326,143 @@ async fn work(shared: Arc<Shared>, layer: Arc<LayerRuntime>) {
 /// `--once`: waits until every layer has listed and every Comb is settled; returns whether the
 /// timeout hit first.
 async fn wait_settled(shared: &Shared, once: OnceOptions, shutdown: &CancellationToken) -> bool {
-    let deadline = tokio::time::Instant::now() + once.timeout;
+    let started = tokio::time::Instant::now();
+    let deadline = started + once.timeout;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
-    loop {
+    // On a terminal, a line that counts the settled Combs while the run waits; never in a
+    // pipe or a file, where stdout carries only the summary.
+    let mut progress = std::io::IsTerminal::is_terminal(&std::io::stdout()).then(Progress::default);
+    let outcome = loop {
         tokio::select! {
-            () = shutdown.cancelled() => return false,
-            () = tokio::time::sleep_until(deadline) => return true,
+            () = shutdown.cancelled() => break false,
+            () = tokio::time::sleep_until(deadline) => break true,
             _ = tick.tick() => {
-                if shared.all_settled(once.settle) {
+                let count = shared.settled_count(once.settle);
+                if let Some(progress) = &mut progress {
+                    progress.show(count, started.elapsed());
+                }
+                if count.all_settled() {
                     info!("--once: every Comb is settled");
-                    return false;
+                    break false;
                 }
             }
+        }
+    };
+    if let Some(progress) = &mut progress {
+        progress.clear();
+    }
+    outcome
+}
+
+/// How far `--once` got: whether every layer listed, and settled Combs of all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct SettledCount {
+    pub listed: bool,
+    pub settled: usize,
+    pub total: usize,
+}
+
+impl SettledCount {
+    fn all_settled(&self) -> bool {
+        self.listed && self.settled == self.total
+    }
+}
+
+/// The `--once` progress line: `waiting for Combs to settle: 5 of 9 (12s)`.
+pub(super) fn progress_line(count: SettledCount, elapsed: Duration) -> String {
+    if count.listed {
+        format!(
+            "waiting for Combs to settle: {} of {} ({}s)",
+            count.settled,
+            count.total,
+            elapsed.as_secs()
+        )
+    } else {
+        format!(
+            "waiting for every layer to list its Combs ({}s)",
+            elapsed.as_secs()
+        )
+    }
+}
+
+/// Rewrites one terminal line in place, only when its text changes.
+#[derive(Default)]
+struct Progress {
+    shown: String,
+}
+
+impl Progress {
+    fn show(&mut self, count: SettledCount, elapsed: Duration) {
+        use std::io::Write as _;
+        let line = progress_line(count, elapsed);
+        if line != self.shown {
+            let mut out = std::io::stdout();
+            let _ = write!(out, "\r\x1b[2K{line}");
+            let _ = out.flush();
+            self.shown = line;
+        }
+    }
+
+    fn clear(&mut self) {
+        use std::io::Write as _;
+        if !self.shown.is_empty() {
+            let mut out = std::io::stdout();
+            let _ = write!(out, "\r\x1b[2K");
+            let _ = out.flush();
         }
     }
 }
 
 impl Shared {
-    /// Whether every layer has listed and every Comb is settled (`--once`).
-    pub(super) fn all_settled(&self, settle: Duration) -> bool {
-        self.layers.iter().all(|layer| {
-            layer.is_listed()
-                && layer
-                    .each_entry(|key, entry| {
-                        let status = entry.recorded_status();
-                        is_settled(
-                            &SettleView {
-                                stepped: entry.stepped,
-                                busy: layer.queue.is_busy(key),
-                                phase: status.and_then(|s| s.phase.clone()),
-                                unchanged_for: entry.changed_at.elapsed(),
-                            },
-                            settle,
-                        )
-                    })
-                    .into_iter()
-                    .all(|settled| settled)
-        })
+    /// How many Combs are settled (`--once`), of how many, and whether every layer listed.
+    pub(super) fn settled_count(&self, settle: Duration) -> SettledCount {
+        let mut count = SettledCount {
+            listed: true,
+            ..SettledCount::default()
+        };
+        for layer in &self.layers {
+            count.listed &= layer.is_listed();
+            for settled in layer.each_entry(|key, entry| {
+                let status = entry.recorded_status();
+                is_settled(
+                    &SettleView {
+                        stepped: entry.stepped,
+                        busy: layer.queue.is_busy(key),
+                        phase: status.and_then(|s| s.phase.clone()),
+                        unchanged_for: entry.changed_at.elapsed(),
+                    },
+                    settle,
+                )
+            }) {
+                count.total += 1;
+                count.settled += usize::from(settled);
+            }
+        }
+        count
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_line_counts_settled_combs() {
+        let count = |listed, settled, total| SettledCount {
+            listed,
+            settled,
+            total,
+        };
+        assert_eq!(
+            progress_line(count(true, 5, 9), Duration::from_millis(12_400)),
+            "waiting for Combs to settle: 5 of 9 (12s)"
+        );
+        assert_eq!(
+            progress_line(count(false, 0, 0), Duration::from_secs(1)),
+            "waiting for every layer to list its Combs (1s)"
+        );
+        assert!(count(true, 9, 9).all_settled());
+        assert!(!count(false, 9, 9).all_settled());
+        assert!(!count(true, 8, 9).all_settled());
     }
 }
