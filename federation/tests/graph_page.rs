@@ -1,6 +1,7 @@
 //! `comb graph` on the converged demo (either backend): DOT and Mermaid hold every layer, Comb
-//! and borrow edge, and the HTML page, rendered by headless Chromium, shows every layer and Comb
-//! name (the text of the rendered page, printed to PDF, is read back with `pdftotext`). Chromium
+//! and borrow edge; the admin address's status page `/` (the demo's controller serving it),
+//! rendered by headless Chromium, shows every layer and Comb name (the text of the rendered
+//! page, printed to PDF, is read back with `pdftotext`). Chromium
 //! and pdftotext are Debian's `chromium` and `poppler-utils`, which `.ci/run` installs; elsewhere
 //! the browser part skips with the reason.
 
@@ -13,7 +14,23 @@ mod cli_support;
 use std::path::Path;
 use std::process::Command;
 
-use cli_support::ConvergedDemo;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::Stdio;
+
+use cli_support::{ConvergedDemo, backend, comb};
+
+/// `GET path` on `address`, the whole answer (status line, headers, body) as text.
+fn http_get(address: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(address).expect("the admin address answers");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
 
 const LAYERS: [&str; 3] = ["prod", "staging", "dev"];
 const COMBS: [&str; 6] = [
@@ -76,6 +93,48 @@ fn the_graph_shows_every_layer_comb_and_borrow() {
     for name in LAYERS.iter().chain(&COMBS) {
         assert!(html.contains(&format!(">{name}<")), "{name} in the page");
     }
+    drop(demo);
+
+    // The page the admin address serves, from the controller's own view of the Combs.
+    let mut served = comb()
+        .args([
+            "demo",
+            "--follow",
+            "--pod-ready-delay",
+            "50ms",
+            "--timeout",
+            "180s",
+        ])
+        .args(["--backend", backend(), "--admin-address", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("comb demo --follow starts");
+    let lines = BufReader::new(served.stdout.take().expect("piped")).lines();
+    let address = lines
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.trim()
+                .strip_prefix("open http://")
+                .and_then(|rest| rest.split('/').next())
+                .map(str::to_string)
+        })
+        .expect("the demo prints the status page's address");
+    let html = http_get(&address, "/");
+    let _ = served.kill();
+    let _ = served.wait();
+    assert!(html.starts_with("HTTP/1.1 200"), "{html}");
+    assert!(html.contains("content-type: text/html"), "{html}");
+    for name in LAYERS.iter().chain(&COMBS) {
+        assert!(
+            html.contains(&format!(">{name}<")),
+            "{name} on the served page"
+        );
+    }
+    assert_eq!(html.matches("<path class=\"borrow\"").count(), 3, "{html}");
+    let html = html
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap();
 
     let ci = std::env::var_os("CI").is_some();
     let missing: Vec<&str> = ["chromium", "pdftotext"]

@@ -76,6 +76,10 @@ pub struct DemoArgs {
     /// How long simulated Pods take to become Ready (emulator only).
     #[arg(long, default_value = "300ms", value_parser = crate::config::parse_duration)]
     pod_ready_delay: Duration,
+    /// Serve the controller's admin address here: `/` is the federation's status page
+    /// (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDRESS")]
+    admin_address: Option<std::net::SocketAddr>,
     #[command(flatten)]
     backend: crate::cli::sandbox::BackendArgs,
 }
@@ -393,9 +397,13 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
             world.config.clone(),
             world.pool.clone(),
             registry.clone(),
-            ControllerOptions::default(),
+            ControllerOptions {
+                admin_address: args.admin_address,
+                ..ControllerOptions::default()
+            },
         )
         .await?;
+        let handle = controller.handle();
         let mut transitions = controller.subscribe();
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(controller.run(shutdown.clone()));
@@ -473,6 +481,9 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                 "{}",
                 follow_hints(&world.config_path(), &world.kubeconfig_path())
             );
+            if let Some(address) = handle.admin_address() {
+                println!("  open http://{address}/ (the federation's status page)");
+            }
             loop {
                 tokio::select! {
                     received = transitions.recv() => match received {

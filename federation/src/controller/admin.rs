@@ -1,4 +1,5 @@
-//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz`, `/debug/queue`, `/debug/layers`.
+//! The admin HTTP server: `/` (the federation's status page), `/metrics`, `/healthz`, `/readyz`,
+//! `/debug/queue`, `/debug/layers`.
 
 use axum::Router;
 use axum::extract::State;
@@ -13,6 +14,7 @@ use super::ControllerHandle;
 /// The admin routes over the controller's state.
 pub fn router(handle: ControllerHandle) -> Router {
     Router::new()
+        .route("/", get(page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -27,7 +29,7 @@ pub async fn serve(listener: TcpListener, handle: ControllerHandle, shutdown: Ca
         .local_addr()
         .map(|address| address.to_string())
         .unwrap_or_default();
-    tracing::info!(%address, "admin server listening (/metrics, /healthz, /readyz, /debug/queue)");
+    tracing::info!(%address, "admin server listening (/, /metrics, /healthz, /readyz, /debug/queue)");
     let served = axum::serve(listener, router(handle))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
@@ -48,6 +50,22 @@ async fn metrics(State(handle): State<ControllerHandle>) -> Response {
             .into_response(),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
     }
+}
+
+/// The status page: the layers as columns, each Comb's phase, the borrow edges; server-rendered
+/// and refreshed by the browser every 5 seconds.
+async fn page(State(handle): State<ControllerHandle>) -> Response {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%d %H:%M:%S UTC")
+        .to_string();
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        crate::picture::to_html(&handle.picture(), &now, 5),
+    )
+        .into_response()
 }
 
 async fn healthz() -> &'static str {

@@ -30,6 +30,37 @@ pub struct LayerQueue {
 }
 
 impl ControllerHandle {
+    /// The federation as the controller knows it now (each Comb with the status it recorded
+    /// last), for the admin page: a layer that is down is drawn with why.
+    pub fn picture(&self) -> crate::picture::Picture {
+        let listed: Vec<std::result::Result<Vec<comb_api::Comb>, String>> = self
+            .shared
+            .config
+            .layers
+            .iter()
+            .map(|layer| {
+                let Some(runtime) = self.shared.layers.iter().find(|l| l.name() == layer.name)
+                else {
+                    return Ok(Vec::new());
+                };
+                let status = runtime.status();
+                if status.state == LayerState::Down {
+                    return Err(format!(
+                        "layer {} is down: {}",
+                        layer.name,
+                        status.error.unwrap_or_default()
+                    ));
+                }
+                Ok(runtime.each_entry(|_, entry| {
+                    let mut comb = entry.cr.clone();
+                    comb.status = entry.recorded_status().cloned();
+                    comb
+                }))
+            })
+            .collect();
+        crate::picture::Picture::build(&self.shared.config, &listed)
+    }
+
     /// The health of every layer.
     pub fn layers(&self) -> Vec<LayerStatus> {
         self.shared
