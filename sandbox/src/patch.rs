@@ -72,10 +72,11 @@ pub fn apply_patch(
         }
         PatchKind::Strategic => {
             if custom {
-                return Err(ApiError::unsupported_media_type(
-                    STRATEGIC_PATCH,
-                    &[JSON_PATCH, MERGE_PATCH, APPLY_PATCH],
-                ));
+                return Err(ApiError::unsupported_media_type(&[
+                    JSON_PATCH,
+                    MERGE_PATCH,
+                    APPLY_PATCH,
+                ]));
             }
             if !patch.is_object() {
                 return Err(ApiError::bad_request(

@@ -382,10 +382,10 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
         media.is_empty() || media.ends_with("json") || media.ends_with("yaml") || media == "*/*";
     if !known {
         // Protobuf beyond the kinds `proto` reads, and CBOR, are not spoken here.
-        return Err(ApiError::unsupported_media_type(
-            media,
-            &["application/json", "application/yaml"],
-        ));
+        return Err(ApiError::unsupported_media_type(&[
+            "application/json",
+            "application/yaml",
+        ]));
     }
     let yaml = content_type.contains("yaml");
     let parsed: Result<Value, String> = if yaml {
@@ -457,29 +457,45 @@ fn write_options(query: &Query, headers: &HeaderMap) -> Result<WriteOptions, Api
     })
 }
 
-/// Strict field validation: unknown fields of custom resources are an error.
-fn validate_fields(rt: &ResourceType, object: &Value, query: &Query) -> Result<(), ApiError> {
-    if query.get("fieldValidation") != Some("Strict") {
-        return Ok(());
+/// Field validation of a write (`fieldValidation`): `Strict` refuses unknown fields, `Warn`
+/// (the default) answers with a warning for each, `Ignore` says nothing. Answers the warnings.
+fn validate_fields(
+    rt: &ResourceType,
+    object: &Value,
+    query: &Query,
+) -> Result<Vec<String>, ApiError> {
+    let mode = query.get("fieldValidation").unwrap_or("Warn");
+    if mode == "Ignore" {
+        return Ok(Vec::new());
     }
     let unknown = if rt.is_custom() {
         schema::unknown_fields(rt, object)
     } else {
         crate::typed::unknown_fields(rt, object)
     };
-    if unknown.is_empty() {
-        return Ok(());
-    }
     let listed: Vec<String> = unknown
         .iter()
         .map(|f| format!("unknown field {f:?}"))
         .collect();
+    if listed.is_empty() || mode != "Strict" {
+        return Ok(listed);
+    }
     Err(ApiError::bad_request(format!(
         "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
         listed.join(", "),
         kind = rt.kind,
         version = rt.version,
     )))
+}
+
+/// The response with a `Warning: 299 - "..."` header per warning, as kube-apiserver sends them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        if let Ok(value) = header::HeaderValue::from_str(&format!("299 - {warning:?}")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 async fn serve_resource(
@@ -527,10 +543,11 @@ async fn serve_resource(
             let (headers, body) = read_body(request).await?;
             let object = decode_body(&content_type(&headers), &body)?;
             check_type(rt, &object)?;
-            validate_fields(rt, &object, &query)?;
+            let warnings = validate_fields(rt, &object, &query)?;
             let options = write_options(&query, &headers)?;
             let created = store.create_with(rt, ns, object, &options)?;
-            Ok(render_one(rt, created, render, StatusCode::CREATED, &query))
+            let response = render_one(rt, created, render, StatusCode::CREATED, &query);
+            Ok(with_warnings(response, &warnings))
         }
         (&Method::PUT, Some(name), sub) => {
             let (headers, body) = read_body(request).await?;
@@ -572,7 +589,7 @@ async fn serve_resource(
                     meta::name(&object)
                 )));
             }
-            validate_fields(rt, &object, &query)?;
+            let warnings = validate_fields(rt, &object, &query)?;
             let existed = store.get(rt, ns, name).is_ok();
             let updated = match sub {
                 Some("status") => store.update_status_with(rt, ns, object, &options)?,
@@ -583,7 +600,10 @@ async fn serve_resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(render_one(rt, updated, render, status, &query))
+            Ok(with_warnings(
+                render_one(rt, updated, render, status, &query),
+                &warnings,
+            ))
         }
         (&Method::PATCH, Some(name), sub) => {
             let name = name.to_string();
@@ -794,15 +814,12 @@ fn patch(
 ) -> Result<Response, ApiError> {
     let content_type = content_type(headers);
     let kind = PatchKind::from_content_type(&content_type).ok_or_else(|| {
-        ApiError::unsupported_media_type(
-            &content_type,
-            &[
-                crate::patch::JSON_PATCH,
-                crate::patch::MERGE_PATCH,
-                crate::patch::APPLY_PATCH,
-                crate::patch::STRATEGIC_PATCH,
-            ],
-        )
+        ApiError::unsupported_media_type(&[
+            crate::patch::JSON_PATCH,
+            crate::patch::MERGE_PATCH,
+            crate::patch::APPLY_PATCH,
+            crate::patch::STRATEGIC_PATCH,
+        ])
     })?;
     let patch_body = decode_body(
         if kind == PatchKind::Apply {
@@ -856,13 +873,14 @@ fn patch(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        validate_fields(rt, &patch_body, query)?;
+        let warnings = validate_fields(rt, &patch_body, query)?;
         let force = query.flag("force");
         if subresource == Subresource::Status {
             let applied = store.try_modify(rt, ns, name, subresource, &options, |live| {
                 managed::apply(Some(live), &patch_body, &manager, rt, subresource, force)
             })?;
-            return Ok(render_one(rt, applied, render, StatusCode::OK, query));
+            let response = render_one(rt, applied, render, StatusCode::OK, query);
+            return Ok(with_warnings(response, &warnings));
         }
         let mut created = false;
         let applied = store.upsert(
@@ -892,16 +910,19 @@ fn patch(
         } else {
             StatusCode::OK
         };
-        return Ok(render_one(rt, applied, render, status, query));
+        let response = render_one(rt, applied, render, status, query);
+        return Ok(with_warnings(response, &warnings));
     }
     let custom = rt.is_custom();
     let schema = rt.schema.as_deref();
+    let mut warnings = Vec::new();
     let patched = store.try_modify(rt, ns, name, subresource, &options, |current| {
         let next = apply_patch(kind, current, &patch_body, schema, custom)?;
-        validate_fields(rt, &next, query)?;
+        warnings = validate_fields(rt, &next, query)?;
         Ok(next)
     })?;
-    Ok(render_one(rt, patched, render, StatusCode::OK, query))
+    let response = render_one(rt, patched, render, StatusCode::OK, query);
+    Ok(with_warnings(response, &warnings))
 }
 
 /// The autoscaling/v1 Scale of a workload.

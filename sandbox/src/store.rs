@@ -183,7 +183,9 @@ fn namespace_key(rt: &ResourceType, namespace: Option<&str>) -> String {
     }
 }
 
-fn generated_name(prefix: &str) -> String {
+/// `prefix` and five random characters of kube's `rand.String` alphabet (no vowels, no
+/// confusable digits), as generateName and the token volume get them.
+pub(crate) fn generated_name(prefix: &str) -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     let suffix: String = (0..5)
@@ -595,6 +597,10 @@ impl Store {
         meta::set_metadata_field(&mut object, "creationTimestamp", Some(json!(meta::now())));
         let generation = rt.tracks_generation().then(|| json!(1));
         meta::set_metadata_field(&mut object, "generation", generation);
+        strategy::decode_defaults(rt, &mut object);
+        // The field manager sees the decoded, defaulted object: not what admission, the
+        // strategy and the address allocator add after it.
+        let mut tracked = decode_typed(rt, object.clone())?;
         strategy::prepare_for_create(rt, &mut object);
         Self::allocate_service_addresses(state, rt, None, &mut object)?;
         let mut object = decode_typed(rt, object)?;
@@ -606,7 +612,9 @@ impl Store {
             return Err(ApiError::already_exists(rt, &name));
         }
         if let Some(manager) = &options.field_manager {
-            crate::managed::record_update(None, &mut object, manager, rt, Subresource::Main);
+            crate::managed::record_update(None, &mut tracked, manager, rt, Subresource::Main);
+            let fields = tracked["metadata"].get("managedFields").cloned();
+            meta::set_metadata_field(&mut object, "managedFields", fields);
         }
         if options.dry_run {
             return Ok(object);
@@ -1029,8 +1037,12 @@ impl Store {
                 ),
             ));
         }
+        // What the field manager compares with the live object (see create_locked).
+        let mut tracked = None;
         let next = match subresource {
             Subresource::Main => {
+                strategy::decode_defaults(rt, &mut object);
+                tracked = Some(decode_typed(rt, object.clone())?);
                 strategy::prepare_for_update(rt, &old, &mut object);
                 Self::allocate_service_addresses(state, rt, Some(&old), &mut object)?;
                 object
@@ -1107,7 +1119,12 @@ impl Store {
             return Ok(old);
         }
         if let Some(manager) = &options.field_manager {
-            crate::managed::record_update(Some(&old), &mut next, manager, rt, subresource);
+            let mut tracked = tracked.unwrap_or_else(|| next.clone());
+            let fields = next["metadata"].get("managedFields").cloned();
+            meta::set_metadata_field(&mut tracked, "managedFields", fields);
+            crate::managed::record_update(Some(&old), &mut tracked, manager, rt, subresource);
+            let fields = tracked["metadata"].get("managedFields").cloned();
+            meta::set_metadata_field(&mut next, "managedFields", fields);
         }
         if options.dry_run {
             return Ok(next);
@@ -1265,7 +1282,10 @@ impl Store {
         let mut next = old.clone();
         meta::set_finalizers(&mut next, &finalizers);
         meta::set_metadata_field(&mut next, "deletionTimestamp", Some(json!(meta::now())));
-        meta::set_metadata_field(&mut next, "deletionGracePeriodSeconds", Some(json!(0)));
+        // The namespace registry's own delete sets no grace period; the generic one sets 0.
+        if !is_namespace {
+            meta::set_metadata_field(&mut next, "deletionGracePeriodSeconds", Some(json!(0)));
+        }
         if rt.tracks_generation() {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             meta::set_metadata_field(&mut next, "generation", Some(json!(generation)));
@@ -1563,7 +1583,7 @@ mod tests {
             )
             .expect("created");
         assert_eq!(created["metadata"]["generation"], 1);
-        assert!(created.get("status").is_none(), "status is reset on create");
+        assert_eq!(created["status"], json!({}), "status is reset on create");
         let mut relabelled = created.clone();
         relabelled["metadata"]["labels"] = json!({"a": "b"});
         relabelled["status"] = json!({"replicas": 3});
@@ -1571,8 +1591,9 @@ mod tests {
             .update(&deploy, Some("default"), relabelled)
             .expect("updated");
         assert_eq!(updated["metadata"]["generation"], 1);
-        assert!(
-            updated.get("status").is_none(),
+        assert_eq!(
+            updated["status"],
+            json!({}),
             "status ignored on the main resource"
         );
         let stale = s.update(&deploy, Some("default"), created.clone());
