@@ -76,7 +76,25 @@ fn entries(object: &Value) -> Vec<Entry> {
         .unwrap_or_default()
 }
 
-fn store_entries(object: &mut Value, entries: Vec<Entry>) {
+fn store_entries(object: &mut Value, mut entries: Vec<Entry>) {
+    // kube-apiserver's order (sortEncodedManagedFields): Apply before Update, then by time in
+    // seconds (the format sorts as text), manager, API version, subresource.
+    entries.sort_by(|p, q| {
+        (
+            &p.operation,
+            &p.time,
+            &p.manager,
+            &p.api_version,
+            &p.subresource,
+        )
+            .cmp(&(
+                &q.operation,
+                &q.time,
+                &q.manager,
+                &q.api_version,
+                &q.subresource,
+            ))
+    });
     let kept: Vec<Value> = entries
         .iter()
         .filter(|e| !e.fields.is_empty())

@@ -260,7 +260,23 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
             &openapi::root(&store.resource_types()),
         )),
         ["openapi", "v3", rest @ ..] if is_get => {
-            openapi::document(&store.resource_types(), &rest.join("/"))
+            let types = store.resource_types();
+            let path = rest.join("/");
+            let asked = Query::parse(request.uri()).get("hash").map(str::to_string);
+            if let (Some(asked), Some(current)) = (asked, openapi::document_hash(&types, &path))
+                && asked != current
+            {
+                return Ok(Response::builder()
+                    .status(StatusCode::MOVED_PERMANENTLY)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .header(
+                        header::LOCATION,
+                        format!("/openapi/v3/{path}?hash={current}"),
+                    )
+                    .body(Body::empty())
+                    .unwrap_or_else(|_| Response::new(Body::empty())));
+            }
+            openapi::document(&types, &path)
                 .map(|doc| json_response(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::unknown_path)
         }
@@ -367,8 +383,24 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_string()
 }
 
-/// Decodes a JSON or YAML body.
-pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+/// What a write of a built-in kind accepts; custom resources take no protobuf.
+const BUILTIN_MEDIA: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    crate::proto::MEDIA_TYPE,
+];
+const CUSTOM_MEDIA: &[&str] = &["application/json", "application/yaml"];
+
+fn write_media(rt: &ResourceType) -> &'static [&'static str] {
+    if rt.is_custom() {
+        CUSTOM_MEDIA
+    } else {
+        BUILTIN_MEDIA
+    }
+}
+
+/// Decodes a JSON or YAML body; a 415 names the `accepted` media types.
+pub fn decode_body(content_type: &str, body: &[u8], accepted: &[&str]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("the request body is empty"));
     }
@@ -382,10 +414,7 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
         media.is_empty() || media.ends_with("json") || media.ends_with("yaml") || media == "*/*";
     if !known {
         // Protobuf beyond the kinds `proto` reads, and CBOR, are not spoken here.
-        return Err(ApiError::unsupported_media_type(&[
-            "application/json",
-            "application/yaml",
-        ]));
+        return Err(ApiError::unsupported_media_type(accepted));
     }
     let yaml = content_type.contains("yaml");
     let parsed: Result<Value, String> = if yaml {
@@ -541,7 +570,7 @@ async fn serve_resource(
                 return Err(method_not_allowed());
             }
             let (headers, body) = read_body(request).await?;
-            let object = decode_body(&content_type(&headers), &body)?;
+            let object = decode_body(&content_type(&headers), &body, write_media(rt))?;
             check_type(rt, &object)?;
             let warnings = validate_fields(rt, &object, &query)?;
             let options = write_options(&query, &headers)?;
@@ -551,7 +580,7 @@ async fn serve_resource(
         }
         (&Method::PUT, Some(name), sub) => {
             let (headers, body) = read_body(request).await?;
-            let object = decode_body(&content_type(&headers), &body)?;
+            let object = decode_body(&content_type(&headers), &body, write_media(rt))?;
             let options = write_options(&query, &headers)?;
             match sub {
                 Some("scale") => {
@@ -663,7 +692,7 @@ fn delete_options(
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        decode_body(&content_type(headers), body)?
+        decode_body(&content_type(headers), body, CUSTOM_MEDIA)?
     };
     let policy = body["propagationPolicy"]
         .as_str()
@@ -828,6 +857,7 @@ fn patch(
             "application/json"
         },
         body,
+        CUSTOM_MEDIA,
     )?;
     let options = write_options(query, headers)?;
     let subresource = match sub {

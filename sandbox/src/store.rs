@@ -1133,11 +1133,12 @@ impl Store {
             && meta::finalizers(&next).is_empty()
             && !Self::holds_namespace_finalizer(rt, &next)
         {
-            // Like kube-apiserver: the update is written, then the object goes.
-            state.put(rt, next);
-            return state
+            // Like kube-apiserver's deleteWithoutFinalizers: the update is not written, the
+            // object goes, and the answer is the update at the version it replaced.
+            state
                 .remove(rt, &ns, &name)
-                .ok_or_else(|| ApiError::not_found(rt, &name));
+                .ok_or_else(|| ApiError::not_found(rt, &name))?;
+            return Ok(next);
         }
         let stored = state.put(rt, next);
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
@@ -1660,11 +1661,11 @@ mod tests {
             s.get(&cm, Some("default"), "held").expect_err("gone").code,
             404
         );
-        let first = events.try_recv().expect("modified");
-        let second = events.try_recv().expect("deleted");
-        assert_eq!(first.event_type, EventType::Modified);
-        assert_eq!(second.event_type, EventType::Deleted);
-        assert!(second.resource_version > first.resource_version);
+        // Like kube-apiserver's deleteWithoutFinalizers: the emptying update is not written,
+        // so watchers see the deletion only.
+        let only = events.try_recv().expect("deleted");
+        assert_eq!(only.event_type, EventType::Deleted);
+        assert!(events.try_recv().is_err(), "no MODIFIED before the DELETED");
     }
 
     #[test]

@@ -472,6 +472,80 @@ fn probes() -> Vec<Probe> {
             vec![get("/openapi/v3/apis/comb.internal/v1").view(openapi_view)],
         ),
         probe(
+            "openapi with the query parameters kubectl sends",
+            vec![
+                get("/openapi/v3/apis/comb.internal/v1?hash=0123456789ABCDEF")
+                    .view(|v| json!({"code": v["code"], "openapi": v["openapi"]})),
+                Step {
+                    accept: Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+                    ..get("/openapi/v2?timeout=32s")
+                }
+                .view(|v| json!({"code": v["code"]})),
+            ],
+        ),
+        probe(
+            "update adds labels and data",
+            vec![
+                post(CM, configmap("cm-put", json!({"a": "1"}))).capture("rv"),
+                put(
+                    &format!("{CM}/cm-put"),
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-put", "labels": {"x": "y"}},
+                           "data": {"a": "1", "b": "2"}}),
+                ),
+                patch(
+                    &format!("{CM}/cm-put?fieldManager=patcher"),
+                    "application/merge-patch+json",
+                    json!({"metadata": {"annotations": {"n": "m"}}, "data": {"b": "3"}}),
+                ),
+            ],
+        ),
+        probe(
+            "delete held by a finalizer",
+            vec![
+                post(
+                    CM,
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-fin", "finalizers": ["example.com/hold"]}}),
+                ),
+                delete(&format!("{CM}/cm-fin")),
+                patch(
+                    &format!("{CM}/cm-fin"),
+                    "application/merge-patch+json",
+                    json!({"metadata": {"finalizers": null}}),
+                ),
+                get(&format!("{CM}/cm-fin")).view(code_only),
+            ],
+        ),
+        probe(
+            "unsupported content type",
+            vec![Step {
+                payload: Payload::Bytes(b"data: x".to_vec()),
+                content_type: "text/plain",
+                ..post(CM, json!({}))
+            }],
+        ),
+        probe(
+            "workload status on create",
+            vec![
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/replicasets",
+                    json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs"},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "rs"}},
+                                    "template": {"metadata": {"labels": {"app": "rs"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(|v| json!({"code": v["code"], "status": v["status"]})),
+                post(
+                    "/apis/batch/v1/namespaces/{ns}/jobs",
+                    json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "job"},
+                           "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+                                    "containers": [{"name": "c", "image": "busybox"}]}}}}),
+                )
+                .view(|v| json!({"code": v["code"], "status": v["status"]})),
+            ],
+        ),
+        probe(
             "openapi v2 as kubectl asks",
             vec![Step {
                 accept: Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
