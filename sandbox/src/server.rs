@@ -217,22 +217,17 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
         )),
         ["apis", group] if is_get => {
             let groups = store.groups();
-            let (_, versions) = groups
-                .iter()
-                .find(|(g, _)| g == group)
-                .ok_or_else(ApiError::unknown_path)?;
+            let Some((_, versions)) = groups.iter().find(|(g, _)| g == group) else {
+                return Ok(page_not_found());
+            };
             Ok(json_response(
                 StatusCode::OK,
                 &discovery::group(group, versions),
             ))
         }
         ["apis", group, version] if is_get => {
-            if !store
-                .groups()
-                .iter()
-                .any(|(g, v)| g == group && v.iter().any(|x| x == version))
-            {
-                return Err(ApiError::unknown_path());
+            if !serves(store, group, version) {
+                return Ok(page_not_found());
             }
             Ok(json_response(
                 StatusCode::OK,
@@ -285,6 +280,9 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
             serve_resource(server, target, request).await
         }
         ["apis", group, version, rest @ ..] => {
+            if !serves(store, group, version) {
+                return Ok(page_not_found());
+            }
             let target = resolve(store, group, version, rest)?;
             serve_resource(server, target, request).await
         }
@@ -321,6 +319,24 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Value {
         format!("{group}/{version}")
     };
     discovery::resource_list(&group_version, &types)
+}
+
+fn serves(store: &Store, group: &str, version: &str) -> bool {
+    store
+        .groups()
+        .iter()
+        .any(|(g, v)| g == group && v.iter().any(|x| x == version))
+}
+
+/// What kube-apiserver answers for a group version nobody serves: its mux's plain 404, not
+/// a Status (that is for unknown resources of a served group).
+fn page_not_found() -> Response {
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .body(Body::from("404 page not found\n"))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
 fn resolve(store: &Store, group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
@@ -486,13 +502,36 @@ fn write_options(query: &Query, headers: &HeaderMap) -> Result<WriteOptions, Api
     })
 }
 
-/// Field validation of a write (`fieldValidation`): `Strict` refuses unknown fields, `Warn`
-/// (the default) answers with a warning for each, `Ignore` says nothing. Answers the warnings.
+/// Field validation of a written body (see [`check_fields`]): a strict failure is a 400.
 fn validate_fields(
     rt: &ResourceType,
     object: &Value,
     query: &Query,
 ) -> Result<Vec<String>, ApiError> {
+    check_fields(rt, object, query).map_err(|error| {
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {error}",
+            kind = rt.kind,
+            version = rt.version,
+        ))
+    })
+}
+
+/// kube-apiserver's answer when a patched object does not decode: a 422 on the field
+/// `patch`, quoting the patched object.
+fn patch_invalid(object: &Value, error: &str) -> ApiError {
+    let value = format!("Invalid value: {:?}: {error}", object.to_string());
+    let mut invalid = ApiError::new(422, "Invalid", format!(" \"\" is invalid: patch: {value}"));
+    invalid.details = Some(
+        json!({"causes": [{"reason": "FieldValueInvalid", "message": value, "field": "patch"}]}),
+    );
+    invalid
+}
+
+/// Field validation of a write (`fieldValidation`): `Strict` refuses unknown fields (the
+/// error text), `Warn` (the default) answers with a warning for each, `Ignore` says nothing.
+/// Answers the warnings.
+fn check_fields(rt: &ResourceType, object: &Value, query: &Query) -> Result<Vec<String>, String> {
     let mode = query.get("fieldValidation").unwrap_or("Warn");
     if mode == "Ignore" {
         return Ok(Vec::new());
@@ -509,12 +548,7 @@ fn validate_fields(
     if listed.is_empty() || mode != "Strict" {
         return Ok(listed);
     }
-    Err(ApiError::bad_request(format!(
-        "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-        listed.join(", "),
-        kind = rt.kind,
-        version = rt.version,
-    )))
+    Err(format!("strict decoding error: {}", listed.join(", ")))
 }
 
 /// The response with a `Warning: 299 - "..."` header per warning, as kube-apiserver sends them.
@@ -948,7 +982,10 @@ fn patch(
     let mut warnings = Vec::new();
     let patched = store.try_modify(rt, ns, name, subresource, &options, |current| {
         let next = apply_patch(kind, current, &patch_body, schema, custom)?;
-        warnings = validate_fields(rt, &next, query)?;
+        warnings = check_fields(rt, &next, query).map_err(|e| patch_invalid(&next, &e))?;
+        if let Some(Err(error)) = crate::typed::decode(rt, &next) {
+            return Err(patch_invalid(&next, &error));
+        }
         Ok(next)
     })?;
     let response = render_one(rt, patched, render, StatusCode::OK, query);

@@ -220,6 +220,23 @@ fn openapi_view(v: Value) -> Value {
     })
 }
 
+/// A refused patch: the code, reason and field, and what the message says after the
+/// patched object it quotes (whose key order and times are each server's own).
+fn patch_error(v: Value) -> Value {
+    let message = v["message"].as_str().unwrap_or_default();
+    json!({"code": v["code"], "reason": v["reason"],
+           "fields": v["details"]["causes"].as_array().into_iter().flatten().map(|c| &c["field"]).collect::<Vec<_>>(),
+           "prefix": message.split("Invalid value:").next(),
+           "error": message.rsplit("\": ").next()})
+}
+
+/// As [`patch_error`] without the error text (Go's decoder words it its own way).
+fn patch_error_code(v: Value) -> Value {
+    let mut view = patch_error(v);
+    view["error"] = Value::Null;
+    view
+}
+
 fn code_only(v: Value) -> Value {
     json!({"code": v["code"], "reason": v["reason"]})
 }
@@ -543,6 +560,92 @@ fn probes() -> Vec<Probe> {
                                     "containers": [{"name": "c", "image": "busybox"}]}}}}),
                 )
                 .view(|v| json!({"code": v["code"], "status": v["status"]})),
+            ],
+        ),
+        probe(
+            "strategic merge order of merged lists",
+            vec![
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/deployments",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                           "metadata": {"name": "smp", "finalizers": ["example.com/a"]},
+                           "spec": {"selector": {"matchLabels": {"app": "smp"}},
+                                    "template": {"metadata": {"labels": {"app": "smp"}},
+                                                 "spec": {"containers": [
+                                                     {"name": "app", "image": "nginx", "env": [{"name": "A", "value": "1"}]},
+                                                     {"name": "sidecar", "image": "busybox"}]}}}}),
+                )
+                .view(code_only),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/smp",
+                    "application/strategic-merge-patch+json",
+                    json!({"metadata": {"finalizers": ["example.com/b"]},
+                           "spec": {"template": {"spec": {"containers": [
+                               {"name": "app", "env": [{"name": "B", "value": "2"}]},
+                               {"name": "third", "image": "busybox"}]}}}}),
+                )
+                .view(|v| {
+                    let containers = &v["spec"]["template"]["spec"]["containers"];
+                    json!({
+                        "finalizers": v["metadata"]["finalizers"],
+                        "containers": containers.as_array().into_iter().flatten()
+                            .map(|c| json!({"name": c["name"], "env": c["env"]})).collect::<Vec<_>>(),
+                    })
+                }),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/smp",
+                    "application/merge-patch+json",
+                    json!({"metadata": {"finalizers": null}}),
+                )
+                .view(code_only),
+            ],
+        ),
+        probe(
+            "strict and typed patch errors",
+            vec![
+                post(COMBS, comb("comb-strict", "Stub")).view(code_only),
+                patch(
+                    &format!("{COMBS}/comb-strict?fieldValidation=Strict"),
+                    "application/merge-patch+json",
+                    json!({"spec": {"bogus": 1}}),
+                )
+                .view(patch_error),
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/deployments",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "typo"},
+                           "spec": {"selector": {"matchLabels": {"app": "typo"}},
+                                    "template": {"metadata": {"labels": {"app": "typo"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(code_only),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/typo?fieldValidation=Strict",
+                    "application/merge-patch+json",
+                    json!({"spec": {"replica": 3}}),
+                )
+                .view(patch_error),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/typo",
+                    "application/merge-patch+json",
+                    json!({"spec": {"replicas": "three"}}),
+                )
+                .view(patch_error_code),
+            ],
+        ),
+        probe(
+            "unknown groups and resources",
+            vec![
+                get("/apis/nope.example.com/v1/namespaces/{ns}/things"),
+                get("/api/v1/namespaces/{ns}/nothings"),
+                get("/apis/apps/v1/namespaces/{ns}/nothings"),
+            ],
+        ),
+        probe(
+            "unknown field selectors",
+            vec![
+                get(&format!("{CM}?fieldSelector=data.key%3Dvalue")),
+                get("/api/v1/namespaces/{ns}/pods?fieldSelector=spec.bogus%3Dx"),
+                get("/api/v1/namespaces/{ns}/services?fieldSelector=spec.bogus%3Dx"),
             ],
         ),
         probe(
