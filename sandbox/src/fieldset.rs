@@ -89,8 +89,16 @@ fn item_key(keys: &[String], item: &Value) -> String {
     let mut sorted: Vec<&String> = keys.iter().collect();
     sorted.sort();
     for k in sorted {
-        if let Some(v) = item.get(k) {
-            key.insert(k.clone(), v.clone());
+        match (item.get(k), k.as_str()) {
+            (Some(v), _) => {
+                key.insert(k.clone(), v.clone());
+            }
+            // A key field's default counts (SMD defaults list-map keys from the schema):
+            // a port without a protocol is the TCP one.
+            (None, "protocol") => {
+                key.insert(k.clone(), Value::String("TCP".into()));
+            }
+            (None, _) => {}
         }
     }
     format!("k:{}", Value::Object(key))

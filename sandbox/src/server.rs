@@ -1013,7 +1013,11 @@ fn scale_of(object: &Value) -> Value {
             "resourceVersion": metadata["resourceVersion"],
             "creationTimestamp": metadata["creationTimestamp"],
         },
-        "spec": {"replicas": object["spec"]["replicas"].as_i64().unwrap_or(1)},
+        // Go's omitempty: a Scale of 0 replicas has an empty spec.
+        "spec": match object["spec"]["replicas"].as_i64().unwrap_or(1) {
+            0 => json!({}),
+            replicas => json!({"replicas": replicas}),
+        },
         "status": {"replicas": object["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector.join(",")},
     })
 }

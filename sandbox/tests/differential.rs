@@ -649,6 +649,64 @@ fn probes() -> Vec<Probe> {
             ],
         ),
         probe(
+            "server-side apply of a deployment",
+            vec![
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/ssa-dep",
+                    "alice",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa-dep", "labels": {"a": "b"}},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "ssa-dep"}},
+                                    "template": {"metadata": {"labels": {"app": "ssa-dep"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx",
+                                                          "ports": [{"containerPort": 80}]}]}}}}),
+                ),
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/ssa-dep",
+                    "bob",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa-dep"},
+                           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}}),
+                ),
+            ],
+        ),
+        probe(
+            "scale subresource",
+            vec![
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/deployments",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "scaled"},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "scaled"}},
+                                    "template": {"metadata": {"labels": {"app": "scaled"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(code_only),
+                // (Only kind and spec: the deployment controller writes the status meanwhile.)
+                get("/apis/apps/v1/namespaces/{ns}/deployments/scaled/scale")
+                    .view(|v| json!({"kind": v["kind"], "apiVersion": v["apiVersion"], "spec": v["spec"]})),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/scaled/scale",
+                    "application/merge-patch+json",
+                    json!({"spec": {"replicas": 2}}),
+                )
+                .view(|v| json!({"kind": v["kind"], "spec": v["spec"]})),
+            ],
+        ),
+        probe(
+            "service replaced without its cluster IP",
+            vec![
+                post(
+                    "/api/v1/namespaces/{ns}/services",
+                    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-put"},
+                           "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}}),
+                )
+                .view(code_only),
+                put(
+                    "/api/v1/namespaces/{ns}/services/svc-put",
+                    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-put"},
+                           "spec": {"selector": {"app": "y"}, "ports": [{"port": 81}]}}),
+                ),
+            ],
+        ),
+        probe(
             "openapi v2 as kubectl asks",
             vec![Step {
                 accept: Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
