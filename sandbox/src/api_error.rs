@@ -245,7 +245,9 @@ impl ApiError {
         )
     }
 
-    pub fn unsupported_media_type(content_type: &str, accepted: &[&str]) -> Self {
+    /// A 415 as kube-apiserver's negotiation sends it: the message lists what it accepts, and
+    /// no details.
+    pub fn unsupported_media_type(accepted: &[&str]) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
@@ -254,7 +256,6 @@ impl ApiError {
                 accepted.join(", ")
             ),
         )
-        .with_details(json!({"causes": [{"reason": "UnexpectedServerResponse", "message": content_type}]}))
     }
 
     /// The `metav1.Status` body of this error.

@@ -125,6 +125,14 @@ impl Clusters {
         }
     }
 
+    /// The certificate authority clients trust (the emulator's only when it serves HTTPS).
+    pub fn ca_pem(&self) -> Option<&str> {
+        match self {
+            Clusters::Emulator(sandbox) => sandbox.ca_pem(),
+            Clusters::Kube(real) => Some(real.ca_pem()),
+        }
+    }
+
     /// The emulator itself, for what only it offers (its store, in-process).
     pub fn emulator(&self) -> Option<&Sandbox> {
         match self {
@@ -146,5 +154,56 @@ impl Clusters {
             Clusters::Emulator(sandbox) => sandbox.shutdown().await,
             Clusters::Kube(real) => real.shutdown().await,
         }
+    }
+}
+
+/// Clusters shared by every test of one test binary, so that a suite on the real backend
+/// starts its control planes once (seconds each) and gives each test its own namespace.
+/// They run on a runtime of their own: each `#[tokio::test]` has one that ends with the
+/// test, and would take the proxies with it. Never stopped: the processes' watchdog ends
+/// them when the test binary exits.
+pub struct SharedClusters {
+    clusters: Clusters,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl SharedClusters {
+    /// Starts `options.clusters` on `backend`, from a thread of its own (it may be called
+    /// from inside a test's runtime, which cannot block on another).
+    pub fn start(backend: Backend, options: SandboxOptions) -> Result<SharedClusters> {
+        let started = std::thread::spawn(move || -> Result<SharedClusters> {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(|source| crate::Error::Io {
+                    what: "starting the shared clusters' runtime".into(),
+                    source,
+                })?;
+            let clusters = runtime.block_on(Clusters::start(backend, options, None))?;
+            Ok(SharedClusters {
+                clusters,
+                _runtime: runtime,
+            })
+        })
+        .join();
+        started.unwrap_or_else(|_| {
+            Err(crate::Error::Io {
+                what: "starting the shared clusters".into(),
+                source: std::io::Error::other("the starting thread panicked"),
+            })
+        })
+    }
+
+    pub fn clusters(&self) -> &Clusters {
+        &self.clusters
+    }
+}
+
+impl std::fmt::Debug for SharedClusters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedClusters")
+            .field("clusters", &self.clusters)
+            .finish_non_exhaustive()
     }
 }

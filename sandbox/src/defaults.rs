@@ -109,12 +109,27 @@ pub fn default_pod_spec(spec: &mut Value) {
     }
 }
 
-/// What a Pod gets beyond its spec defaults: the service account and default tolerations
-/// admission adds, service links, priority.
+/// A Pod's scheme defaults beyond its spec's.
 fn default_pod(pod: &mut Value) {
     let spec = &mut pod["spec"];
     default_pod_spec(spec);
     default_field(spec, "enableServiceLinks", json!(true));
+}
+
+/// Where the ServiceAccount admission plugin mounts the token.
+const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// What the admission plugins every cluster runs add to a Pod after the field manager saw it
+/// (so no manager owns these): the service account (ServiceAccount), priority (Priority) and
+/// default tolerations (DefaultTolerationSeconds). `create` also mounts the service account
+/// token, as the ServiceAccount plugin does on create only.
+pub fn admit_pod(pod: &mut Value, create: bool) {
+    if !pod["spec"].is_object() {
+        return;
+    }
+    let automount = pod["spec"]["automountServiceAccountToken"] != false;
+    let mirror = pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
+    let spec = &mut pod["spec"];
     default_field(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     default_field(spec, "priority", json!(0));
     if spec["serviceAccountName"]
@@ -134,6 +149,79 @@ fn default_pod(pod: &mut Value) {
         }
     }
     spec["tolerations"] = Value::Array(tolerations);
+    if create && automount && !mirror {
+        mount_service_account_token(spec);
+    }
+}
+
+/// The ServiceAccount plugin's projected `kube-api-access-<random>` volume (token, cluster
+/// CA, namespace), mounted read-only in every container that does not mount that path yet.
+fn mount_service_account_token(spec: &mut Value) {
+    let mounted = |c: &Value| {
+        c["volumeMounts"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["mountPath"] == TOKEN_MOUNT_PATH))
+    };
+    let lists = ["initContainers", "containers"];
+    let wanting = lists
+        .iter()
+        .flat_map(|l| spec[*l].as_array().into_iter().flatten())
+        .any(|c| !mounted(c));
+    if !wanting {
+        return;
+    }
+    let name = crate::store::generated_name("kube-api-access-");
+    for list in lists {
+        for container in spec[list].as_array_mut().into_iter().flatten() {
+            if mounted(container) || !container.is_object() {
+                continue;
+            }
+            let mut mounts = container["volumeMounts"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            mounts.push(json!({"name": name, "readOnly": true, "mountPath": TOKEN_MOUNT_PATH}));
+            container["volumeMounts"] = Value::Array(mounts);
+        }
+    }
+    let mut volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
+    volumes.push(json!({"name": name, "projected": {"sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+    ], "defaultMode": 420}}));
+    spec["volumes"] = Value::Array(volumes);
+}
+
+/// The kind's Go zero object as it encodes: the structs that are not pointers (and slices
+/// without `omitempty`) are there even when empty. SMD compares a create with it, so these
+/// are never "added" by the creator; their `status` is what a created object shows.
+pub fn zero_object(rt: &ResourceType) -> Value {
+    if rt.is_custom() {
+        return json!({});
+    }
+    let pod_template = json!({"metadata": {}, "spec": {"containers": null}});
+    match (rt.group.as_str(), rt.kind.as_str()) {
+        ("", "Pod") => json!({"spec": {"containers": null}, "status": {}}),
+        ("", "Service") => json!({"spec": {}, "status": {"loadBalancer": {}}}),
+        ("", "Namespace") => json!({"spec": {}, "status": {}}),
+        ("", "PersistentVolumeClaim") => json!({"spec": {"resources": {}}, "status": {}}),
+        ("apps", "Deployment") => json!({"spec": {"selector": null, "template": pod_template,
+            "strategy": {}}, "status": {}}),
+        ("apps", "ReplicaSet") => json!({"spec": {"selector": null, "template": pod_template},
+            "status": {"replicas": 0}}),
+        ("apps", "StatefulSet") => json!({"spec": {"selector": null, "template": pod_template,
+            "serviceName": null, "updateStrategy": {}}, "status": {"replicas": 0, "availableReplicas": 0}}),
+        ("apps", "DaemonSet") => json!({"spec": {"selector": null, "template": pod_template,
+            "updateStrategy": {}}, "status": {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+            "desiredNumberScheduled": 0, "numberReady": 0}}),
+        ("batch", "Job") => json!({"spec": {"template": pod_template}, "status": {}}),
+        ("batch", "CronJob") => json!({"spec": {"jobTemplate": {"metadata": {},
+            "spec": {"template": pod_template}}}, "status": {}}),
+        ("policy", "PodDisruptionBudget") => json!({"spec": {}, "status": {"disruptionsAllowed": 0,
+            "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}}),
+        _ => json!({}),
+    }
 }
 
 fn default_template(template: &mut Value) {
@@ -158,8 +246,13 @@ fn default_job_spec(spec: &mut Value) {
     default_template(&mut spec["template"]);
 }
 
-/// Applies the defaults of a built-in kind to an object about to be stored.
+/// Applies the scheme defaults of a built-in kind (kube-apiserver's `SetDefaults_*`, run as
+/// the body decodes, so the writer's field manager owns them).
 pub fn apply(rt: &ResourceType, object: &mut Value) {
+    if rt.group.is_empty() && rt.kind == "Namespace" {
+        default_namespace(object);
+        return;
+    }
     if rt.is_custom() || !object["spec"].is_object() && rt.kind != "Secret" {
         return;
     }
@@ -247,6 +340,21 @@ pub fn apply(rt: &ResourceType, object: &mut Value) {
         }
         _ => {}
     }
+}
+
+/// `SetDefaults_Namespace`: the `kubernetes.io/metadata.name` label, always the name.
+fn default_namespace(namespace: &mut Value) {
+    let Some(name) = namespace["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+    else {
+        return;
+    };
+    if !namespace["metadata"]["labels"].is_object() {
+        namespace["metadata"]["labels"] = json!({});
+    }
+    namespace["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
 }
 
 /// kube-apiserver merges a Secret's write-only `stringData` into `data` (base64, `stringData`
@@ -383,8 +491,21 @@ mod tests {
         let pods = builtin("", "Pod").expect("pods");
         let mut pod = json!({"spec": {"containers": [{"name": "a", "image": "busybox:1"}]}});
         apply(&pods, &mut pod);
+        assert_eq!(pod["spec"]["enableServiceLinks"], true);
+        assert!(
+            pod["spec"].get("serviceAccountName").is_none(),
+            "admission's"
+        );
+        admit_pod(&mut pod, true);
         assert_eq!(pod["spec"]["serviceAccountName"], "default");
         assert_eq!(pod["spec"]["tolerations"].as_array().map(Vec::len), Some(2));
+        let volume = &pod["spec"]["volumes"][0];
+        let name = volume["name"].as_str().unwrap_or_default();
+        assert!(name.starts_with("kube-api-access-"), "{volume}");
+        assert_eq!(
+            pod["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": name, "readOnly": true, "mountPath": TOKEN_MOUNT_PATH}])
+        );
 
         let jobs = builtin("batch", "Job").expect("jobs");
         let mut job = json!({"metadata": {"name": "j", "uid": "u-1"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "a", "image": "x"}]}}}});

@@ -17,6 +17,38 @@ pub struct Walk<'a> {
     pub schema: Option<&'a Value>,
     /// Leave `status` out (types with a status subresource).
     pub skip_status: bool,
+    /// Also the `.` of every non-empty, non-atomic map and list (what an update may add).
+    pub containers: bool,
+}
+
+/// Metadata the field manager never tracks (kube-apiserver's stripMetaManager).
+const UNTRACKED_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "creationTimestamp",
+    "selfLink",
+    "uid",
+    "generation",
+    "managedFields",
+    "resourceVersion",
+];
+
+/// Whether a map is atomic (owned and replaced as a whole): `x-kubernetes-map-type: atomic`
+/// in a CRD schema; for built-ins, label selectors (`+structType=atomic`) and a Service's
+/// selector (`+mapType=atomic`).
+pub fn atomic_map(schema: Option<&Value>, names: &[String]) -> bool {
+    match schema {
+        Some(schema) if names.first().is_none_or(|p| p != "metadata") => {
+            crate::listtypes::schema_at(schema, names)
+                .is_some_and(|s| s["x-kubernetes-map-type"] == "atomic")
+        }
+        _ => names.last().is_some_and(|last| {
+            matches!(
+                last.as_str(),
+                "selector" | "podSelector" | "namespaceSelector" | "labelSelector"
+            )
+        }),
+    }
 }
 
 /// The leaf paths of an object's fields that a manager can own.
@@ -31,12 +63,13 @@ pub fn of_object(object: &Value, walk: &Walk<'_>) -> BTreeSet<FieldPath> {
             "status" if walk.skip_status => {}
             "metadata" => {
                 if let Some(metadata) = value.as_object() {
-                    for field in ["labels", "annotations", "finalizers", "ownerReferences"] {
-                        if let Some(v) = metadata.get(field).filter(|v| !v.is_null()) {
-                            let mut names = vec!["metadata".to_string(), field.to_string()];
-                            let mut path = vec!["f:metadata".to_string(), format!("f:{field}")];
-                            walk_value(v, &mut names, &mut path, walk, &mut leaves);
+                    for (field, v) in metadata {
+                        if UNTRACKED_METADATA.contains(&field.as_str()) || v.is_null() {
+                            continue;
                         }
+                        let mut names = vec!["metadata".to_string(), field.to_string()];
+                        let mut path = vec!["f:metadata".to_string(), format!("f:{field}")];
+                        walk_value(v, &mut names, &mut path, walk, &mut leaves);
                     }
                 }
             }
@@ -56,8 +89,16 @@ fn item_key(keys: &[String], item: &Value) -> String {
     let mut sorted: Vec<&String> = keys.iter().collect();
     sorted.sort();
     for k in sorted {
-        if let Some(v) = item.get(k) {
-            key.insert(k.clone(), v.clone());
+        match (item.get(k), k.as_str()) {
+            (Some(v), _) => {
+                key.insert(k.clone(), v.clone());
+            }
+            // A key field's default counts (SMD defaults list-map keys from the schema):
+            // a port without a protocol is the TCP one.
+            (None, "protocol") => {
+                key.insert(k.clone(), Value::String("TCP".into()));
+            }
+            (None, _) => {}
         }
     }
     format!("k:{}", Value::Object(key))
@@ -70,8 +111,16 @@ fn walk_value(
     walk: &Walk<'_>,
     leaves: &mut BTreeSet<FieldPath>,
 ) {
+    let container = |path: &FieldPath, leaves: &mut BTreeSet<FieldPath>| {
+        if walk.containers {
+            let mut own = path.clone();
+            own.push(".".into());
+            leaves.insert(own);
+        }
+    };
     match value {
-        Value::Object(map) if !map.is_empty() => {
+        Value::Object(map) if !map.is_empty() && !atomic_map(walk.schema, names) => {
+            container(path, leaves);
             for (key, child) in map {
                 names.push(key.clone());
                 path.push(format!("f:{key}"));
@@ -81,7 +130,8 @@ fn walk_value(
             }
         }
         Value::Array(items) => match list_type(walk.schema, names) {
-            ListType::Map(keys) if !keys.is_empty() => {
+            ListType::Map(keys) if !keys.is_empty() && !items.is_empty() => {
+                container(path, leaves);
                 for item in items {
                     path.push(item_key(&keys, item));
                     let mut own = path.clone();
@@ -99,7 +149,8 @@ fn walk_value(
                     path.pop();
                 }
             }
-            ListType::Set => {
+            ListType::Set if !items.is_empty() => {
+                container(path, leaves);
                 for item in items {
                     let mut member = path.clone();
                     member.push(format!("v:{item}"));
@@ -261,6 +312,7 @@ mod tests {
         Walk {
             schema: None,
             skip_status: true,
+            containers: false,
         }
     }
 

@@ -76,7 +76,25 @@ fn entries(object: &Value) -> Vec<Entry> {
         .unwrap_or_default()
 }
 
-fn store_entries(object: &mut Value, entries: Vec<Entry>) {
+fn store_entries(object: &mut Value, mut entries: Vec<Entry>) {
+    // kube-apiserver's order (sortEncodedManagedFields): Apply before Update, then by time in
+    // seconds (the format sorts as text), manager, API version, subresource.
+    entries.sort_by(|p, q| {
+        (
+            &p.operation,
+            &p.time,
+            &p.manager,
+            &p.api_version,
+            &p.subresource,
+        )
+            .cmp(&(
+                &q.operation,
+                &q.time,
+                &q.manager,
+                &q.api_version,
+                &q.subresource,
+            ))
+    });
     let kept: Vec<Value> = entries
         .iter()
         .filter(|e| !e.fields.is_empty())
@@ -86,15 +104,26 @@ fn store_entries(object: &mut Value, entries: Vec<Entry>) {
     meta::set_metadata_field(object, "managedFields", value);
 }
 
-fn walk_for(rt: &ResourceType, subresource: Subresource) -> Walk<'_> {
+fn walk_for(rt: &ResourceType, subresource: Subresource, containers: bool) -> Walk<'_> {
     Walk {
         schema: rt.schema.as_deref(),
         skip_status: rt.has_status() && subresource == Subresource::Main,
+        containers,
     }
 }
 
+/// The fields an apply of `object` sets (SMD's `ToFieldSet`: leaves and list items).
 fn fields_of(object: &Value, rt: &ResourceType, subresource: Subresource) -> BTreeSet<FieldPath> {
-    let all = fieldset::of_object(object, &walk_for(rt, subresource));
+    fields_with(object, rt, subresource, false)
+}
+
+fn fields_with(
+    object: &Value,
+    rt: &ResourceType,
+    subresource: Subresource,
+    containers: bool,
+) -> BTreeSet<FieldPath> {
+    let all = fieldset::of_object(object, &walk_for(rt, subresource, containers));
     match subresource {
         Subresource::Main => all,
         Subresource::Status => all
@@ -112,6 +141,8 @@ fn subresource_name(subresource: Subresource) -> &'static str {
 }
 
 /// Records an `Update` by `manager`: the fields it changed become its own and leave others.
+/// Like SMD's compare of the live object (on create, the kind's zero object) with the new
+/// one: leaves that changed, and maps, lists and items that were not there before.
 pub fn record_update(
     old: Option<&Value>,
     new: &mut Value,
@@ -119,22 +150,22 @@ pub fn record_update(
     rt: &ResourceType,
     subresource: Subresource,
 ) {
-    let now_fields = fields_of(new, rt, subresource);
-    let (changed, removed): (BTreeSet<FieldPath>, BTreeSet<FieldPath>) = match old {
-        None => (now_fields.clone(), BTreeSet::new()),
-        Some(old) => {
-            let before = fields_of(old, rt, subresource);
-            let changed = now_fields
-                .iter()
-                .filter(|p| {
-                    fieldset::value_at(old, p) != fieldset::value_at(new, p) || !before.contains(*p)
-                })
-                .cloned()
-                .collect();
-            let removed = before.difference(&now_fields).cloned().collect();
-            (changed, removed)
-        }
-    };
+    let now_fields = fields_with(new, rt, subresource, true);
+    let zero = crate::defaults::zero_object(rt);
+    let base = old.unwrap_or(&zero);
+    let before = old
+        .map(|old| fields_with(old, rt, subresource, true))
+        .unwrap_or_default();
+    let changed: BTreeSet<FieldPath> = now_fields
+        .iter()
+        .filter(|p| match p.last() {
+            // A map, list or item is the manager's when this write brought it.
+            Some(last) if last == "." => fieldset::value_at(base, p).is_none(),
+            _ => fieldset::value_at(base, p) != fieldset::value_at(new, p) || !before.contains(*p),
+        })
+        .cloned()
+        .collect();
+    let removed: BTreeSet<FieldPath> = before.difference(&now_fields).cloned().collect();
     if changed.is_empty() && removed.is_empty() {
         return;
     }
@@ -179,7 +210,9 @@ fn merge_applied(
     schema: Option<&Value>,
 ) {
     match (live, config) {
-        (Value::Object(live_map), Value::Object(config_map)) => {
+        (Value::Object(live_map), Value::Object(config_map))
+            if !fieldset::atomic_map(schema, names) =>
+        {
             for (key, value) in config_map {
                 names.push(key.clone());
                 match live_map.get_mut(key) {

@@ -48,17 +48,30 @@ pub fn group_versions(types: &[ResourceType]) -> Vec<(String, String, String)> {
 pub fn root(types: &[ResourceType]) -> Value {
     let mut paths = Map::new();
     for (group, version, path) in group_versions(types) {
-        let fingerprint: String = types
-            .iter()
-            .filter(|rt| rt.group == group && rt.version == version)
-            .map(|rt| format!("{rt:?}"))
-            .collect();
         paths.insert(
             path.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", hash(&fingerprint))}),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={}", version_hash(types, &group, &version))}),
         );
     }
     json!({"paths": paths})
+}
+
+fn version_hash(types: &[ResourceType], group: &str, version: &str) -> String {
+    let fingerprint: String = types
+        .iter()
+        .filter(|rt| rt.group == group && rt.version == version)
+        .map(|rt| format!("{rt:?}"))
+        .collect();
+    hash(&fingerprint)
+}
+
+/// The hash the index gives the document at `path`, if it is served: a request with
+/// another `hash` is redirected to this one, as kube-apiserver does.
+pub fn document_hash(types: &[ResourceType], path: &str) -> Option<String> {
+    group_versions(types)
+        .into_iter()
+        .find(|(_, _, p)| p == path)
+        .map(|(group, version, _)| version_hash(types, &group, &version))
 }
 
 /// The content type kube-apiserver answers `/openapi/v2` with when asked for protobuf (gnostic's

@@ -72,10 +72,11 @@ pub fn apply_patch(
         }
         PatchKind::Strategic => {
             if custom {
-                return Err(ApiError::unsupported_media_type(
-                    STRATEGIC_PATCH,
-                    &[JSON_PATCH, MERGE_PATCH, APPLY_PATCH],
-                ));
+                return Err(ApiError::unsupported_media_type(&[
+                    JSON_PATCH,
+                    MERGE_PATCH,
+                    APPLY_PATCH,
+                ]));
             }
             if !patch.is_object() {
                 return Err(ApiError::bad_request(
@@ -231,17 +232,31 @@ fn merge_list(
             .collect();
         return Ok(());
     }
-    match list_type(schema, names) {
+    let list = list_type(schema, names);
+    let matches = |a: &Value, b: &Value| match &list {
+        ListType::Map(keys) => same_item(keys, a, b),
+        _ => a == b,
+    };
+    let original = std::mem::take(target);
+    // The items the patch names (merged with the live ones, in patch order), and the live
+    // items it does not name, which kube's mergeSortedSlice then interleaves.
+    let mut patched: Vec<Value> = Vec::new();
+    let mut named = vec![false; original.len()];
+    match &list {
         ListType::Map(keys) if !keys.is_empty() => {
             for item in patch {
                 let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
-                let position = target.iter().position(|t| same_item(&keys, t, item));
+                let position = original.iter().position(|t| same_item(keys, t, item));
+                if let Some(i) = position {
+                    named[i] = true;
+                }
                 match (delete, position) {
-                    (true, Some(i)) => {
-                        target.remove(i);
+                    (true, _) => {}
+                    (false, Some(i)) => {
+                        let mut merged = original[i].clone();
+                        strategic_merge(&mut merged, item, names, schema)?;
+                        patched.push(merged);
                     }
-                    (true, None) => {}
-                    (false, Some(i)) => strategic_merge(&mut target[i], item, names, schema)?,
                     (false, None) => {
                         if !item.is_object() {
                             return Err(directive_error(format!(
@@ -252,19 +267,50 @@ fn merge_list(
                         }
                         let mut fresh = Value::Object(Map::new());
                         strategic_merge(&mut fresh, item, names, schema)?;
-                        target.push(fresh);
+                        patched.push(fresh);
                     }
                 }
             }
         }
         ListType::Set => {
             for item in patch {
-                if !target.contains(item) {
-                    target.push(item.clone());
+                if let Some(i) = original.iter().position(|t| t == item) {
+                    named[i] = true;
+                }
+                if !patched.contains(item) {
+                    patched.push(item.clone());
                 }
             }
         }
-        ListType::Atomic | ListType::Map(_) => *target = patch.to_vec(),
+        ListType::Atomic | ListType::Map(_) => {
+            *target = patch.to_vec();
+            return Ok(());
+        }
+    }
+    let server_only: Vec<Value> = original
+        .iter()
+        .zip(&named)
+        .filter(|(_, named)| !**named)
+        .map(|(item, _)| item.clone())
+        .collect();
+    // kube's mergeSortedSlice: a live-only item goes before a patched one only when both are
+    // in the live list and it came first there; otherwise the patched one goes first.
+    let live_index = |item: &Value| original.iter().position(|o| matches(o, item));
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        patched.into_iter().peekable(),
+    );
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => {
+                matches!((live_index(l), live_index(r)), (Some(a), Some(b)) if a < b)
+            }
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        target.extend(next);
     }
     Ok(())
 }
@@ -340,10 +386,10 @@ mod tests {
                 json!({"app": "web"}),
             ),
             (
-                "finalizers merge as a set",
+                "finalizers merge as a set, in the patch's order",
                 json!({"metadata": {"finalizers": ["b", "a"]}}),
                 "/metadata/finalizers",
-                json!(["a", "b"]),
+                json!(["b", "a"]),
             ),
             (
                 "delete from a primitive list",

@@ -75,7 +75,8 @@ impl ResourceType {
         self.is_custom()
             || matches!(
                 (self.group.as_str(), self.kind.as_str()),
-                ("apps", _)
+                ("", "Pod")
+                    | ("apps", _)
                     | ("batch", _)
                     | ("networking.k8s.io", "Ingress")
                     | ("networking.k8s.io", "NetworkPolicy")

@@ -581,9 +581,16 @@ impl FieldSelector {
                 || field == "metadata.namespace"
                 || extra_fields(rt).contains(&field.as_str());
             if !known {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field}"
-                )));
+                // Kinds with fields of their own convert labels themselves and say so in
+                // their old words; the rest go through the generic check, which lists.
+                let message = if extra_fields(rt).is_empty() {
+                    format!(
+                        r#"{field:?} is not a known field selector: only "metadata.name", "metadata.namespace""#
+                    )
+                } else {
+                    format!("field label not supported: {field}")
+                };
+                return Err(ApiError::bad_request(message));
             }
             requirements.push(FieldRequirement {
                 field,
@@ -713,7 +720,12 @@ mod tests {
         }
         let error =
             FieldSelector::parse("status.phase=Running", &cms).expect_err("not a configmap field");
-        assert_eq!(error.message, "field label not supported: status.phase");
+        let unknown = FieldSelector::parse("spec.bogus=x", &pods).expect_err("not a pod field");
+        assert_eq!(unknown.message, "field label not supported: spec.bogus");
+        assert_eq!(
+            error.message,
+            r#""status.phase" is not a known field selector: only "metadata.name", "metadata.namespace""#
+        );
         assert_eq!(
             FieldSelector::parse("metadata.name=a\\,b", &cms)
                 .expect("escaped")

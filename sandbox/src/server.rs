@@ -217,22 +217,17 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
         )),
         ["apis", group] if is_get => {
             let groups = store.groups();
-            let (_, versions) = groups
-                .iter()
-                .find(|(g, _)| g == group)
-                .ok_or_else(ApiError::unknown_path)?;
+            let Some((_, versions)) = groups.iter().find(|(g, _)| g == group) else {
+                return Ok(page_not_found());
+            };
             Ok(json_response(
                 StatusCode::OK,
                 &discovery::group(group, versions),
             ))
         }
         ["apis", group, version] if is_get => {
-            if !store
-                .groups()
-                .iter()
-                .any(|(g, v)| g == group && v.iter().any(|x| x == version))
-            {
-                return Err(ApiError::unknown_path());
+            if !serves(store, group, version) {
+                return Ok(page_not_found());
             }
             Ok(json_response(
                 StatusCode::OK,
@@ -260,7 +255,23 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
             &openapi::root(&store.resource_types()),
         )),
         ["openapi", "v3", rest @ ..] if is_get => {
-            openapi::document(&store.resource_types(), &rest.join("/"))
+            let types = store.resource_types();
+            let path = rest.join("/");
+            let asked = Query::parse(request.uri()).get("hash").map(str::to_string);
+            if let (Some(asked), Some(current)) = (asked, openapi::document_hash(&types, &path))
+                && asked != current
+            {
+                return Ok(Response::builder()
+                    .status(StatusCode::MOVED_PERMANENTLY)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .header(
+                        header::LOCATION,
+                        format!("/openapi/v3/{path}?hash={current}"),
+                    )
+                    .body(Body::empty())
+                    .unwrap_or_else(|_| Response::new(Body::empty())));
+            }
+            openapi::document(&types, &path)
                 .map(|doc| json_response(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::unknown_path)
         }
@@ -269,6 +280,9 @@ async fn dispatch(server: &Arc<ApiServer>, request: Request) -> Result<Response,
             serve_resource(server, target, request).await
         }
         ["apis", group, version, rest @ ..] => {
+            if !serves(store, group, version) {
+                return Ok(page_not_found());
+            }
             let target = resolve(store, group, version, rest)?;
             serve_resource(server, target, request).await
         }
@@ -305,6 +319,24 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Value {
         format!("{group}/{version}")
     };
     discovery::resource_list(&group_version, &types)
+}
+
+fn serves(store: &Store, group: &str, version: &str) -> bool {
+    store
+        .groups()
+        .iter()
+        .any(|(g, v)| g == group && v.iter().any(|x| x == version))
+}
+
+/// What kube-apiserver answers for a group version nobody serves: its mux's plain 404, not
+/// a Status (that is for unknown resources of a served group).
+fn page_not_found() -> Response {
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .body(Body::from("404 page not found\n"))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
 fn resolve(store: &Store, group: &str, version: &str, rest: &[&str]) -> Result<Target, ApiError> {
@@ -367,8 +399,24 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_string()
 }
 
-/// Decodes a JSON or YAML body.
-pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+/// What a write of a built-in kind accepts; custom resources take no protobuf.
+const BUILTIN_MEDIA: &[&str] = &[
+    "application/json",
+    "application/yaml",
+    crate::proto::MEDIA_TYPE,
+];
+const CUSTOM_MEDIA: &[&str] = &["application/json", "application/yaml"];
+
+fn write_media(rt: &ResourceType) -> &'static [&'static str] {
+    if rt.is_custom() {
+        CUSTOM_MEDIA
+    } else {
+        BUILTIN_MEDIA
+    }
+}
+
+/// Decodes a JSON or YAML body; a 415 names the `accepted` media types.
+pub fn decode_body(content_type: &str, body: &[u8], accepted: &[&str]) -> Result<Value, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("the request body is empty"));
     }
@@ -382,10 +430,7 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
         media.is_empty() || media.ends_with("json") || media.ends_with("yaml") || media == "*/*";
     if !known {
         // Protobuf beyond the kinds `proto` reads, and CBOR, are not spoken here.
-        return Err(ApiError::unsupported_media_type(
-            media,
-            &["application/json", "application/yaml"],
-        ));
+        return Err(ApiError::unsupported_media_type(accepted));
     }
     let yaml = content_type.contains("yaml");
     let parsed: Result<Value, String> = if yaml {
@@ -457,29 +502,63 @@ fn write_options(query: &Query, headers: &HeaderMap) -> Result<WriteOptions, Api
     })
 }
 
-/// Strict field validation: unknown fields of custom resources are an error.
-fn validate_fields(rt: &ResourceType, object: &Value, query: &Query) -> Result<(), ApiError> {
-    if query.get("fieldValidation") != Some("Strict") {
-        return Ok(());
+/// Field validation of a written body (see [`check_fields`]): a strict failure is a 400.
+fn validate_fields(
+    rt: &ResourceType,
+    object: &Value,
+    query: &Query,
+) -> Result<Vec<String>, ApiError> {
+    check_fields(rt, object, query).map_err(|error| {
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {error}",
+            kind = rt.kind,
+            version = rt.version,
+        ))
+    })
+}
+
+/// kube-apiserver's answer when a patched object does not decode: a 422 on the field
+/// `patch`, quoting the patched object.
+fn patch_invalid(object: &Value, error: &str) -> ApiError {
+    let value = format!("Invalid value: {:?}: {error}", object.to_string());
+    let mut invalid = ApiError::new(422, "Invalid", format!(" \"\" is invalid: patch: {value}"));
+    invalid.details = Some(
+        json!({"causes": [{"reason": "FieldValueInvalid", "message": value, "field": "patch"}]}),
+    );
+    invalid
+}
+
+/// Field validation of a write (`fieldValidation`): `Strict` refuses unknown fields (the
+/// error text), `Warn` (the default) answers with a warning for each, `Ignore` says nothing.
+/// Answers the warnings.
+fn check_fields(rt: &ResourceType, object: &Value, query: &Query) -> Result<Vec<String>, String> {
+    let mode = query.get("fieldValidation").unwrap_or("Warn");
+    if mode == "Ignore" {
+        return Ok(Vec::new());
     }
     let unknown = if rt.is_custom() {
         schema::unknown_fields(rt, object)
     } else {
         crate::typed::unknown_fields(rt, object)
     };
-    if unknown.is_empty() {
-        return Ok(());
-    }
     let listed: Vec<String> = unknown
         .iter()
         .map(|f| format!("unknown field {f:?}"))
         .collect();
-    Err(ApiError::bad_request(format!(
-        "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-        listed.join(", "),
-        kind = rt.kind,
-        version = rt.version,
-    )))
+    if listed.is_empty() || mode != "Strict" {
+        return Ok(listed);
+    }
+    Err(format!("strict decoding error: {}", listed.join(", ")))
+}
+
+/// The response with a `Warning: 299 - "..."` header per warning, as kube-apiserver sends them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        if let Ok(value) = header::HeaderValue::from_str(&format!("299 - {warning:?}")) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 async fn serve_resource(
@@ -525,16 +604,17 @@ async fn serve_resource(
                 return Err(method_not_allowed());
             }
             let (headers, body) = read_body(request).await?;
-            let object = decode_body(&content_type(&headers), &body)?;
+            let object = decode_body(&content_type(&headers), &body, write_media(rt))?;
             check_type(rt, &object)?;
-            validate_fields(rt, &object, &query)?;
+            let warnings = validate_fields(rt, &object, &query)?;
             let options = write_options(&query, &headers)?;
             let created = store.create_with(rt, ns, object, &options)?;
-            Ok(render_one(rt, created, render, StatusCode::CREATED, &query))
+            let response = render_one(rt, created, render, StatusCode::CREATED, &query);
+            Ok(with_warnings(response, &warnings))
         }
         (&Method::PUT, Some(name), sub) => {
             let (headers, body) = read_body(request).await?;
-            let object = decode_body(&content_type(&headers), &body)?;
+            let object = decode_body(&content_type(&headers), &body, write_media(rt))?;
             let options = write_options(&query, &headers)?;
             match sub {
                 Some("scale") => {
@@ -572,7 +652,7 @@ async fn serve_resource(
                     meta::name(&object)
                 )));
             }
-            validate_fields(rt, &object, &query)?;
+            let warnings = validate_fields(rt, &object, &query)?;
             let existed = store.get(rt, ns, name).is_ok();
             let updated = match sub {
                 Some("status") => store.update_status_with(rt, ns, object, &options)?,
@@ -583,7 +663,10 @@ async fn serve_resource(
             } else {
                 StatusCode::CREATED
             };
-            Ok(render_one(rt, updated, render, status, &query))
+            Ok(with_warnings(
+                render_one(rt, updated, render, status, &query),
+                &warnings,
+            ))
         }
         (&Method::PATCH, Some(name), sub) => {
             let name = name.to_string();
@@ -643,7 +726,7 @@ fn delete_options(
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        decode_body(&content_type(headers), body)?
+        decode_body(&content_type(headers), body, CUSTOM_MEDIA)?
     };
     let policy = body["propagationPolicy"]
         .as_str()
@@ -794,15 +877,12 @@ fn patch(
 ) -> Result<Response, ApiError> {
     let content_type = content_type(headers);
     let kind = PatchKind::from_content_type(&content_type).ok_or_else(|| {
-        ApiError::unsupported_media_type(
-            &content_type,
-            &[
-                crate::patch::JSON_PATCH,
-                crate::patch::MERGE_PATCH,
-                crate::patch::APPLY_PATCH,
-                crate::patch::STRATEGIC_PATCH,
-            ],
-        )
+        ApiError::unsupported_media_type(&[
+            crate::patch::JSON_PATCH,
+            crate::patch::MERGE_PATCH,
+            crate::patch::APPLY_PATCH,
+            crate::patch::STRATEGIC_PATCH,
+        ])
     })?;
     let patch_body = decode_body(
         if kind == PatchKind::Apply {
@@ -811,6 +891,7 @@ fn patch(
             "application/json"
         },
         body,
+        CUSTOM_MEDIA,
     )?;
     let options = write_options(query, headers)?;
     let subresource = match sub {
@@ -856,13 +937,14 @@ fn patch(
                 "the name of the object ({body_name}) does not match the name on the URL ({name})"
             )));
         }
-        validate_fields(rt, &patch_body, query)?;
+        let warnings = validate_fields(rt, &patch_body, query)?;
         let force = query.flag("force");
         if subresource == Subresource::Status {
             let applied = store.try_modify(rt, ns, name, subresource, &options, |live| {
                 managed::apply(Some(live), &patch_body, &manager, rt, subresource, force)
             })?;
-            return Ok(render_one(rt, applied, render, StatusCode::OK, query));
+            let response = render_one(rt, applied, render, StatusCode::OK, query);
+            return Ok(with_warnings(response, &warnings));
         }
         let mut created = false;
         let applied = store.upsert(
@@ -892,16 +974,22 @@ fn patch(
         } else {
             StatusCode::OK
         };
-        return Ok(render_one(rt, applied, render, status, query));
+        let response = render_one(rt, applied, render, status, query);
+        return Ok(with_warnings(response, &warnings));
     }
     let custom = rt.is_custom();
     let schema = rt.schema.as_deref();
+    let mut warnings = Vec::new();
     let patched = store.try_modify(rt, ns, name, subresource, &options, |current| {
         let next = apply_patch(kind, current, &patch_body, schema, custom)?;
-        validate_fields(rt, &next, query)?;
+        warnings = check_fields(rt, &next, query).map_err(|e| patch_invalid(&next, &e))?;
+        if let Some(Err(error)) = crate::typed::decode(rt, &next) {
+            return Err(patch_invalid(&next, &error));
+        }
         Ok(next)
     })?;
-    Ok(render_one(rt, patched, render, StatusCode::OK, query))
+    let response = render_one(rt, patched, render, StatusCode::OK, query);
+    Ok(with_warnings(response, &warnings))
 }
 
 /// The autoscaling/v1 Scale of a workload.
@@ -925,7 +1013,11 @@ fn scale_of(object: &Value) -> Value {
             "resourceVersion": metadata["resourceVersion"],
             "creationTimestamp": metadata["creationTimestamp"],
         },
-        "spec": {"replicas": object["spec"]["replicas"].as_i64().unwrap_or(1)},
+        // Go's omitempty: a Scale of 0 replicas has an empty spec.
+        "spec": match object["spec"]["replicas"].as_i64().unwrap_or(1) {
+            0 => json!({}),
+            replicas => json!({"replicas": replicas}),
+        },
         "status": {"replicas": object["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector.join(",")},
     })
 }

@@ -274,7 +274,8 @@ impl Allocator {
                 return vec![FieldError {
                     reason: "FieldValueInvalid",
                     field: "spec.clusterIPs".into(),
-                    message: format!("Invalid value: []string{{{requested:?}}}: {failure}"),
+                    // kube-apiserver 1.37 prints the value as JSON.
+                    message: format!("Invalid value: [{requested:?}]: {failure}"),
                 }];
             }
             requested
@@ -408,11 +409,11 @@ mod tests {
         let cases = [
             (
                 json!({"clusterIP": "10.96.0.11"}),
-                r#"spec.clusterIPs: Invalid value: []string{"10.96.0.11"}: failed to allocate IP 10.96.0.11: provided IP is already allocated"#,
+                r#"spec.clusterIPs: Invalid value: ["10.96.0.11"]: failed to allocate IP 10.96.0.11: provided IP is already allocated"#,
             ),
             (
                 json!({"clusterIPs": ["10.97.0.1"]}),
-                r#"spec.clusterIPs: Invalid value: []string{"10.97.0.1"}: failed to allocate IP 10.97.0.1: the provided IP (10.97.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/16"#,
+                r#"spec.clusterIPs: Invalid value: ["10.97.0.1"]: failed to allocate IP 10.97.0.1: the provided IP (10.97.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/16"#,
             ),
             (
                 json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 80}]}),

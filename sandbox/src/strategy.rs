@@ -47,32 +47,46 @@ fn qos_class(pod: &Value) -> &'static str {
     }
 }
 
-/// What create resets and sets, beyond the system metadata the store fills in.
+/// What decoding a body does before the field manager sees it, on create and update: the
+/// scheme defaults, a CRD's own defaults, a custom resource's structural defaults and pruning.
+/// The writer's field manager owns what these set.
+pub fn decode_defaults(rt: &ResourceType, object: &mut Value) {
+    defaults::apply(rt, object);
+    if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
+        crd::default_crd(object);
+    }
+    schema::default_and_prune(rt, object);
+}
+
+/// What create resets and sets after the field manager (admission, the strategy), beyond the
+/// system metadata the store fills in: no manager owns these.
 pub fn prepare_for_create(rt: &ResourceType, object: &mut Value) {
     if rt.has_status()
         && let Some(map) = object.as_object_mut()
     {
-        map.remove("status");
+        // The status is reset to the zero one, which a typed kind still encodes.
+        match defaults::zero_object(rt).get("status") {
+            Some(status) => map.insert("status".into(), status.clone()),
+            None => map.remove("status"),
+        };
     }
     if is(rt, "", "Namespace") {
         object["spec"] = json!({"finalizers": ["kubernetes"]});
         object["status"] = json!({"phase": "Active"});
     }
-    defaults::apply(rt, object);
     if is(rt, "batch", "Job") {
         defaults::generate_job_selector(object);
     }
     if is(rt, "", "Pod") {
+        defaults::admit_pod(object, true);
         object["status"] = json!({"phase": "Pending", "qosClass": qos_class(object)});
     }
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
-        crd::default_crd(object);
         crd::add_cleanup_finalizer(object);
     }
-    schema::default_and_prune(rt, object);
 }
 
-/// What an update of the main resource keeps from the stored object.
+/// What an update of the main resource keeps from the stored object, after the field manager.
 pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     if rt.has_status() {
         match old.get("status") {
@@ -84,7 +98,9 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
             }
         }
     }
-    defaults::apply(rt, new);
+    if is(rt, "", "Pod") {
+        defaults::admit_pod(new, false);
+    }
     if is(rt, "", "Service") {
         service_addresses::keep_allocated(old, new);
         service_addresses::drop_type_dependent_fields(old, new);
@@ -93,10 +109,6 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     if is(rt, "", "Namespace") {
         new["spec"] = old["spec"].clone();
     }
-    if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
-        crd::default_crd(new);
-    }
-    schema::default_and_prune(rt, new);
 }
 
 /// Whether an update changes what `metadata.generation` counts.

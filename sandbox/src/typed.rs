@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use k8s_openapi::api::{
     apps::v1 as apps, batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
@@ -16,49 +16,137 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext
 
 use crate::resources::ResourceType;
 
-fn round_trip<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, String> {
+fn encode<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, String> {
     let typed: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
     serde_json::to_value(typed).map_err(|e| e.to_string())
+}
+
+fn round_trip<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, String> {
+    let mut value = encode::<T>(object)?;
+    drop_empty_maps::<T>(&mut value);
+    Ok(value)
+}
+
+/// One step of a path into a JSON value.
+#[derive(Clone)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+fn at_mut<'a>(value: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |node, step| match step {
+        Step::Key(key) => node.get_mut(key.as_str()),
+        Step::Index(i) => node.get_mut(*i),
+    })
+}
+
+fn empty_objects(value: &Value, path: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
+    match value {
+        Value::Object(map) if map.is_empty() => out.push(path.clone()),
+        Value::Object(map) => {
+            for (key, child) in map {
+                path.push(Step::Key(key.clone()));
+                empty_objects(child, path, out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                path.push(Step::Index(i));
+                empty_objects(child, path, out);
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Go's `omitempty` drops an empty map where k8s-openapi keeps `{}` (`data: {}`), while an
+/// empty struct stays `{}` in both (`resources: {}`). The two look alike in JSON, so each `{}`
+/// is told apart by whether a key put into it survives the typed round trip: a struct drops
+/// unknown keys, a map keeps them.
+fn drop_empty_maps<T: DeserializeOwned + Serialize>(value: &mut Value) {
+    const PROBE: &str = "comb.sandbox/probe";
+    let mut paths = Vec::new();
+    empty_objects(value, &mut Vec::new(), &mut paths);
+    // Removing keys never moves array items, so every path stays valid.
+    for path in paths.iter().rev() {
+        let Some((last, parent)) = path.split_last() else {
+            continue;
+        };
+        let kept: Vec<bool> = [json!(""), json!("0"), json!({})]
+            .into_iter()
+            .map(|sample| {
+                let mut probe = value.clone();
+                let Some(node) = at_mut(&mut probe, path) else {
+                    return false;
+                };
+                *node = json!({PROBE: sample});
+                encode::<T>(&probe).is_ok_and(|mut encoded| {
+                    at_mut(&mut encoded, path).is_some_and(|n| n.get(PROBE).is_some())
+                })
+            })
+            .collect();
+        // A map keeps a key whose value has its type; free-form JSON (a CRD's
+        // `subresources.status: {}`) keeps every key, and Go keeps it as it came.
+        let is_map = kept.iter().any(|k| *k) && !kept.iter().all(|k| *k);
+        if !is_map {
+            continue;
+        }
+        if let (Step::Key(key), Some(Value::Object(map))) = (last, at_mut(value, parent)) {
+            map.remove(key);
+        }
+    }
 }
 
 /// The object after a typed decode and encode, or the decode error; `None` for kinds that
 /// have no typed form here (custom resources).
 pub fn decode(rt: &ResourceType, object: &Value) -> Option<Result<Value, String>> {
+    codec(rt).map(|(round_trip, _)| round_trip(object))
+}
+
+type Codec = fn(&Value) -> Result<Value, String>;
+
+/// The kind's typed round trip and its plain encode (empty maps kept, for finding unknown
+/// fields by what the decode dropped).
+fn codec(rt: &ResourceType) -> Option<(Codec, Codec)> {
+    fn pair<T: DeserializeOwned + Serialize>() -> (Codec, Codec) {
+        (round_trip::<T>, encode::<T>)
+    }
     let f = match (rt.group.as_str(), rt.kind.as_str()) {
-        ("", "Namespace") => round_trip::<core::Namespace>,
-        ("", "Node") => round_trip::<core::Node>,
-        ("", "Pod") => round_trip::<core::Pod>,
-        ("", "Service") => round_trip::<core::Service>,
-        ("", "Endpoints") => round_trip::<core::Endpoints>,
-        ("", "ConfigMap") => round_trip::<core::ConfigMap>,
-        ("", "Secret") => round_trip::<core::Secret>,
-        ("", "ServiceAccount") => round_trip::<core::ServiceAccount>,
-        ("", "PersistentVolumeClaim") => round_trip::<core::PersistentVolumeClaim>,
-        ("", "Event") => round_trip::<core::Event>,
-        ("apps", "Deployment") => round_trip::<apps::Deployment>,
-        ("apps", "ReplicaSet") => round_trip::<apps::ReplicaSet>,
-        ("apps", "StatefulSet") => round_trip::<apps::StatefulSet>,
-        ("apps", "DaemonSet") => round_trip::<apps::DaemonSet>,
-        ("batch", "Job") => round_trip::<batch::Job>,
-        ("batch", "CronJob") => round_trip::<batch::CronJob>,
-        ("networking.k8s.io", "Ingress") => round_trip::<networking::Ingress>,
-        ("networking.k8s.io", "NetworkPolicy") => round_trip::<networking::NetworkPolicy>,
-        ("discovery.k8s.io", "EndpointSlice") => round_trip::<discovery::EndpointSlice>,
-        ("coordination.k8s.io", "Lease") => round_trip::<coordination::Lease>,
-        ("events.k8s.io", "Event") => round_trip::<events::Event>,
-        ("policy", "PodDisruptionBudget") => round_trip::<policy::PodDisruptionBudget>,
-        ("rbac.authorization.k8s.io", "Role") => round_trip::<rbac::Role>,
-        ("rbac.authorization.k8s.io", "RoleBinding") => round_trip::<rbac::RoleBinding>,
-        ("rbac.authorization.k8s.io", "ClusterRole") => round_trip::<rbac::ClusterRole>,
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => {
-            round_trip::<rbac::ClusterRoleBinding>
-        }
+        ("", "Namespace") => pair::<core::Namespace>(),
+        ("", "Node") => pair::<core::Node>(),
+        ("", "Pod") => pair::<core::Pod>(),
+        ("", "Service") => pair::<core::Service>(),
+        ("", "Endpoints") => pair::<core::Endpoints>(),
+        ("", "ConfigMap") => pair::<core::ConfigMap>(),
+        ("", "Secret") => pair::<core::Secret>(),
+        ("", "ServiceAccount") => pair::<core::ServiceAccount>(),
+        ("", "PersistentVolumeClaim") => pair::<core::PersistentVolumeClaim>(),
+        ("", "Event") => pair::<core::Event>(),
+        ("apps", "Deployment") => pair::<apps::Deployment>(),
+        ("apps", "ReplicaSet") => pair::<apps::ReplicaSet>(),
+        ("apps", "StatefulSet") => pair::<apps::StatefulSet>(),
+        ("apps", "DaemonSet") => pair::<apps::DaemonSet>(),
+        ("batch", "Job") => pair::<batch::Job>(),
+        ("batch", "CronJob") => pair::<batch::CronJob>(),
+        ("networking.k8s.io", "Ingress") => pair::<networking::Ingress>(),
+        ("networking.k8s.io", "NetworkPolicy") => pair::<networking::NetworkPolicy>(),
+        ("discovery.k8s.io", "EndpointSlice") => pair::<discovery::EndpointSlice>(),
+        ("coordination.k8s.io", "Lease") => pair::<coordination::Lease>(),
+        ("events.k8s.io", "Event") => pair::<events::Event>(),
+        ("policy", "PodDisruptionBudget") => pair::<policy::PodDisruptionBudget>(),
+        ("rbac.authorization.k8s.io", "Role") => pair::<rbac::Role>(),
+        ("rbac.authorization.k8s.io", "RoleBinding") => pair::<rbac::RoleBinding>(),
+        ("rbac.authorization.k8s.io", "ClusterRole") => pair::<rbac::ClusterRole>(),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => pair::<rbac::ClusterRoleBinding>(),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            round_trip::<apiextensions::CustomResourceDefinition>
+            pair::<apiextensions::CustomResourceDefinition>()
         }
         _ => return None,
     };
-    Some(f(object))
+    Some(f)
 }
 
 fn collect_unknown(input: &Value, decoded: &Value, path: &str, out: &mut Vec<String>) {
@@ -89,7 +177,7 @@ fn collect_unknown(input: &Value, decoded: &Value, path: &str, out: &mut Vec<Str
 /// Paths of the fields a typed decode drops (`spec.replica`), for strict field validation.
 pub fn unknown_fields(rt: &ResourceType, object: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(Ok(decoded)) = decode(rt, object) {
+    if let Some(Ok(decoded)) = codec(rt).map(|(_, encode)| encode(object)) {
         collect_unknown(object, &decoded, "", &mut out);
     }
     out

@@ -4,7 +4,7 @@
 
 mod api_support;
 
-use api_support::{cluster, store, until};
+use api_support::{cluster, until};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::json;
@@ -35,24 +35,22 @@ async fn exists(api: &Api<ConfigMap>, name: &str) -> bool {
 #[tokio::test]
 async fn background_deletes_dependents_after_the_owner() {
     let (sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     owner_and_dependent(&api, false).await;
     api.delete("owner", &DeleteParams::background())
         .await
         .expect("deleted");
     assert!(!exists(&api, "owner").await, "the owner goes at once");
-    until(
-        &store(&sandbox),
-        "the dependent to be collected",
-        || async { !exists(&api, "dependent").await },
-    )
+    until(&sandbox, "the dependent to be collected", || async {
+        !exists(&api, "dependent").await
+    })
     .await;
 }
 
 #[tokio::test]
 async fn foreground_keeps_the_owner_until_blocking_dependents_are_gone() {
     let (sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     owner_and_dependent(&api, true).await;
     let pending = api
         .delete("owner", &DeleteParams::foreground())
@@ -66,7 +64,7 @@ async fn foreground_keeps_the_owner_until_blocking_dependents_are_gone() {
         owner.metadata.finalizers,
         Some(vec!["foregroundDeletion".to_string()])
     );
-    until(&store(&sandbox), "the owner to go", || async {
+    until(&sandbox, "the owner to go", || async {
         !exists(&api, "owner").await
     })
     .await;
@@ -76,12 +74,12 @@ async fn foreground_keeps_the_owner_until_blocking_dependents_are_gone() {
 #[tokio::test]
 async fn orphan_keeps_dependents_and_drops_their_reference() {
     let (sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     owner_and_dependent(&api, true).await;
     api.delete("owner", &DeleteParams::orphan())
         .await
         .expect("deleting");
-    until(&store(&sandbox), "the owner to go", || async {
+    until(&sandbox, "the owner to go", || async {
         !exists(&api, "owner").await
     })
     .await;
@@ -97,8 +95,8 @@ async fn orphan_keeps_dependents_and_drops_their_reference() {
 
 #[tokio::test]
 async fn finalizers_hold_an_object_until_removed() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let held: ConfigMap = serde_json::from_value(
         json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}),
     )
@@ -169,7 +167,7 @@ async fn deleting_a_namespace_deletes_what_is_in_it() {
         .and_then(|n| n.status)
         .and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Terminating"));
-    until(&store(&sandbox), "the namespace to go", || async {
+    until(&sandbox, "the namespace to go", || async {
         namespaces.get_opt("team").await.expect("get").is_none()
     })
     .await;
@@ -178,8 +176,8 @@ async fn deleting_a_namespace_deletes_what_is_in_it() {
 
 #[tokio::test]
 async fn delete_options_in_the_query_or_the_body_and_preconditions() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let created = api
         .create(
             &PostParams::default(),

@@ -3,7 +3,7 @@
 
 mod api_support;
 
-use api_support::{client, cluster, reason, start, store, until};
+use api_support::{cluster, cluster_with, names, reason, until};
 use comb_sandbox::SandboxOptions;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
@@ -37,8 +37,8 @@ fn deployment(name: &str, replicas: i32, image: &str) -> Deployment {
 
 #[tokio::test]
 async fn create_get_list_replace_delete() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let created = api
         .create(
             &PostParams::default(),
@@ -81,7 +81,7 @@ async fn create_get_list_replace_delete() {
     assert!(second_rv > first_rv);
 
     let list = api.list(&ListParams::default()).await.expect("list");
-    assert_eq!(list.items.len(), 1);
+    assert_eq!(names(&list.items), ["one"]);
     assert!(list.metadata.resource_version.is_some());
 
     api.delete("one", &DeleteParams::default())
@@ -96,8 +96,8 @@ async fn create_get_list_replace_delete() {
 
 #[tokio::test]
 async fn stale_resource_version_conflicts() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let created = api
         .create(&PostParams::default(), &config_map("c", json!({})))
         .await
@@ -122,8 +122,8 @@ async fn stale_resource_version_conflicts() {
 
 #[tokio::test]
 async fn generation_counts_spec_changes_and_status_is_its_own_subresource() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, &sandbox.ns);
     let created = api
         .create(&PostParams::default(), &deployment("web", 1, "nginx"))
         .await
@@ -133,6 +133,8 @@ async fn generation_counts_spec_changes_and_status_is_its_own_subresource() {
     let mut relabelled = created.clone();
     relabelled.metadata.labels = Some([("tier".to_string(), "front".to_string())].into());
     relabelled.status = Some(serde_json::from_value(json!({"replicas": 9})).expect("status"));
+    // No precondition: a real cluster's deployment controller writes the status meanwhile.
+    relabelled.metadata.resource_version = None;
     let relabelled = api
         .replace("web", &PostParams::default(), &relabelled)
         .await
@@ -146,7 +148,7 @@ async fn generation_counts_spec_changes_and_status_is_its_own_subresource() {
         relabelled
             .status
             .as_ref()
-            .is_none_or(|s| s.replicas.is_none()),
+            .is_none_or(|s| s.replicas != Some(9)),
         "status ignored on the main resource"
     );
 
@@ -222,8 +224,8 @@ async fn namespaced_objects_need_their_namespace() {
 
 #[tokio::test]
 async fn label_and_field_selectors() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     for (name, labels) in [
         ("a", json!({"app": "web", "tier": "front", "rank": "1"})),
         ("b", json!({"app": "web", "tier": "back", "rank": "5"})),
@@ -250,12 +252,7 @@ async fn label_and_field_selectors() {
             .list(&ListParams::default().labels(selector))
             .await
             .expect(selector);
-        let names: Vec<String> = list
-            .items
-            .iter()
-            .filter_map(|c| c.metadata.name.clone())
-            .collect();
-        assert_eq!(names, expected, "{selector}");
+        assert_eq!(names(&list.items), expected, "{selector}");
     }
     let by_name = api
         .list(&ListParams::default().fields("metadata.name=c"))
@@ -275,14 +272,17 @@ async fn label_and_field_selectors() {
     );
     assert_eq!(
         (code, message.as_str()),
-        (400, "field label not supported: data.key")
+        (
+            400,
+            r#""data.key" is not a known field selector: only "metadata.name", "metadata.namespace""#
+        )
     );
 }
 
 #[tokio::test]
 async fn paging_with_limit_and_continue() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     for i in 0..5 {
         api.create(
             &PostParams::default(),
@@ -291,26 +291,26 @@ async fn paging_with_limit_and_continue() {
         .await
         .expect("created");
     }
-    let mut names = Vec::new();
+    let mut listed = Vec::new();
     let mut params = ListParams::default().limit(2);
     let mut pages = 0;
     loop {
         let page = api.list(&params).await.expect("page");
         pages += 1;
-        names.extend(page.items.iter().filter_map(|c| c.metadata.name.clone()));
+        listed.extend(names(&page.items));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => break,
         }
     }
     assert_eq!(pages, 3);
-    assert_eq!(names, ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
+    assert_eq!(listed, ["cm-0", "cm-1", "cm-2", "cm-3", "cm-4"]);
 }
 
 #[tokio::test]
 async fn generate_name_and_dry_run() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let mut template = config_map("", json!({}));
     template.metadata.name = None;
     template.metadata.generate_name = Some("gen-".into());
@@ -334,8 +334,8 @@ async fn generate_name_and_dry_run() {
 
 #[tokio::test]
 async fn patches_of_every_kind() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, &sandbox.ns);
     api.create(&PostParams::default(), &deployment("web", 1, "nginx:1"))
         .await
         .expect("created");
@@ -360,7 +360,9 @@ async fn patches_of_every_kind() {
         .flatten()
         .map(|e| e.name.clone())
         .collect();
-    assert_eq!(env, ["A", "B"]);
+    // Patched items first, then the live ones the patch did not name (kube's
+    // mergeSortedSlice).
+    assert_eq!(env, ["B", "A"]);
 
     // Strategic merge `$patch: delete` removes one container.
     let deleted = api
@@ -421,8 +423,8 @@ async fn patches_of_every_kind() {
 
 #[tokio::test]
 async fn server_side_apply_owns_fields_and_conflicts() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, &sandbox.ns);
     let config = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "ssa", "labels": {"owner": "alice"}},
@@ -465,10 +467,18 @@ async fn server_side_apply_owns_fields_and_conflicts() {
         )
         .await
         .expect("no-op");
-    assert_eq!(
-        again.metadata.resource_version,
-        created.metadata.resource_version
-    );
+    // (A real cluster's deployment controller may write the status meanwhile, so the
+    // resourceVersion can move; the spec and alice's entry cannot.)
+    let alice = |d: &Deployment| {
+        d.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .find(|m| m.manager.as_deref() == Some("alice"))
+            .cloned()
+    };
+    assert_eq!(again.metadata.generation, created.metadata.generation);
+    assert_eq!(alice(&again), alice(&created));
 
     let takeover = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ssa"}, "spec": {"replicas": 5}});
     let (code, why, message) = reason(
@@ -522,8 +532,8 @@ async fn server_side_apply_owns_fields_and_conflicts() {
 
 #[tokio::test]
 async fn invalid_objects_are_rejected_like_kube_apiserver() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let (code, why, message) = reason(
         api.create(&PostParams::default(), &config_map("Not_Valid", json!({})))
             .await
@@ -535,8 +545,8 @@ async fn invalid_objects_are_rejected_like_kube_apiserver() {
 
 #[tokio::test]
 async fn server_side_apply_of_status_and_delete_collection() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &sandbox.ns);
     api.create(&PostParams::default(), &deployment("web", 1, "nginx"))
         .await
         .expect("created");
@@ -568,7 +578,7 @@ async fn server_side_apply_of_status_and_delete_collection() {
         .expect("the status manager is recorded");
     assert_eq!(entry.subresource.as_deref(), Some("status"));
 
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let cms: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
         cms.create(
             &PostParams::default(),
@@ -583,26 +593,19 @@ async fn server_side_apply_of_status_and_delete_collection() {
     )
     .await
     .expect("deleted");
-    let left: Vec<String> = cms
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .items
-        .iter()
-        .filter_map(|c| c.metadata.name.clone())
-        .collect();
-    assert_eq!(left, ["c"]);
+    let left = cms.list(&ListParams::default()).await.expect("list").items;
+    assert_eq!(names(&left), ["c"]);
 }
 
 #[tokio::test]
 async fn built_in_objects_keep_only_their_api_fields() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<Deployment> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<Deployment> = Api::namespaced(client, &sandbox.ns);
     let mut body = serde_json::to_value(deployment("typo", 1, "nginx")).expect("json");
     body["spec"]["replica"] = json!(3);
     let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
         api.clone().into_client(),
-        "default",
+        &sandbox.ns,
         &kube::core::ApiResource::erase::<Deployment>(&()),
     );
     let object: kube::api::DynamicObject = serde_json::from_value(body.clone()).expect("object");
@@ -624,7 +627,12 @@ async fn built_in_objects_keep_only_their_api_fields() {
         .await
         .expect_err("strict"),
     );
-    assert_eq!(code, 400);
+    // A patched object that does not decode is invalid on the field `patch`.
+    assert_eq!(code, 422);
+    assert!(
+        message.starts_with(r#" "" is invalid: patch: Invalid value: "#),
+        "{message}"
+    );
     assert!(
         message.ends_with(r#"strict decoding error: unknown field "spec.replica""#),
         "{message}"
@@ -638,13 +646,13 @@ async fn built_in_objects_keep_only_their_api_fields() {
         .await
         .expect_err("wrong type"),
     );
-    assert_eq!(code, 400);
+    assert_eq!(code, 422);
 }
 
 #[tokio::test]
 async fn metadata_only_reads() {
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     api.create(
         &PostParams::default(),
         &config_map("m", json!({"app": "meta"})),
@@ -670,8 +678,8 @@ async fn metadata_only_reads() {
 #[tokio::test]
 async fn service_addresses_are_allocated_by_the_write() {
     // A plain cluster runs no simulation: whatever the responses carry, the API server gave.
-    let (_sandbox, client) = cluster().await;
-    let api: Api<Service> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<Service> = Api::namespaced(client, &sandbox.ns);
     let service = |name: &str, spec: serde_json::Value| -> Service {
         serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name}, "spec": spec}))
@@ -745,7 +753,7 @@ async fn service_addresses_are_allocated_by_the_write() {
     assert_eq!(
         message,
         format!(
-            r#"Service "d" is invalid: spec.clusterIPs: Invalid value: []string{{"{taken}"}}: failed to allocate IP {taken}: provided IP is already allocated"#
+            r#"Service "d" is invalid: spec.clusterIPs: Invalid value: ["{taken}"]: failed to allocate IP {taken}: provided IP is already allocated"#
         )
     );
 
@@ -776,8 +784,8 @@ async fn service_addresses_are_allocated_by_the_write() {
 async fn server_side_apply_takes_the_name_of_the_live_object() {
     // kube-apiserver checks the name of the applied object: without a name in the body, the
     // live object's; a create has none to take.
-    let (_sandbox, client) = cluster().await;
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let nameless = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"holder": "first"}});
     let apply = PatchParams::apply("holder");
     let (code, why, message) = reason(
@@ -824,12 +832,11 @@ async fn server_side_apply_takes_the_name_of_the_live_object() {
 async fn namespaces_get_the_default_service_account_and_the_cluster_ca() {
     // The simulation (the controller-manager) fills every namespace, with the CA that signs
     // the HTTPS cluster's certificate.
-    let sandbox = start(SandboxOptions {
+    let (sandbox, client) = cluster_with(SandboxOptions {
         https: true,
         ..SandboxOptions::clusters(["test"])
     })
     .await;
-    let client = client(&sandbox, "test").await;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let team: Namespace =
         serde_json::from_value(json!({"metadata": {"name": "team"}})).expect("namespace");
@@ -839,7 +846,7 @@ async fn namespaces_get_the_default_service_account_and_the_cluster_ca() {
         .expect("created");
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "team");
     let config_maps: Api<ConfigMap> = Api::namespaced(client, "team");
-    until(&store(&sandbox), "the namespace's defaults", || {
+    until(&sandbox, "the namespace's defaults", || {
         let (accounts, config_maps) = (accounts.clone(), config_maps.clone());
         async move {
             accounts.get("default").await.is_ok()
@@ -852,5 +859,5 @@ async fn namespaces_get_the_default_service_account_and_the_cluster_ca() {
         .await
         .expect("CA bundle");
     let published = ca.data.and_then(|d| d.get("ca.crt").cloned());
-    assert_eq!(published.as_deref(), sandbox.ca_pem());
+    assert_eq!(published, sandbox.ca);
 }

@@ -7,7 +7,8 @@ mod api_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use api_support::{DEADLINE, client, plain, start};
+use api_support::{DEADLINE, client, cluster, plain, start};
+use comb_sandbox::emulator_only;
 use comb_sandbox::{ServerOptions, StoreOptions};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -33,14 +34,33 @@ async fn next<S: futures::Stream + Unpin>(stream: &mut S) -> S::Item {
         .expect("the stream goes on")
 }
 
+/// The next watch event that is not a bookmark (a server may send one whenever the watch
+/// asked for them, as kube's `WatchParams` do by default).
+async fn next_change<S>(stream: &mut S) -> S::Item
+where
+    S: futures::Stream<Item = Result<WatchEvent<ConfigMap>, kube::Error>> + Unpin,
+{
+    loop {
+        match next(stream).await {
+            Ok(WatchEvent::Bookmark(_)) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// A watcher of the test's ConfigMaps, without the one kube-controller-manager publishes.
+fn own_config_maps() -> watcher::Config {
+    watcher::Config::default().fields("metadata.name!=kube-root-ca.crt")
+}
+
 #[tokio::test]
 async fn watcher_lists_then_follows_changes() {
-    let sandbox = start(plain(&["w"])).await;
-    let api: Api<ConfigMap> = Api::namespaced(client(&sandbox, "w").await, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     api.create(&PostParams::default(), &named("before"))
         .await
         .expect("created");
-    let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut events = watcher(api.clone(), own_config_maps()).boxed();
     assert!(matches!(
         next(&mut events).await.expect("event"),
         watcher::Event::Init
@@ -68,8 +88,8 @@ async fn watcher_lists_then_follows_changes() {
 
 #[tokio::test]
 async fn watch_resumes_from_a_resource_version() {
-    let sandbox = start(plain(&["w"])).await;
-    let api: Api<ConfigMap> = Api::namespaced(client(&sandbox, "w").await, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     api.create(&PostParams::default(), &named("a"))
         .await
         .expect("created");
@@ -93,14 +113,17 @@ async fn watch_resumes_from_a_resource_version() {
         .expect("deleted");
 
     let mut stream = api
-        .watch(&WatchParams::default(), &from)
+        .watch(
+            &WatchParams::default().fields("metadata.name!=kube-root-ca.crt"),
+            &from,
+        )
         .await
         .expect("watch")
         .boxed();
     let mut seen = Vec::new();
     let mut last = 0u64;
     for _ in 0..3 {
-        let (kind, cm) = match next(&mut stream).await.expect("event") {
+        let (kind, cm) = match next_change(&mut stream).await.expect("event") {
             WatchEvent::Added(cm) => ("ADDED", cm),
             WatchEvent::Modified(cm) => ("MODIFIED", cm),
             WatchEvent::Deleted(cm) => ("DELETED", cm),
@@ -121,6 +144,12 @@ async fn watch_resumes_from_a_resource_version() {
 
 #[tokio::test]
 async fn a_resource_version_older_than_the_history_is_expired() {
+    if !emulator_only(
+        "api_watch::a_resource_version_older_than_the_history_is_expired",
+        "it shrinks the emulator's watch history to 4 events (kube-apiserver's watch cache and etcd compaction are not test knobs)",
+    ) {
+        return;
+    }
     let options = comb_sandbox::SandboxOptions {
         store: StoreOptions {
             history_limit: 4,
@@ -163,6 +192,12 @@ async fn a_resource_version_older_than_the_history_is_expired() {
 
 #[tokio::test]
 async fn watcher_relists_after_410_and_catches_up() {
+    if !emulator_only(
+        "api_watch::watcher_relists_after_410_and_catches_up",
+        "it shrinks the emulator's watch history and event buffer and writes into its store directly",
+    ) {
+        return;
+    }
     let options = comb_sandbox::SandboxOptions {
         store: StoreOptions {
             history_limit: 8,
@@ -214,8 +249,8 @@ async fn watcher_relists_after_410_and_catches_up() {
 
 #[tokio::test]
 async fn objects_entering_and_leaving_a_selector() {
-    let sandbox = start(plain(&["w"])).await;
-    let api: Api<ConfigMap> = Api::namespaced(client(&sandbox, "w").await, "default");
+    let (sandbox, client) = cluster().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, &sandbox.ns);
     let stream = api
         .watch(&WatchParams::default().labels("app=web"), "0")
         .await
@@ -237,9 +272,9 @@ async fn objects_entering_and_leaving_a_selector() {
     api.delete("x", &DeleteParams::default())
         .await
         .expect("deleted");
-    let entered = next(&mut stream).await.expect("event");
+    let entered = next_change(&mut stream).await.expect("event");
     assert!(matches!(entered, WatchEvent::Added(_)), "{entered:?}");
-    let left = next(&mut stream).await.expect("event");
+    let left = next_change(&mut stream).await.expect("event");
     assert!(matches!(left, WatchEvent::Deleted(_)), "{left:?}");
     let marker: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "marker", "labels": {"app": "web"}}}))
@@ -247,7 +282,7 @@ async fn objects_entering_and_leaving_a_selector() {
     api.create(&PostParams::default(), &marker)
         .await
         .expect("created");
-    let last = next(&mut stream).await.expect("event");
+    let last = next_change(&mut stream).await.expect("event");
     assert!(
         matches!(&last, WatchEvent::Added(cm) if name_of(cm) == "marker"),
         "the delete outside the selector was not seen: {last:?}"
@@ -256,6 +291,12 @@ async fn objects_entering_and_leaving_a_selector() {
 
 #[tokio::test]
 async fn bookmarks_and_timeouts() {
+    if !emulator_only(
+        "api_watch::bookmarks_and_timeouts",
+        "it sets the emulator's bookmark interval to 20 ms (kube-apiserver sends one about a minute)",
+    ) {
+        return;
+    }
     let options = comb_sandbox::SandboxOptions {
         server: ServerOptions {
             bookmark_interval: Duration::from_millis(20),

@@ -1,14 +1,20 @@
 //! The real, installed `kubectl` against sandbox clusters: what an operator would type works as
 //! on a real cluster. Each test skips with a printed reason when kubectl is not installed.
+//!
+//! On the backend `COMB_TEST_BACKEND` names: on the emulator each test starts its clusters
+//! (milliseconds) and works in `default`; on the real backend the tests share one set of
+//! control planes and each works in a namespace of its own (kubectl's `--namespace`).
 
 use std::path::PathBuf;
 use std::process::{Output, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use comb_sandbox::controls::{ClusterControls, Controls};
 use comb_sandbox::sim::Simulation;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions, Store};
+use comb_sandbox::{
+    Backend, Clusters, ExtraContext, SandboxOptions, SharedClusters, emulator_only,
+};
 use serde_json::Value;
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt;
@@ -16,12 +22,37 @@ use tokio::process::Command;
 use tokio::time::Instant;
 
 /// Two clusters (`prod`, `dev`) and an extra context `staging` = prod, namespace staging.
+fn options() -> SandboxOptions {
+    let mut options = SandboxOptions::clusters(["prod", "dev"]);
+    options.contexts.push(ExtraContext {
+        name: "staging".into(),
+        cluster: "prod".into(),
+        namespace: Some("staging".into()),
+    });
+    options
+}
+
+/// The real control planes this test binary shares.
+fn shared() -> &'static SharedClusters {
+    static SHARED: OnceLock<SharedClusters> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        SharedClusters::start(Backend::Kube, options())
+            .expect("the shared real control planes start")
+    })
+}
+
+enum Held {
+    Own(Box<Clusters>),
+    Shared(&'static SharedClusters),
+}
+
 struct Fixture {
-    sandbox: Sandbox,
-    controls: Arc<ClusterControls>,
+    held: Held,
     kubectl: PathBuf,
     kubeconfig: PathBuf,
     home: TempDir,
+    /// The test's namespace on the shared real clusters (kubectl's `--namespace`).
+    namespace: Option<String>,
 }
 
 fn find_kubectl() -> Option<PathBuf> {
@@ -39,34 +70,67 @@ impl Fixture {
             );
             return None;
         };
-        let controls = Arc::new(ClusterControls::default());
-        let mut options = SandboxOptions::clusters(["prod", "dev"]);
-        options.contexts.push(ExtraContext {
-            name: "staging".into(),
-            cluster: "prod".into(),
-            namespace: Some("staging".into()),
-        });
-        options.extensions = vec![Arc::new(Simulation::default()), controls.clone()];
-        let sandbox = Sandbox::start(options).await.expect("the sandbox starts");
+        let (held, namespace) = match Backend::from_env() {
+            Backend::Emulator => {
+                let mut options = options();
+                options.extensions = vec![
+                    Arc::new(Simulation::default()),
+                    Arc::new(ClusterControls::default()),
+                ];
+                let clusters = Clusters::start(Backend::Emulator, options, None)
+                    .await
+                    .expect("the sandbox starts");
+                (Held::Own(Box::new(clusters)), None)
+            }
+            Backend::Kube => {
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                (Held::Shared(shared()), Some(format!("t-{}", &id[..10])))
+            }
+        };
         let home = tempfile::tempdir().expect("a temporary directory");
         let kubeconfig = home.path().join("kubeconfig");
-        sandbox
-            .write_kubeconfig(&kubeconfig)
-            .expect("the kubeconfig is written");
-        Some(Fixture {
-            sandbox,
-            controls,
+        let fixture = Fixture {
+            held,
             kubectl,
             kubeconfig,
             home,
-        })
+            namespace,
+        };
+        fixture
+            .clusters()
+            .write_kubeconfig(&fixture.kubeconfig)
+            .expect("the kubeconfig is written");
+        if let Some(namespace) = &fixture.namespace {
+            let manifest =
+                format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
+            for cluster in ["prod", "dev"] {
+                fixture
+                    .ok_with_input(&["--context", cluster, "create", "-f", "-"], &manifest)
+                    .await;
+            }
+        }
+        Some(fixture)
+    }
+
+    fn clusters(&self) -> &Clusters {
+        match &self.held {
+            Held::Own(clusters) => clusters,
+            Held::Shared(shared) => shared.clusters(),
+        }
     }
 
     fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(&self.kubectl);
+        command.arg("--kubeconfig").arg(&self.kubeconfig);
+        // The test's namespace, unless the command names one (or the staging context's).
+        let chooses = args.first() == Some(&"config")
+            || args
+                .iter()
+                .any(|a| matches!(*a, "-n" | "--namespace" | "staging"));
+        if let Some(namespace) = self.namespace.as_deref().filter(|_| !chooses) {
+            command.arg("--namespace").arg(namespace);
+        }
         command
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
             .args(args)
             // kubectl caches discovery per server; ports are reused between runs.
             .env("KUBECACHEDIR", self.home.path().join("cache"))
@@ -100,14 +164,8 @@ impl Fixture {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("kubectl starts");
-        let mut stdin = child.stdin.take().expect("a stdin");
-        stdin
-            .write_all(input.as_bytes())
-            .await
-            .expect("stdin written");
-        drop(stdin);
-        let output = child.wait_with_output().await.expect("kubectl runs");
+        let child = command.spawn().expect("kubectl starts");
+        let output = feed(child, input).await;
         assert!(
             output.status.success(),
             "kubectl {} failed: {}{}",
@@ -124,40 +182,38 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("kubectl {} printed no JSON ({e}): {text}", args.join(" ")))
     }
 
-    fn store(&self, cluster: &str) -> &Store {
-        self.sandbox.cluster(cluster).expect("a cluster").store()
-    }
-
     fn controls(&self, cluster: &str) -> Controls {
-        self.controls
-            .get(cluster)
+        self.clusters()
+            .controls(cluster)
             .expect("controls for the cluster")
     }
-}
 
-/// Waits until `check` holds, looking again after every change in `store`.
-async fn wait_for<T>(store: &Store, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut events = store.subscribe();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        if tokio::time::timeout_at(deadline, events.recv())
-            .await
-            .is_err()
-        {
-            panic!("timed out waiting for {what}");
-        }
+    /// How many objects of `kind` in the test's namespace of `cluster` match `labels`.
+    async fn count(&self, cluster: &str, kind: &str, labels: &str) -> usize {
+        self.ok(&[
+            "--context",
+            cluster,
+            "get",
+            kind,
+            "-l",
+            labels,
+            "-o",
+            "name",
+        ])
+        .await
+        .lines()
+        .count()
     }
 }
 
-fn count(store: &Store, group: &str, kind: &str, labels: &str) -> usize {
-    let rt = store.resource_type(group, kind).expect("a served kind");
-    store
-        .list(&rt, Some("default"), Some(labels), None)
-        .map(|(items, _)| items.len())
-        .unwrap_or(0)
+/// Waits until `check` holds, asking again every 100 ms, failing after 30 s. (kubectl's
+/// answers are the test's only view, the same on both backends.)
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 const WEB: &str = r#"
@@ -186,11 +242,17 @@ fn configmap(name: &str) -> String {
 }
 
 async fn wait_until_ready(fixture: &Fixture, cluster: &str, name: &str, replicas: i64) {
-    let store = fixture.store(cluster);
-    let rt = store.resource_type("apps", "Deployment").expect("served");
-    wait_for(store, "the deployment to be ready", || {
-        let d = store.get(&rt, Some("default"), name).ok()?;
-        (d["status"]["readyReplicas"] == replicas).then_some(())
+    let args = [
+        "--context",
+        cluster,
+        "get",
+        "deployment",
+        name,
+        "-o",
+        "json",
+    ];
+    eventually("the deployment to be ready", async || {
+        fixture.json(&args).await["status"]["readyReplicas"] == replicas
     })
     .await;
 }
@@ -396,18 +458,15 @@ async fn delete_cascades_in_the_background() {
     };
     fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
     wait_until_ready(&fx, "prod", "web", 2).await;
-    let store = fx.store("prod");
-    assert_eq!(count(store, "apps", "ReplicaSet", "app=web"), 1);
-    assert_eq!(count(store, "", "Pod", "app=web"), 2);
+    assert_eq!(fx.count("prod", "replicasets", "app=web").await, 1);
+    assert_eq!(fx.count("prod", "pods", "app=web").await, 2);
 
     let out = fx
         .ok(&["delete", "deployment", "web", "--cascade=background"])
         .await;
     assert!(out.contains(r#"deployment.apps "web" deleted"#), "{out}");
-    wait_for(store, "the replica set and pods to go", || {
-        (count(store, "apps", "ReplicaSet", "app=web") == 0
-            && count(store, "", "Pod", "app=web") == 0)
-            .then_some(())
+    eventually("the replica set and pods to go", async || {
+        fx.count("prod", "replicasets,pods", "app=web").await == 0
     })
     .await;
     let left = fx
@@ -418,6 +477,12 @@ async fn delete_cascades_in_the_background() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_of_pods_and_deployments() {
+    if !emulator_only(
+        "kubectl_conformance::logs_of_pods_and_deployments",
+        "the emulator's simulated containers write logs; kwok's fake ones have none",
+    ) {
+        return;
+    }
     let Some(fx) = Fixture::start().await else {
         return;
     };
@@ -470,7 +535,6 @@ async fn get_watch_sees_events_until_the_request_timeout() {
         .spawn()
         .expect("kubectl starts");
     // The watch is open once the server has seen it.
-    let store = fx.store("prod");
     let deadline = Instant::now() + Duration::from_secs(20);
     while controls.request_count("watch", "configmaps") == 0 {
         assert!(
@@ -480,14 +544,8 @@ async fn get_watch_sees_events_until_the_request_timeout() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let rt = store.resource_type("", "ConfigMap").expect("served");
-    store
-        .create(
-            &rt,
-            Some("default"),
-            serde_json::json!({"metadata": {"name": "late"}}),
-        )
-        .expect("created");
+    fx.ok_with_input(&["create", "-f", "-"], &configmap("late"))
+        .await;
     let output = watcher
         .wait_with_output()
         .await

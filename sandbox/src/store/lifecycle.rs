@@ -1,0 +1,148 @@
+//! What the collectors and controllers ask of the store: objects by UID, dependents,
+//! namespace contents, and finalizing namespaces and CRDs.
+
+use super::*;
+
+impl Store {
+    /// The object with this UID and its resource type, if it exists.
+    pub fn get_by_uid(&self, uid: &str) -> Option<(ResourceType, Value)> {
+        let state = self.lock();
+        let (key, ns, name) = state.by_uid.get(uid)?;
+        let rt = state.registry.by_storage_key(key)?;
+        let object = state
+            .objects
+            .get(key)?
+            .get(&(ns.clone(), name.clone()))?
+            .clone();
+        Some((rt, object))
+    }
+
+    /// Objects whose ownerReferences name this UID.
+    pub fn dependents_of(&self, uid: &str) -> Vec<(ResourceType, Value)> {
+        let state = self.lock();
+        let Some(locations) = state.dependents.get(uid) else {
+            return Vec::new();
+        };
+        locations
+            .iter()
+            .filter_map(|(key, ns, name)| {
+                let rt = state.registry.by_storage_key(key)?;
+                let object = state
+                    .objects
+                    .get(key)?
+                    .get(&(ns.clone(), name.clone()))?
+                    .clone();
+                Some((rt, object))
+            })
+            .collect()
+    }
+
+    /// Every stored object of every type (for the collectors' full resyncs).
+    pub fn all_objects(&self) -> Vec<(ResourceType, Value)> {
+        let state = self.lock();
+        let mut all = Vec::new();
+        for (key, objects) in &state.objects {
+            if let Some(rt) = state.registry.by_storage_key(key) {
+                all.extend(objects.values().map(|o| (rt.clone(), o.clone())));
+            }
+        }
+        all
+    }
+
+    /// Objects of every namespaced type in one namespace.
+    pub fn namespace_contents(&self, namespace: &str) -> Vec<(ResourceType, Value)> {
+        let state = self.lock();
+        let mut contents = Vec::new();
+        for (key, objects) in &state.objects {
+            let Some(rt) = state.registry.by_storage_key(key) else {
+                continue;
+            };
+            if !rt.namespaced {
+                continue;
+            }
+            contents.extend(
+                objects
+                    .iter()
+                    .filter(|(k, _)| k.0 == namespace)
+                    .map(|(_, v)| (rt.clone(), v.clone())),
+            );
+        }
+        contents
+    }
+
+    /// The namespace controller's last step: drop `spec.finalizers` of a terminating, empty
+    /// namespace, which removes it.
+    pub fn finalize_namespace(&self, name: &str) -> Result<(), ApiError> {
+        let mut state = self.lock();
+        let namespaces = state
+            .registry
+            .by_kind("", "Namespace")
+            .ok_or_else(|| ApiError::internal("namespaces are not served"))?;
+        let Some(namespace) = state.get(&namespaces, "", name).cloned() else {
+            return Ok(());
+        };
+        if !meta::is_deleting(&namespace) {
+            return Ok(());
+        }
+        if meta::finalizers(&namespace).is_empty() {
+            state.remove(&namespaces, "", name);
+        } else {
+            let mut next = namespace;
+            next["spec"] = json!({});
+            state.put(&namespaces, next);
+        }
+        Ok(())
+    }
+
+    /// The CRD controller's last step: forget the types of a CRD whose objects are gone and
+    /// drop its cleanup finalizer.
+    pub fn finalize_crd(&self, name: &str) -> Result<(), ApiError> {
+        let mut state = self.lock();
+        let crds = state
+            .registry
+            .by_kind("apiextensions.k8s.io", "CustomResourceDefinition")
+            .ok_or_else(|| ApiError::internal("CRDs are not served"))?;
+        let Some(crd_object) = state.get(&crds, "", name).cloned() else {
+            return Ok(());
+        };
+        if !meta::is_deleting(&crd_object) {
+            return Ok(());
+        }
+        if let Some(types) = state
+            .registry
+            .custom_types(name)
+            .map(<[ResourceType]>::to_vec)
+            && let Some(first) = types.first()
+        {
+            let key = first.storage_key();
+            if state.objects.get(&key).is_some_and(|o| !o.is_empty()) {
+                return Err(ApiError::conflict_because(
+                    &crds,
+                    name,
+                    "custom resources remain",
+                ));
+            }
+            state.objects.remove(&key);
+        }
+        state.registry.unregister_crd(name);
+        let mut finalizers = meta::finalizers(&crd_object);
+        finalizers.retain(|f| f != crd::CLEANUP_FINALIZER);
+        if finalizers.is_empty() {
+            state.remove(&crds, "", name);
+        } else {
+            let mut next = crd_object;
+            meta::set_finalizers(&mut next, &finalizers);
+            state.put(&crds, next);
+        }
+        Ok(())
+    }
+
+    /// The served types of a CRD (by its object name), while it is registered.
+    pub fn crd_types(&self, crd_name: &str) -> Vec<ResourceType> {
+        self.lock()
+            .registry
+            .custom_types(crd_name)
+            .map(<[ResourceType]>::to_vec)
+            .unwrap_or_default()
+    }
+}
