@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
-use comb_api::Comb;
+use comb_api::{Comb, Reason};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -102,7 +102,7 @@ pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
         .iter()
         .filter_map(|comb| {
             let ready = comb.status.as_ref()?.ready()?;
-            (ready.reason.as_deref() == Some("UpstreamLoop")).then(|| {
+            (ready.reason == Some(Reason::UpstreamLoop)).then(|| {
                 format!(
                     "{}/{}: {}",
                     comb.metadata.namespace.as_deref().unwrap_or_default(),

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombRef, CombStatus};
+use comb_api::{Comb, CombRef, CombStatus, Phase, Reason};
 use serde::Serialize;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
@@ -50,8 +50,8 @@ impl Hop {
         let status = comb.status.as_ref();
         let ready = status.and_then(CombStatus::ready);
         Hop {
-            phase: status.and_then(|status| status.phase.clone()),
-            reason: ready.and_then(|ready| ready.reason.clone()),
+            phase: status.and_then(|status| status.phase.as_ref().map(Phase::to_string)),
+            reason: ready.and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
             message: ready.and_then(|ready| ready.message.clone()),
             via: status
                 .and_then(|status| status.upstream.as_ref())

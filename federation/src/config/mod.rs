@@ -464,10 +464,7 @@ impl Config {
             .map_err(|error| Error::Kube {
                 request: format!("get Comb {location}"),
                 message: error.to_string(),
-                code: match &error {
-                    kube::Error::Api(status) => Some(status.code),
-                    _ => None,
-                },
+                source: Some(Box::new(error)),
             })
     }
 }

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use comb_api::{Comb, CombStatus};
+use comb_api::{Comb, CombStatus, Phase, Reason};
 use comb_kubeconfigs::ClientPool;
 use comb_upstreams::UpstreamClasses;
 use futures::FutureExt;
@@ -777,7 +777,7 @@ impl Shared {
                             &SettleView {
                                 stepped: entry.stepped,
                                 busy: layer.queue.is_busy(key),
-                                phase: status.and_then(|s| s.phase.clone()),
+                                phase: status.and_then(|s| s.phase.as_ref().map(Phase::to_string)),
                                 unchanged_for: entry.changed_at.elapsed(),
                             },
                             settle,
@@ -800,8 +800,8 @@ impl Shared {
                         layer: layer.name().to_string(),
                         namespace: key.namespace.clone(),
                         name: key.name.clone(),
-                        phase: status.and_then(|s| s.phase.clone()),
-                        reason: ready.and_then(|r| r.reason.clone()),
+                        phase: status.and_then(|s| s.phase.as_ref().map(Phase::to_string)),
+                        reason: ready.and_then(|r| r.reason.as_ref().map(Reason::to_string)),
                         message: ready.and_then(|r| r.message.clone()),
                     }
                 })

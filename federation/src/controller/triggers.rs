@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::{Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, UpstreamSpec};
+use comb_api::{
+    Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec,
+};
 
 use super::queue::{CombKey, Trigger};
 use crate::config::{BorrowDecision, Config};
@@ -66,8 +68,8 @@ pub fn is_newer(candidate: &Comb, held: &Comb) -> bool {
 /// (without the times, which change on every borrowing step).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusSignature {
-    phase: Option<String>,
-    ready: Option<(String, Option<String>, Option<String>)>,
+    phase: Option<Phase>,
+    ready: Option<(String, Option<Reason>, Option<String>)>,
     endpoints: Vec<CombEndpoint>,
     /// Without `observedAt`.
     upstream: Option<CombUpstreamStatus>,

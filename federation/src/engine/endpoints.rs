@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use comb_api::{Endpoint, name_problem};
 use serde_json::Value;
 
-use crate::engine::render::describe_value;
+use crate::engine::values::describe_value;
 use crate::error::{Error, Result};
 
 /// The keys a declaration may have.

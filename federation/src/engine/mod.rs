@@ -6,7 +6,9 @@
 pub mod borrow;
 pub mod bridge;
 pub mod class;
+pub mod context;
 pub mod deploy;
+pub mod digest;
 pub mod endpoints;
 pub mod kinds;
 pub mod kube_ops;

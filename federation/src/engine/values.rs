@@ -29,6 +29,17 @@ pub fn truthy(value: Option<&Value>) -> bool {
     }
 }
 
+/// How the reference names a value that is not what it wanted: `an array`, `null`, or
+/// `a plain scalar` for strings, numbers and booleans.
+pub fn describe_value(value: &Value) -> &'static str {
+    match value {
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+        Value::Null => "null",
+        Value::Bool(_) | Value::Number(_) | Value::String(_) => "a plain scalar",
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
