@@ -344,12 +344,13 @@ pub(crate) async fn replicate(
 
 fn to_value(object: &DynamicObject, place: &str) -> Result<Value> {
     serde_json::to_value(object)
-        .map_err(|error| Error::Replication(format!("{place} is no object: {error}")))
+        .map_err(|error| Error::Replication(format!("{place} is not an object: {error}")))
 }
 
 fn from_value(value: &Value, place: &str) -> Result<DynamicObject> {
-    serde_json::from_value(value.clone())
-        .map_err(|error| Error::Replication(format!("the copy of {place} is no object: {error}")))
+    serde_json::from_value(value.clone()).map_err(|error| {
+        Error::Replication(format!("the copy of {place} is not an object: {error}"))
+    })
 }
 
 #[cfg(test)]

@@ -82,7 +82,7 @@ impl Hop {
 pub enum End {
     /// The last hop serves the service itself (or has not borrowed yet).
     Served,
-    /// The last hop borrows from something that is no Comb of a layer.
+    /// The last hop borrows from something that is not a Comb of a layer.
     Outside { upstream: String },
     /// The last hop could not be read.
     Unreadable,

@@ -423,9 +423,6 @@ impl CombInstance {
     pub fn stub_of(&self) -> Option<&str> {
         self.ctx.stub_of.as_deref()
     }
-    pub fn is_stub(&self) -> bool {
-        self.ctx.stub_of.is_some()
-    }
     /// The class's dependencies.
     pub fn depends_on(&self) -> Vec<String> {
         self.class.depends_on(&self.ctx)
@@ -645,7 +642,7 @@ mod tests {
         assert_eq!(comb.class_name(), "Manifests");
         assert_eq!((comb.name(), comb.namespace()), ("nats", "platform"));
         assert_eq!(comb.depends_on(), ["db", "infra/vault"]);
-        assert!(!comb.is_stub());
+        assert_eq!(comb.stub_of(), None);
         assert!(!comb.optional());
 
         let mailer = build(&cr("mailer", json!({"class": "Mailer"})), true)

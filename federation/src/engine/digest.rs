@@ -20,8 +20,7 @@ pub fn applied_digest(manifest: &Map<String, Value>, digest_annotation: &str) ->
             metadata.remove("annotations");
         }
     }
-    let mut canonical = String::new();
-    write_canonical(&mut canonical, &Value::Object(copy));
+    let canonical = canonical_json(&Value::Object(copy));
     format!(
         "sha256:{}",
         hex::encode(Sha256::digest(canonical.as_bytes()))

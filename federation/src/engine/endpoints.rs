@@ -53,18 +53,6 @@ impl EndpointDecl {
         self
     }
 
-    /// A declaration from an [`Endpoint`] (no `service`: it uses the Service named after the Comb).
-    pub fn from_endpoint(endpoint: &Endpoint) -> EndpointDecl {
-        EndpointDecl {
-            name: endpoint.name().to_string(),
-            port: Some(endpoint.port()),
-            protocol: Some(endpoint.protocol().to_string()),
-            service: None,
-            cluster: endpoint.cluster().map(str::to_string),
-            external: endpoint.external().map(str::to_string),
-        }
-    }
-
     /// A declaration from data (e.g. `config.endpoints` of the `Manifests` class): an object with
     /// the keys `name port protocol service cluster external`. `class` names the class in errors.
     pub fn from_value(class: &str, value: &Value) -> Result<EndpointDecl> {

@@ -538,12 +538,12 @@ fn identity(manifest: &Value) -> Result<ManagedObject> {
 
 fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
     serde_json::to_value(object)
-        .map_err(|error| kube_error(request, format!("the answer is no object: {error}")))
+        .map_err(|error| kube_error(request, format!("the answer is not an object: {error}")))
 }
 
 fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
     serde_json::from_value(value.clone())
-        .map_err(|error| kube_error(request, format!("the manifest is no object: {error}")))
+        .map_err(|error| kube_error(request, format!("the manifest is not an object: {error}")))
 }
 
 fn kube_error(request: &str, message: String) -> Error {

@@ -47,6 +47,13 @@ impl Problem {
             message,
         }
     }
+    /// A rendered item that is not live: pending `ResourcesMissing`, `<Kind> <name> is missing`.
+    pub fn missing(item: &RenderedItem) -> Problem {
+        Problem::pending(
+            Reason::ResourcesMissing,
+            format!("{} {} is missing", item.kind, item.name),
+        )
+    }
     pub fn error(reason: Reason, message: String) -> Problem {
         Problem {
             severity: Severity::Error,
@@ -186,12 +193,7 @@ pub fn derive_local_status(
     let mut problems: Vec<Problem> = observed
         .iter()
         .filter(|(_, live)| live.is_none())
-        .map(|(item, _)| {
-            Problem::pending(
-                Reason::ResourcesMissing,
-                format!("{} {} is missing", item.kind, item.name),
-            )
-        })
+        .map(|(item, _)| Problem::missing(item))
         .collect();
     problems.extend(pod_problems);
     problems.extend(

@@ -13,8 +13,8 @@ use serde_json::Value;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, existing_treatment, is_namespaced};
 use crate::engine::render::RenderedItem;
-use crate::engine::status::clean_message;
 use crate::engine::tenancy::Tenancy;
+use crate::engine::values::clean_message;
 
 /// A resource's identity regardless of its API version.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -29,9 +29,8 @@ use crate::engine::kube_ops::KubeOps;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::RenderedItem;
-use crate::engine::status::{
-    Established, StepRecord, Verdict, build_status, clean_message, last_resort_status,
-};
+use crate::engine::status::{Established, StepRecord, Verdict, build_status, last_resort_status};
+use crate::engine::values::clean_message;
 use crate::error::Result;
 
 /// Finds the Combs a Comb depends on (`dependsOn` entries as written: `name` or

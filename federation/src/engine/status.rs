@@ -1,5 +1,5 @@
 //! Building the recorded `CombStatus` from what a reconcile step decided (reference §6.7
-//! carry-forward, §6.8 `_status_from`), and the clean-message rule. Pure: `now` is a parameter.
+//! carry-forward, §6.8 `_status_from`). Pure: `now` is a parameter.
 
 use std::collections::BTreeMap;
 
@@ -10,16 +10,7 @@ use comb_api::{
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-/// The message of an error as every status text shows it: trailing whitespace removed; an empty
-/// message reads `unknown error`.
-pub fn clean_message(message: &str) -> String {
-    let trimmed = message.trim_end();
-    if trimmed.is_empty() {
-        "unknown error".to_string()
-    } else {
-        trimmed.to_string()
-    }
-}
+use crate::engine::values::clean_message;
 
 /// What a step established as serving the Comb.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! What the cluster shows of a Comb now (reference §8): the local live status, or, while it
 //! borrows, the status of its bridge and upstream (§8.2); and the endpoints it resolves now.
 
-use comb_api::{Endpoint, Phase, Reason};
+use comb_api::{Endpoint, Phase};
 use comb_upstreams::{Upstream, UpstreamContext};
 use jiff::Timestamp;
 use serde_json::Value;
@@ -43,12 +43,7 @@ pub fn derive_borrowed_status(
         .iter()
         .enumerate()
         .filter(|(index, _)| !present(*index))
-        .map(|(_, item)| {
-            Problem::pending(
-                Reason::ResourcesMissing,
-                format!("{} {} is missing", item.kind, item.name),
-            )
-        })
+        .map(|(_, item)| Problem::missing(item))
         .collect();
     let verdict = observed.verdict();
     if verdict.phase != Phase::Running {

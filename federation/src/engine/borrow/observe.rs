@@ -14,7 +14,7 @@ use crate::engine::borrow::redirect::{Redirect, redirect};
 use crate::engine::class::CombInstance;
 use crate::engine::kinds::ScopeLookup;
 use crate::engine::render::RenderedItem;
-use crate::engine::status::clean_message;
+use crate::engine::values::clean_message;
 
 /// Where the upstream path stops, and as what.
 #[derive(Clone, Debug, PartialEq, Eq)]
