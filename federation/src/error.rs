@@ -2,8 +2,9 @@
 //!
 //! Messages are the reference's (`comb-behavior.md`) wherever it names one; reconcile wraps them
 //! into reasons (`rendering the manifests failed: <msg>` ...). [`Error::category`] is the
-//! reference's failure category where it has one (`manifests`, `deploy`, `bridge`): reconcile
-//! tells `BridgeImpossible` from `BridgeFailed` by it.
+//! reference's failure category where it has one (`manifests`, `deploy`, `bridge`); the
+//! variants are what code matches on (`Error::Bridge` is `BridgeImpossible`, any other a
+//! `BridgeFailed`).
 
 use comb_kubeconfigs::describe_error;
 use serde_json::Value;

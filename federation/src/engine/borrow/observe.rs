@@ -15,6 +15,7 @@ use crate::engine::class::CombInstance;
 use crate::engine::kinds::ScopeLookup;
 use crate::engine::render::RenderedItem;
 use crate::engine::values::clean_message;
+use crate::error::Error;
 
 /// Where the upstream path stops, and as what.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -228,11 +229,8 @@ pub async fn observe_upstream(
             observed.bridge = items;
             observed
         }
-        Err(error) if error.category() == "bridge" => {
-            let message = format!(
-                "the upstream cannot be bridged: {}",
-                clean_message(&error.to_string())
-            );
+        Err(Error::Bridge(why)) => {
+            let message = format!("the upstream cannot be bridged: {}", clean_message(&why));
             observed.stopped(Phase::Blocked, Reason::BridgeImpossible, message)
         }
         Err(error) => {
