@@ -228,6 +228,32 @@ fn the_engine_modules_form_a_one_way_chain() {
 }
 
 #[test]
+fn a_cycle_in_source_files_fails_by_name() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("architecture-cycle");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("borrow")).expect("a scratch directory");
+    for (file, text) in [
+        ("reconcile.rs", "use crate::engine::borrow::Borrowing;"),
+        ("borrow/mod.rs", "pub mod observe;\npub mod resolve;"),
+        ("borrow/resolve.rs", "use super::observe::Stop;"),
+        (
+            "borrow/observe.rs",
+            "fn f(_: &crate::engine::reconcile::StepEnv) {}\nuse crate::engine::borrow::resolve::X;",
+        ),
+    ] {
+        std::fs::write(dir.join(file), text).expect("a scratch file");
+    }
+    let found: Vec<String> = engine_graphs(&dir).iter().flat_map(cycles).collect();
+    assert_eq!(
+        found,
+        [
+            "borrow -> reconcile -> borrow",
+            "borrow::observe -> borrow::resolve -> borrow::observe"
+        ]
+    );
+}
+
+#[test]
 fn a_cycle_is_found_and_named() {
     let graph: Graph = [
         ("borrow", vec!["reconcile", "class"]),
