@@ -158,7 +158,7 @@ impl Comb {
     }
 
     /// Parses a Comb from JSON data (e.g. a `DynamicObject` turned into a value). Fails only when
-    /// the data is no object or its metadata does not decode; a bad spec or status is
+    /// the data is not an object or its metadata does not decode; a bad spec or status is
     /// [`Comb::spec_error`] or [`Comb::status_error`].
     pub fn from_value(value: Value) -> crate::Result<Comb> {
         Ok(serde_json::from_value(value)?)

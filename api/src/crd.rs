@@ -250,7 +250,7 @@ fn check_group(group: &str) -> Result<()> {
     });
     if !labels_ok || !group.contains('.') || group.len() > 253 {
         return Err(Error::CrdArgument(format!(
-            "the group '{group}' is no DNS subdomain with a dot (e.g. comb.internal), as the API server requires of a CRD group"
+            "the group '{group}' is not a DNS subdomain with a dot (e.g. comb.internal), as the API server requires of a CRD group"
         )));
     }
     Ok(())

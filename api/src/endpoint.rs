@@ -193,14 +193,6 @@ impl Address {
             port,
         })
     }
-
-    /// The same address with `port` when it has none.
-    pub fn or_port(self, port: u16) -> Address {
-        Address {
-            port: self.port.or(Some(port)),
-            ..self
-        }
-    }
 }
 
 fn parse_port(text: &str) -> Option<u16> {
@@ -321,11 +313,5 @@ mod tests {
                 assert_eq!(address.to_string(), *shown, "{text}");
             }
         }
-        let with_port = Address::parse("2001:db8::7").unwrap().or_port(5432);
-        assert_eq!(with_port.to_string(), "[2001:db8::7]:5432");
-        assert_eq!(
-            Address::parse("db:1").unwrap().or_port(2).to_string(),
-            "db:1"
-        );
     }
 }

@@ -17,7 +17,7 @@ pub enum Error {
     CrdArgument(String),
 
     /// A Comb custom resource that does not parse as one.
-    #[error("the custom resource is no Comb: {0}")]
+    #[error("the custom resource is not a Comb: {0}")]
     Parse(#[from] serde_json::Error),
 }
 

@@ -4,7 +4,7 @@
 //! so that every other crate (and other programs) can use the types cheaply.
 //!
 //! - [`Comb`], [`CombSpec`] (with [`UpstreamSpec`]'s null-vs-absent rule), [`CombStatus`] and
-//!   the value types in it;
+//!   the value types in it, with its words typed: [`Phase`] and [`Reason`];
 //! - [`Endpoint`] with [`name_problem`], and [`Address`] for `host:port`;
 //! - [`LabelKeys`]: every label and annotation key from one prefix;
 //! - [`CombRef`]: references of the form `LAYER:NAMESPACE/NAME` (layer and namespace optional);
@@ -15,6 +15,7 @@ mod crd;
 mod endpoint;
 mod error;
 mod labels;
+mod phase;
 mod reference;
 mod status;
 
@@ -26,8 +27,9 @@ pub use crd::{UPSTREAM_CLASSES, crd, custom_resource_definition};
 pub use endpoint::{Address, DEFAULT_PROTOCOL, Endpoint, Host, name_problem};
 pub use error::{Error, Result};
 pub use labels::{DEFAULT_PREFIX, LabelKeys, MANAGED_BY_LABEL, is_label_value};
+pub use phase::{Phase, Reason};
 pub use reference::CombRef;
 pub use status::{
-    CONFIG_READY, CombCondition, CombEndpoint, CombResource, CombStatus, CombUpstreamStatus,
-    ConditionStatus, DEPENDENCIES_READY, READY, STATUS_WRITTEN, group_of,
+    CONFIG_READY, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus, ConditionStatus,
+    DEPENDENCIES_READY, ManagedObject, READY, STATUS_WRITTEN, group_of,
 };

@@ -19,7 +19,7 @@ impl CombRef {
     pub fn parse(text: &str) -> Result<CombRef> {
         let problem = |why: &str| {
             Error::Reference(format!(
-                "'{text}' is no Comb reference ([LAYER:][NAMESPACE/]NAME): {why}"
+                "'{text}' is not a Comb reference ([LAYER:][NAMESPACE/]NAME): {why}"
             ))
         };
         let (layer, rest) = match text.split_once(':') {
@@ -50,11 +50,6 @@ impl CombRef {
             namespace: namespace.map(str::to_string),
             name: name.to_string(),
         })
-    }
-
-    /// The namespace, else `default`.
-    pub fn namespace_or<'a>(&'a self, default: &'a str) -> &'a str {
-        self.namespace.as_deref().unwrap_or(default)
     }
 }
 
@@ -97,7 +92,6 @@ mod tests {
             assert_eq!(parsed.name, name, "{text}");
             assert_eq!(parsed.to_string(), text);
         }
-        assert_eq!(CombRef::parse("nats").unwrap().namespace_or("x"), "x");
     }
 
     #[test]
@@ -114,7 +108,7 @@ mod tests {
         for (text, why) in cases {
             assert_eq!(
                 CombRef::parse(text).unwrap_err().to_string(),
-                format!("'{text}' is no Comb reference ([LAYER:][NAMESPACE/]NAME): {why}"),
+                format!("'{text}' is not a Comb reference ([LAYER:][NAMESPACE/]NAME): {why}"),
             );
         }
     }

@@ -6,19 +6,21 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
+use crate::phase::{Phase, Reason};
+
 /// `status` of a Comb, as the last reconcile step recorded it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CombStatus {
     /// `Running`, `Pending`, `Blocked`, `NeedsConfig`, `Disabled`, `Error` or `Maintenance`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     /// `Ready`, `DependenciesReady`, `ConfigReady`, then others sorted by type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<CombCondition>>,
     /// What the Comb deployed: the basis for pruning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub managed_resources: Option<Vec<CombResource>>,
+    pub managed_resources: Option<Vec<ManagedObject>>,
     /// The resolved endpoints (redirected to the upstream while borrowing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoints: Option<Vec<CombEndpoint>>,
@@ -42,7 +44,7 @@ impl CombStatus {
     }
 
     /// The recorded managed resources, empty when there are none.
-    pub fn managed(&self) -> &[CombResource] {
+    pub fn managed(&self) -> &[ManagedObject] {
         self.managed_resources.as_deref().unwrap_or_default()
     }
 
@@ -69,7 +71,7 @@ pub struct CombCondition {
     pub type_: String,
     pub status: ConditionStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Serialised as `%Y-%m-%dT%H:%M:%SZ` in UTC.
@@ -120,10 +122,12 @@ pub struct CombEndpoint {
     pub external: Option<String>,
 }
 
-/// One resource the Comb deployed. `namespace` is absent for cluster-scoped objects.
+/// One object a Comb manages: an entry of `status.managedResources` (the reference's
+/// `CombResource`), also how the engine names an object it writes or deletes. `namespace` is
+/// absent for cluster-scoped objects.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct CombResource {
+pub struct ManagedObject {
     pub api_version: String,
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -131,7 +135,7 @@ pub struct CombResource {
     pub name: String,
 }
 
-impl CombResource {
+impl ManagedObject {
     /// The API group: the part of `apiVersion` before the last `/`, `""` for the core group.
     pub fn group(&self) -> &str {
         group_of(&self.api_version)
@@ -153,8 +157,9 @@ pub struct CombUpstreamStatus {
     pub context: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachable: Option<bool>,
+    /// The upstream's phase, as it said it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     /// The layers (kube contexts) the service comes through, nearest first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub via: Option<Vec<String>>,

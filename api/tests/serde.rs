@@ -4,7 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use comb_api::{Comb, CombSpec, ConditionStatus, UpstreamSpec, api_resource};
+use comb_api::{
+    Comb, CombSpec, CombStatus, ConditionStatus, Phase, Reason, UpstreamSpec, api_resource,
+};
 use kube_core::Resource;
 use serde_json::json;
 
@@ -35,6 +37,26 @@ fn the_full_example_round_trips_byte_identically() {
     assert_eq!(status.observed_generation, Some(3));
     assert_eq!(comb.spec.dependencies(), ["db", "infra/vault"]);
     assert!(matches!(comb.spec.upstream, UpstreamSpec::Declared(_)));
+}
+
+#[test]
+fn status_words_are_typed_and_unknown_ones_still_decode() {
+    let comb: Comb = serde_json::from_str(EXAMPLE).unwrap();
+    let status = comb.status.unwrap();
+    assert_eq!(status.phase, Some(Phase::Running));
+    // The reference's example uses a reason its catalogue does not list: kept as it was.
+    assert_eq!(
+        status.ready().unwrap().reason,
+        Some(Reason::Other("UpstreamRunning".into()))
+    );
+    assert_eq!(status.upstream.unwrap().phase, Some(Phase::Running));
+
+    // A status a newer comb wrote, with words this one does not know.
+    let newer = json!({"phase": "Hibernating", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "AsleepUntilMonday", "message": "zzz"}]});
+    let status: CombStatus = serde_json::from_value(newer.clone()).unwrap();
+    assert_eq!(status.phase, Some(Phase::Other("Hibernating".into())));
+    assert_eq!(serde_json::to_value(&status).unwrap(), newer);
 }
 
 #[test]

@@ -162,7 +162,12 @@ async fn wait_all(api: &Api<Comb>, count: usize, phase: &str, deadline: Instant)
         let done = list
             .items
             .iter()
-            .filter(|comb| comb.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase))
+            .filter(|comb| {
+                comb.status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_ref().map(|p| p.as_str()))
+                    == Some(phase)
+            })
             .count();
         if done == count {
             return Ok(());

@@ -2,9 +2,11 @@
 //!
 //! Messages are the reference's (`comb-behavior.md`) wherever it names one; reconcile wraps them
 //! into reasons (`rendering the manifests failed: <msg>` ...). [`Error::category`] is the
-//! reference's failure category where it has one (`manifests`, `deploy`, `bridge`): reconcile
-//! tells `BridgeImpossible` from `BridgeFailed` by it.
+//! reference's failure category where it has one (`manifests`, `deploy`, `bridge`); the
+//! variants are what code matches on (`Error::Bridge` is `BridgeImpossible`, any other a
+//! `BridgeFailed`).
 
+use comb_kubeconfigs::describe_error;
 use serde_json::Value;
 
 /// Everything that can go wrong in comb-federation.
@@ -42,12 +44,14 @@ pub enum Error {
     #[error("{0}")]
     Status(String),
 
-    /// A request to an API server failed; `message` keeps the server's own words.
+    /// A request to an API server failed; `message` keeps the server's own words, `source` the
+    /// client's error (`None` when the request could not be made at all).
     #[error("Kubernetes API error ({request}): {message}")]
     Kube {
         request: String,
         message: String,
-        code: Option<u16>,
+        #[source]
+        source: Option<Box<kube::Error>>,
     },
 
     /// A value of comb-api that does not hold (an endpoint name, a reference, a CRD group).
@@ -73,6 +77,29 @@ pub enum Error {
 }
 
 impl Error {
+    /// A failed request, in the server's words ([`describe_error`]), keeping the client's error.
+    pub fn kube(request: impl Into<String>, error: kube::Error) -> Error {
+        Error::Kube {
+            request: request.into(),
+            message: describe_error(&error),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// The HTTP status code the API server answered a failed request with, if it answered.
+    pub fn status_code(&self) -> Option<u16> {
+        match self {
+            Error::Kube {
+                source: Some(source),
+                ..
+            } => match source.as_ref() {
+                kube::Error::Api(status) => Some(status.code),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// A short static name of the stage, for metric labels, logs and the reference's categories.
     pub fn category(&self) -> &'static str {
         match self {

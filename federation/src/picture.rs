@@ -132,10 +132,13 @@ fn node(layer: &crate::config::Layer, comb: &Comb) -> CombNode {
         stub: layer.stubs_comb(&namespace, &name),
         namespace,
         name,
-        phase: status.and_then(|status| status.phase.clone()),
+        phase: status
+            .and_then(|status| status.phase.as_ref())
+            .map(ToString::to_string),
         reason: status
             .and_then(CombStatus::ready)
-            .and_then(|ready| ready.reason.clone()),
+            .and_then(|ready| ready.reason.as_ref())
+            .map(ToString::to_string),
         upstream: upstream.and_then(|upstream| {
             upstream.context.clone().or_else(|| {
                 upstream.class.as_deref().map(|class| {

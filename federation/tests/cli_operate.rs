@@ -96,7 +96,7 @@ fn failures_are_one_line_with_exit_code_1_and_usage_errors_2() {
         (
             &["via", "dev:a/b/c"],
             1,
-            "comb: 'dev:a/b/c' is no Comb reference ([LAYER:][NAMESPACE/]NAME): the name 'b/c' holds ':', '/' or whitespace\n",
+            "comb: 'dev:a/b/c' is not a Comb reference ([LAYER:][NAMESPACE/]NAME): the name 'b/c' holds ':', '/' or whitespace\n",
         ),
         (&["get", "-o", "xml"], 2, ""),
         (&["logs"], 2, ""),

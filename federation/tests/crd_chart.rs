@@ -48,6 +48,6 @@ fn a_bad_group_is_one_clear_line_and_exit_code_1() {
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         String::from_utf8(output.stderr).unwrap(),
-        "comb: crd: the group 'Comb' is no DNS subdomain with a dot (e.g. comb.internal), as the API server requires of a CRD group\n"
+        "comb: crd: the group 'Comb' is not a DNS subdomain with a dot (e.g. comb.internal), as the API server requires of a CRD group\n"
     );
 }

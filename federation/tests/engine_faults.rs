@@ -60,7 +60,7 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
 
     // The next step finishes the job and prunes.
     let status = cluster.reconcile(&mut comb).await;
-    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    assert_eq!(status.phase.as_ref().map(|p| p.as_str()), Some("Pending"));
     assert_eq!(
         managed(&status),
         ["ConfigMap/nats-a", "Service/nats", "ConfigMap/nats-b"]
@@ -86,7 +86,7 @@ async fn status_written_false_after_two_failed_writes_then_dropped() {
     assert_eq!(
         (
             written.status,
-            written.reason.as_deref(),
+            written.reason.as_ref().map(|r| r.as_str()),
             written.message.as_deref()
         ),
         (
@@ -143,7 +143,7 @@ async fn a_status_conflict_is_retried_on_a_fresh_read() {
     cluster
         .ops
         .merge_patch(
-            &comb_api::CombResource {
+            &comb_api::ManagedObject {
                 api_version: "comb.internal/v1".into(),
                 kind: "Comb".into(),
                 namespace: Some(NS.into()),

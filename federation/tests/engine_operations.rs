@@ -172,7 +172,12 @@ async fn describe_and_endpoint() {
     assert_eq!(description.class, "Manifests");
     assert_eq!(description.depends_on, ["db"]);
     assert_eq!(description.recorded.as_ref(), comb.recorded_status());
-    assert!(description.status.healthy());
+    assert!(
+        description
+            .status
+            .as_ref()
+            .is_some_and(|status| status.healthy)
+    );
     let clusters: Vec<_> = description
         .endpoints
         .iter()

@@ -176,8 +176,8 @@ fn cluster_widget(name: &str) -> serde_json::Value {
     json!({"apiVersion": "example.com/v1", "kind": "ClusterWidget", "metadata": {"name": name}, "spec": {"size": 3}})
 }
 
-fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::CombResource {
-    comb_api::CombResource {
+fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::ManagedObject {
+    comb_api::ManagedObject {
         api_version: "example.com/v1".into(),
         kind: "ClusterWidget".into(),
         namespace: namespace.map(str::to_string),
@@ -306,7 +306,7 @@ async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_
     }
     let namespace_error = cluster
         .ops
-        .delete(&comb_api::CombResource {
+        .delete(&comb_api::ManagedObject {
             api_version: "v1".into(),
             kind: "Namespace".into(),
             namespace: None,

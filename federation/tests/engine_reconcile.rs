@@ -42,7 +42,12 @@ async fn a_disabled_comb_makes_no_request_but_the_status_write() {
         .collect();
     assert_eq!(types, ["Ready", "DependenciesReady", "ConfigReady"]);
     assert_eq!(
-        status.condition(CONFIG_READY).unwrap().reason.as_deref(),
+        status
+            .condition(CONFIG_READY)
+            .unwrap()
+            .reason
+            .as_ref()
+            .map(|r| r.as_str()),
         Some("NotChecked")
     );
     assert_eq!(status.observed_generation, cr.metadata.generation);
@@ -95,11 +100,16 @@ async fn blocked_for_each_dependency_reason() {
     );
     let deps = status.condition(DEPENDENCIES_READY).unwrap();
     assert_eq!(
-        (deps.status, deps.reason.as_deref()),
+        (deps.status, deps.reason.as_ref().map(|r| r.as_str())),
         (ConditionStatus::False, Some("NoResolver"))
     );
     assert_eq!(
-        status.condition(CONFIG_READY).unwrap().reason.as_deref(),
+        status
+            .condition(CONFIG_READY)
+            .unwrap()
+            .reason
+            .as_ref()
+            .map(|r| r.as_str()),
         Some("NotChecked")
     );
 
@@ -173,7 +183,11 @@ async fn blocked_for_each_dependency_reason() {
     let status = cluster.reconcile_with(&mut comb, Some(&resolver)).await;
     let deps = status.condition(DEPENDENCIES_READY).unwrap();
     assert_eq!(
-        (deps.status, deps.reason.as_deref(), deps.message.as_deref()),
+        (
+            deps.status,
+            deps.reason.as_ref().map(|r| r.as_str()),
+            deps.message.as_deref()
+        ),
         (
             ConditionStatus::True,
             Some("Healthy"),
@@ -209,7 +223,7 @@ async fn needs_config_until_the_prerequisites_exist() {
     );
     let config = status.condition(CONFIG_READY).unwrap();
     assert_eq!(
-        (config.status, config.reason.as_deref()),
+        (config.status, config.reason.as_ref().map(|r| r.as_str())),
         (ConditionStatus::False, Some("MissingPrerequisites"))
     );
     assert!(cluster.get("v1", "ConfigMap", "mailer").await.is_none());
@@ -233,7 +247,10 @@ async fn needs_config_until_the_prerequisites_exist() {
     );
     let config = status.condition(CONFIG_READY).unwrap();
     assert_eq!(
-        (config.reason.as_deref(), config.message.as_deref()),
+        (
+            config.reason.as_ref().map(|r| r.as_str()),
+            config.message.as_deref()
+        ),
         (Some("Complete"), Some("nothing missing"))
     );
 }

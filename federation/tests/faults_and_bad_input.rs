@@ -194,8 +194,13 @@ async fn phase(world: &DemoWorld, context: &str, name: &str) -> Option<(String, 
         &comb_api::api_resource(comb_api::DEFAULT_GROUP),
     );
     let status = api.get_opt(name).await.ok()??.status?;
-    let reason = status.ready()?.reason.clone().unwrap_or_default();
-    Some((status.phase?, reason))
+    let reason = status
+        .ready()?
+        .reason
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    Some((status.phase?.to_string(), reason))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,7 +125,7 @@ async fn three_layers_prod_staging_dev() {
             upstream.class.as_deref(),
             upstream.context.as_deref(),
             upstream.reachable,
-            upstream.phase.as_deref(),
+            upstream.phase.as_ref().map(|p| p.as_str()),
             upstream.via
         ),
         (

@@ -263,7 +263,13 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
     );
     assert_eq!(managed(&failed), managed(&status));
     assert_eq!(
-        failed.upstream.as_ref().unwrap().phase.as_deref(),
+        failed
+            .upstream
+            .as_ref()
+            .unwrap()
+            .phase
+            .as_ref()
+            .map(|p| p.as_str()),
         Some("Running")
     );
     assert_eq!(
@@ -423,7 +429,7 @@ async fn errors_of_the_upstream_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_endpoints_while_borrowing() {
-    use comb_federation::engine::borrow::{CombLiveStatus, live_status, resolution};
+    use comb_federation::engine::borrow::{live_status, resolution};
     use comb_federation::engine::operations::{describe, endpoint};
     use comb_federation::engine::reconcile::UpstreamResolution;
 
@@ -449,11 +455,13 @@ async fn status_and_endpoints_while_borrowing() {
         ops: &comb_federation::engine::kube_ops::KubeOps,
         db: &comb_federation::engine::class::CombInstance,
         borrowing: &comb_federation::engine::borrow::Borrowing,
-    ) -> comb_federation::engine::borrow::BorrowedStatus {
-        match live_status(ops, db, Some(borrowing)).await.unwrap() {
-            CombLiveStatus::Borrowed(status) => status,
-            CombLiveStatus::Local(local) => panic!("a local status while borrowing: {local:?}"),
-        }
+    ) -> comb_federation::engine::live_status::LiveStatus {
+        let status = live_status(ops, db, Some(borrowing)).await.unwrap();
+        assert!(
+            status.upstream.is_some(),
+            "a local status while borrowing: {status:?}"
+        );
+        status
     }
 
     // Nothing deployed yet.
@@ -461,7 +469,7 @@ async fn status_and_endpoints_while_borrowing() {
     assert_eq!(
         (
             status.phase.as_str(),
-            status.reason.as_deref(),
+            status.reason.as_ref().map(|r| r.as_str()),
             status.message.as_deref()
         ),
         (
@@ -479,11 +487,21 @@ async fn status_and_endpoints_while_borrowing() {
     // The bridge stands, the upstream does not run yet.
     let status = borrowed_status(&ops, &db, &borrowing).await;
     assert_eq!(
-        (status.phase.as_str(), status.reason.as_deref()),
+        (
+            status.phase.as_str(),
+            status.reason.as_ref().map(|r| r.as_str())
+        ),
         ("Pending", Some("UpstreamNotRunning"))
     );
     assert!(status.pods.is_empty());
-    assert_eq!(status.upstream.phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        status
+            .upstream
+            .and_then(|u| u.phase)
+            .map(|p| p.to_string())
+            .as_deref(),
+        Some("Pending")
+    );
 
     // endpoint(name) and describe answer with the redirected addresses.
     let postgres = endpoint(&db, "postgres", Some(&borrowing)).await.unwrap();
@@ -526,7 +544,7 @@ async fn status_and_endpoints_while_borrowing() {
     assert_eq!(
         (
             status.phase.as_str(),
-            status.reason.as_deref(),
+            status.reason.as_ref().map(|r| r.as_str()),
             status.message.as_deref()
         ),
         (

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombEndpoint, CombResource, CombStatus, Endpoint};
+use comb_api::{Comb, CombEndpoint, CombStatus, Endpoint, ManagedObject};
 use kube::Api;
 use serde_json::{Map, Value};
 use tokio::sync::OnceCell;
@@ -289,7 +289,7 @@ impl Upstream for K8s {
         endpoints_of(self.view(ctx).await)
     }
 
-    async fn replicate_into(&self, ctx: &UpstreamContext) -> Result<Vec<CombResource>> {
+    async fn replicate_into(&self, ctx: &UpstreamContext) -> Result<Vec<ManagedObject>> {
         replicate(ctx, &self.context, self.peer_namespace(ctx), &self.replicas).await
     }
 }

@@ -4,7 +4,7 @@
 //! Opt-in per object, never implicit. Messages name objects, never their values. An object of
 //! that name in the Comb's namespace that is not the Comb's is never overwritten.
 
-use comb_api::CombResource;
+use comb_api::ManagedObject;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
@@ -219,7 +219,7 @@ pub(crate) async fn replicate(
     from_context: &str,
     from_namespace: &str,
     replicas: &[Replica],
-) -> Result<Vec<CombResource>> {
+) -> Result<Vec<ManagedObject>> {
     if replicas.is_empty() {
         return Ok(Vec::new());
     }
@@ -332,7 +332,7 @@ pub(crate) async fn replicate(
                 describe_error(&e)
             ))
         })?;
-        copied.push(CombResource {
+        copied.push(ManagedObject {
             api_version: "v1".to_string(),
             kind: kind.to_string(),
             namespace: Some(ctx.namespace.clone()),
@@ -344,12 +344,13 @@ pub(crate) async fn replicate(
 
 fn to_value(object: &DynamicObject, place: &str) -> Result<Value> {
     serde_json::to_value(object)
-        .map_err(|error| Error::Replication(format!("{place} is no object: {error}")))
+        .map_err(|error| Error::Replication(format!("{place} is not an object: {error}")))
 }
 
 fn from_value(value: &Value, place: &str) -> Result<DynamicObject> {
-    serde_json::from_value(value.clone())
-        .map_err(|error| Error::Replication(format!("the copy of {place} is no object: {error}")))
+    serde_json::from_value(value.clone()).map_err(|error| {
+        Error::Replication(format!("the copy of {place} is not an object: {error}"))
+    })
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! for services outside any Comb (a managed database, a vendor API) and for tests.
 
 use async_trait::async_trait;
-use comb_api::{Endpoint, name_problem};
+use comb_api::{Endpoint, Phase, name_problem};
 use serde_json::{Map, Value};
 
 use crate::args::{Args, check_keys, describe};
@@ -29,7 +29,7 @@ impl Static {
             endpoints,
             status: UpstreamStatus {
                 reachable: true,
-                phase: Some("Running".to_string()),
+                phase: Some(Phase::Running),
                 via: Some(Vec::new()),
                 context: None,
                 message: None,
@@ -38,7 +38,7 @@ impl Static {
     }
 
     /// The same upstream in `phase`.
-    pub fn with_phase(mut self, phase: impl Into<String>) -> Static {
+    pub fn with_phase(mut self, phase: impl Into<Phase>) -> Static {
         self.status.phase = Some(phase.into());
         self
     }

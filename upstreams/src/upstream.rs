@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use async_trait::async_trait;
-use comb_api::{CombResource, Endpoint, LabelKeys};
+use comb_api::{Endpoint, LabelKeys, ManagedObject, Phase};
 use comb_kubeconfigs::ClientPool;
 
 use crate::error::Result;
@@ -30,7 +30,7 @@ pub trait Upstream: Send + Sync + fmt::Debug {
     /// Copies what the Comb needs from the upstream into the Comb's namespace before the bridge
     /// is deployed, on every borrowing step, and returns the objects written (the Comb records
     /// them as its own, so they are pruned when borrowing ends). Default: nothing to copy.
-    async fn replicate_into(&self, _ctx: &UpstreamContext) -> Result<Vec<CombResource>> {
+    async fn replicate_into(&self, _ctx: &UpstreamContext) -> Result<Vec<ManagedObject>> {
         Ok(Vec::new())
     }
 }
@@ -41,7 +41,7 @@ pub struct UpstreamStatus {
     /// `false` blocks the Comb (`UpstreamUnreachable`).
     pub reachable: bool,
     /// The Comb is Running only while this is `Running`; `None` when the upstream has none yet.
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     /// The layers (kube contexts) the service comes through, nearest first.
     pub via: Option<Vec<String>>,
     /// The kube context of the upstream, recorded in the status and shown in messages.

@@ -270,7 +270,7 @@ async fn a_partitioned_peer_is_unreachable_until_healed() -> Result<()> {
     prod.heal();
     let status = K8s::new("prod").status(&ctx).await?;
     assert!(status.reachable, "{status:?}");
-    assert_eq!(status.phase.as_deref(), Some("Running"));
+    assert_eq!(status.phase, Some(comb_api::Phase::Running));
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
-use comb_api::Comb;
+use comb_api::{Comb, Reason};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -103,7 +103,7 @@ pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
         .iter()
         .filter_map(|comb| {
             let ready = comb.status.as_ref()?.ready()?;
-            (ready.reason.as_deref() == Some("UpstreamLoop")).then(|| {
+            (ready.reason == Some(Reason::UpstreamLoop)).then(|| {
                 format!(
                     "{}/{}: {}",
                     comb.metadata.namespace.as_deref().unwrap_or_default(),
@@ -167,7 +167,7 @@ fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
             }
         }
         if let Some(ready) = comb.status.as_ref().and_then(|status| status.ready())
-            && ready.reason.as_deref() == Some("BuildFailed")
+            && ready.reason == Some(comb_api::Reason::BuildFailed)
         {
             problems.push(format!(
                 "BuildFailed: {}",
@@ -270,7 +270,7 @@ async fn reachable(federation: &Federation, layer: &Layer) -> Result<String, Str
     let client = federation
         .client(layer)
         .await
-        .map_err(|error| format!("{error:#}"))?;
+        .map_err(|error| crate::cli::one_line(&error))?;
     let version = client
         .apiserver_version()
         .await
@@ -292,7 +292,7 @@ async fn crd_check(federation: &Federation, layer: &Layer) -> Check {
             .get_opt(&name)
             .await
             .map_err(|error| describe_error(&error)),
-        Err(error) => Err(format!("{error:#}")),
+        Err(error) => Err(crate::cli::one_line(&error)),
     };
     match found {
         Ok(Some(crd)) => {
@@ -343,7 +343,7 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
                 "permissions",
                 &layer.name,
                 Outcome::Failed,
-                format!("{error:#}"),
+                crate::cli::one_line(&error),
             );
         }
     };
@@ -486,7 +486,7 @@ pub async fn run_checks(federation: &Federation) -> Vec<Check> {
                 "combs",
                 &layer.name,
                 Outcome::Failed,
-                format!("{error:#}"),
+                crate::cli::one_line(&error),
             )),
         }
     }

@@ -6,18 +6,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use comb_api::{Comb, CombRef, CombUpstreamStatus, Endpoint};
+use comb_api::{Comb, CombRef, Endpoint};
 use comb_kubeconfigs::{ClientPool, describe_error};
 use kube::Api;
 use kube::api::ListParams;
-use serde::Serialize;
 
 use crate::config::{Config, Layer, LocatedComb};
-use crate::engine::borrow::{self, Borrowing, CombLiveStatus, live_status, resolved_endpoints};
+use crate::engine::borrow::{self, Borrowing, UpstreamResolution, live_status, resolved_endpoints};
 use crate::engine::class::{ClassRegistry, CombInstance};
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::live_status::PodState;
-use crate::engine::reconcile::UpstreamResolution;
+use crate::engine::live_status::LiveStatus;
+use crate::engine::operations::{Description, describe};
 
 /// Options every subcommand takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -211,45 +210,17 @@ impl Opened {
 
     /// What the cluster shows of it now (reference §8): its own resources and pods, or, while it
     /// borrows, its bridge and the upstream.
-    pub async fn live(&self) -> anyhow::Result<Live> {
-        let status = live_status(&self.ops, &self.comb, self.borrowing()?).await?;
-        Ok(match status {
-            CombLiveStatus::Local(status) => Live {
-                phase: status.phase.to_string(),
-                healthy: status.healthy,
-                reason: status.reason,
-                message: status.message,
-                pods: status.pods,
-                upstream: None,
-            },
-            CombLiveStatus::Borrowed(status) => Live {
-                phase: status.phase,
-                healthy: status.healthy,
-                reason: status.reason,
-                message: status.message,
-                pods: status.pods,
-                upstream: Some(status.upstream),
-            },
-        })
+    pub async fn live(&self) -> anyhow::Result<LiveStatus> {
+        Ok(live_status(&self.ops, &self.comb, self.borrowing()?).await?)
+    }
+
+    /// Everything about it (reference §9 `describe`), as the engine describes it.
+    pub async fn describe(&self) -> anyhow::Result<Description> {
+        Ok(describe(&self.ops, &self.comb, self.borrowing()?).await?)
     }
 
     /// The endpoints it resolves now: its own, or the upstream's while it borrows.
     pub async fn endpoints(&self) -> anyhow::Result<Vec<Endpoint>> {
         Ok(resolved_endpoints(&self.comb, self.borrowing()?).await?)
     }
-}
-
-/// The live status of a Comb, local or borrowing, in one shape.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Live {
-    pub phase: String,
-    pub healthy: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    pub pods: Vec<PodState>,
-    /// What the upstream says, while borrowing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream: Option<CombUpstreamStatus>,
 }

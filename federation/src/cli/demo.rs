@@ -207,7 +207,7 @@ impl DemoWorld {
             .await
             .with_context(|| {
                 format!(
-                    "{} {} is no kind context {context} serves",
+                    "{} {} is not a kind context {context} serves",
                     types.api_version, types.kind
                 )
             })?;

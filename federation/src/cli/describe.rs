@@ -3,14 +3,15 @@
 
 use std::process::ExitCode;
 
-use comb_api::{CombEndpoint, CombStatus, Endpoint};
+use comb_api::{CombEndpoint, CombStatus, Phase, Reason};
 use serde::Serialize;
 
-use crate::cli::common::{Federation, GlobalArgs, Live, Opened, block_on};
+use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::output::{DataFormat, Table, fields, indent, list, serialize, upstream_line};
 use crate::cli::status;
-use crate::config::LocatedComb;
+use crate::config::CombLocation;
 use crate::engine::class::ClassRegistry;
+use crate::engine::operations::Description;
 
 #[derive(Debug, clap::Args)]
 pub struct DescribeArgs {
@@ -21,94 +22,38 @@ pub struct DescribeArgs {
     output: Option<DataFormat>,
 }
 
-/// Everything about one Comb.
+/// The engine's description of a Comb and the layer it was read from.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Description {
+pub struct Described {
     pub layer: String,
     pub context: String,
-    pub namespace: String,
-    pub name: String,
-    /// The class it is built as (the stub's, where its layer stubs it).
-    pub class: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stub_of: Option<String>,
-    pub depends_on: Vec<String>,
-    /// The upstream class it borrows from now; `None` when it runs its service itself.
-    pub borrows_from: Option<String>,
-    /// The status recorded in the CR.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub recorded: Option<CombStatus>,
-    /// The endpoints it resolves now (redirected to the upstream while borrowing).
-    pub endpoints: Vec<CombEndpoint>,
-    /// Why the endpoints could not be resolved (e.g. an unreachable upstream).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub endpoints_error: Option<String>,
-    /// What the cluster shows now; `None` when the Comb cannot be built.
-    pub status: Option<Live>,
-    /// Why the Comb cannot be built (what its status records as BuildFailed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub build_error: Option<String>,
+    #[serde(flatten)]
+    pub description: Description,
 }
 
-impl Description {
-    async fn of(opened: &Opened) -> anyhow::Result<Description> {
-        let borrowing = opened.borrowing()?;
-        let (endpoints, endpoints_error) = match opened.endpoints().await {
-            Ok(endpoints) => (endpoints.iter().map(Endpoint::to_crd).collect(), None),
-            Err(error) => (Vec::new(), Some(format!("{error:#}"))),
-        };
-        let location = &opened.located.location;
-        Ok(Description {
+impl Described {
+    fn new(location: &CombLocation, description: Description) -> Described {
+        Described {
             layer: location.layer.clone(),
             context: location.context.clone(),
-            namespace: location.namespace.clone(),
-            name: location.name.clone(),
-            class: opened.comb.class_name().to_string(),
-            stub_of: opened.comb.stub_of().map(str::to_string),
-            depends_on: opened.comb.depends_on(),
-            borrows_from: borrowing.map(|b| b.upstream.class_name().to_string()),
-            recorded: opened.comb.recorded_status().cloned(),
-            endpoints,
-            endpoints_error,
-            status: Some(opened.live().await?),
-            build_error: None,
-        })
-    }
-
-    /// What can be said of a Comb that cannot be built: who it is and what it recorded.
-    fn unbuilt(located: &LocatedComb, error: &anyhow::Error) -> Description {
-        let location = &located.location;
-        Description {
-            layer: location.layer.clone(),
-            context: location.context.clone(),
-            namespace: location.namespace.clone(),
-            name: location.name.clone(),
-            class: located.comb.spec.class.clone().unwrap_or_default(),
-            stub_of: None,
-            depends_on: located.comb.spec.dependencies().to_vec(),
-            borrows_from: None,
-            recorded: located.comb.status.clone(),
-            endpoints: Vec::new(),
-            endpoints_error: None,
-            status: None,
-            build_error: Some(format!("{error:#}")),
+            description,
         }
     }
 }
 
 /// The description for people: identity, the recorded status, endpoints, the live status.
-pub fn render(description: &Description) -> String {
+pub fn render(described: &Described) -> String {
+    let description = &described.description;
     let reference = format!(
         "{}:{}/{}",
-        description.layer, description.namespace, description.name
+        described.layer, description.namespace, description.name
     );
     let mut text = fields(&[
         ("Name", description.name.clone()),
         ("Namespace", description.namespace.clone()),
         (
             "Layer",
-            format!("{} (context {})", description.layer, description.context),
+            format!("{} (context {})", described.layer, described.context),
         ),
         ("Class", description.class.clone()),
         ("Stub of", description.stub_of.clone().unwrap_or_default()),
@@ -149,7 +94,14 @@ fn render_recorded(recorded: Option<&CombStatus>) -> String {
         return "nothing yet: the controller has not reconciled it\n".to_string();
     };
     let mut pairs = vec![
-        ("Phase", status.phase.clone().unwrap_or_default()),
+        (
+            "Phase",
+            status
+                .phase
+                .as_ref()
+                .map(Phase::to_string)
+                .unwrap_or_default(),
+        ),
         (
             "Observed generation",
             status
@@ -173,7 +125,11 @@ fn render_recorded(recorded: Option<&CombStatus>) -> String {
         conditions.row(vec![
             condition.type_.clone(),
             condition.status.to_string(),
-            condition.reason.clone().unwrap_or_default(),
+            condition
+                .reason
+                .as_ref()
+                .map(Reason::to_string)
+                .unwrap_or_default(),
             condition.message.clone().unwrap_or_default(),
             condition
                 .last_transition_time
@@ -224,14 +180,15 @@ pub fn run(
         let located = federation.locate(&args.reference).await?;
         // A Comb that cannot be built is described all the same: what it recorded says why.
         let description = match federation.build(registry, located.clone()).await {
-            Ok(opened) => Description::of(&opened).await?,
-            Err(error) => Description::unbuilt(&located, &error),
+            Ok(opened) => opened.describe().await?,
+            Err(error) => Description::unbuilt(&located.comb, crate::cli::one_line(&error)),
         };
+        let described = Described::new(&located.location, description);
         print!(
             "{}",
             match args.output {
-                None => render(&description),
-                Some(format) => serialize(&description, format)?,
+                None => render(&described),
+                Some(format) => serialize(&described, format)?,
             }
         );
         Ok(ExitCode::SUCCESS)
@@ -242,6 +199,7 @@ pub fn run(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::engine::live_status::LiveStatus;
     use serde_json::json;
 
     #[test]
@@ -260,8 +218,6 @@ mod tests {
         }))
         .unwrap();
         let description = Description {
-            layer: "staging".into(),
-            context: "staging".into(),
             namespace: "staging".into(),
             name: "db".into(),
             class: "Manifests".into(),
@@ -271,8 +227,8 @@ mod tests {
             endpoints: recorded.endpoints.clone().unwrap(),
             recorded: Some(recorded),
             endpoints_error: None,
-            status: Some(Live {
-                phase: "Running".into(),
+            status: Some(LiveStatus {
+                phase: Phase::Running,
                 healthy: true,
                 reason: None,
                 message: None,
@@ -281,7 +237,12 @@ mod tests {
             }),
             build_error: None,
         };
-        let text = render(&description);
+        let described = Described {
+            layer: "staging".into(),
+            context: "staging".into(),
+            description,
+        };
+        let text = render(&described);
         let expected_start = "\
 Name:          db
 Namespace:     staging
@@ -311,7 +272,8 @@ Endpoints:
             "{text}"
         );
         assert!(text.contains("Live:\n  Comb:     staging:staging/db\n  Phase:    Running\n"));
-        let json = serde_json::to_value(&description).unwrap();
+        let json = serde_json::to_value(&described).unwrap();
+        assert_eq!(json["layer"], "staging");
         assert_eq!(json["borrowsFrom"], "K8s");
         assert_eq!(json["recorded"]["upstream"]["via"], json!(["prod"]));
     }

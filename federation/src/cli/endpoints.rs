@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::process::ExitCode;
 
-use comb_api::CombEndpoint;
+use comb_api::{CombEndpoint, Phase};
 use serde::Serialize;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
@@ -51,7 +51,7 @@ impl Published {
             layer: located.location.layer.clone(),
             namespace: located.location.namespace.clone(),
             name: located.location.name.clone(),
-            phase: status.and_then(|status| status.phase.clone()),
+            phase: status.and_then(|status| status.phase.as_ref().map(Phase::to_string)),
             endpoints: status
                 .map(|status| status.endpoint_list().to_vec())
                 .unwrap_or_default(),

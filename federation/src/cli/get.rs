@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombEndpoint, CombRef, CombStatus};
+use comb_api::{Comb, CombEndpoint, CombRef, CombStatus, Phase, Reason};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -273,8 +273,8 @@ impl CombRow {
             name: comb.metadata.name.clone().unwrap_or_default(),
             class: comb.spec.class.clone(),
             stub: false,
-            phase: status.and_then(|status| status.phase.clone()),
-            reason: ready.and_then(|ready| ready.reason.clone()),
+            phase: status.and_then(|status| status.phase.as_ref().map(Phase::to_string)),
+            reason: ready.and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
             message: ready.and_then(|ready| ready.message.clone()),
             upstream: upstream.and_then(|upstream| {
                 upstream
@@ -309,7 +309,7 @@ pub async fn collect_rows(
             .await
         {
             Ok(combs) => rows.extend(combs.iter().map(|comb| CombRow::of(layer, comb))),
-            Err(error) => failures.push(format!("{error:#}")),
+            Err(error) => failures.push(crate::cli::one_line(&error)),
         }
     }
     (rows, failures)

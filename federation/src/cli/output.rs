@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use comb_api::{CombEndpoint, CombUpstreamStatus};
+use comb_api::{CombEndpoint, CombUpstreamStatus, Phase};
 use serde::Serialize;
 
 /// `-o json|yaml`: the machine-readable formats every command offers.
@@ -189,8 +189,8 @@ pub fn upstream_line(upstream: &CombUpstreamStatus) -> String {
     parts.push(
         upstream
             .phase
-            .clone()
-            .unwrap_or_else(|| "in no known phase".to_string()),
+            .as_ref()
+            .map_or_else(|| "in no known phase".to_string(), Phase::to_string),
     );
     if let Some(via) = upstream.via.as_ref().filter(|via| !via.is_empty()) {
         parts.push(format!("via {}", via.join(", ")));

@@ -3,10 +3,12 @@
 
 use std::process::ExitCode;
 
-use crate::cli::common::{Federation, GlobalArgs, Live, block_on};
+use comb_api::Reason;
+
+use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::output::{DataFormat, Table, fields, indent, serialize, upstream_line};
 use crate::engine::class::ClassRegistry;
-use crate::engine::live_status::PodState;
+use crate::engine::live_status::{LiveStatus, PodState};
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -36,12 +38,18 @@ pub fn pods_table(pods: &[PodState]) -> String {
 }
 
 /// The live status for people.
-pub fn render(reference: &str, live: &Live) -> String {
+pub fn render(reference: &str, live: &LiveStatus) -> String {
     let mut pairs = vec![
         ("Comb", reference.to_string()),
-        ("Phase", live.phase.clone()),
+        ("Phase", live.phase.to_string()),
         ("Healthy", live.healthy.to_string()),
-        ("Reason", live.reason.clone().unwrap_or_default()),
+        (
+            "Reason",
+            live.reason
+                .as_ref()
+                .map(Reason::to_string)
+                .unwrap_or_default(),
+        ),
         ("Message", live.message.clone().unwrap_or_default()),
     ];
     if let Some(upstream) = &live.upstream {
@@ -80,14 +88,14 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use comb_api::CombUpstreamStatus;
+    use comb_api::{CombUpstreamStatus, Phase};
 
     #[test]
     fn live_status_for_people() {
-        let local = Live {
-            phase: "Error".into(),
+        let local = LiveStatus {
+            phase: Phase::Error,
             healthy: false,
-            reason: Some("CrashLoopBackOff".into()),
+            reason: Some(Reason::from("CrashLoopBackOff")),
             message: Some("Pod nats-a: CrashLoopBackOff (7 restarts)".into()),
             pods: vec![PodState {
                 name: "nats-a".into(),
@@ -110,8 +118,8 @@ mod tests {
              NAME     PHASE     READY   RESTARTS   REASON             MESSAGE\n  \
              nats-a   Running   false   7          CrashLoopBackOff   <none>\n"
         );
-        let borrowed = Live {
-            phase: "Running".into(),
+        let borrowed = LiveStatus {
+            phase: Phase::Running,
             healthy: true,
             reason: None,
             message: None,
@@ -120,7 +128,7 @@ mod tests {
                 class: Some("K8s".into()),
                 context: Some("prod".into()),
                 reachable: Some(true),
-                phase: Some("Running".into()),
+                phase: Some(Phase::Running),
                 via: Some(vec!["prod".into()]),
                 observed_at: None,
             }),

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombRef, CombStatus};
+use comb_api::{Comb, CombRef, CombStatus, Phase, Reason};
 use serde::Serialize;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
@@ -50,8 +50,8 @@ impl Hop {
         let status = comb.status.as_ref();
         let ready = status.and_then(CombStatus::ready);
         Hop {
-            phase: status.and_then(|status| status.phase.clone()),
-            reason: ready.and_then(|ready| ready.reason.clone()),
+            phase: status.and_then(|status| status.phase.as_ref().map(Phase::to_string)),
+            reason: ready.and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
             message: ready.and_then(|ready| ready.message.clone()),
             via: status
                 .and_then(|status| status.upstream.as_ref())
@@ -82,7 +82,7 @@ impl Hop {
 pub enum End {
     /// The last hop serves the service itself (or has not borrowed yet).
     Served,
-    /// The last hop borrows from something that is no Comb of a layer.
+    /// The last hop borrows from something that is not a Comb of a layer.
     Outside { upstream: String },
     /// The last hop could not be read.
     Unreadable,

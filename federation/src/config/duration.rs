@@ -15,7 +15,7 @@ use std::time::Duration;
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let problem = |why: &str| {
-        format!("'{text}' is no duration ({why}); write e.g. 500ms, 60s, 5m, 1h or 1m30s")
+        format!("'{text}' is not a duration ({why}); write e.g. 500ms, 60s, 5m, 1h or 1m30s")
     };
     if trimmed.is_empty() {
         return Err(problem("it is empty"));
@@ -92,21 +92,21 @@ mod tests {
     fn refuses() {
         let hint = "write e.g. 500ms, 60s, 5m, 1h or 1m30s";
         let cases = [
-            ("", "'' is no duration (it is empty)"),
-            ("60", "'60' is no duration (a unit is missing)"),
+            ("", "'' is not a duration (it is empty)"),
+            ("60", "'60' is not a duration (a unit is missing)"),
             (
                 "s",
-                "'s' is no duration (a number must come before each unit)",
+                "'s' is not a duration (a number must come before each unit)",
             ),
-            ("10x", "'10x' is no duration (unknown unit 'x')"),
-            ("1.5s", "'1.5s' is no duration (a unit is missing)"),
+            ("10x", "'10x' is not a duration (unknown unit 'x')"),
+            ("1.5s", "'1.5s' is not a duration (a unit is missing)"),
             (
                 "-1s",
-                "'-1s' is no duration (a number must come before each unit)",
+                "'-1s' is not a duration (a number must come before each unit)",
             ),
             (
                 "99999999999999999999s",
-                "'99999999999999999999s' is no duration (the number is too large)",
+                "'99999999999999999999s' is not a duration (the number is too large)",
             ),
         ];
         for (text, expected) in cases {

@@ -480,15 +480,7 @@ impl Config {
         );
         api.get_opt(&location.name)
             .await
-            .map_err(|error| Error::Kube {
-                request: format!("get Comb {location}"),
-                // The server's words, one line (kube's Display appends a Debug dump of Status).
-                message: comb_kubeconfigs::describe_error(&error),
-                code: match &error {
-                    kube::Error::Api(status) => Some(status.code),
-                    _ => None,
-                },
-            })
+            .map_err(|error| Error::kube(format!("get Comb {location}"), error))
     }
 }
 

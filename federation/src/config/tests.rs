@@ -166,7 +166,7 @@ fn every_bad_value_names_its_key() {
         ),
         (
             format!("resync: 60x\n{layers}"),
-            "comb.yaml: resync: '60x' is no duration (unknown unit 'x'); write e.g. 500ms, 60s, 5m, 1h or 1m30s",
+            "comb.yaml: resync: '60x' is not a duration (unknown unit 'x'); write e.g. 500ms, 60s, 5m, 1h or 1m30s",
         ),
         (
             format!("resync: 60\n{layers}"),
@@ -189,13 +189,13 @@ fn every_bad_value_names_its_key() {
             "comb.yaml: maxUpstreamDepth: 'many' is not a positive integer",
         ),
         ("group: comb\nlayers: [{name: p, context: p}]".into(),
-            "comb.yaml: group: 'comb' is no API group; write a DNS subdomain with a dot, e.g. comb.internal"),
+            "comb.yaml: group: 'comb' is not an API group; write a DNS subdomain with a dot, e.g. comb.internal"),
         ("labelPrefix: comb.internal\nlayers: [{name: p, context: p}]".into(),
-            "comb.yaml: labelPrefix: 'comb.internal' is no label prefix; write a DNS subdomain followed by '/', e.g. comb.internal/"),
+            "comb.yaml: labelPrefix: 'comb.internal' is not a label prefix; write a DNS subdomain followed by '/', e.g. comb.internal/"),
         ("managedBy: 'my tool'\nlayers: [{name: p, context: p}]".into(),
             "comb.yaml: managedBy: 'my tool' cannot be a label value (at most 63 characters: letters, digits, -, _ and ., alphanumeric at both ends)"),
         ("clusterDomain: Cluster_Local\nlayers: [{name: p, context: p}]".into(),
-            "comb.yaml: clusterDomain: 'Cluster_Local' is no DNS domain, e.g. cluster.local"),
+            "comb.yaml: clusterDomain: 'Cluster_Local' is not a DNS domain, e.g. cluster.local"),
         ("group: comb.internal".into(), "comb.yaml: layers: no layers; name at least one (name and context)"),
         (
             "layers: [{context: prod}, {name: dev}]".into(),
@@ -211,7 +211,7 @@ fn every_bad_value_names_its_key() {
         ),
         (
             "layers: [{name: p, context: p, namespaces: [Platform, a, a]}]".into(),
-            "comb.yaml: layers[0].namespaces[0]: 'Platform' is no namespace name (a DNS-1123 label); layers[0].namespaces[2]: namespace 'a' is listed twice",
+            "comb.yaml: layers[0].namespaces[0]: 'Platform' is not a namespace name (a DNS-1123 label); layers[0].namespaces[2]: namespace 'a' is listed twice",
         ),
         (
             "layers:\n - {name: p, context: p, namespaces: [a, b]}\n - {name: q, context: p, namespaces: [c, b]}".into(),
@@ -219,7 +219,7 @@ fn every_bad_value_names_its_key() {
         ),
         (
             "layers:\n - {name: p, context: p}\n - {name: d, context: d, borrow: {from: p, namespace: X, combs: ['a/b/c'], local: ['']}, stubs: ['x y']}".into(),
-            "comb.yaml: layers[1].borrow.combs[0]: 'a/b/c' has more than one '/'; write NAME or NAMESPACE/NAME; layers[1].borrow.local[0]: an empty pattern; write a Comb name, NAMESPACE/NAME or *; layers[1].borrow.namespace: 'X' is no namespace name (a DNS-1123 label); layers[1].stubs[0]: 'x y' holds characters a Comb name cannot have (letters, digits, -, _, . and the wildcard *)",
+            "comb.yaml: layers[1].borrow.combs[0]: 'a/b/c' has more than one '/'; write NAME or NAMESPACE/NAME; layers[1].borrow.local[0]: an empty pattern; write a Comb name, NAMESPACE/NAME or *; layers[1].borrow.namespace: 'X' is not a namespace name (a DNS-1123 label); layers[1].stubs[0]: 'x y' holds characters a Comb name cannot have (letters, digits, -, _, . and the wildcard *)",
         ),
         (
             "layers:\n - {name: p, context: p}\n - {name: d, context: d, borrow: {from: p, replicate: [{kind: Pod, name: x}, {kind: Secret}]}}".into(),
@@ -231,7 +231,7 @@ fn every_bad_value_names_its_key() {
         ),
         (
             "layers: [{name: p, context: p, allowNamespaces: [Other, a, a]}]".into(),
-            "comb.yaml: layers[0].allowNamespaces[0]: 'Other' is no namespace name (a DNS-1123 label); \
+            "comb.yaml: layers[0].allowNamespaces[0]: 'Other' is not a namespace name (a DNS-1123 label); \
              layers[0].allowNamespaces[2]: namespace 'a' is listed twice",
         ),
         (
@@ -240,25 +240,25 @@ fn every_bad_value_names_its_key() {
              cluster-scoped Kinds (allowNamespaces says where namespaced ones may go); \
              layers[0].allowClusterScoped[1]: 'Deployment' is namespaced; allowClusterScoped names cluster-scoped \
              Kinds (allowNamespaces says where namespaced ones may go); layers[0].allowClusterScoped[2]: \
-             'ClusterWidget' is no built-in Kind; write a custom resource's Kind with its API group, e.g. \
+             'ClusterWidget' is not a built-in Kind; write a custom resource's Kind with its API group, e.g. \
              example.com/ClusterWidget",
         ),
         (
             "layers: [{name: p, context: p, allowClusterScoped: [rbac.authorization.k8s.io/v1/ClusterRole, v1/Namespace, example.com/widget, '', Namespace, Namespace]}]".into(),
             "comb.yaml: layers[0].allowClusterScoped[0]: 'rbac.authorization.k8s.io/v1/ClusterRole' has more than \
              one '/'; write a Kind (ClusterRole) or group/Kind (example.com/ClusterWidget), without a version; \
-             layers[0].allowClusterScoped[1]: 'v1/Namespace' names no built-in Kind, and 'v1' is no API group of \
+             layers[0].allowClusterScoped[1]: 'v1/Namespace' names no built-in Kind, and 'v1' is not an API group of \
              a custom resource (a DNS subdomain with a dot, e.g. example.com); write a Kind (ClusterRole) or \
              group/Kind (example.com/ClusterWidget), without a version; layers[0].allowClusterScoped[2]: 'widget' \
-             is no Kind (a capitalised name of letters and digits, e.g. ClusterRole); \
-             layers[0].allowClusterScoped[3]: '' is no Kind (a capitalised name of letters and digits, e.g. \
+             is not a Kind (a capitalised name of letters and digits, e.g. ClusterRole); \
+             layers[0].allowClusterScoped[3]: '' is not a Kind (a capitalised name of letters and digits, e.g. \
              ClusterRole); layers[0].allowClusterScoped[5]: 'Namespace' is listed twice",
         ),
         (
             "layers:\n - {name: p, context: p, serviceAccount: a/b/c}\n - {name: q, context: q, serviceAccount: X/Deployer}".into(),
             "comb.yaml: layers[0].serviceAccount: 'a/b/c' has more than one '/'; write NAME (in each Comb's own \
-             namespace) or NAMESPACE/NAME; layers[1].serviceAccount: 'X' is no namespace name (a DNS-1123 label); \
-             layers[1].serviceAccount: 'Deployer' is no service account name (a DNS-1123 subdomain)",
+             namespace) or NAMESPACE/NAME; layers[1].serviceAccount: 'X' is not a namespace name (a DNS-1123 label); \
+             layers[1].serviceAccount: 'Deployer' is not a service account name (a DNS-1123 subdomain)",
         ),
     ];
     for (text, expected) in cases {
@@ -480,6 +480,6 @@ fn hand_built_configs_are_checked() {
         config.check().unwrap_err().to_string(),
         "comb.yaml: layers[0].allowClusterScoped[0]: 'ConfigMap' is namespaced; allowClusterScoped names \
          cluster-scoped Kinds (allowNamespaces says where namespaced ones may go); \
-         layers[1].serviceAccount: 'Writer' is no service account name (a DNS-1123 subdomain)"
+         layers[1].serviceAccount: 'Writer' is not a service account name (a DNS-1123 subdomain)"
     );
 }

@@ -293,7 +293,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
         problems.push(Problem::new(
             "group",
             format!(
-                "'{}' is no API group; write a DNS subdomain with a dot, e.g. {DEFAULT_GROUP}",
+                "'{}' is not an API group; write a DNS subdomain with a dot, e.g. {DEFAULT_GROUP}",
                 config.group
             ),
         ));
@@ -306,7 +306,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
         problems.push(Problem::new(
             "labelPrefix",
             format!(
-                "'{}' is no label prefix; write a DNS subdomain followed by '/', e.g. {DEFAULT_PREFIX}",
+                "'{}' is not a label prefix; write a DNS subdomain followed by '/', e.g. {DEFAULT_PREFIX}",
                 config.label_prefix
             ),
         ));
@@ -324,7 +324,7 @@ pub fn check(config: &Config) -> Vec<Problem> {
         problems.push(Problem::new(
             "clusterDomain",
             format!(
-                "'{}' is no DNS domain, e.g. {DEFAULT_CLUSTER_DOMAIN}",
+                "'{}' is not a DNS domain, e.g. {DEFAULT_CLUSTER_DOMAIN}",
                 config.cluster_domain
             ),
         ));
@@ -413,7 +413,7 @@ fn check_layer<'a>(
     {
         problems.push(Problem::new(
             format!("{bkey}.namespace"),
-            format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+            format!("'{namespace}' is not a namespace name (a DNS-1123 label)"),
         ));
     }
     check_patterns(&format!("{bkey}.combs"), &borrow.combs, problems);
@@ -427,7 +427,7 @@ fn check_namespaces(key: &str, namespaces: &[String], problems: &mut Vec<Problem
         if !is_dns_label(namespace) {
             problems.push(Problem::new(
                 format!("{key}[{n}]"),
-                format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+                format!("'{namespace}' is not a namespace name (a DNS-1123 label)"),
             ));
         } else if !listed.insert(namespace) {
             problems.push(Problem::new(
@@ -463,14 +463,14 @@ fn check_tenancy(key: &str, layer: &Layer, problems: &mut Vec<Problem>) {
         {
             problems.push(Problem::new(
                 &akey,
-                format!("'{namespace}' is no namespace name (a DNS-1123 label)"),
+                format!("'{namespace}' is not a namespace name (a DNS-1123 label)"),
             ));
         }
         if !is_dns_subdomain(&account.name) {
             problems.push(Problem::new(
                 &akey,
                 format!(
-                    "'{}' is no service account name (a DNS-1123 subdomain)",
+                    "'{}' is not a service account name (a DNS-1123 subdomain)",
                     account.name
                 ),
             ));
@@ -493,7 +493,7 @@ fn cluster_scoped_kind_problem(kind: &GroupKind) -> Option<String> {
         && name.chars().all(|c| c.is_ascii_alphanumeric());
     if !is_kind_name {
         return Some(format!(
-            "'{name}' is no Kind (a capitalised name of letters and digits, e.g. ClusterRole)"
+            "'{name}' is not a Kind (a capitalised name of letters and digits, e.g. ClusterRole)"
         ));
     }
     match known_scope(&kind.group, name) {
@@ -503,12 +503,12 @@ fn cluster_scoped_kind_problem(kind: &GroupKind) -> Option<String> {
              (allowNamespaces says where namespaced ones may go)"
         )),
         None if kind.group.is_empty() => Some(format!(
-            "'{name}' is no built-in Kind; write a custom resource's Kind with its API group, \
+            "'{name}' is not a built-in Kind; write a custom resource's Kind with its API group, \
              e.g. example.com/{name}"
         )),
         None if kind.group.contains('.') && is_dns_subdomain(&kind.group) => None,
         None => Some(format!(
-            "'{}/{name}' names no built-in Kind, and '{}' is no API group of a custom resource \
+            "'{}/{name}' names no built-in Kind, and '{}' is not an API group of a custom resource \
              (a DNS subdomain with a dot, e.g. example.com); write a Kind (ClusterRole) or \
              group/Kind (example.com/ClusterWidget), without a version",
             kind.group, kind.group

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::{Comb, CombResource, LabelKeys, OrphanResource};
+use comb_api::{Comb, LabelKeys, ManagedObject, OrphanResource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use serde_json::Value;
 use tracing::{info, warn};
@@ -126,7 +126,7 @@ pub async fn cleanup(
 
 async fn cleanup_recorded(
     ops: &KubeOps,
-    resource: &CombResource,
+    resource: &ManagedObject,
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
@@ -159,7 +159,7 @@ async fn cleanup_recorded(
             return;
         }
     };
-    let target = CombResource {
+    let target = ManagedObject {
         namespace: Some(object_namespace.to_string()),
         ..resource.clone()
     };
@@ -168,7 +168,7 @@ async fn cleanup_recorded(
 
 async fn act_on(
     ops: &KubeOps,
-    target: &CombResource,
+    target: &ManagedObject,
     live: &Value,
     keys: &LabelKeys,
     namespace: &str,
@@ -243,7 +243,7 @@ async fn cleanup_kind(
             let Some(object_name) = object["metadata"]["name"].as_str() else {
                 continue;
             };
-            let target = CombResource {
+            let target = ManagedObject {
                 api_version: api_version.clone(),
                 kind: orphan.kind.clone(),
                 namespace: Some(namespace.to_string()),

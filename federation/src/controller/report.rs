@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use comb_api::{Comb, CombStatus};
+use comb_api::{Comb, CombStatus, Phase, Reason};
 use tracing::{info, warn};
 
 use super::events::{self, EventType};
@@ -120,8 +120,8 @@ impl Shared {
                         layer: layer.name().to_string(),
                         namespace: key.namespace.clone(),
                         name: key.name.clone(),
-                        phase: status.and_then(|s| s.phase.clone()),
-                        reason: ready.and_then(|r| r.reason.clone()),
+                        phase: status.and_then(|s| s.phase.as_ref().map(Phase::to_string)),
+                        reason: ready.and_then(|r| r.reason.as_ref().map(Reason::to_string)),
                         message: ready.and_then(|r| r.message.clone()),
                     }
                 })

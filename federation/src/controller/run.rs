@@ -2,6 +2,8 @@
 //! watches and workers of every layer, and `--once` settling.
 
 use std::collections::BTreeMap;
+
+use comb_api::Phase;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -428,7 +430,7 @@ impl Shared {
                     &SettleView {
                         stepped: entry.stepped,
                         busy: layer.queue.is_busy(key),
-                        phase: status.and_then(|s| s.phase.clone()),
+                        phase: status.and_then(|s| s.phase.as_ref().map(Phase::to_string)),
                         unchanged_for: entry.changed_at.elapsed(),
                     },
                     settle,

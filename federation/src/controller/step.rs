@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombStatus, STATUS_WRITTEN};
+use comb_api::{Comb, CombStatus, Phase, Reason, STATUS_WRITTEN};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::time::Instant;
@@ -38,8 +38,14 @@ struct Outcome {
 impl Outcome {
     fn of(status: &CombStatus, failed: bool) -> Outcome {
         Outcome {
-            phase: status.phase.clone().unwrap_or_default(),
-            reason: status.ready().and_then(|ready| ready.reason.clone()),
+            phase: status
+                .phase
+                .as_ref()
+                .map(Phase::to_string)
+                .unwrap_or_default(),
+            reason: status
+                .ready()
+                .and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
             failed,
         }
     }
@@ -150,7 +156,7 @@ async fn reconcile_comb(
     if write_failed {
         shared.metrics.api_error(layer.name(), "status");
     }
-    let failed = write_failed || status.phase.as_deref() == Some("Error");
+    let failed = write_failed || status.phase == Some(Phase::Error);
     Outcome::of(&status, failed)
 }
 
@@ -217,7 +223,7 @@ async fn build_failed(
     cr: &Comb,
     message: String,
 ) -> Outcome {
-    let record = StepRecord::finished("Error", "BuildFailed", message);
+    let record = StepRecord::finished(Phase::Error, Reason::BuildFailed, message);
     let previous = cr.status.as_ref();
     let status = build_status(
         &record,
@@ -230,7 +236,11 @@ async fn build_failed(
     if previous == Some(&status) {
         return Outcome::of(&status, false);
     }
-    match write_status(&layer.ops, &shared.config.group, cr, &status).await {
+    let written = layer
+        .ops
+        .write_comb_status(&shared.config.group, &mut cr.clone(), &status)
+        .await;
+    match written {
         Ok(stored) => {
             shared.own_write(layer, key, stored.clone());
             shared.after_status(layer, &stored, previous, &status).await;
@@ -242,22 +252,6 @@ async fn build_failed(
             Outcome::of(&status, true)
         }
     }
-}
-
-/// Writes `status` into the CR, once more on a freshly read CR when the first write fails.
-async fn write_status(ops: &KubeOps, group: &str, cr: &Comb, status: &CombStatus) -> Result<Comb> {
-    let mut with_status = cr.clone();
-    with_status.status = Some(status.clone());
-    if let Ok(stored) = ops.update_comb_status(group, &with_status).await {
-        return Ok(stored);
-    }
-    let (namespace, name) = (
-        cr.metadata.namespace.as_deref().unwrap_or_default(),
-        cr.metadata.name.as_deref().unwrap_or_default(),
-    );
-    let mut fresh = ops.get_comb(group, namespace, name).await?;
-    fresh.status = Some(status.clone());
-    ops.update_comb_status(group, &fresh).await
 }
 
 /// Sets the CR's finalizers, conditional on the resourceVersion it was read with.
@@ -289,10 +283,7 @@ async fn set_finalizers(
         .map_err(|error| Error::Kube {
             request: "patch finalizers of Comb".to_string(),
             message: error.to_string(),
-            code: match &error {
-                kube::Error::Api(status) => Some(status.code),
-                _ => None,
-            },
+            source: Some(Box::new(error)),
         })
 }
 
@@ -359,9 +350,9 @@ async fn delete(
         .collect();
     match set_finalizers(&layer.ops, group, &cr, &remaining).await {
         Ok(_) => Outcome::cleanup("Deleted", "CleanedUp", false),
-        Err(Error::Kube {
-            code: Some(404), ..
-        }) => Outcome::cleanup("Deleted", "CleanedUp", false),
+        Err(error) if error.status_code() == Some(404) => {
+            Outcome::cleanup("Deleted", "CleanedUp", false)
+        }
         Err(error) => {
             shared.metrics.api_error(layer.name(), "finalizer");
             warn!(%error, "removing the finalizer {finalizer} failed; retrying");
@@ -446,7 +437,7 @@ impl Dependency for LiveDependency {
             }
         };
         let status = borrow::live_status(&self.ops, &self.instance, borrowing.as_deref()).await?;
-        Ok(status.healthy())
+        Ok(status.healthy)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use comb_api::CombStatus;
+use comb_api::{CombStatus, Reason};
 use serde::Serialize;
 
 /// A phase with the reason of its Ready condition, shown as `Pending (Deployed)`.
@@ -18,13 +18,11 @@ impl PhaseReason {
     pub fn of(status: Option<&CombStatus>) -> Option<PhaseReason> {
         let status = status?;
         Some(PhaseReason {
-            phase: status.phase.clone()?,
-            reason: status.ready().and_then(|ready| ready.reason.clone()),
+            phase: status.phase.as_ref()?.to_string(),
+            reason: status
+                .ready()
+                .and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
         })
-    }
-
-    pub fn is_phase(&self, phase: &str) -> bool {
-        self.phase == phase
     }
 }
 

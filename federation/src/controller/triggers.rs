@@ -2,7 +2,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use comb_api::{Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, UpstreamSpec};
+use comb_api::{
+    Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec,
+};
 
 use super::queue::{CombKey, Trigger};
 use crate::config::{BorrowDecision, Config};
@@ -122,8 +124,8 @@ impl Versions {
 /// (without the times, which change on every borrowing step).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatusSignature {
-    phase: Option<String>,
-    ready: Option<(String, Option<String>, Option<String>)>,
+    phase: Option<Phase>,
+    ready: Option<(String, Option<Reason>, Option<String>)>,
     endpoints: Vec<CombEndpoint>,
     /// Without `observedAt`.
     upstream: Option<CombUpstreamStatus>,

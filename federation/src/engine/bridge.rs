@@ -8,7 +8,7 @@
 use comb_api::{Address, Endpoint, Host};
 use serde_json::{Value, json};
 
-use crate::engine::class::CombContext;
+use crate::engine::context::CombContext;
 use crate::engine::endpoints::EndpointDecl;
 use crate::error::{Error, Result};
 
@@ -212,7 +212,7 @@ fn protocol(endpoint: &Endpoint) -> &'static str {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::class::test_context;
+    use crate::engine::context::test_context;
 
     fn endpoint(name: &str, port: i32, cluster: Option<&str>) -> Endpoint {
         let endpoint = Endpoint::new(name, port).unwrap();

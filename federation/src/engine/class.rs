@@ -7,91 +7,19 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{
-    Comb, CombSpec, CombStatus, DEFAULT_GROUP, Endpoint, LabelKeys, UpstreamSpec, is_label_value,
-};
-use serde_json::{Map, Value};
+use comb_api::{Comb, CombStatus, Endpoint, UpstreamSpec, is_label_value};
+use serde_json::Value;
 
 use crate::engine::bridge::plan_bridge;
+/// Class authors implement [`CombClass`] over these; one import path for them.
+pub use crate::engine::context::{CombContext, Settings};
 use crate::engine::endpoints::{EndpointDecl, resolve_local, validate};
 use crate::engine::kinds::{ScopeLookup, Scopes};
-use crate::engine::manifests_class::ManifestsClass;
 use crate::engine::render::{RenderedItem, render_manifest};
-use crate::engine::tenancy::Tenancy;
 use crate::error::{Error, Result};
-
-/// How the engine labels, names and bounds what Combs do; one per layer (only the tenancy
-/// differs between layers).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// API group of the Comb CRD.
-    pub group: String,
-    /// Keys from the label prefix (default `comb.internal/`).
-    pub labels: LabelKeys,
-    /// Value of `app.kubernetes.io/managed-by` on every resource.
-    pub managed_by: String,
-    /// The most layers an upstream chain may have before it counts as a loop.
-    pub max_upstream_depth: NonZeroUsize,
-    /// Appended to `.svc` hosts of ExternalName bridges.
-    pub cluster_domain: String,
-    /// Where a Comb may write and as whom. The default is the safe one (own namespace, nothing
-    /// cluster-scoped, the controller's identity).
-    pub tenancy: Tenancy,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            group: DEFAULT_GROUP.to_string(),
-            labels: LabelKeys::default(),
-            managed_by: "comb".to_string(),
-            max_upstream_depth: NonZeroUsize::MIN.saturating_add(15),
-            cluster_domain: "cluster.local".to_string(),
-            tenancy: Tenancy::default(),
-        }
-    }
-}
-
-/// What every class method gets to know about its Comb.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CombContext {
-    /// `metadata.name` of the CR, valid as a label value.
-    pub name: String,
-    /// `metadata.namespace` of the CR.
-    pub namespace: String,
-    /// A copy of `spec.config`, `{}` without one; changing it changes nothing in the CR.
-    pub config: Map<String, Value>,
-    /// The CR's spec as it was when the Comb was built.
-    pub spec: CombSpec,
-    pub settings: Settings,
-    /// The class name of the original when this Comb was built as its stub.
-    pub stub_of: Option<String>,
-}
-
-impl CombContext {
-    /// The labels every resource and Pod template of this Comb gets.
-    pub fn comb_labels(&self) -> BTreeMap<String, String> {
-        self.settings
-            .labels
-            .comb_labels(&self.name, &self.namespace, &self.settings.managed_by)
-    }
-
-    /// `P+comb=<name>,P+comb-namespace=<namespace>`: everything of this Comb (pods, prune).
-    pub fn label_selector(&self) -> String {
-        self.settings
-            .labels
-            .label_selector(&self.name, &self.namespace)
-    }
-
-    /// `P+comb=<name>`: how status and deploy read live objects.
-    pub fn name_selector(&self) -> String {
-        self.settings.labels.name_selector(&self.name)
-    }
-}
 
 /// Read-only lookups a class's `check` may need; the engine implements it over the client.
 #[async_trait]
@@ -194,14 +122,6 @@ impl ClassRegistry {
     /// A registry without classes.
     pub fn new() -> ClassRegistry {
         ClassRegistry::default()
-    }
-
-    /// The built-in classes: `Manifests` (alias `Kubernetes::Comb::Static`) and its stub
-    /// `Manifests::Stub`.
-    pub fn with_builtins() -> ClassRegistry {
-        let mut registry = ClassRegistry::new();
-        ManifestsClass::register(&mut registry);
-        registry
     }
 
     /// Registers a class under `name` (which should be what its [`CombClass::name`] says).
@@ -503,9 +423,6 @@ impl CombInstance {
     pub fn stub_of(&self) -> Option<&str> {
         self.ctx.stub_of.as_deref()
     }
-    pub fn is_stub(&self) -> bool {
-        self.ctx.stub_of.is_some()
-    }
     /// The class's dependencies.
     pub fn depends_on(&self) -> Vec<String> {
         self.class.depends_on(&self.ctx)
@@ -576,19 +493,6 @@ impl CombInstance {
     /// What the class says about its upstream.
     pub async fn upstream(&self) -> Result<UpstreamSpec> {
         self.class.upstream(&self.ctx).await
-    }
-}
-
-/// A context for tests: Comb `name` in `namespace`, default settings, the given config.
-#[cfg(test)]
-pub(crate) fn test_context(name: &str, namespace: &str, config: Value) -> CombContext {
-    CombContext {
-        name: name.to_string(),
-        namespace: namespace.to_string(),
-        config: config.as_object().cloned().unwrap_or_default(),
-        spec: CombSpec::default(),
-        settings: Settings::default(),
-        stub_of: None,
     }
 }
 
@@ -738,7 +642,7 @@ mod tests {
         assert_eq!(comb.class_name(), "Manifests");
         assert_eq!((comb.name(), comb.namespace()), ("nats", "platform"));
         assert_eq!(comb.depends_on(), ["db", "infra/vault"]);
-        assert!(!comb.is_stub());
+        assert_eq!(comb.stub_of(), None);
         assert!(!comb.optional());
 
         let mailer = build(&cr("mailer", json!({"class": "Mailer"})), true)
@@ -807,8 +711,8 @@ mod tests {
             ..CombStatus::default()
         });
         assert_eq!(
-            comb.recorded_status().unwrap().phase.as_deref(),
-            Some("Running")
+            comb.recorded_status().unwrap().phase,
+            Some(comb_api::Phase::Running)
         );
         assert_eq!(
             comb.cr().spec.config,

@@ -1,9 +1,9 @@
 //! Deploy (reference §4.3) and the execution of a prune plan (§6.7).
 
-use comb_api::CombResource;
+use comb_api::ManagedObject;
 use serde_json::Value;
 
-use crate::engine::class::CombContext;
+use crate::engine::context::CombContext;
 use crate::engine::kinds::ScopeLookup;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::observe::{LiveObjects, fetch_live, object_name};
@@ -131,13 +131,13 @@ pub enum Applied {
     /// Everything applied; orphans pruned. `managed` is the new record, `notes` what pruning
     /// has to say.
     Done {
-        managed: Vec<CombResource>,
+        managed: Vec<ManagedObject>,
         notes: Vec<String>,
     },
     /// The deploy stopped half-way with `message`; nothing was pruned. `managed` records what
     /// was applied plus everything recorded before.
     Failed {
-        managed: Vec<CombResource>,
+        managed: Vec<ManagedObject>,
         message: String,
     },
 }
@@ -150,10 +150,10 @@ pub async fn apply_and_prune(
     ctx: &CombContext,
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
-    replicas: &[CombResource],
-    previous: &[CombResource],
+    replicas: &[ManagedObject],
+    previous: &[ManagedObject],
 ) -> Applied {
-    let desired: Vec<CombResource> = items
+    let desired: Vec<ManagedObject> = items
         .iter()
         .map(RenderedItem::resource)
         .chain(replicas.iter().cloned())
@@ -168,7 +168,7 @@ pub async fn apply_and_prune(
             }
         }
         Err(Error::Deploy { message, applied }) => {
-            let stored: Vec<CombResource> = desired
+            let stored: Vec<ManagedObject> = desired
                 .iter()
                 .take(applied.len())
                 .chain(replicas)

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use comb_api::{Endpoint, name_problem};
 use serde_json::Value;
 
-use crate::engine::render::describe_value;
+use crate::engine::values::describe_value;
 use crate::error::{Error, Result};
 
 /// The keys a declaration may have.
@@ -51,18 +51,6 @@ impl EndpointDecl {
     pub fn external(mut self, external: &str) -> EndpointDecl {
         self.external = Some(external.to_string());
         self
-    }
-
-    /// A declaration from an [`Endpoint`] (no `service`: it uses the Service named after the Comb).
-    pub fn from_endpoint(endpoint: &Endpoint) -> EndpointDecl {
-        EndpointDecl {
-            name: endpoint.name().to_string(),
-            port: Some(endpoint.port()),
-            protocol: Some(endpoint.protocol().to_string()),
-            service: None,
-            cluster: endpoint.cluster().map(str::to_string),
-            external: endpoint.external().map(str::to_string),
-        }
     }
 
     /// A declaration from data (e.g. `config.endpoints` of the `Manifests` class): an object with

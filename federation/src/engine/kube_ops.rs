@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombResource};
-use comb_kubeconfigs::describe_error;
+use comb_api::{Comb, CombStatus, ManagedObject};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{
@@ -180,7 +179,7 @@ impl KubeOps {
         &self,
         access: Access,
         request: &str,
-        resource: &CombResource,
+        resource: &ManagedObject,
     ) -> Result<Api<DynamicObject>> {
         let resource_type = self
             .resource_type(&resource.api_version, &resource.kind)
@@ -213,7 +212,7 @@ impl KubeOps {
     }
 
     /// The object `resource` names.
-    pub async fn get(&self, resource: &CombResource) -> Result<Value> {
+    pub async fn get(&self, resource: &ManagedObject) -> Result<Value> {
         let request = format!("get {}", resource.kind);
         let api = self.object_api(Access::Read, &request, resource).await?;
         let object = api
@@ -224,7 +223,7 @@ impl KubeOps {
     }
 
     /// The object `resource` names, or `None` when the server says it does not exist.
-    pub async fn get_opt(&self, resource: &CombResource) -> Result<Option<Value>> {
+    pub async fn get_opt(&self, resource: &ManagedObject) -> Result<Option<Value>> {
         let request = format!("get {}", resource.kind);
         let api = self.object_api(Access::Read, &request, resource).await?;
         match api.get_opt(&resource.name).await {
@@ -288,7 +287,7 @@ impl KubeOps {
 
     async fn onto_existing(
         &self,
-        target: &CombResource,
+        target: &ManagedObject,
         body: &Value,
         live: &Value,
     ) -> Result<Value> {
@@ -311,7 +310,7 @@ impl KubeOps {
         }
     }
 
-    async fn create(&self, target: &CombResource, body: &Value) -> Result<Created> {
+    async fn create(&self, target: &ManagedObject, body: &Value) -> Result<Created> {
         let request = format!("create {}", target.kind);
         let api = self.object_api(Access::Write, &request, target).await?;
         let mut object = from_value(&request, body)?;
@@ -328,7 +327,7 @@ impl KubeOps {
         }
     }
 
-    async fn replace(&self, target: &CombResource, body: &Value, live: &Value) -> Result<Value> {
+    async fn replace(&self, target: &ManagedObject, body: &Value, live: &Value) -> Result<Value> {
         let request = format!("replace {}", target.kind);
         let api = self.object_api(Access::Write, &request, target).await?;
         let mut object = from_value(&request, body)?;
@@ -348,7 +347,7 @@ impl KubeOps {
     ///
     /// A cluster-scoped object is never deleted, whatever the caller recorded of it: the
     /// server's discovery decides, and the refusal is an error naming the object.
-    pub async fn delete(&self, resource: &CombResource) -> Result<()> {
+    pub async fn delete(&self, resource: &ManagedObject) -> Result<()> {
         let request = format!("delete {}", resource.kind);
         if !self
             .resource_type(&resource.api_version, &resource.kind)
@@ -371,7 +370,7 @@ impl KubeOps {
     }
 
     /// A JSON merge patch of the main resource; returns the patched object.
-    pub async fn merge_patch(&self, resource: &CombResource, patch: &Value) -> Result<Value> {
+    pub async fn merge_patch(&self, resource: &ManagedObject, patch: &Value) -> Result<Value> {
         let request = format!("patch {}", resource.kind);
         let api = self.object_api(Access::Write, &request, resource).await?;
         let patched = api
@@ -418,6 +417,39 @@ impl KubeOps {
             .replace_status(name, &PostParams::default(), comb)
             .await
             .map_err(|error| api_error(request, error))
+    }
+
+    /// Writes `status` into the CR `cr`, and once more on a freshly read CR when the first write
+    /// fails (a conflict looks like any other failure): the one way every status is recorded.
+    /// `cr` becomes the freshly read CR when it was read again, so that a caller keeping it in
+    /// memory prunes against what the server has. Returns the CR as the server stored it; the
+    /// error is the last failure.
+    pub async fn write_comb_status(
+        &self,
+        group: &str,
+        cr: &mut Comb,
+        status: &CombStatus,
+    ) -> Result<Comb> {
+        let mut with_status = cr.clone();
+        with_status.status = Some(status.clone());
+        let first = match self.update_comb_status(group, &with_status).await {
+            Ok(stored) => return Ok(stored),
+            Err(error) => error,
+        };
+        tracing::debug!(
+            namespace = cr.metadata.namespace.as_deref(),
+            comb = cr.metadata.name.as_deref(),
+            error = %first,
+            "writing the status failed; reading the custom resource again"
+        );
+        let (namespace, name) = (
+            cr.metadata.namespace.clone().unwrap_or_default(),
+            cr.metadata.name.clone().unwrap_or_default(),
+        );
+        *cr = self.get_comb(group, &namespace, &name).await?;
+        let mut fresh = cr.clone();
+        fresh.status = Some(status.clone());
+        self.update_comb_status(group, &fresh).await
     }
 
     /// The last `tail_lines` lines of one container's log; `previous` reads the instance before
@@ -471,7 +503,7 @@ impl KubeOps {
         namespace: &str,
         name: &str,
     ) -> Result<bool> {
-        let resource = CombResource {
+        let resource = ManagedObject {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
             namespace: Some(namespace.to_string()),
@@ -487,11 +519,11 @@ enum Created {
 }
 
 /// The identity of a manifest: apiVersion, kind, namespace and name.
-fn identity(manifest: &Value) -> Result<CombResource> {
+fn identity(manifest: &Value) -> Result<ManagedObject> {
     let field = |pointer: &str| manifest.pointer(pointer).and_then(Value::as_str);
     let kind = field("/kind").unwrap_or_default();
     match (field("/apiVersion"), field("/metadata/name")) {
-        (Some(api_version), Some(name)) if !kind.is_empty() => Ok(CombResource {
+        (Some(api_version), Some(name)) if !kind.is_empty() => Ok(ManagedObject {
             api_version: api_version.to_string(),
             kind: kind.to_string(),
             namespace: field("/metadata/namespace").map(str::to_string),
@@ -506,42 +538,29 @@ fn identity(manifest: &Value) -> Result<CombResource> {
 
 fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
     serde_json::to_value(object)
-        .map_err(|error| kube_error(request, format!("the answer is no object: {error}")))
+        .map_err(|error| kube_error(request, format!("the answer is not an object: {error}")))
 }
 
 fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
     serde_json::from_value(value.clone())
-        .map_err(|error| kube_error(request, format!("the manifest is no object: {error}")))
+        .map_err(|error| kube_error(request, format!("the manifest is not an object: {error}")))
 }
 
 fn kube_error(request: &str, message: String) -> Error {
     Error::Kube {
         request: request.to_string(),
         message,
-        code: None,
+        source: None,
     }
 }
 
-/// The server's words for a failed request (one rule for every crate: [`describe_error`]), with
-/// the status code kept so callers can tell a conflict from other failures.
+/// The server's words for a failed request (one rule for every crate:
+/// [`describe_error`](comb_kubeconfigs::describe_error)), with
+/// the client's error kept so callers can tell a conflict from other failures.
 fn api_error(request: &str, error: kube::Error) -> Error {
-    let code = match &error {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
-    };
-    Error::Kube {
-        request: request.to_string(),
-        message: describe_error(&error),
-        code,
-    }
+    Error::kube(request, error)
 }
 
 fn is_conflict(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Kube {
-            code: Some(409),
-            ..
-        }
-    )
+    error.status_code() == Some(409)
 }

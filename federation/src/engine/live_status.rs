@@ -5,8 +5,7 @@
 //! and the pods (both labels, only when [`needs_pods`] says so), then calls
 //! [`derive_local_status`].
 
-use std::fmt;
-
+use comb_api::{CombUpstreamStatus, Phase, Reason};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -25,36 +24,6 @@ pub const FAILURE_REASONS: [&str; 8] = [
     "RunContainerError",
 ];
 
-/// The phase of the live status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum LivePhase {
-    Running,
-    Pending,
-    Error,
-    /// As `stop` leaves a Comb.
-    Stopped,
-    /// None of the rendered resources exists.
-    NotDeployed,
-}
-
-impl LivePhase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LivePhase::Running => "Running",
-            LivePhase::Pending => "Pending",
-            LivePhase::Error => "Error",
-            LivePhase::Stopped => "Stopped",
-            LivePhase::NotDeployed => "NotDeployed",
-        }
-    }
-}
-
-impl fmt::Display for LivePhase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// How bad a problem is: `Error` problems make the phase Error, others Pending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
@@ -66,22 +35,29 @@ pub enum Severity {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     pub severity: Severity,
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
 }
 
 impl Problem {
-    pub fn pending(reason: &str, message: String) -> Problem {
+    pub fn pending(reason: Reason, message: String) -> Problem {
         Problem {
             severity: Severity::Pending,
-            reason: reason.to_string(),
+            reason,
             message,
         }
     }
-    pub fn error(reason: &str, message: String) -> Problem {
+    /// A rendered item that is not live: pending `ResourcesMissing`, `<Kind> <name> is missing`.
+    pub fn missing(item: &RenderedItem) -> Problem {
+        Problem::pending(
+            Reason::ResourcesMissing,
+            format!("{} {} is missing", item.kind, item.name),
+        )
+    }
+    pub fn error(reason: Reason, message: String) -> Problem {
         Problem {
             severity: Severity::Error,
-            reason: reason.to_string(),
+            reason,
             message,
         }
     }
@@ -100,31 +76,38 @@ pub struct PodState {
     pub message: Option<String>,
 }
 
-/// The live status: `{phase, healthy, reason?, message?, pods}`.
+/// What the cluster shows of a Comb now (reference §8), local or borrowing, in the shape
+/// `comb status -o json` prints: `{phase, healthy, reason?, message?, pods, upstream?}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct LiveStatus {
-    pub phase: LivePhase,
-    /// `phase == Running`.
+    /// `Running`, `Pending`, `Error`, `Stopped`, `NotDeployed`, or while borrowing also
+    /// `Blocked`.
+    pub phase: Phase,
+    /// `phase == Running`; a borrowing Comb serves once its bridge stands and the upstream runs.
     pub healthy: bool,
     /// The first error-severity problem's reason, else the first problem's.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     /// Every problem's message, joined with `"; "`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Sorted by name.
+    /// Sorted by name; always empty while borrowing (the pods are the upstream's).
     pub pods: Vec<PodState>,
+    /// `status.upstream` as this observation would record it; only while borrowing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<CombUpstreamStatus>,
 }
 
 impl LiveStatus {
-    /// A status with `phase` and one reason and message (no pods).
-    fn single(phase: LivePhase, reason: &str, message: &str, pods: Vec<PodState>) -> LiveStatus {
+    /// A status with `phase` and one reason and message.
+    pub fn single(phase: Phase, reason: Reason, message: &str, pods: Vec<PodState>) -> LiveStatus {
         LiveStatus {
+            healthy: phase == Phase::Running,
             phase,
-            healthy: phase == LivePhase::Running,
-            reason: Some(reason.to_string()),
+            reason: Some(reason),
             message: Some(message.to_string()),
             pods,
+            upstream: None,
         }
     }
 
@@ -132,13 +115,13 @@ impl LiveStatus {
     pub fn from_problems(problems: &[Problem], pods: Vec<PodState>) -> LiveStatus {
         let first_error = problems.iter().find(|p| p.severity == Severity::Error);
         let phase = match (first_error, problems.is_empty()) {
-            (Some(_), _) => LivePhase::Error,
-            (None, false) => LivePhase::Pending,
-            (None, true) => LivePhase::Running,
+            (Some(_), _) => Phase::Error,
+            (None, false) => Phase::Pending,
+            (None, true) => Phase::Running,
         };
         LiveStatus {
+            healthy: phase == Phase::Running,
             phase,
-            healthy: phase == LivePhase::Running,
             reason: first_error.or(problems.first()).map(|p| p.reason.clone()),
             message: (!problems.is_empty()).then(|| {
                 problems
@@ -148,6 +131,7 @@ impl LiveStatus {
                     .join("; ")
             }),
             pods,
+            upstream: None,
         }
     }
 }
@@ -195,21 +179,21 @@ pub fn derive_local_status(
         .collect();
 
     if observed.iter().all(|(_, live)| live.is_none()) {
-        return LiveStatus::single(LivePhase::NotDeployed, "NotDeployed", "not deployed", pods);
+        return LiveStatus::single(
+            Phase::NotDeployed,
+            Reason::NotDeployed,
+            "not deployed",
+            pods,
+        );
     }
     if stopped(&observed) {
-        return LiveStatus::single(LivePhase::Stopped, "Stopped", "stopped", pods);
+        return LiveStatus::single(Phase::Stopped, Reason::Stopped, "stopped", pods);
     }
 
     let mut problems: Vec<Problem> = observed
         .iter()
         .filter(|(_, live)| live.is_none())
-        .map(|(item, _)| {
-            Problem::pending(
-                "ResourcesMissing",
-                format!("{} {} is missing", item.kind, item.name),
-            )
-        })
+        .map(|(item, _)| Problem::missing(item))
         .collect();
     problems.extend(pod_problems);
     problems.extend(
@@ -282,7 +266,7 @@ fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
             .map(|scaled| format!(" (scaled to {scaled})"))
             .unwrap_or_default();
         Problem::pending(
-            "ReplicasNotReady",
+            Reason::ReplicasNotReady,
             format!("{} {name}: {ready} of {desired} ready{scaled}", item.kind),
         )
     })
@@ -300,7 +284,7 @@ fn job_problem(name: &str, live: &Value) -> Option<Problem> {
             .find(|c| text(c.get("type")) == Some(kind) && text(c.get("status")) == Some("True"))
     };
     if let Some(failed) = is_true("Failed") {
-        let reason = text(failed.get("reason")).unwrap_or("JobFailed");
+        let reason = text(failed.get("reason")).map_or(Reason::JobFailed, Reason::from);
         let detail = text(failed.get("message"))
             .map(|m| format!(": {m}"))
             .unwrap_or_default();
@@ -309,7 +293,12 @@ fn job_problem(name: &str, live: &Value) -> Option<Problem> {
     let complete = is_true("Complete").is_some()
         || number_or(live.pointer("/status/succeeded"), 0)
             >= number_or(live.pointer("/spec/completions"), 1);
-    (!complete).then(|| Problem::pending("JobNotComplete", format!("Job {name} has not completed")))
+    (!complete).then(|| {
+        Problem::pending(
+            Reason::JobNotComplete,
+            format!("Job {name} has not completed"),
+        )
+    })
 }
 
 /// A pod's state and, unless it is fine (or failed under a controller), its problem.
@@ -439,7 +428,7 @@ fn pod_state(pod: &Value) -> (PodState, Option<Problem>) {
         }
         Problem {
             severity,
-            reason: reason.to_string(),
+            reason: Reason::from(reason),
             message: text,
         }
     });
@@ -472,7 +461,7 @@ fn text(value: Option<&Value>) -> Option<&str> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::class::test_context;
+    use crate::engine::context::test_context;
     use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
     use serde_json::json;
@@ -519,10 +508,10 @@ mod tests {
     }
 
     /// (phase, reason, message) of a derivation.
-    fn verdict(status: &LiveStatus) -> (LivePhase, Option<&str>, Option<&str>) {
+    fn verdict(status: &LiveStatus) -> (Phase, Option<&str>, Option<&str>) {
         (
-            status.phase,
-            status.reason.as_deref(),
+            status.phase.clone(),
+            status.reason.as_ref().map(Reason::as_str),
             status.message.as_deref(),
         )
     }
@@ -540,7 +529,7 @@ mod tests {
             Vec<RenderedItem>,
             Vec<Option<Value>>,
             Vec<Value>,
-            (LivePhase, Option<&'static str>, Option<&'static str>),
+            (Phase, Option<&'static str>, Option<&'static str>),
         );
         let cases: Vec<Case> = vec![
             (
@@ -548,7 +537,7 @@ mod tests {
                 vec![],
                 vec![],
                 vec![],
-                (LivePhase::Running, None, None),
+                (Phase::Running, None, None),
             ),
             (
                 "nothing live",
@@ -556,7 +545,7 @@ mod tests {
                 vec![None, None],
                 vec![],
                 (
-                    LivePhase::NotDeployed,
+                    Phase::NotDeployed,
                     Some("NotDeployed"),
                     Some("not deployed"),
                 ),
@@ -568,7 +557,7 @@ mod tests {
                     items,
                     live,
                     vec![ready_pod("nats-a")],
-                    (LivePhase::Running, None, None),
+                    (Phase::Running, None, None),
                 )
             },
             (
@@ -577,7 +566,7 @@ mod tests {
                 vec![live_deployment(1, 1), None],
                 vec![ready_pod("nats-a")],
                 (
-                    LivePhase::Pending,
+                    Phase::Pending,
                     Some("ResourcesMissing"),
                     Some("Service nats is missing"),
                 ),
@@ -587,14 +576,14 @@ mod tests {
                 vec![deployment(None), service()],
                 vec![live_deployment(0, 0), Some(json!({}))],
                 vec![],
-                (LivePhase::Stopped, Some("Stopped"), Some("stopped")),
+                (Phase::Stopped, Some("Stopped"), Some("stopped")),
             ),
             (
                 "replicas 0 in the manifest is at rest",
                 vec![deployment(Some(0))],
                 vec![live_deployment(0, 0)],
                 vec![],
-                (LivePhase::Running, None, None),
+                (Phase::Running, None, None),
             ),
             (
                 "a suspended CronJob against its manifest",
@@ -606,7 +595,7 @@ mod tests {
                 )],
                 vec![Some(json!({"spec": {"suspend": true}}))],
                 vec![],
-                (LivePhase::Stopped, Some("Stopped"), Some("stopped")),
+                (Phase::Stopped, Some("Stopped"), Some("stopped")),
             ),
             (
                 "a CronJob suspended as rendered",
@@ -618,7 +607,7 @@ mod tests {
                 )],
                 vec![Some(json!({"spec": {"suspend": true}}))],
                 vec![],
-                (LivePhase::Running, None, None),
+                (Phase::Running, None, None),
             ),
             (
                 "one workload still running is not stopped",
@@ -632,7 +621,7 @@ mod tests {
                 ],
                 vec![],
                 (
-                    LivePhase::Pending,
+                    Phase::Pending,
                     Some("ReplicasNotReady"),
                     Some("Deployment nats: 0 of 1 ready (scaled to 0)"),
                 ),
@@ -643,7 +632,7 @@ mod tests {
                 vec![live_deployment(1, 1)],
                 vec![],
                 (
-                    LivePhase::Pending,
+                    Phase::Pending,
                     Some("ReplicasNotReady"),
                     Some("Deployment nats: 1 of 3 ready (scaled to 1)"),
                 ),
@@ -654,7 +643,7 @@ mod tests {
                 vec![live_deployment(4, 3)],
                 vec![],
                 (
-                    LivePhase::Pending,
+                    Phase::Pending,
                     Some("ReplicasNotReady"),
                     Some("Deployment nats: 3 of 4 ready"),
                 ),
@@ -667,7 +656,7 @@ mod tests {
                 )],
                 vec![],
                 (
-                    LivePhase::Pending,
+                    Phase::Pending,
                     Some("ReplicasNotReady"),
                     Some("DaemonSet agent: 2 of 3 ready"),
                 ),
@@ -680,7 +669,7 @@ mod tests {
                 )],
                 vec![],
                 (
-                    LivePhase::Error,
+                    Phase::Error,
                     Some("BackoffLimitExceeded"),
                     Some("Job init failed: Job has reached the specified backoff limit"),
                 ),
@@ -692,7 +681,7 @@ mod tests {
                     json!({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}),
                 )],
                 vec![],
-                (LivePhase::Error, Some("JobFailed"), Some("Job init failed")),
+                (Phase::Error, Some("JobFailed"), Some("Job init failed")),
             ),
             (
                 "a Job still running",
@@ -702,7 +691,7 @@ mod tests {
                 )],
                 vec![],
                 (
-                    LivePhase::Pending,
+                    Phase::Pending,
                     Some("JobNotComplete"),
                     Some("Job init has not completed"),
                 ),
@@ -712,7 +701,7 @@ mod tests {
                 vec![of_kind("batch/v1", "Job", "init", json!({}))],
                 vec![Some(json!({"status": {"succeeded": 1}}))],
                 vec![],
-                (LivePhase::Running, None, None),
+                (Phase::Running, None, None),
             ),
             {
                 let (items, live) = ok_deploy();
@@ -729,7 +718,7 @@ mod tests {
                         ),
                     )],
                     (
-                        LivePhase::Error,
+                        Phase::Error,
                         Some("CrashLoopBackOff"),
                         Some(
                             "Pod nats-a: CrashLoopBackOff: back-off 5m0s restarting failed container (7 restarts)",
@@ -745,7 +734,7 @@ mod tests {
                     live,
                     vec![pod("nats-a", waiting("ImagePullBackOff", "", 0))],
                     (
-                        LivePhase::Error,
+                        Phase::Error,
                         Some("ImagePullBackOff"),
                         Some("Pod nats-a: ImagePullBackOff"),
                     ),
@@ -759,7 +748,7 @@ mod tests {
                     live,
                     vec![pod("nats-a", waiting("ContainerCreating", "", 0))],
                     (
-                        LivePhase::Pending,
+                        Phase::Pending,
                         Some("ContainerCreating"),
                         Some("Pod nats-a: ContainerCreating"),
                     ),
@@ -776,7 +765,7 @@ mod tests {
                         json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available: 3 Insufficient cpu."}]}),
                     )],
                     (
-                        LivePhase::Pending,
+                        Phase::Pending,
                         Some("Unschedulable"),
                         Some(
                             "Pod nats-a: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu.",
@@ -795,7 +784,7 @@ mod tests {
                         json!({"phase": "Running", "containerStatuses": [{"ready": false, "restartCount": 1, "state": {"terminated": {"exitCode": 1, "message": "boom"}}}]}),
                     )],
                     (
-                        LivePhase::Error,
+                        Phase::Error,
                         Some("Error"),
                         Some("Pod nats-a: Error: exit code 1: boom (1 restarts)"),
                     ),
@@ -812,7 +801,7 @@ mod tests {
                         json!({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}),
                     )],
                     (
-                        LivePhase::Error,
+                        Phase::Error,
                         Some("Evicted"),
                         Some("Pod nats-a: Evicted: The node was low on resource: memory."),
                     ),
@@ -831,7 +820,7 @@ mod tests {
                     items,
                     live,
                     vec![owned],
-                    (LivePhase::Running, None, None),
+                    (Phase::Running, None, None),
                 )
             },
             {
@@ -844,11 +833,7 @@ mod tests {
                         "nats-a",
                         json!({"phase": "Unknown", "reason": "NodeLost"}),
                     )],
-                    (
-                        LivePhase::Error,
-                        Some("NodeLost"),
-                        Some("Pod nats-a: NodeLost"),
-                    ),
+                    (Phase::Error, Some("NodeLost"), Some("Pod nats-a: NodeLost")),
                 )
             },
             {
@@ -862,7 +847,7 @@ mod tests {
                         json!({"phase": "Running", "containerStatuses": [{"ready": false, "restartCount": 0, "state": {"running": {}}}]}),
                     )],
                     (
-                        LivePhase::Pending,
+                        Phase::Pending,
                         Some("ContainersNotReady"),
                         Some("Pod nats-a: ContainersNotReady"),
                     ),
@@ -875,11 +860,7 @@ mod tests {
                     items,
                     live,
                     vec![pod("nats-a", json!({"phase": "Pending"}))],
-                    (
-                        LivePhase::Pending,
-                        Some("Pending"),
-                        Some("Pod nats-a: Pending"),
-                    ),
+                    (Phase::Pending, Some("Pending"), Some("Pod nats-a: Pending")),
                 )
             },
             {
@@ -889,7 +870,7 @@ mod tests {
                     items,
                     live,
                     vec![pod("nats-a", json!({"phase": "Succeeded"}))],
-                    (LivePhase::Running, None, None),
+                    (Phase::Running, None, None),
                 )
             },
             (
@@ -901,7 +882,7 @@ mod tests {
                     pod("nats-a", waiting("ContainerCreating", "", 0)),
                 ],
                 (
-                    LivePhase::Error,
+                    Phase::Error,
                     Some("CrashLoopBackOff"),
                     Some(
                         "Service nats is missing; Pod nats-a: ContainerCreating; Pod nats-b: CrashLoopBackOff (3 restarts); Deployment nats: 1 of 2 ready",
@@ -912,7 +893,7 @@ mod tests {
         for (what, items, live, pods, want) in cases {
             let status = derive_local_status(&items, &live, &pods);
             assert_eq!(verdict(&status), want, "{what}");
-            assert_eq!(status.healthy, want.0 == LivePhase::Running, "{what}");
+            assert_eq!(status.healthy, want.0 == Phase::Running, "{what}");
         }
     }
 

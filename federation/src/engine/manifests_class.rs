@@ -18,9 +18,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::engine::class::{ClassRegistry, CombClass, CombContext, PrerequisiteLookup};
+use crate::engine::class::{ClassRegistry, CombClass, PrerequisiteLookup};
+use crate::engine::context::CombContext;
 use crate::engine::endpoints::EndpointDecl;
-use crate::engine::render::describe_value;
+use crate::engine::values::describe_value;
 use crate::error::{Error, Result};
 
 /// The class name.
@@ -32,6 +33,18 @@ pub const STATIC_ALIAS: &str = "Kubernetes::Comb::Static";
 
 /// The keys of `config.requires`.
 const REQUIRES_KEYS: [&str; 3] = ["config", "configMaps", "secrets"];
+
+// The registry's constructor of the built-ins lives beside them, so that the class contract
+// (class.rs) never depends on a class that implements it.
+impl ClassRegistry {
+    /// The built-in classes: `Manifests` (alias `Kubernetes::Comb::Static`) and its stub
+    /// `Manifests::Stub`.
+    pub fn with_builtins() -> ClassRegistry {
+        let mut registry = ClassRegistry::new();
+        ManifestsClass::register(&mut registry);
+        registry
+    }
+}
 
 /// `Manifests`, or its stub `Manifests::Stub` (which reads `config.stub`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,7 +208,7 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::engine::class::test_context;
+    use crate::engine::context::test_context;
     use serde_json::json;
 
     /// Secrets and ConfigMaps that exist; anything named `broken` fails to look up.
@@ -212,7 +225,7 @@ mod tests {
                 return Err(Error::Kube {
                     request: "get Secret".into(),
                     message: "500 boom".into(),
-                    code: Some(500),
+                    source: None,
                 });
             }
             Ok(self.secrets.contains(name))

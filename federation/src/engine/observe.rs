@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::engine::class::{CombContext, CombInstance};
+use crate::engine::class::CombInstance;
+use crate::engine::context::CombContext;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LiveStatus, derive_local_status, needs_pods};
 use crate::engine::render::RenderedItem;

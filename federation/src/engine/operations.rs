@@ -1,13 +1,15 @@
 //! The operations on a Comb besides reconcile (reference §9): logs, restart, stop, describe,
 //! endpoint.
 
-use comb_api::{CombEndpoint, CombStatus, Endpoint};
+use comb_api::{Comb, CombEndpoint, CombStatus, Endpoint, ManagedObject};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::engine::borrow::{Borrowing, CombLiveStatus, live_status, resolved_endpoints};
-use crate::engine::class::{CombContext, CombInstance};
+use crate::engine::borrow::{Borrowing, live_status, resolved_endpoints};
+use crate::engine::class::CombInstance;
+use crate::engine::context::CombContext;
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{list_pods, object_name};
 use crate::error::{Error, Result};
 
@@ -187,7 +189,7 @@ async fn act_on_kinds(
         let mut names: Vec<&str> = objects.iter().filter_map(object_name).collect();
         names.sort_unstable();
         for name in names {
-            let resource = comb_api::CombResource {
+            let resource = ManagedObject {
                 api_version: api_version.to_string(),
                 kind: kind.to_string(),
                 namespace: Some(ctx.namespace.clone()),
@@ -205,45 +207,83 @@ async fn act_on_kinds(
     Ok(touched)
 }
 
-/// Everything about one Comb (reference §9 `describe`).
+/// Everything about one Comb (reference §9 `describe`): who it is, what it recorded, the
+/// endpoints it resolves now and what the cluster shows now. `comb describe` prints it (beside
+/// the layer it read it from).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Description {
-    pub name: String,
-    pub class: String,
     pub namespace: String,
-    pub depends_on: Vec<String>,
+    pub name: String,
+    /// The class it is built as (the stub's, where its layer stubs it).
+    pub class: String,
     /// The class of the original, for a stub.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stub_of: Option<String>,
+    pub depends_on: Vec<String>,
+    /// The upstream class it borrows from now; `None` when it runs its service itself.
+    pub borrows_from: Option<String>,
     /// The status recorded in the CR, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded: Option<CombStatus>,
-    /// The resolved endpoints.
+    /// The endpoints it resolves now (redirected to the upstream while borrowing).
     pub endpoints: Vec<CombEndpoint>,
-    /// What the cluster shows now.
-    pub status: CombLiveStatus,
+    /// Why the endpoints could not be resolved (e.g. an unreachable upstream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoints_error: Option<String>,
+    /// What the cluster shows now; `None` when the Comb cannot be built.
+    pub status: Option<LiveStatus>,
+    /// Why the Comb cannot be built (what its status records as BuildFailed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build_error: Option<String>,
+}
+
+impl Description {
+    /// What can be said of a Comb whose CR `cr` cannot be built (`error` says why): who it is and
+    /// what it recorded.
+    pub fn unbuilt(cr: &Comb, error: String) -> Description {
+        Description {
+            namespace: cr.metadata.namespace.clone().unwrap_or_default(),
+            name: cr.metadata.name.clone().unwrap_or_default(),
+            class: cr.spec.class.clone().unwrap_or_default(),
+            stub_of: None,
+            depends_on: cr.spec.dependencies().to_vec(),
+            borrows_from: None,
+            recorded: cr.status.clone(),
+            endpoints: Vec::new(),
+            endpoints_error: None,
+            status: None,
+            build_error: Some(error),
+        }
+    }
 }
 
 /// Describes a Comb: its identity, recorded status, resolved endpoints and live status; while
 /// `borrowing`, the endpoints are the redirected ones and the status is the borrowed one
-/// (reference §8.2). Fails when any part fails.
+/// (reference §8.2). Endpoints that cannot be resolved are described as such; a live status
+/// that cannot be read fails it.
 pub async fn describe(
     ops: &KubeOps,
     comb: &CombInstance,
     borrowing: Option<&Borrowing>,
 ) -> Result<Description> {
-    let endpoints = resolved_endpoints(comb, borrowing).await?;
+    let (endpoints, endpoints_error) = match resolved_endpoints(comb, borrowing).await {
+        Ok(endpoints) => (endpoints.iter().map(Endpoint::to_crd).collect(), None),
+        Err(error) => (Vec::new(), Some(error.to_string())),
+    };
     let status = live_status(ops, comb, borrowing).await?;
     Ok(Description {
+        namespace: comb.namespace().to_string(),
         name: comb.name().to_string(),
         class: comb.class_name().to_string(),
-        namespace: comb.namespace().to_string(),
-        depends_on: comb.depends_on(),
         stub_of: comb.stub_of().map(str::to_string),
+        depends_on: comb.depends_on(),
+        borrows_from: borrowing.map(|b| b.upstream.class_name().to_string()),
         recorded: comb.recorded_status().cloned(),
-        endpoints: endpoints.iter().map(Endpoint::to_crd).collect(),
-        status,
+        endpoints,
+        endpoints_error,
+        status: Some(status),
+        build_error: None,
     })
 }
 

@@ -7,14 +7,14 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use comb_api::{CombResource, group_of};
+use comb_api::{ManagedObject, group_of};
 use serde_json::Value;
 
-use crate::engine::class::CombContext;
+use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, existing_treatment, is_namespaced};
 use crate::engine::render::RenderedItem;
-use crate::engine::status::clean_message;
 use crate::engine::tenancy::Tenancy;
+use crate::engine::values::clean_message;
 
 /// A resource's identity regardless of its API version.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,7 +26,7 @@ pub struct ResourceKey {
 }
 
 impl ResourceKey {
-    pub fn of(resource: &CombResource) -> ResourceKey {
+    pub fn of(resource: &ManagedObject) -> ResourceKey {
         ResourceKey {
             group: group_of(&resource.api_version).to_string(),
             kind: resource.kind.clone(),
@@ -47,7 +47,7 @@ impl ResourceKey {
 
 /// Whether the recorded `managedResources` name other resources than the rendered items: the
 /// counts differ, or a rendered item is not recorded.
-pub fn record_differs(recorded: &[CombResource], items: &[RenderedItem]) -> bool {
+pub fn record_differs(recorded: &[ManagedObject], items: &[RenderedItem]) -> bool {
     let recorded_keys: HashSet<ResourceKey> = recorded.iter().map(ResourceKey::of).collect();
     recorded.len() != items.len()
         || items
@@ -134,7 +134,7 @@ pub fn changed_items<'a>(
 }
 
 /// `a ∪ b` by identity, keeping the first entry per identity, in order.
-pub fn union(first: &[CombResource], second: &[CombResource]) -> Vec<CombResource> {
+pub fn union(first: &[ManagedObject], second: &[ManagedObject]) -> Vec<ManagedObject> {
     let mut seen = HashSet::new();
     first
         .iter()
@@ -150,7 +150,7 @@ pub struct PruneGroup {
     pub api_version: String,
     pub kind: String,
     pub namespace: String,
-    pub orphans: Vec<CombResource>,
+    pub orphans: Vec<ManagedObject>,
 }
 
 /// What to prune after a successful apply.
@@ -174,14 +174,14 @@ impl PrunePlan {
 /// namespace `tenancy` does not allow the Comb of `comb_namespace` (any more): comb deletes
 /// only where it may write.
 pub fn plan_prune(
-    previous: &[CombResource],
-    desired: &[CombResource],
+    previous: &[ManagedObject],
+    desired: &[ManagedObject],
     tenancy: &Tenancy,
     comb_namespace: &str,
 ) -> PrunePlan {
     let desired_keys: HashSet<ResourceKey> = desired.iter().map(ResourceKey::of).collect();
     let mut plan = PrunePlan::default();
-    let mut groups: BTreeMap<(String, String), Vec<CombResource>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String), Vec<ManagedObject>> = BTreeMap::new();
     let mut seen = HashSet::new();
     for orphan in previous {
         let key = ResourceKey::of(orphan);
@@ -247,7 +247,7 @@ pub enum OrphanFate {
 /// message (cluster-scoped notes first, then groups in order).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PruneOutcome {
-    pub kept: Vec<CombResource>,
+    pub kept: Vec<ManagedObject>,
     pub notes: Vec<String>,
 }
 
@@ -261,7 +261,7 @@ impl PruneOutcome {
     }
 
     /// Records what happened to `orphan`; `selector` is the Comb's label selector (both labels).
-    pub fn record(&mut self, orphan: &CombResource, fate: OrphanFate, selector: &str) {
+    pub fn record(&mut self, orphan: &ManagedObject, fate: OrphanFate, selector: &str) {
         let (kind, name) = (&orphan.kind, &orphan.name);
         match fate {
             OrphanFate::Deleted | OrphanFate::Gone => {}
@@ -287,13 +287,13 @@ impl PruneOutcome {
     }
 
     /// `managedResources` after the apply: `union(desired, kept)`.
-    pub fn managed(&self, desired: &[CombResource]) -> Vec<CombResource> {
+    pub fn managed(&self, desired: &[ManagedObject]) -> Vec<ManagedObject> {
         union(desired, &self.kept)
     }
 }
 
 /// The note for a cluster-scoped orphan.
-pub fn note_cluster_scoped(orphan: &CombResource) -> String {
+pub fn note_cluster_scoped(orphan: &ManagedObject) -> String {
     format!(
         "left {} {} in place: cluster-scoped, never pruned automatically",
         orphan.kind, orphan.name
@@ -304,13 +304,13 @@ pub fn note_cluster_scoped(orphan: &CombResource) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::class::test_context;
+    use crate::engine::context::test_context;
     use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
     use serde_json::json;
 
-    fn res(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> CombResource {
-        CombResource {
+    fn res(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> ManagedObject {
+        ManagedObject {
             api_version: api_version.into(),
             kind: kind.into(),
             namespace: namespace.map(str::to_string),

@@ -13,24 +13,24 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use comb_api::{
-    CONFIG_READY, CombResource, CombStatus, ConditionStatus, DEPENDENCIES_READY,
-    NO_RESOURCE_RECONCILIATION,
+    CONFIG_READY, CombStatus, ConditionStatus, DEPENDENCIES_READY, ManagedObject,
+    NO_RESOURCE_RECONCILIATION, Phase, Reason,
 };
 use futures::FutureExt;
 use futures::future::join_all;
 use jiff::Timestamp;
 
+// Step 1's answer is an input of `reconcile`: callers name it from here too.
+pub use crate::engine::borrow::UpstreamResolution;
 use crate::engine::borrow::{Borrowing, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::live_status::LivePhase;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::RenderedItem;
-use crate::engine::status::{
-    Established, StepRecord, Verdict, build_status, clean_message, last_resort_status,
-};
+use crate::engine::status::{Established, StepRecord, Verdict, build_status, last_resort_status};
+use crate::engine::values::clean_message;
 use crate::error::Result;
 
 /// Finds the Combs a Comb depends on (`dependsOn` entries as written: `name` or
@@ -50,19 +50,6 @@ pub trait DependencyResolver: Send + Sync {
 pub trait Dependency: Send + Sync {
     /// Whether it serves now (its live status is healthy).
     async fn healthy(&self) -> Result<bool>;
-}
-
-/// The answer of step 1 (reference §5.1), decided before the step by whoever knows the
-/// upstream sources (the layer configuration, `spec.upstream`, the class): see
-/// [`borrow::resolve_upstream`](crate::engine::borrow::resolve_upstream).
-#[derive(Clone, Debug)]
-pub enum UpstreamResolution {
-    /// The Comb runs its service itself: the local path (5a).
-    Local,
-    /// The Comb borrows its service from an upstream: the upstream path (5b).
-    Borrowed(Box<Borrowing>),
-    /// Resolving failed with this message: Error / `UpstreamFailed`.
-    Failed(String),
 }
 
 /// What one step works with, besides the Comb.
@@ -99,8 +86,8 @@ pub async fn reconcile(
             previous: previous.as_ref(),
         };
         let mut record = StepRecord::finished(
-            "Error",
-            "ReconcileFailed",
+            Phase::Error,
+            Reason::ReconcileFailed,
             "the step ended without a verdict",
         );
         match AssertUnwindSafe(step.steps(&mut record, upstream))
@@ -109,8 +96,8 @@ pub async fn reconcile(
         {
             Ok(_) => record,
             Err(panic) => StepRecord::finished(
-                "Error",
-                "ReconcileFailed",
+                Phase::Error,
+                Reason::ReconcileFailed,
                 clean_message(&panic_message(panic.as_ref())),
             ),
         }
@@ -150,7 +137,11 @@ impl Step<'_> {
     /// `spec.maintenance: NoResourceReconciliation`: nothing is applied, pruned or looked at.
     fn maintenance(&self, r: &mut StepRecord) -> ControlFlow<()> {
         if self.comb.context().spec.in_maintenance() {
-            r.finish("Maintenance", "Maintenance", maintenance_message());
+            r.finish(
+                Phase::Maintenance,
+                Reason::Maintenance,
+                maintenance_message(),
+            );
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
@@ -166,8 +157,8 @@ impl Step<'_> {
             UpstreamResolution::Borrowed(borrowing) => ControlFlow::Continue(Some(borrowing)),
             UpstreamResolution::Failed(message) => {
                 r.finish(
-                    "Error",
-                    "UpstreamFailed",
+                    Phase::Error,
+                    Reason::UpstreamFailed,
                     format!("resolving the upstream failed: {}", clean_message(&message)),
                 );
                 ControlFlow::Break(())
@@ -186,7 +177,7 @@ impl Step<'_> {
             ),
             None => return ControlFlow::Continue(()),
         };
-        r.finish("Disabled", "Disabled", message);
+        r.finish(Phase::Disabled, Reason::Disabled, message);
         ControlFlow::Break(())
     }
 
@@ -199,8 +190,8 @@ impl Step<'_> {
             Ok(problems) => problems,
             Err(panic) => {
                 r.finish(
-                    "Error",
-                    "DependenciesFailed",
+                    Phase::Error,
+                    Reason::DependenciesFailed,
                     format!(
                         "reading the dependencies failed: {}",
                         clean_message(&panic_message(panic.as_ref()))
@@ -214,13 +205,13 @@ impl Step<'_> {
                 DEPENDENCIES_READY,
                 Verdict::new(
                     ConditionStatus::True,
-                    "Healthy",
+                    Reason::Healthy,
                     "all dependencies are healthy",
                 ),
             );
             return ControlFlow::Continue(());
         };
-        let reason = *reason;
+        let reason = reason.clone();
         let message = problems
             .iter()
             .map(|(_, message)| message.as_str())
@@ -228,21 +219,21 @@ impl Step<'_> {
             .join("; ");
         r.set_condition(
             DEPENDENCIES_READY,
-            Verdict::new(ConditionStatus::False, reason, message.clone()),
+            Verdict::new(ConditionStatus::False, reason.clone(), message.clone()),
         );
-        r.finish("Blocked", reason, message);
+        r.finish(Phase::Blocked, reason, message);
         ControlFlow::Break(())
     }
 
     /// The problems of the dependencies, in `dependsOn` order (looked up concurrently).
-    async fn dependency_problems(&self) -> Vec<(&'static str, String)> {
+    async fn dependency_problems(&self) -> Vec<(Reason, String)> {
         let references = self.comb.depends_on();
         if references.is_empty() {
             return Vec::new();
         }
         let Some(resolver) = self.env.resolver else {
             return vec![(
-                "NoResolver",
+                Reason::NoResolver,
                 format!(
                     "depends on {}, but there is no resolver to find them",
                     references.join(", ")
@@ -261,7 +252,7 @@ impl Step<'_> {
             Ok(missing) if missing.is_empty() => {
                 r.set_condition(
                     CONFIG_READY,
-                    Verdict::new(ConditionStatus::True, "Complete", "nothing missing"),
+                    Verdict::new(ConditionStatus::True, Reason::Complete, "nothing missing"),
                 );
                 ControlFlow::Continue(())
             }
@@ -271,20 +262,24 @@ impl Step<'_> {
                     CONFIG_READY,
                     Verdict::new(
                         ConditionStatus::False,
-                        "MissingPrerequisites",
+                        Reason::MissingPrerequisites,
                         message.clone(),
                     ),
                 );
-                r.finish("NeedsConfig", "MissingPrerequisites", message);
+                r.finish(Phase::NeedsConfig, Reason::MissingPrerequisites, message);
                 ControlFlow::Break(())
             }
             Err(error) => {
                 let message = format!("check failed: {}", clean_message(&error.to_string()));
                 r.set_condition(
                     CONFIG_READY,
-                    Verdict::new(ConditionStatus::Unknown, "CheckFailed", message.clone()),
+                    Verdict::new(
+                        ConditionStatus::Unknown,
+                        Reason::CheckFailed,
+                        message.clone(),
+                    ),
                 );
-                r.finish("Error", "CheckFailed", message);
+                r.finish(Phase::Error, Reason::CheckFailed, message);
                 ControlFlow::Break(())
             }
         }
@@ -303,7 +298,7 @@ impl Step<'_> {
                     "rendering the manifests failed: {}",
                     clean_message(&error.to_string())
                 );
-                r.finish("Error", "ManifestsFailed", message);
+                r.finish(Phase::Error, Reason::ManifestsFailed, message);
                 return ControlFlow::Break(());
             }
         };
@@ -315,44 +310,59 @@ impl Step<'_> {
                     "reading the live status failed: {}",
                     clean_message(&error.to_string())
                 );
-                r.finish("Error", "StatusFailed", message);
+                r.finish(Phase::Error, Reason::StatusFailed, message);
                 return ControlFlow::Break(());
             }
         };
         let applied = format!("applied {} resource(s)", items.len());
         if !status.healthy {
-            let detail = match (&status.message, status.phase) {
-                (Some(message), phase) if phase != LivePhase::NotDeployed => {
+            let detail = match (&status.message, &status.phase) {
+                (Some(message), phase) if *phase != Phase::NotDeployed => {
                     format!(" ({message})")
                 }
                 _ => String::new(),
             };
             let message = format!("{applied}, not healthy yet{detail}");
             return self
-                .apply_local(r, &items, &live, ("Pending", "Deployed", message))
+                .apply_local(
+                    r,
+                    &items,
+                    &live,
+                    (Phase::Pending, Reason::Deployed, message),
+                )
                 .await;
         }
         if borrowed {
             let message = format!("{applied}, in place of the bridge");
             return self
-                .apply_local(r, &items, &live, ("Pending", "Deployed", message))
+                .apply_local(
+                    r,
+                    &items,
+                    &live,
+                    (Phase::Pending, Reason::Deployed, message),
+                )
                 .await;
         }
         let changed = changed_items(&items, &live, ctx);
         if !changed.is_empty() {
             let message = format!("{applied}, {}", changed.describe());
             return self
-                .apply_local(r, &items, &live, ("Pending", "Deployed", message))
+                .apply_local(
+                    r,
+                    &items,
+                    &live,
+                    (Phase::Pending, Reason::Deployed, message),
+                )
                 .await;
         }
         if record_differs(self.previous_managed(), &items) {
             let message = format!("healthy; the record differed from the manifests: {applied}");
             return self
-                .apply_local(r, &items, &live, ("Running", "Healthy", message))
+                .apply_local(r, &items, &live, (Phase::Running, Reason::Healthy, message))
                 .await;
         }
         r.established = Some(Established::Local);
-        r.finish("Running", "Healthy", "healthy");
+        r.finish(Phase::Running, Reason::Healthy, "healthy");
         ControlFlow::Break(())
     }
 
@@ -374,7 +384,11 @@ impl Step<'_> {
         );
         self.permitted(r, &observed.bridge)?;
         if let Some(stop) = &observed.stop {
-            r.finish(stop.phase, stop.reason, stop.message.clone());
+            r.finish(
+                stop.phase.clone(),
+                stop.reason.clone(),
+                stop.message.clone(),
+            );
             return ControlFlow::Break(());
         }
         let replicas = match upstream.replicate_into(ctx).await {
@@ -385,7 +399,7 @@ impl Step<'_> {
                     observed.label(),
                     clean_message(&error.to_string())
                 );
-                r.finish("Error", "ReplicationFailed", message);
+                r.finish(Phase::Error, Reason::ReplicationFailed, message);
                 return ControlFlow::Break(());
             }
         };
@@ -411,11 +425,14 @@ impl Step<'_> {
     /// has written anything, as Error / `ManifestForbidden` naming each refused item.
     fn permitted(&self, r: &mut StepRecord, items: &[RenderedItem]) -> ControlFlow<()> {
         let tenancy = &self.comb.settings().tenancy;
-        let refusals = tenancy.refusals(items, self.comb.namespace());
+        let refusals = tenancy.refusals(
+            items.iter().map(RenderedItem::resource),
+            self.comb.namespace(),
+        );
         if refusals.is_empty() {
             return ControlFlow::Continue(());
         }
-        r.finish("Error", "ManifestForbidden", refusals.join("; "));
+        r.finish(Phase::Error, Reason::ManifestForbidden, refusals.join("; "));
         ControlFlow::Break(())
     }
 
@@ -427,9 +444,9 @@ impl Step<'_> {
         r: &mut StepRecord,
         items: &[RenderedItem],
         live: Option<&LiveObjects>,
-        replicas: &[CombResource],
+        replicas: &[ManagedObject],
         established: Established,
-        verdict: (&str, &str, String),
+        verdict: (Phase, Reason, String),
     ) -> ControlFlow<()> {
         let ctx = self.comb.context();
         let previous = self.previous_managed();
@@ -446,8 +463,8 @@ impl Step<'_> {
                 // path has not, so what served before is carried forward.
                 r.established = (established == Established::Upstream).then_some(established);
                 r.finish(
-                    "Error",
-                    "DeployFailed",
+                    Phase::Error,
+                    Reason::DeployFailed,
                     format!("deploy failed: {}", clean_message(&message)),
                 );
             }
@@ -460,13 +477,13 @@ impl Step<'_> {
         r: &mut StepRecord,
         items: &[RenderedItem],
         live: &LiveObjects,
-        verdict: (&str, &str, String),
+        verdict: (Phase, Reason, String),
     ) -> ControlFlow<()> {
         self.apply(r, items, Some(live), &[], Established::Local, verdict)
             .await
     }
 
-    fn previous_managed(&self) -> &[CombResource] {
+    fn previous_managed(&self) -> &[ManagedObject] {
         self.previous.map(CombStatus::managed).unwrap_or_default()
     }
 }
@@ -476,18 +493,18 @@ async fn dependency_problem(
     resolver: &dyn DependencyResolver,
     reference: &str,
     comb: &CombInstance,
-) -> Option<(&'static str, String)> {
+) -> Option<(Reason, String)> {
     let dependency = match resolver.resolve(reference, comb).await {
         Ok(Some(dependency)) => dependency,
         Ok(None) => {
             return Some((
-                "DependencyNotFound",
+                Reason::DependencyNotFound,
                 format!("dependency {reference} not found"),
             ));
         }
         Err(error) => {
             return Some((
-                "ResolverFailed",
+                Reason::ResolverFailed,
                 format!(
                     "looking up {reference} failed: {}",
                     clean_message(&error.to_string())
@@ -498,11 +515,11 @@ async fn dependency_problem(
     match dependency.healthy().await {
         Ok(true) => None,
         Ok(false) => Some((
-            "DependencyNotReady",
+            Reason::DependencyNotReady,
             format!("dependency {reference} is not healthy"),
         )),
         Err(error) => Some((
-            "DependencyNotReady",
+            Reason::DependencyNotReady,
             format!(
                 "dependency {reference} is not healthy: {}",
                 clean_message(&error.to_string())
@@ -534,10 +551,10 @@ async fn publish_endpoints(
     }
     match comb.local_endpoints().await {
         Ok(endpoints) => r.endpoints = Some(endpoints.iter().map(|e| e.to_crd()).collect()),
-        Err(_) if r.phase == "Error" => {}
+        Err(_) if r.phase == Phase::Error => {}
         Err(error) => r.finish(
-            "Error",
-            "EndpointsFailed",
+            Phase::Error,
+            Reason::EndpointsFailed,
             format!(
                 "resolving the endpoints failed: {}",
                 clean_message(&error.to_string())
@@ -573,8 +590,8 @@ async fn record_status(
     }
 }
 
-/// `update_status`, and once more on a freshly read CR (a conflict looks like any other
-/// failure). Adopts what the server stored. The error is the message of the last failure.
+/// Writes `status` through [`KubeOps::write_comb_status`] and adopts what the server stored
+/// (or, when writing failed, the CR it read again). The error is the message of the last failure.
 async fn write_status(
     comb: &mut CombInstance,
     ops: &KubeOps,
@@ -582,34 +599,12 @@ async fn write_status(
 ) -> std::result::Result<CombStatus, String> {
     let group = comb.settings().group.clone();
     let mut cr = comb.cr().clone();
-    cr.status = Some(status.clone());
-    let first = match ops.update_comb_status(&group, &cr).await {
-        Ok(stored) => return Ok(adopt(comb, stored, status)),
-        Err(error) => error,
-    };
-    tracing::debug!(
-        namespace = comb.namespace(),
-        comb = comb.name(),
-        error = %first,
-        "writing the status failed; reading the custom resource again"
-    );
-    let mut fresh = ops
-        .get_comb(&group, comb.namespace(), comb.name())
-        .await
-        .map_err(|error| error.to_string())?;
-    comb.adopt_cr(fresh.clone());
-    fresh.status = Some(status.clone());
-    let stored = ops
-        .update_comb_status(&group, &fresh)
-        .await
-        .map_err(|error| error.to_string())?;
-    Ok(adopt(comb, stored, status))
-}
-
-fn adopt(comb: &mut CombInstance, stored: comb_api::Comb, built: &CombStatus) -> CombStatus {
-    let status = stored.status.clone().unwrap_or_else(|| built.clone());
+    let written = ops.write_comb_status(&group, &mut cr, status).await;
+    comb.adopt_cr(cr);
+    let stored = written.map_err(|error| error.to_string())?;
+    let recorded = stored.status.clone().unwrap_or_else(|| status.clone());
     comb.adopt_cr(stored);
-    status
+    Ok(recorded)
 }
 
 /// The text of a panic payload.

@@ -1,18 +1,17 @@
-//! Rendering one manifest (reference §4.1) and the applied digest, bit for bit (§4.2).
+//! Rendering one manifest (reference §4.1); the digest it stamps is [`digest`](crate::engine::digest).
 //!
 //! Rendering works on a copy: the class's manifest is never changed. The result is a
 //! [`RenderedItem`]: the object to apply (labelled, namespaced, apiVersion filled, digest
 //! annotation set) and the record reconcile, prune and status work with.
 
+use comb_api::{ManagedObject, group_of};
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-use comb_api::{CombResource, group_of};
-use serde_json::{Map, Number, Value};
-use sha2::{Digest as _, Sha256};
-
-use crate::engine::class::CombContext;
+use crate::engine::context::CombContext;
+use crate::engine::digest::applied_digest;
 use crate::engine::kinds::{Scopes, default_api_version, workload_templates};
+use crate::engine::values::describe_value;
 use crate::error::{Error, Result};
 
 /// One rendered manifest and what the engine needs to know about it.
@@ -40,8 +39,8 @@ impl RenderedItem {
     }
 
     /// The entry of `status.managedResources` for this item.
-    pub fn resource(&self) -> CombResource {
-        CombResource {
+    pub fn resource(&self) -> ManagedObject {
+        ManagedObject {
             api_version: self.api_version.clone(),
             kind: self.kind.clone(),
             namespace: self.namespace.clone(),
@@ -173,136 +172,6 @@ pub fn render_manifest(
     })
 }
 
-/// The applied digest of a rendered manifest (§4.2): a stale `digest_annotation` (and then
-/// empty annotations) removed, canonical JSON with every number and string as a string,
-/// `sha256:` + lowercase hex.
-pub fn applied_digest(manifest: &Map<String, Value>, digest_annotation: &str) -> String {
-    let mut copy = manifest.clone();
-    if let Some(Value::Object(metadata)) = copy.get_mut("metadata")
-        && let Some(Value::Object(annotations)) = metadata.get_mut("annotations")
-    {
-        annotations.remove(digest_annotation);
-        if annotations.is_empty() {
-            metadata.remove("annotations");
-        }
-    }
-    let mut canonical = String::new();
-    write_canonical(&mut canonical, &Value::Object(copy));
-    format!(
-        "sha256:{}",
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    )
-}
-
-/// Canonical JSON as the digest needs it: keys sorted by codepoint, no whitespace, every number
-/// and string a JSON string, booleans and null as themselves; JSON::XS escaping (`"` and `\`,
-/// control characters as `\n \t \r \b \f` or `\u00xx`, `/` and non-ASCII unescaped).
-pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(&mut out, value);
-    out
-}
-
-fn write_canonical(out: &mut String, value: &Value) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(number) => write_string(out, &number_text(number)),
-        Value::String(text) => write_string(out, text),
-        Value::Array(items) => {
-            out.push('[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_canonical(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            // Rust orders strings by UTF-8 bytes, which is codepoint order.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_canonical(out, item);
-            }
-            out.push('}');
-        }
-    }
-}
-
-fn write_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// The textual form Perl gives a number: integers as they are, other floats like `%.15g`.
-fn number_text(number: &Number) -> String {
-    match number.as_f64() {
-        Some(float) if !number.is_i64() && !number.is_u64() => perl_float(float),
-        _ => number.to_string(),
-    }
-}
-
-fn perl_float(float: f64) -> String {
-    if float.fract() == 0.0 && float.abs() < 1e15 {
-        return format!("{}", float as i64);
-    }
-    // 15 significant digits, then the shorter of fixed and exponent notation as %g picks it.
-    let scientific = format!("{float:.14e}");
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    if !(-4..15).contains(&exponent) {
-        let mantissa = trim_fraction(mantissa);
-        let sign = if exponent < 0 { '-' } else { '+' };
-        format!("{mantissa}e{sign}{:02}", exponent.abs())
-    } else {
-        let decimals = usize::try_from(14 - exponent).unwrap_or(0);
-        trim_fraction(&format!("{float:.decimals$}")).to_string()
-    }
-}
-
-fn trim_fraction(text: &str) -> &str {
-    if text.contains('.') {
-        text.trim_end_matches('0').trim_end_matches('.')
-    } else {
-        text
-    }
-}
-
-/// How the reference names a value that is not what it wanted: `an array`, `null`, or
-/// `a plain scalar` for strings, numbers and booleans.
-pub fn describe_value(value: &Value) -> &'static str {
-    match value {
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-        Value::Null => "null",
-        Value::Bool(_) | Value::Number(_) | Value::String(_) => "a plain scalar",
-    }
-}
-
 fn non_empty_str(value: Option<&Value>) -> Option<&str> {
     value
         .and_then(Value::as_str)
@@ -353,7 +222,8 @@ fn merge_labels(object: &mut Map<String, Value>, labels: &BTreeMap<String, Strin
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::class::test_context;
+    use crate::engine::context::test_context;
+    use crate::engine::digest::canonical_json;
     use crate::engine::kinds::Scopes;
     use serde_json::json;
 
@@ -497,22 +367,6 @@ mod tests {
             item.digest,
             "sha256:3c8bc1f17c685a4b5717efef3e4820e028b648e22899ac1697205858a5c7411f"
         );
-    }
-
-    #[test]
-    fn perl_number_text() {
-        let cases = [
-            (2.0, "2"),
-            (-3.0, "-3"),
-            (0.1, "0.1"),
-            (1.5e15, "1.5e+15"),
-            (1e-5, "1e-05"),
-            (123.456, "123.456"),
-            (1.0 / 3.0, "0.333333333333333"),
-        ];
-        for (float, text) in cases {
-            assert_eq!(perl_float(float), text, "{float}");
-        }
     }
 
     #[test]

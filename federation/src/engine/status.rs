@@ -1,25 +1,16 @@
 //! Building the recorded `CombStatus` from what a reconcile step decided (reference §6.7
-//! carry-forward, §6.8 `_status_from`), and the clean-message rule. Pure: `now` is a parameter.
+//! carry-forward, §6.8 `_status_from`). Pure: `now` is a parameter.
 
 use std::collections::BTreeMap;
 
 use comb_api::{
-    CONFIG_READY, CombCondition, CombEndpoint, CombResource, CombStatus, CombUpstreamStatus,
-    ConditionStatus, DEPENDENCIES_READY, READY, STATUS_WRITTEN,
+    CONFIG_READY, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus, ConditionStatus,
+    DEPENDENCIES_READY, ManagedObject, Phase, READY, Reason, STATUS_WRITTEN,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-/// The message of an error as every status text shows it: trailing whitespace removed; an empty
-/// message reads `unknown error`.
-pub fn clean_message(message: &str) -> String {
-    let trimmed = message.trim_end();
-    if trimmed.is_empty() {
-        "unknown error".to_string()
-    } else {
-        trimmed.to_string()
-    }
-}
+use crate::engine::values::clean_message;
 
 /// What a step established as serving the Comb.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,15 +25,15 @@ pub enum Established {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub status: ConditionStatus,
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
 }
 
 impl Verdict {
-    pub fn new(status: ConditionStatus, reason: &str, message: impl Into<String>) -> Verdict {
+    pub fn new(status: ConditionStatus, reason: Reason, message: impl Into<String>) -> Verdict {
         Verdict {
             status,
-            reason: reason.to_string(),
+            reason,
             message: message.into(),
         }
     }
@@ -52,14 +43,14 @@ impl Verdict {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepRecord {
     /// The phase and the Ready condition's reason and message.
-    pub phase: String,
-    pub reason: String,
+    pub phase: Phase,
+    pub reason: Reason,
     pub message: String,
     /// Conditions the step set besides Ready (`DependenciesReady`, `ConfigReady`).
     pub conditions: BTreeMap<String, Verdict>,
     /// What apply-and-prune left managed; `None` when the step applied nothing (the previous
     /// record is carried forward).
-    pub managed: Option<Vec<CombResource>>,
+    pub managed: Option<Vec<ManagedObject>>,
     /// The endpoints the step published (local, or redirected to the upstream).
     pub endpoints: Option<Vec<CombEndpoint>>,
     /// `status.upstream` of a borrowing step.
@@ -70,10 +61,10 @@ pub struct StepRecord {
 
 impl StepRecord {
     /// A record that ended with `phase`, `reason` and `message` and set nothing else.
-    pub fn finished(phase: &str, reason: &str, message: impl Into<String>) -> StepRecord {
+    pub fn finished(phase: Phase, reason: Reason, message: impl Into<String>) -> StepRecord {
         StepRecord {
-            phase: phase.to_string(),
-            reason: reason.to_string(),
+            phase,
+            reason,
             message: message.into(),
             conditions: BTreeMap::new(),
             managed: None,
@@ -84,9 +75,9 @@ impl StepRecord {
     }
 
     /// Ends the step with `phase`, `reason` and `message` (what else it set stays).
-    pub fn finish(&mut self, phase: &str, reason: &str, message: impl Into<String>) {
-        self.phase = phase.to_string();
-        self.reason = reason.to_string();
+    pub fn finish(&mut self, phase: Phase, reason: Reason, message: impl Into<String>) {
+        self.phase = phase;
+        self.reason = reason;
         self.message = message.into();
     }
 
@@ -112,7 +103,7 @@ pub fn build_status(
     let not_checked = || {
         Verdict::new(
             ConditionStatus::Unknown,
-            "NotChecked",
+            Reason::NotChecked,
             "this step did not get that far",
         )
     };
@@ -127,7 +118,7 @@ pub fn build_status(
             STATUS_WRITTEN.to_string(),
             Verdict::new(
                 ConditionStatus::False,
-                "WriteFailed",
+                Reason::WriteFailed,
                 format!(
                     "writing the status into the custom resource failed: {}",
                     clean_message(failure)
@@ -136,8 +127,8 @@ pub fn build_status(
         );
     }
     let ready = Verdict::new(
-        ConditionStatus::from(record.phase == "Running"),
-        &record.reason,
+        ConditionStatus::from(record.phase == Phase::Running),
+        record.reason.clone(),
         record.message.clone(),
     );
     let conditions = [
@@ -196,11 +187,11 @@ fn condition(
 /// condition. Kept in memory, never written.
 pub fn last_resort_status(failure: &str, now: Timestamp) -> CombStatus {
     CombStatus {
-        phase: Some("Error".to_string()),
+        phase: Some(Phase::Error),
         conditions: Some(vec![CombCondition {
             type_: READY.to_string(),
             status: ConditionStatus::False,
-            reason: Some("ReconcileFailed".to_string()),
+            reason: Some(Reason::ReconcileFailed),
             message: Some(format!(
                 "recording the status failed: {}",
                 clean_message(failure)
@@ -221,8 +212,8 @@ mod tests {
         text.parse().unwrap()
     }
 
-    fn resource(name: &str) -> CombResource {
-        CombResource {
+    fn resource(name: &str) -> ManagedObject {
+        ManagedObject {
             api_version: "v1".into(),
             kind: "Service".into(),
             namespace: Some("platform".into()),
@@ -259,14 +250,21 @@ mod tests {
     #[test]
     fn conditions_order_defaults_and_transition_times() {
         let mut record = StepRecord::finished(
-            "Pending",
-            "Deployed",
+            Phase::Pending,
+            Reason::Deployed,
             "applied 1 resource(s), not healthy yet",
         );
-        record.set_condition("Zeta", Verdict::new(ConditionStatus::True, "Z", "z"));
+        record.set_condition(
+            "Zeta",
+            Verdict::new(ConditionStatus::True, Reason::from("Z"), "z"),
+        );
         record.set_condition(
             CONFIG_READY,
-            Verdict::new(ConditionStatus::True, "Complete", "nothing missing (now)"),
+            Verdict::new(
+                ConditionStatus::True,
+                Reason::Complete,
+                "nothing missing (now)",
+            ),
         );
         record.established = Some(Established::Local);
         let now = at("2026-09-26T12:00:00.750Z");
@@ -286,7 +284,7 @@ mod tests {
                 (
                     c.type_.clone(),
                     c.status.to_string(),
-                    c.reason.clone().unwrap(),
+                    c.reason.as_ref().unwrap().to_string(),
                     c.message.clone().unwrap(),
                     serde_json::to_value(c.last_transition_time.as_ref().unwrap())
                         .unwrap()
@@ -334,7 +332,7 @@ mod tests {
             ]
         );
         assert_eq!(status.observed_generation, Some(3));
-        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        assert_eq!(status.phase, Some(Phase::Pending));
     }
 
     #[test]
@@ -345,7 +343,7 @@ mod tests {
             ("Disabled", ConditionStatus::False),
         ] {
             let status = build_status(
-                &StepRecord::finished(phase, "R", "m"),
+                &StepRecord::finished(Phase::from(phase), Reason::from("R"), "m"),
                 None,
                 None,
                 None,
@@ -364,7 +362,7 @@ mod tests {
 
         // Established nothing (Disabled, Blocked, NeedsConfig, early errors): everything carried.
         let disabled = build_status(
-            &StepRecord::finished("Disabled", "Disabled", "spec.enabled is false"),
+            &StepRecord::finished(Phase::Disabled, Reason::Disabled, "spec.enabled is false"),
             Some(&prev),
             None,
             None,
@@ -375,8 +373,11 @@ mod tests {
         assert_eq!(disabled.upstream, prev.upstream);
 
         // The very first step of a local Comb that stops early publishes its own endpoints.
-        let mut first =
-            StepRecord::finished("NeedsConfig", "MissingPrerequisites", "missing: secret x");
+        let mut first = StepRecord::finished(
+            Phase::NeedsConfig,
+            Reason::MissingPrerequisites,
+            "missing: secret x",
+        );
         first.endpoints = Some(vec![endpoint("nats.platform.svc:4222")]);
         let status = build_status(&first, None, None, None, now);
         assert_eq!(
@@ -388,8 +389,8 @@ mod tests {
 
         // A local step that deployed: its own managed and endpoints, the upstream dropped.
         let mut local = StepRecord::finished(
-            "Pending",
-            "Deployed",
+            Phase::Pending,
+            Reason::Deployed,
             "applied 1 resource(s), in place of the bridge",
         );
         local.established = Some(Established::Local);
@@ -406,8 +407,8 @@ mod tests {
         // A borrowing step that stopped (UpstreamUnreachable): endpoints [], upstream recorded,
         // managed carried because nothing was applied.
         let mut blocked = StepRecord::finished(
-            "Blocked",
-            "UpstreamUnreachable",
+            Phase::Blocked,
+            Reason::UpstreamUnreachable,
             "upstream Static is unreachable",
         );
         blocked.established = Some(Established::Upstream);
@@ -424,8 +425,8 @@ mod tests {
 
         // A DeployFailed step: its union as managed, endpoints and upstream carried.
         let mut failed = StepRecord::finished(
-            "Error",
-            "DeployFailed",
+            Phase::Error,
+            Reason::DeployFailed,
             "deploy failed: ensure Service nats: quota exceeded",
         );
         failed.managed = Some(vec![resource("nats"), resource("old")]);

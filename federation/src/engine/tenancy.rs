@@ -11,8 +11,9 @@
 
 use std::fmt;
 
+use comb_api::ManagedObject;
+
 use crate::engine::kinds::builtin_kind;
-use crate::engine::render::RenderedItem;
 
 /// A Kind of an API group, as `allowClusterScoped` names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,10 +137,11 @@ impl Tenancy {
 
     /// Why the Comb in `comb_namespace` may not write `item`, naming the setting that would
     /// allow it; `None` when it may.
-    pub fn refusal(&self, item: &RenderedItem, comb_namespace: &str) -> Option<String> {
+    pub fn refusal(&self, item: &ManagedObject, comb_namespace: &str) -> Option<String> {
         let who = self.origin.who();
+        let group = item.group();
         match &item.namespace {
-            None if self.allows_cluster_scoped(&item.group, &item.kind) => None,
+            None if self.allows_cluster_scoped(group, &item.kind) => None,
             None => {
                 let allowed = if self.allow_cluster_scoped.is_empty() {
                     "no cluster-scoped kinds".to_string()
@@ -155,7 +157,7 @@ impl Tenancy {
                     "{} {} is cluster-scoped; {who} allows {allowed} (add {} to {})",
                     item.kind,
                     item.name,
-                    GroupKind::new(&item.group, &item.kind),
+                    GroupKind::new(group, &item.kind),
                     self.origin.kinds_key()
                 ))
             }
@@ -172,10 +174,14 @@ impl Tenancy {
 
     /// The refusals of every item the Comb in `comb_namespace` may not write, in order; empty
     /// when it may write them all.
-    pub fn refusals(&self, items: &[RenderedItem], comb_namespace: &str) -> Vec<String> {
+    pub fn refusals(
+        &self,
+        items: impl IntoIterator<Item = ManagedObject>,
+        comb_namespace: &str,
+    ) -> Vec<String> {
         items
-            .iter()
-            .filter_map(|item| self.refusal(item, comb_namespace))
+            .into_iter()
+            .filter_map(|item| self.refusal(&item, comb_namespace))
             .collect()
     }
 
@@ -197,14 +203,14 @@ impl Tenancy {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::class::test_context;
+    use crate::engine::context::test_context;
     use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
     use serde_json::{Value, json};
 
     /// `manifest` rendered for Comb `nats` in namespace `platform`; `ClusterWidget` is a
     /// cluster-scoped custom Kind, as discovery would say.
-    fn item(manifest: Value) -> RenderedItem {
+    fn item(manifest: Value) -> ManagedObject {
         let mut scopes = Scopes::default();
         scopes.insert("example.com/v1", "ClusterWidget", false);
         render_manifest(
@@ -214,6 +220,7 @@ mod tests {
             &scopes,
         )
         .unwrap()
+        .resource()
     }
 
     fn layer(index: usize, name: &str, namespaces: &[&str], kinds: &[GroupKind]) -> Tenancy {
@@ -266,7 +273,7 @@ mod tests {
             &["other"],
             &[namespace_kind.clone(), widget_kind.clone()],
         );
-        let cases: Vec<(&Tenancy, &RenderedItem, Option<&str>)> = vec![
+        let cases: Vec<(&Tenancy, &ManagedObject, Option<&str>)> = vec![
             (&prod, &own, None),
             (&prod, &own_explicit, None),
             (
@@ -349,7 +356,7 @@ mod tests {
             item(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})),
         ];
         assert_eq!(
-            tenancy.refusals(&items, "platform"),
+            tenancy.refusals(items.clone(), "platform"),
             [
                 "ConfigMap other/cfg is in namespace other, not platform; the engine's default tenancy \
                  does not allow it (add other to Settings.tenancy.allow_namespaces)",
@@ -357,7 +364,7 @@ mod tests {
                  kinds (add Namespace to Settings.tenancy.allow_cluster_scoped)",
             ]
         );
-        assert!(tenancy.refusals(&items[..1], "platform").is_empty());
+        assert!(tenancy.refusals(items[..1].to_vec(), "platform").is_empty());
         assert_eq!(tenancy.writer("platform"), None);
         assert!(tenancy.allows_namespace("platform", "platform"));
         assert!(!tenancy.allows_namespace("platform", "other"));

@@ -1,5 +1,7 @@
 //! Reading values the way the reference (Perl) reads them, so that `replicas: "2"` and
-//! `replicas: 2` mean the same, and `0`, `""` and `"0"` are false.
+//! `replicas: 2` mean the same, and `0`, `""` and `"0"` are false; and the words every message
+//! uses for a value ([`describe_value`]) and an error ([`clean_message`]). At the bottom of the
+//! engine: every part may use it, it uses none.
 
 use serde_json::Value;
 
@@ -26,6 +28,28 @@ pub fn truthy(value: Option<&Value>) -> bool {
         Some(Value::Number(number)) => number.as_f64().is_some_and(|f| f != 0.0),
         Some(Value::String(text)) => !text.is_empty() && text != "0",
         Some(_) => true,
+    }
+}
+
+/// How the reference names a value that is not what it wanted: `an array`, `null`, or
+/// `a plain scalar` for strings, numbers and booleans.
+pub fn describe_value(value: &Value) -> &'static str {
+    match value {
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+        Value::Null => "null",
+        Value::Bool(_) | Value::Number(_) | Value::String(_) => "a plain scalar",
+    }
+}
+
+/// The message of an error as every status text shows it: trailing whitespace removed; an empty
+/// message reads `unknown error`.
+pub fn clean_message(message: &str) -> String {
+    let trimmed = message.trim_end();
+    if trimmed.is_empty() {
+        "unknown error".to_string()
+    } else {
+        trimmed.to_string()
     }
 }
 

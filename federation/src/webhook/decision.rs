@@ -9,6 +9,7 @@ use crate::controller::graph::dependency_key;
 use crate::controller::queue::CombKey;
 use crate::engine::class::{ClassRegistry, CombInstance};
 use crate::engine::kinds::Scopes;
+use crate::engine::render::RenderedItem;
 
 /// Why a Comb is refused: the HTTP-like code and reason of the admission `status`, and one
 /// sentence that says what to fix.
@@ -122,7 +123,9 @@ async fn refusal_in(
             )));
         }
     };
-    let refusals = settings.tenancy.refusals(&items, built.namespace());
+    let refusals = settings
+        .tenancy
+        .refusals(items.iter().map(RenderedItem::resource), built.namespace());
     (!refusals.is_empty()).then(|| Refusal::forbidden(refusals.join("; ")))
 }
 

@@ -207,7 +207,7 @@ async fn validate(State(judge): State<Judge>, body: axum::body::Bytes) -> Respon
         Err(error) => {
             return (
                 StatusCode::BAD_REQUEST,
-                format!("the body is no AdmissionReview: {error}\n"),
+                format!("the body is not an AdmissionReview: {error}\n"),
             )
                 .into_response();
         }
@@ -251,7 +251,7 @@ async fn judge_request(judge: &Judge, request: &AdmissionRequest) -> Option<Refu
             return Some(Refusal {
                 code: 422,
                 reason: "Invalid",
-                message: format!("the object is no Comb: {error}"),
+                message: format!("the object is not a Comb: {error}"),
             });
         }
     };

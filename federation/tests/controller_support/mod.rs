@@ -226,8 +226,11 @@ impl World {
                 async move {
                     let comb = api.get_opt(name).await.ok().flatten()?;
                     let status = comb.status.as_ref()?;
-                    let ready_reason = status.ready().and_then(|r| r.reason.as_deref());
-                    (status.phase.as_deref() == Some(phase)
+                    let ready_reason = status
+                        .ready()
+                        .and_then(|r| r.reason.as_ref())
+                        .map(|r| r.as_str());
+                    (status.phase.as_ref().map(|p| p.as_str()) == Some(phase)
                         && reason.is_none_or(|reason| ready_reason == Some(reason)))
                     .then_some(comb.clone())
                 }

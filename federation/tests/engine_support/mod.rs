@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombResource, CombSpec, CombStatus, DEFAULT_GROUP};
+use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, ManagedObject};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombClass, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
@@ -211,7 +211,7 @@ impl Cluster {
         loop {
             let status = self.reconcile(comb).await;
             let ready = status.ready().expect("Ready");
-            if ready.reason.as_deref() == Some("Healthy")
+            if ready.reason.as_ref().map(|r| r.as_str()) == Some("Healthy")
                 && ready.message.as_deref() == Some("healthy")
             {
                 return status;
@@ -266,7 +266,7 @@ impl Cluster {
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        let resource = CombResource {
+        let resource = ManagedObject {
             api_version: api_version.into(),
             kind: kind.into(),
             namespace: Some(namespace.into()),
@@ -355,8 +355,8 @@ async fn observer_client(kubeconfig: kube::config::Kubeconfig, context: &str) ->
 }
 
 /// The identity of an object in the test namespace (namespace ignored for cluster-scoped kinds).
-pub fn resource(api_version: &str, kind: &str, name: &str) -> CombResource {
-    CombResource {
+pub fn resource(api_version: &str, kind: &str, name: &str) -> ManagedObject {
+    ManagedObject {
         api_version: api_version.into(),
         kind: kind.into(),
         namespace: Some(NS.into()),
@@ -368,8 +368,16 @@ pub fn resource(api_version: &str, kind: &str, name: &str) -> CombResource {
 pub fn verdict(status: &CombStatus) -> (String, String, String) {
     let ready = status.ready().expect("Ready condition");
     (
-        status.phase.clone().unwrap_or_default(),
-        ready.reason.clone().unwrap_or_default(),
+        status
+            .phase
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        ready
+            .reason
+            .as_ref()
+            .map(|r| r.to_string())
+            .unwrap_or_default(),
         ready.message.clone().unwrap_or_default(),
     )
 }

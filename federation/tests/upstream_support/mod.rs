@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use comb_api::CombResource;
+use comb_api::ManagedObject;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, UpstreamSpec};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
@@ -307,7 +307,7 @@ impl Layers {
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        let resource = CombResource {
+        let resource = ManagedObject {
             api_version: api_version.into(),
             kind: kind.into(),
             namespace: Some(namespace.into()),
@@ -344,8 +344,16 @@ pub fn borrow(layer: &str, answer: Value) -> Controlling {
 pub fn verdict(status: &CombStatus) -> (String, String, String) {
     let ready = status.ready().expect("a Ready condition");
     (
-        status.phase.clone().unwrap_or_default(),
-        ready.reason.clone().unwrap_or_default(),
+        status
+            .phase
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default(),
+        ready
+            .reason
+            .as_ref()
+            .map(|r| r.to_string())
+            .unwrap_or_default(),
         ready.message.clone().unwrap_or_default(),
     )
 }

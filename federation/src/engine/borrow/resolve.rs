@@ -1,0 +1,143 @@
+//! Step 1 of the borrowing path (reference §5.1): which upstream, if any, a Comb borrows from.
+//! The first source with an answer decides: the controlling code (the layer's `borrow` /
+//! `local`), then `spec.upstream`, then the class.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use comb_api::UpstreamSpec;
+use comb_kubeconfigs::ClientPool;
+use comb_upstreams::{Resolved, Upstream, UpstreamClasses, UpstreamContext};
+
+use crate::engine::class::CombInstance;
+use crate::error::{Error, Result};
+
+/// The source name of `spec.upstream` in resolution errors.
+pub const SPEC_SOURCE: &str = "spec.upstream";
+
+/// The controlling code's answer about the upstream (reference §5.1, the first source): the
+/// federation fills it from the layer's `borrow` / `local` configuration. While `answer` is
+/// [`UpstreamSpec::Absent`] the controlling code has no say and the next source decides.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Controlling {
+    /// How errors name this source, e.g. `the borrow of layer staging`.
+    pub source: String,
+    pub answer: UpstreamSpec,
+}
+
+impl Controlling {
+    /// The controlling code has no say.
+    pub fn none() -> Controlling {
+        Controlling::default()
+    }
+
+    /// The answer `answer` of the source named `source`.
+    pub fn new(source: impl Into<String>, answer: UpstreamSpec) -> Controlling {
+        Controlling {
+            source: source.into(),
+            answer,
+        }
+    }
+}
+
+/// What the engine needs to borrow for the Combs of one layer: the clients of every context,
+/// the layer's own context, the layers (for `layer: NAME`) and the known upstream classes.
+#[derive(Clone, Debug)]
+pub struct BorrowEnv {
+    pub pool: ClientPool,
+    /// The kube context the Combs run in.
+    pub context: String,
+    /// Layer name -> kube context.
+    pub layers: BTreeMap<String, String>,
+    pub classes: UpstreamClasses,
+}
+
+impl BorrowEnv {
+    /// Combs in `context` of `pool`, no layers, the built-in upstream classes.
+    pub fn new(pool: ClientPool, context: impl Into<String>) -> BorrowEnv {
+        BorrowEnv {
+            pool,
+            context: context.into(),
+            layers: BTreeMap::new(),
+            classes: UpstreamClasses::default(),
+        }
+    }
+
+    /// What an upstream gets to know about `comb`.
+    pub fn upstream_context(&self, comb: &CombInstance) -> UpstreamContext {
+        let settings = comb.settings();
+        UpstreamContext {
+            name: comb.name().to_string(),
+            namespace: comb.namespace().to_string(),
+            context: self.context.clone(),
+            pool: self.pool.clone(),
+            group: settings.group.clone(),
+            labels: settings.labels.clone(),
+            managed_by: settings.managed_by.clone(),
+            layers: self.layers.clone(),
+            write_as: settings.tenancy.writer(comb.namespace()),
+        }
+    }
+}
+
+/// Resolves the upstream of `comb` (reference §5.1): the first source that has an answer
+/// decides, even when it says local: the controlling code, then `spec.upstream` (explicit `null`
+/// is local), then the class's `upstream`, else local. Failures are messages for
+/// `resolving the upstream failed: <msg>`.
+pub async fn resolve_upstream(
+    comb: &CombInstance,
+    controlling: &Controlling,
+    env: &BorrowEnv,
+) -> Result<Resolved> {
+    let ctx = env.upstream_context(comb);
+    let interpret = |source: &str, answer: &UpstreamSpec| {
+        env.classes
+            .interpret(source, answer, &ctx)
+            .map_err(Error::from)
+    };
+    if controlling.answer.is_present() {
+        return interpret(&controlling.source, &controlling.answer);
+    }
+    let spec = &comb.context().spec.upstream;
+    if spec.is_present() {
+        return interpret(SPEC_SOURCE, spec);
+    }
+    let answer = comb.upstream().await?;
+    interpret(&format!("{}->upstream", comb.class_name()), &answer)
+}
+
+/// An upstream a Comb borrows from, with what it is asked with: the outcome of step 1 when it
+/// is not local.
+#[derive(Clone, Debug)]
+pub struct Borrowing {
+    pub upstream: Arc<dyn Upstream>,
+    pub ctx: UpstreamContext,
+}
+
+/// Step 1 for reconcile: [`resolve_upstream`] as the step takes it.
+pub async fn resolution(
+    comb: &CombInstance,
+    controlling: &Controlling,
+    env: &BorrowEnv,
+) -> UpstreamResolution {
+    match resolve_upstream(comb, controlling, env).await {
+        Ok(Resolved::Local) => UpstreamResolution::Local,
+        Ok(Resolved::Upstream(upstream)) => UpstreamResolution::Borrowed(Box::new(Borrowing {
+            upstream,
+            ctx: env.upstream_context(comb),
+        })),
+        Err(error) => UpstreamResolution::Failed(error.to_string()),
+    }
+}
+
+/// The answer of step 1 (reference §5.1), decided before the step by whoever knows the
+/// upstream sources (the layer configuration, `spec.upstream`, the class): [`resolution`].
+#[derive(Clone, Debug)]
+pub enum UpstreamResolution {
+    /// The Comb runs its service itself: the local path (5a).
+    Local,
+    /// The Comb borrows its service from an upstream: the upstream path (5b).
+    Borrowed(Box<Borrowing>),
+    /// Resolving failed with this message: Error / `UpstreamFailed`.
+    Failed(String),
+}
