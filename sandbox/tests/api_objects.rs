@@ -130,13 +130,16 @@ async fn generation_counts_spec_changes_and_status_is_its_own_subresource() {
         .expect("created");
     assert_eq!(created.metadata.generation, Some(1));
 
-    let mut relabelled = created.clone();
-    relabelled.metadata.labels = Some([("tier".to_string(), "front".to_string())].into());
-    relabelled.status = Some(serde_json::from_value(json!({"replicas": 9})).expect("status"));
-    // No precondition: a real cluster's deployment controller writes the status meanwhile.
-    relabelled.metadata.resource_version = None;
+    // A merge patch of metadata and status: a real cluster's deployment controller writes the
+    // object meanwhile, so a whole replace would race it.
     let relabelled = api
-        .replace("web", &PostParams::default(), &relabelled)
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"tier": "front"}}, "status": {"replicas": 9}}),
+            ),
+        )
         .await
         .expect("relabelled");
     assert_eq!(
