@@ -78,7 +78,6 @@ impl fmt::Display for CombRef {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -2,8 +2,6 @@
 //! byte-identically, `upstream: null` differs from an absent upstream, null counts as absent
 //! everywhere else.
 
-#![allow(clippy::unwrap_used)]
-
 use comb_api::{Comb, CombSpec, ConditionStatus, UpstreamSpec, api_resource};
 use kube_core::Resource;
 use serde_json::json;

@@ -1,8 +1,6 @@
 //! Deleting a Comb: its finalizer holds the CR until what it deployed is gone, except what is
 //! marked keep, what is cluster-scoped, and everything under the Orphan deletion policy.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use comb_sandbox::controls::Fault;
@@ -47,18 +45,18 @@ async fn runtime_objects(world: &World) {
     let client = world.client("prod").await;
     let config_map: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "db-state", "labels": labels}}))
-            .unwrap();
+            .expect("a valid object");
     Api::<ConfigMap>::namespaced(client.clone(), "platform")
         .create(&PostParams::default(), &config_map)
         .await
-        .unwrap();
+        .expect("created");
     let secret: Secret =
         serde_json::from_value(json!({"metadata": {"name": "db-session", "labels": labels}}))
-            .unwrap();
+            .expect("a valid object");
     Api::<Secret>::namespaced(client, "platform")
         .create(&PostParams::default(), &secret)
         .await
-        .unwrap();
+        .expect("created");
 }
 
 async fn exists<K>(world: &World, name: &str) -> bool
@@ -71,7 +69,7 @@ where
     Api::<K>::namespaced(world.client("prod").await, "platform")
         .get_opt(name)
         .await
-        .unwrap()
+        .expect("the read answers")
         .is_some()
 }
 
@@ -79,7 +77,14 @@ async fn wait_gone(world: &World, name: &str) {
     let combs = world.combs("prod", "platform").await;
     eventually(&format!("Comb {name} to be gone"), || {
         let combs = combs.clone();
-        async move { combs.get_opt(name).await.unwrap().is_none().then_some(()) }
+        async move {
+            combs
+                .get_opt(name)
+                .await
+                .expect("the read answers")
+                .is_none()
+                .then_some(())
+        }
     })
     .await;
 }

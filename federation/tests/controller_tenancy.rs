@@ -10,8 +10,6 @@
 //! 403 in the message, the status is still written (the controller's identity), and the
 //! controller's own ClusterRole needs `impersonate` on `serviceaccounts` for any of it to work.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use comb_sandbox::controls::Controls;
@@ -64,14 +62,21 @@ async fn config_map_in(world: &World, namespace: &str, name: &str) -> Option<Con
     Api::<ConfigMap>::namespaced(world.client("prod").await, namespace)
         .get_opt(name)
         .await
-        .unwrap()
+        .expect("the read answers")
 }
 
 async fn wait_gone(world: &World, namespace: &str, name: &str) {
     let combs = world.combs("prod", namespace).await;
     eventually(&format!("Comb {namespace}/{name} to be gone"), || {
         let combs = combs.clone();
-        async move { combs.get_opt(name).await.unwrap().is_none().then_some(()) }
+        async move {
+            combs
+                .get_opt(name)
+                .await
+                .expect("the read answers")
+                .is_none()
+                .then_some(())
+        }
     })
     .await;
 }

@@ -1,8 +1,6 @@
 //! The Error outcomes of a reconcile step (reference §6.9): each failure is a phase with its
 //! reason and message, never a failed or panicking step.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::sync::Arc;

@@ -1,8 +1,6 @@
 //! Reconcile when the API server fails (fault injection in the sandbox): a deploy that stops
 //! half-way, status writes that fail, a status write that conflicts.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use comb_api::{ConditionStatus, STATUS_WRITTEN};

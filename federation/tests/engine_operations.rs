@@ -1,8 +1,6 @@
 //! The operations on a Comb against a sandbox cluster (reference §9): stop and restart and how
 //! reconcile answers them, logs, describe, endpoint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use comb_federation::engine::operations::{describe, endpoint, logs, restart, stop};

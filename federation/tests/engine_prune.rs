@@ -2,8 +2,6 @@
 //! when it still carries both labels, left alone when it lost them, and never touched when it
 //! is cluster-scoped. The layer allows the cluster-scoped Kinds these tests write.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use comb_federation::engine::tenancy::GroupKind;
@@ -162,9 +160,11 @@ async fn install_cluster_widgets(cluster: &mut Cluster) {
         }
     });
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
-        serde_json::from_value(crd).unwrap();
+        serde_json::from_value(crd).expect("a valid object");
     let api = kube::Api::all(cluster.client.clone());
-    api.create(&Default::default(), &crd).await.unwrap();
+    api.create(&Default::default(), &crd)
+        .await
+        .expect("created");
     cluster
         .wait_until("ClusterWidget served", async |c| {
             c.served("example.com/v1", "ClusterWidget").await

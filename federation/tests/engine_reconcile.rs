@@ -1,8 +1,6 @@
 //! One reconcile step against a sandbox cluster, outcome by outcome (reference §6, steps 1-4,
 //! 5a, 6): Disabled, Blocked, NeedsConfig, the local path, maintenance.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::collections::BTreeMap;

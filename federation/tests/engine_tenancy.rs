@@ -1,8 +1,6 @@
 //! A Comb cannot escape its layer (DESIGN.md §6, tenancy): a manifest for another namespace or
 //! a cluster-scoped one is refused before the step writes anything, unless the layer allows it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::sync::Arc;

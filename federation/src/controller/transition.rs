@@ -106,7 +106,6 @@ impl fmt::Display for Transition {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use comb_api::{CombCondition, ConditionStatus};

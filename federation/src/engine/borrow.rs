@@ -612,7 +612,6 @@ pub async fn borrowed_endpoints(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::class::{ClassRegistry, Settings};

@@ -593,7 +593,6 @@ pub(crate) fn test_context(name: &str, namespace: &str, config: Value) -> CombCo
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -469,7 +469,6 @@ fn text(value: Option<&Value>) -> Option<&str> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::class::test_context;

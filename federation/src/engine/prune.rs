@@ -301,7 +301,6 @@ pub fn note_cluster_scoped(orphan: &CombResource) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::class::test_context;

@@ -194,7 +194,6 @@ impl Tenancy {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::class::test_context;

@@ -30,7 +30,6 @@ pub fn truthy(value: Option<&Value>) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

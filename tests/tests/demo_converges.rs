@@ -2,11 +2,9 @@
 //! every transition in its format, and `--follow` keeps the clusters up for the CLI until
 //! interrupted.
 
-mod cli_support;
-
 use std::process::Command;
 
-use cli_support::{ConvergedDemo, comb, row};
+use comb_testkit::cli::{ConvergedDemo, comb, row};
 
 /// Whether `line` reads `HH:MM:SS layer:ns/name: <old> -> <Phase> (<Reason>)[: message]`.
 fn is_transition(line: &str) -> bool {
@@ -44,7 +42,7 @@ fn the_demo_converges_with_the_expected_via_chains() {
         .args([
             "demo",
             "--backend",
-            cli_support::backend(),
+            comb_testkit::cli::backend(),
             "--timeout",
             "180s",
         ])

@@ -1,9 +1,7 @@
 //! A layer whose API server is partitioned: `comb check` and `comb get` report it (exit 1)
 //! while the other layers answer and keep reconciling; after healing everything passes again.
 
-mod cli_support;
-
-use cli_support::{ConvergedDemo, row};
+use comb_testkit::cli::{ConvergedDemo, row};
 
 #[test]
 fn a_partitioned_layer_shows_as_down_while_the_others_go_on() {

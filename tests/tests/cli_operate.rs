@@ -2,9 +2,7 @@
 //! controller keeps running): logs, restart, stop; and how the CLI fails: one line, exit 1, or
 //! exit 2 for usage.
 
-mod cli_support;
-
-use cli_support::{ConvergedDemo, run};
+use comb_testkit::cli::{ConvergedDemo, run};
 
 #[test]
 fn logs_restart_and_stop_on_the_converged_demo() {
