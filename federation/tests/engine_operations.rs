@@ -133,7 +133,7 @@ async fn logs_of_the_pods() {
     ) {
         return;
     }
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![deployment("nats", "nats:2")]))
         .await;
@@ -157,7 +157,7 @@ async fn logs_of_the_pods() {
 
 #[tokio::test]
 async fn describe_and_endpoint() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let spec = json!({"class": "Manifests", "dependsOn": ["db"], "config": {
         "manifests": [service("nats", 4222)],
         "endpoints": [{"name": "client", "port": 4222}, {"name": "monitor", "port": 8222, "service": "nats-monitor"}]
@@ -202,7 +202,7 @@ async fn logs_of_a_crash_looping_container_are_its_previous_instance() {
     ) {
         return;
     }
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",

@@ -14,7 +14,7 @@ fn namespace(name: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_dropped_resource_is_pruned() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -55,7 +55,7 @@ async fn a_dropped_resource_is_pruned() {
 
 #[tokio::test]
 async fn a_resource_that_lost_its_labels_is_left_alone() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -100,7 +100,7 @@ async fn a_resource_that_lost_its_labels_is_left_alone() {
 
 #[tokio::test]
 async fn a_cluster_scoped_resource_is_left_in_place() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     cluster.set_tenancy(allowing_cluster_scoped(&[GroupKind::new("", "Namespace")]));
     let mut comb = cluster
         .comb(
@@ -187,7 +187,7 @@ fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::CombResource {
 
 #[tokio::test]
 async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_never_pruned() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     install_cluster_widgets(&mut cluster).await;
     let mut comb = cluster
         .comb(
@@ -231,7 +231,7 @@ async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_neve
 #[tokio::test]
 async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_deletes_it() {
     // What an older comb recorded: unknown kinds counted as namespaced.
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     install_cluster_widgets(&mut cluster).await;
     let mut comb = cluster
         .comb(
@@ -276,7 +276,7 @@ async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_del
 
 #[tokio::test]
 async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_says() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     install_cluster_widgets(&mut cluster).await;
     let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
         cluster.client.clone(),

@@ -253,16 +253,23 @@ impl Setup {
                 .cluster(name, &format!("http://{closed}"), None)
                 .context(name, name, SANDBOX_USER, None);
         }
+        let user = shared.then(|| format!("comb-test{suffix}"));
+        let builder_kubeconfig = builder.clone().build();
         let world = World {
             held,
-            kubeconfig: builder.clone(),
-            pool: ClientPool::from_kubeconfig(builder.clone().build(), "the sandbox kubeconfig"),
+            kubeconfig: builder,
+            pool: ClientPool::from_kubeconfig(
+                impersonating(builder_kubeconfig, user.as_deref()),
+                "the sandbox kubeconfig",
+            ),
             contexts: self
                 .contexts
                 .iter()
                 .map(|(name, cluster, _)| (name.clone(), cluster.clone()))
                 .collect(),
             suffix,
+            user,
+            baseline: Default::default(),
         };
         if self.crd {
             for cluster in &self.clusters {
@@ -273,9 +280,7 @@ impl Setup {
             world.namespace(context, namespace).await;
         }
         for cluster in &self.clusters {
-            if let Some(controls) = world.held.clusters().controls(cluster) {
-                controls.reset_requests();
-            }
+            world.reset_requests(cluster);
         }
         world
     }
@@ -308,6 +313,11 @@ pub struct World {
     contexts: BTreeMap<String, String>,
     /// What the test's namespaces are named with on shared clusters (empty on its own).
     suffix: String,
+    /// On shared clusters, the user every client of the test impersonates, by which the
+    /// proxies' counts tell its requests from the other tests'.
+    user: Option<String>,
+    /// Counts at the last [`World::reset_requests`] on shared clusters, per cluster.
+    baseline: std::sync::Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
 }
 
 impl World {
@@ -374,28 +384,66 @@ impl World {
             .unwrap_or_else(|| panic!("no cluster {cluster}"))
     }
 
-    /// Counted API requests to `cluster` since the last reset, by `<verb> <resource>`, but
-    /// for the test's own reads (as [`OBSERVER`]).
+    /// Counted API requests to `cluster` since the last [`World::reset_requests`], by
+    /// `<verb> <resource>`, but for the test's own reads (as [`OBSERVER`]). On shared clusters,
+    /// only this test's (by the user its clients impersonate).
     pub fn requests(&self, cluster: &str) -> BTreeMap<String, u64> {
-        let controls = self.controls(cluster);
-        let observed = controls.requests_as(OBSERVER);
-        let mut requests = controls.requests();
+        let controls = self
+            .held
+            .clusters()
+            .controls(cluster)
+            .expect("the cluster's controls");
+        let mut requests = match &self.user {
+            Some(user) => controls.requests_as(user),
+            None => controls.requests(),
+        };
+        let mut seen = controls.requests_as(OBSERVER);
+        if self.user.is_some() {
+            seen = self.baseline_of(cluster);
+        }
         requests.retain(|request, count| {
-            *count -= observed.get(request).copied().unwrap_or(0);
+            *count -= seen.get(request).copied().unwrap_or(0).min(*count);
             *count > 0
         });
         requests
     }
 
-    /// The kubeconfig: a context per cluster, then the extra ones.
+    /// Counts from zero again for [`World::requests`]: on the test's own clusters the
+    /// proxies' counters are reset, on shared ones this test's are remembered as they are.
+    pub fn reset_requests(&self, cluster: &str) {
+        let Some(controls) = self.held.clusters().controls(cluster) else {
+            return;
+        };
+        match &self.user {
+            Some(user) => {
+                self.baseline
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .insert(cluster.to_string(), controls.requests_as(user));
+            }
+            None => controls.reset_requests(),
+        }
+    }
+
+    fn baseline_of(&self, cluster: &str) -> BTreeMap<String, u64> {
+        self.baseline
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(cluster)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The kubeconfig: a context per cluster, then the extra ones (on shared clusters, as the
+    /// test's user).
     pub fn kubeconfig(&self) -> kube::config::Kubeconfig {
-        self.kubeconfig.clone().build()
+        impersonating(self.kubeconfig.clone().build(), self.user.as_deref())
     }
 
     /// Writes the kubeconfig (for the `comb` binary or kubectl).
     pub fn write_kubeconfig(&self, path: &Path) {
-        self.kubeconfig
-            .write_atomic(path)
+        let yaml = serde_saphyr::to_string(&self.kubeconfig()).expect("the kubeconfig as YAML");
+        comb_kubeconfigs::write::write_atomic(path, yaml.as_bytes())
             .unwrap_or_else(|error| panic!("writing {}: {error}", path.display()));
     }
 
@@ -486,4 +534,20 @@ impl World {
             clusters.shutdown().await;
         }
     }
+}
+
+/// `kubeconfig` with every user impersonating `user` in `system:masters`, if given.
+fn impersonating(
+    mut kubeconfig: kube::config::Kubeconfig,
+    user: Option<&str>,
+) -> kube::config::Kubeconfig {
+    if let Some(user) = user {
+        for named in &mut kubeconfig.auth_infos {
+            if let Some(auth) = named.auth_info.as_mut() {
+                auth.impersonate = Some(user.to_string());
+                auth.impersonate_groups = Some(vec!["system:masters".into()]);
+            }
+        }
+    }
+    kubeconfig
 }

@@ -1,9 +1,12 @@
 //! The engine over one test cluster, for the engine integration tests: the kit's clusters
 //! (`comb_testkit`), plus the engine's side (the class registry, one reconcile step, settling).
 //!
-//! Every test has its own cluster (`test`, namespace `platform`, the Comb CRD installed, Pods
-//! Ready at once) on the backend `COMB_TEST_BACKEND` names: the tests count its requests and
-//! inject faults into it, which a shared one would mix up between tests. What the tests observe
+//! A test's cluster is `test` (the Comb CRD installed, Pods Ready at once) on the backend
+//! `COMB_TEST_BACKEND` names, and its Combs live in [`Cluster::ns`]. [`Cluster::start`] gives
+//! it the test binary's shared cluster on the real backend, in a namespace of its own and with
+//! its requests counted apart (see `comb_testkit::Setup::shared`); [`Cluster::start_own`]
+//! gives it a cluster of its own, namespace [`NS`], for a test that injects faults, writes
+//! cluster-scoped objects or names the namespace in what it asserts. What the tests observe
 //! they read as the kit's observer, whose requests the counts leave out.
 
 // Each test binary uses a part of it.
@@ -23,12 +26,12 @@ use comb_federation::engine::reconcile::{
 use comb_federation::engine::tenancy::{GroupKind, Tenancy};
 use comb_federation::error::{Error, Result};
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::{Controls, Fault};
+use comb_sandbox::controls::Fault;
 use comb_testkit::{Backend, Setup, World};
 use kube::api::Api;
 use serde_json::{Value, json};
 
-/// The namespace every test Comb lives in.
+/// The namespace the Combs of a test on its own cluster live in.
 pub const NS: &str = "platform";
 /// The request that writes a Comb's status, as the sandbox counts it.
 pub const STATUS_WRITE: &str = "update combs.comb.internal/status";
@@ -36,7 +39,8 @@ pub const STATUS_WRITE: &str = "update combs.comb.internal/status";
 /// One test cluster with the engine's client over it.
 pub struct Cluster {
     world: World,
-    pub controls: Controls,
+    /// The namespace the test's Combs live in: [`NS`] on its own cluster.
+    ns: String,
     pub client: kube::Client,
     pub pool: ClientPool,
     pub ops: KubeOps,
@@ -47,14 +51,23 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The test binary's shared cluster on the real backend (the emulator's are the test's
+    /// own anyway), in a namespace of the test's own.
     pub async fn start() -> Cluster {
-        let world = Setup::clusters(["test"])
-            .namespace("test", NS)
-            .start()
-            .await;
+        Cluster::with(Setup::clusters(["test"]).shared()).await
+    }
+
+    /// A cluster of the test's own, also on the real backend: for faults, cluster-scoped
+    /// objects, and assertions that name [`NS`].
+    pub async fn start_own() -> Cluster {
+        Cluster::with(Setup::clusters(["test"])).await
+    }
+
+    async fn with(setup: Setup) -> Cluster {
+        let world = setup.namespace("test", NS).start().await;
         let client = world.client("test").await;
         let cluster = Cluster {
-            controls: world.controls("test"),
+            ns: world.ns(NS),
             ops: KubeOps::new(client.clone()),
             observer: KubeOps::new(world.observer("test").await),
             pool: world.pool.clone(),
@@ -65,6 +78,11 @@ impl Cluster {
         };
         cluster.reset_requests();
         cluster
+    }
+
+    /// The namespace the test's Combs live in.
+    pub fn ns(&self) -> &str {
+        &self.ns
     }
 
     pub fn backend(&self) -> Backend {
@@ -109,12 +127,12 @@ impl Cluster {
     }
 
     async fn combs(&self) -> Api<Comb> {
-        self.world.combs("test", NS).await
+        self.world.combs("test", &self.ns).await
     }
 
     /// Creates the Comb CR `name` with `spec` and builds the Comb from what was stored.
     pub async fn comb(&self, name: &str, spec: Value) -> CombInstance {
-        let stored = self.world.create_comb("test", NS, name, spec).await;
+        let stored = self.world.create_comb("test", &self.ns, name, spec).await;
         self.build(&stored).await
     }
 
@@ -123,7 +141,7 @@ impl Cluster {
     pub async fn edit(&self, comb: &CombInstance, spec_patch: Value) -> CombInstance {
         let patched = self
             .world
-            .patch_comb_spec("test", NS, comb.name(), spec_patch)
+            .patch_comb_spec("test", &self.ns, comb.name(), spec_patch)
             .await;
         self.build(&patched).await
     }
@@ -183,15 +201,23 @@ impl Cluster {
     /// The object of `kind` named `name` in the test namespace (or cluster-scoped), if any.
     pub async fn get(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
         self.ops
-            .get_opt(&resource(api_version, kind, name))
+            .get_opt(&self.resource(api_version, kind, name))
             .await
             .expect("get answers")
+    }
+
+    /// The identity of an object in the test's namespace (ignored for cluster-scoped kinds).
+    pub fn resource(&self, api_version: &str, kind: &str, name: &str) -> CombResource {
+        CombResource {
+            namespace: Some(self.ns.clone()),
+            ..resource(api_version, kind, name)
+        }
     }
 
     /// The object in the test namespace (or cluster-scoped) as the server has it now, read as
     /// the kit's observer (left out of [`Cluster::requests`]).
     pub async fn peek(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
-        self.peek_in(api_version, kind, NS, name).await
+        self.peek_in(api_version, kind, &self.ns, name).await
     }
 
     /// The object in `namespace` (ignored for a cluster-scoped kind), read as the kit's observer.
@@ -218,7 +244,7 @@ impl Cluster {
     /// the kit's observer.
     pub async fn peek_list(&self, api_version: &str, kind: &str, selector: &str) -> Vec<Value> {
         self.observer
-            .list(api_version, kind, Some(NS), selector)
+            .list(api_version, kind, Some(&self.ns), selector)
             .await
             .expect("list answers")
     }
@@ -254,18 +280,18 @@ impl Cluster {
     }
 
     pub fn reset_requests(&self) {
-        self.controls.reset_requests();
+        self.world.reset_requests("test");
     }
 
     /// The next `count` requests with `method` on `path` answer `status` with `message`.
     pub fn fail(&self, method: &str, path: &str, status: u16, count: u64, message: &str) {
         let mut fault = Fault::status(method, path, status, count);
         fault.message = Some(message.to_string());
-        self.controls.inject(fault);
+        self.world.controls("test").inject(fault);
     }
 }
 
-/// The identity of an object in the test namespace (namespace ignored for cluster-scoped kinds).
+/// The identity of an object in [`NS`] (namespace ignored for cluster-scoped kinds).
 pub fn resource(api_version: &str, kind: &str, name: &str) -> CombResource {
     CombResource {
         api_version: api_version.into(),
