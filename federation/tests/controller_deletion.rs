@@ -4,7 +4,7 @@
 mod controller_support;
 
 use comb_sandbox::controls::Fault;
-use controller_support::{World, eventually};
+use controller_support::World;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
 use kube::api::{Api, PostParams};
@@ -73,22 +73,6 @@ where
         .is_some()
 }
 
-async fn wait_gone(world: &World, name: &str) {
-    let combs = world.combs("prod", "platform").await;
-    eventually(&format!("Comb {name} to be gone"), || {
-        let combs = combs.clone();
-        async move {
-            combs
-                .get_opt(name)
-                .await
-                .expect("the read answers")
-                .is_none()
-                .then_some(())
-        }
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
@@ -110,7 +94,7 @@ async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
     );
     runtime_objects(&world).await;
     world.delete_comb("prod", "platform", "db").await;
-    wait_gone(&world, "db").await;
+    world.wait_gone("prod", "platform", "db").await;
 
     assert!(!exists::<Deployment>(&world, "db").await);
     assert!(!exists::<Service>(&world, "db").await);
@@ -168,7 +152,7 @@ async fn the_orphan_policy_leaves_everything_in_place() {
         .await
         .unwrap();
     world.delete_comb("prod", "platform", "db").await;
-    wait_gone(&world, "db").await;
+    world.wait_gone("prod", "platform", "db").await;
     assert!(exists::<Deployment>(&world, "db").await);
     assert!(exists::<Service>(&world, "db").await);
     assert!(exists::<PersistentVolumeClaim>(&world, "db-scratch").await);

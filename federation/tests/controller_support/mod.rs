@@ -171,6 +171,19 @@ impl World {
         .await
     }
 
+    /// Waits until Comb `namespace/name` of `context` is gone (its finalizer done).
+    pub async fn wait_gone(&self, context: &str, namespace: &str, name: &str) {
+        let combs = self.combs(context, namespace).await;
+        comb_testkit::wait_until(format!("Comb {namespace}/{name} to be gone"), async || {
+            combs
+                .get_opt(name)
+                .await
+                .expect("the read answers")
+                .is_none()
+        })
+        .await;
+    }
+
     /// Waits until the object `get` returns satisfies `test`.
     pub async fn wait_object<K>(
         &self,
