@@ -270,6 +270,7 @@ impl Setup {
             suffix,
             user,
             baseline: Default::default(),
+            observers: Default::default(),
         };
         if self.crd {
             for cluster in &self.clusters {
@@ -318,6 +319,8 @@ pub struct World {
     user: Option<String>,
     /// Counts at the last [`World::reset_requests`] on shared clusters, per cluster.
     baseline: std::sync::Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
+    /// The observer's client per context, built once.
+    observers: tokio::sync::Mutex<BTreeMap<String, kube::Client>>,
 }
 
 impl World {
@@ -359,6 +362,10 @@ impl World {
     /// A client of `context` that impersonates [`OBSERVER`] in `system:masters`: it may read
     /// everything on a real server too, and the controls count its requests apart.
     pub async fn observer(&self, context: &str) -> kube::Client {
+        let mut observers = self.observers.lock().await;
+        if let Some(client) = observers.get(context) {
+            return client.clone();
+        }
         let options = kube::config::KubeConfigOptions {
             context: Some(context.into()),
             ..Default::default()
@@ -368,7 +375,41 @@ impl World {
             .expect("the test kubeconfig");
         config.auth_info.impersonate = Some(OBSERVER.into());
         config.auth_info.impersonate_groups = Some(vec!["system:masters".into()]);
-        kube::Client::try_from(config).expect("the observer's client")
+        let client = kube::Client::try_from(config).expect("the observer's client");
+        observers.insert(context.to_string(), client.clone());
+        client
+    }
+
+    /// The object of `api_version`/`kind` named `name` in `namespace` (ignored for a
+    /// cluster-scoped kind) as `context`'s server has it now, read as [`OBSERVER`], so that
+    /// [`World::requests`] leaves the read out.
+    pub async fn peek(
+        &self,
+        context: &str,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<serde_json::Value> {
+        let client = self.observer(context).await;
+        let gvk = kube::core::GroupVersionKind::try_from(&kube::core::TypeMeta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+        })
+        .unwrap_or_else(|error| panic!("{api_version} {kind}: {error}"));
+        let (resource, capabilities) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .unwrap_or_else(|error| panic!("discovery of {api_version} {kind}: {error}"));
+        let api: Api<kube::api::DynamicObject> = match capabilities.scope {
+            kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client, namespace, &resource)
+            }
+            kube::discovery::Scope::Cluster => Api::all_with(client, &resource),
+        };
+        api.get_opt(name)
+            .await
+            .unwrap_or_else(|error| panic!("reading {kind} {namespace}/{name}: {error}"))
+            .map(|object| serde_json::to_value(object).expect("an object as JSON"))
     }
 
     /// The test controls of `cluster` (request counts, faults, partitions). A test on shared

@@ -228,16 +228,9 @@ impl Cluster {
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        let resource = CombResource {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: Some(namespace.into()),
-            name: name.into(),
-        };
-        self.observer
-            .get_opt(&resource)
+        self.world
+            .peek("test", api_version, kind, namespace, name)
             .await
-            .expect("peek answers")
     }
 
     /// The objects of a kind in the test namespace matching `label_selector`, read as

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::CombResource;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, UpstreamSpec};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
@@ -229,17 +228,9 @@ impl Layers {
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        let resource = CombResource {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: Some(namespace.into()),
-            name: name.into(),
-        };
-        self.ops(cluster)
+        self.world
+            .peek(cluster, api_version, kind, namespace, name)
             .await
-            .get_opt(&resource)
-            .await
-            .expect("peek answers")
     }
 }
 
