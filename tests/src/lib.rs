@@ -13,11 +13,11 @@
 //! - [`comb`] is the `comb` binary of this workspace, for the end-to-end tests; [`kubectl`]
 //!   finds the real kubectl or says why a test skips (and fails in CI, where it must be there).
 //!
-//! On the real backend a control plane takes seconds to start. [`Setup::shared`] lets a suite
-//! whose tests touch only their own namespaces use one set of control planes for the whole
-//! test binary (see [`shared`]); tests that inject faults or partitions, or that count requests
-//! by resource, keep private clusters (the default), because a proxy's controls act on every
-//! request that passes it.
+//! On the real backend a control plane takes seconds to start. [`Setup::shared`] lets a test
+//! that touches only its own namespaces use its test binary's one set of control planes (see
+//! [`shared`]); its requests are counted apart by the user its clients impersonate. Tests that
+//! inject faults or partitions keep clusters of their own (the default), because a proxy's
+//! controls act on every request that passes it.
 
 pub mod bin;
 pub mod cli;
@@ -126,7 +126,6 @@ pub struct Setup {
     namespaces: Vec<(String, String)>,
     dead_contexts: Vec<String>,
     store: StoreOptions,
-    crd: bool,
     shared: bool,
     backend: Option<Backend>,
 }
@@ -140,7 +139,6 @@ impl Setup {
             namespaces: Vec::new(),
             dead_contexts: Vec::new(),
             store: StoreOptions::default(),
-            crd: true,
             shared: false,
             backend: None,
         }
@@ -184,12 +182,6 @@ impl Setup {
     /// On `backend` whatever `COMB_TEST_BACKEND` says (for a test of what only one has).
     pub fn on(mut self, backend: Backend) -> Setup {
         self.backend = Some(backend);
-        self
-    }
-
-    /// No Comb CRD (for tests of installing it).
-    pub fn without_crd(mut self) -> Setup {
-        self.crd = false;
         self
     }
 
@@ -272,10 +264,8 @@ impl Setup {
             baseline: Default::default(),
             observers: Default::default(),
         };
-        if self.crd {
-            for cluster in &self.clusters {
-                world.install_crd(cluster).await;
-            }
+        for cluster in &self.clusters {
+            world.install_crd(cluster).await;
         }
         for (context, namespace) in &self.namespaces {
             world.namespace(context, namespace).await;
