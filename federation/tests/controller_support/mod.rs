@@ -282,9 +282,6 @@ pub fn test_options() -> ControllerOptions {
     }
 }
 
-/// Polls `check` until it answers `Some`, failing the test after the kit's deadline.
-pub async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
-    comb_testkit::wait_until(what, check).await
-}
-
 pub use comb_testkit::fixtures::web;
+/// The kit's one wait: polls until the condition holds, failing the test after its deadline.
+pub use comb_testkit::wait_until as eventually;
