@@ -214,7 +214,6 @@ impl fmt::Display for Address {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -107,7 +107,6 @@ pub fn is_label_value(value: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -73,7 +73,6 @@ impl fmt::Display for CombRef {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -2,8 +2,6 @@
 //! byte-identically, `upstream: null` differs from an absent upstream, null counts as absent
 //! everywhere else.
 
-#![allow(clippy::unwrap_used)]
-
 use comb_api::{
     Comb, CombSpec, CombStatus, ConditionStatus, Phase, Reason, UpstreamSpec, api_resource,
 };

@@ -13,7 +13,6 @@
 //! builds; drop `--profile dev` for an optimized one).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -22,13 +21,9 @@ use comb_federation::config::Config;
 use comb_federation::controller::{BackoffPolicy, Controller, ControllerOptions};
 use comb_federation::engine::class::ClassRegistry;
 use comb_kubeconfigs::ClientPool;
-use comb_sandbox::controls::ClusterControls;
-use comb_sandbox::sim::Simulation;
-use comb_sandbox::{ExtraContext, Sandbox, SandboxOptions};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Service};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::{Value, json};
@@ -43,15 +38,9 @@ fn env_number(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The Deployment and Service `name` of the kit's web Comb.
 fn manifests(name: &str, image: &str) -> Value {
-    json!([
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                  "template": {"metadata": {"labels": {"app": name}},
-                               "spec": {"containers": [{"name": "main", "image": image}]}}}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-         "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80}]}}
-    ])
+    comb_testkit::fixtures::web(name, image)["config"]["manifests"].take()
 }
 
 fn spec(name: &str, image: &str) -> Result<CombSpec> {
@@ -64,74 +53,40 @@ fn spec(name: &str, image: &str) -> Result<CombSpec> {
     }))?)
 }
 
+/// The kit's clusters on the emulator: prod and dev, and staging, a namespace of prod.
 struct World {
-    _sandbox: Sandbox,
-    controls: Arc<ClusterControls>,
+    kit: comb_testkit::World,
     pool: ClientPool,
 }
 
 impl World {
     async fn start() -> Result<World> {
-        let controls = Arc::new(ClusterControls::default());
-        let options = SandboxOptions {
-            clusters: vec!["prod".into(), "dev".into()],
-            contexts: vec![ExtraContext {
-                name: "staging".into(),
-                cluster: "prod".into(),
-                namespace: Some("staging".into()),
-            }],
-            pod_ready_delay: Duration::ZERO,
-            extensions: vec![Arc::new(Simulation::default()), controls.clone()],
-            ..SandboxOptions::default()
-        };
-        let sandbox = Sandbox::start(options).await?;
-        let pool = ClientPool::from_kubeconfig(sandbox.kubeconfig().build(), "the bench sandbox");
-        for (context, namespaces) in [
-            ("prod", ["platform", "staging"]),
-            ("dev", ["platform", "bench"]),
-        ] {
-            let client = pool.client(context).await?;
-            Api::<CustomResourceDefinition>::all(client.clone())
-                .create(
-                    &PostParams::default(),
-                    &comb_api::custom_resource_definition(DEFAULT_GROUP)?,
-                )
-                .await?;
-            for namespace in namespaces {
-                let ns: Namespace =
-                    serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
-                Api::<Namespace>::all(client.clone())
-                    .create(&PostParams::default(), &ns)
-                    .await?;
-            }
-        }
+        let kit = comb_testkit::Setup::clusters(["prod", "dev"])
+            .on(comb_testkit::Backend::Emulator)
+            .context("staging", "prod", "staging")
+            .namespace("prod", "platform")
+            .namespace("prod", "staging")
+            .namespace("dev", "platform")
+            .namespace("dev", "bench")
+            .start()
+            .await;
         Ok(World {
-            _sandbox: sandbox,
-            controls,
-            pool,
+            pool: kit.pool.clone(),
+            kit,
         })
     }
 
     async fn combs(&self, context: &str, namespace: &str) -> Result<Api<Comb>> {
-        Ok(Api::namespaced_with(
-            self.pool.client(context).await?,
-            namespace,
-            &comb_api::api_resource(DEFAULT_GROUP),
-        ))
+        Ok(self.kit.combs(context, namespace).await)
     }
 
     fn requests(&self, cluster: &str) -> BTreeMap<String, u64> {
-        self.controls
-            .get(cluster)
-            .map(|controls| controls.requests())
-            .unwrap_or_default()
+        self.kit.requests(cluster)
     }
 
     fn reset_requests(&self) {
         for cluster in ["prod", "dev"] {
-            if let Some(controls) = self.controls.get(cluster) {
-                controls.reset_requests();
-            }
+            self.kit.reset_requests(cluster);
         }
     }
 }

@@ -35,7 +35,6 @@ pub fn default_filter() -> EnvFilter {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

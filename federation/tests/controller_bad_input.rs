@@ -2,8 +2,6 @@
 //! schema) is recorded as `Error`/`BuildFailed` naming the field, the others converge, and the
 //! layer is listed once, not in a loop.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use comb_api::DEFAULT_GROUP;
@@ -17,19 +15,19 @@ use serde_json::{Value, json};
 async fn schemaless_crd(world: &World, context: &str) {
     let crds: Api<CustomResourceDefinition> = Api::all(world.client(context).await);
     let name = format!("combs.{DEFAULT_GROUP}");
-    let mut crd = crds.get(&name).await.unwrap();
+    let mut crd = crds.get(&name).await.expect("the read answers");
     for version in &mut crd.spec.versions {
         version.schema = Some(
             serde_json::from_value(json!({"openAPIV3Schema": {
                 "type": "object", "x-kubernetes-preserve-unknown-fields": true
             }}))
-            .unwrap(),
+            .expect("a valid object"),
         );
     }
     crd.metadata.managed_fields = None;
     crds.replace(&name, &PostParams::default(), &crd)
         .await
-        .unwrap();
+        .expect("replaced");
 }
 
 /// Creates a Comb from raw JSON (a spec no typed client could write).
@@ -44,8 +42,10 @@ async fn create_raw(world: &World, context: &str, namespace: &str, name: &str, s
         "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }))
-    .unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
+    .expect("a valid object");
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("created");
 }
 
 #[tokio::test]

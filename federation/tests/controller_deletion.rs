@@ -1,12 +1,10 @@
 //! Deleting a Comb: its finalizer holds the CR until what it deployed is gone, except what is
 //! marked keep, what is cluster-scoped, and everything under the Orphan deletion policy.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use comb_sandbox::controls::Fault;
-use controller_support::{World, eventually};
+use controller_support::World;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
 use kube::api::{Api, PostParams};
@@ -47,18 +45,18 @@ async fn runtime_objects(world: &World) {
     let client = world.client("prod").await;
     let config_map: ConfigMap =
         serde_json::from_value(json!({"metadata": {"name": "db-state", "labels": labels}}))
-            .unwrap();
+            .expect("a valid object");
     Api::<ConfigMap>::namespaced(client.clone(), "platform")
         .create(&PostParams::default(), &config_map)
         .await
-        .unwrap();
+        .expect("created");
     let secret: Secret =
         serde_json::from_value(json!({"metadata": {"name": "db-session", "labels": labels}}))
-            .unwrap();
+            .expect("a valid object");
     Api::<Secret>::namespaced(client, "platform")
         .create(&PostParams::default(), &secret)
         .await
-        .unwrap();
+        .expect("created");
 }
 
 async fn exists<K>(world: &World, name: &str) -> bool
@@ -71,17 +69,8 @@ where
     Api::<K>::namespaced(world.client("prod").await, "platform")
         .get_opt(name)
         .await
-        .unwrap()
+        .expect("the read answers")
         .is_some()
-}
-
-async fn wait_gone(world: &World, name: &str) {
-    let combs = world.combs("prod", "platform").await;
-    eventually(&format!("Comb {name} to be gone"), || {
-        let combs = combs.clone();
-        async move { combs.get_opt(name).await.unwrap().is_none().then_some(()) }
-    })
-    .await;
 }
 
 #[tokio::test]
@@ -105,7 +94,7 @@ async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
     );
     runtime_objects(&world).await;
     world.delete_comb("prod", "platform", "db").await;
-    wait_gone(&world, "db").await;
+    world.wait_gone("prod", "platform", "db").await;
 
     assert!(!exists::<Deployment>(&world, "db").await);
     assert!(!exists::<Service>(&world, "db").await);
@@ -163,7 +152,7 @@ async fn the_orphan_policy_leaves_everything_in_place() {
         .await
         .unwrap();
     world.delete_comb("prod", "platform", "db").await;
-    wait_gone(&world, "db").await;
+    world.wait_gone("prod", "platform", "db").await;
     assert!(exists::<Deployment>(&world, "db").await);
     assert!(exists::<Service>(&world, "db").await);
     assert!(exists::<PersistentVolumeClaim>(&world, "db-scratch").await);

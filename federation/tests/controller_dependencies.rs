@@ -1,8 +1,6 @@
 //! Dependencies inside a layer: a Comb waits for the Combs it depends on and goes on as soon as
 //! they are healthy; dependency cycles are reported and their Combs stay Blocked.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use controller_support::{World, eventually, web};

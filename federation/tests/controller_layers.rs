@@ -1,8 +1,6 @@
 //! Several layers in one controller: a layer whose API server is down is reported and waits
 //! while the others go on; a borrower follows its upstream peer's status at once.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use comb_federation::controller::LayerState;
@@ -152,7 +150,7 @@ async fn watches_resume_after_410_expired() {
     })
     .await;
     let store = world
-        .clusters
+        .clusters()
         .emulator()
         .expect("the emulator")
         .cluster("prod")

@@ -1,11 +1,8 @@
 //! `comb run --once`: run until every Comb is settled, exit 1 when one ended in Error or the
-//! timeout hit. Through the library and through the `comb` binary.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! timeout hit, through the library (through the `comb` binary: tests/tests/cli_run_once.rs).
 
 mod controller_support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use comb_federation::controller::{ControllerOptions, OnceOptions};
@@ -113,86 +110,4 @@ async fn the_timeout_exits_1() {
     let outcome = running.finish().await;
     assert!(outcome.timed_out);
     assert_eq!(outcome.exit_code(), 1);
-}
-
-#[tokio::test]
-async fn the_binary_exits_0_then_1() {
-    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
-    let dir = tempfile::tempdir().unwrap();
-    world
-        .clusters
-        .write_kubeconfig(&dir.path().join("kubeconfig.yaml"))
-        .unwrap();
-    let config = dir.path().join("comb.yaml");
-    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n")).unwrap();
-    world
-        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
-        .await;
-    let run = |config: std::path::PathBuf| {
-        tokio::task::spawn_blocking(move || {
-            Command::new(env!("CARGO_BIN_EXE_comb"))
-                .args([
-                    "run",
-                    "--once",
-                    "--settle",
-                    "30s",
-                    "--timeout",
-                    "60s",
-                    "--config",
-                ])
-                .arg(config)
-                .env("RUST_LOG", "warn")
-                .output()
-                .unwrap()
-        })
-    };
-    let output = run(config.clone()).await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert_eq!(stdout, "prod:platform/web Running (Healthy): healthy\n");
-
-    world
-        .create_comb("prod", "platform", "odd", json!({"class": "NoSuchClass"}))
-        .await;
-    let output = run(config).await.unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        stdout.starts_with("prod:platform/odd Error (BuildFailed): Comb->from_crd: unknown class"),
-        "{stdout}"
-    );
-}
-
-#[tokio::test]
-async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("comb.yaml");
-    std::fs::write(
-        &config,
-        "layers:\n - {name: prod, context: prod}\n - {name: dev, context: dev, borrow: {from: stagin}}\n",
-    )
-    .unwrap();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_comb"))
-            .args(["run", "--once", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.trim_end().ends_with(
-            "comb.yaml: layers[1].borrow.from: unknown layer \"stagin\" (layers: prod, dev)"
-        ),
-        "{stderr}"
-    );
 }

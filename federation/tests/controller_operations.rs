@@ -1,8 +1,6 @@
 //! Running the controller: the admin server (metrics, health, readiness, the queue) and leader
 //! election between two replicas.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use std::net::SocketAddr;
@@ -19,20 +17,25 @@ const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespace
 
 /// A plain HTTP/1.1 GET: the status code and the body.
 async fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connects");
     stream
         .write_all(
             format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
         )
         .await
-        .unwrap();
+        .expect("the request is sent");
     let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("the response reads");
     let code = response
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap();
+        .expect("parses");
     let body = response
         .split_once("\r\n\r\n")
         .map(|(_, body)| body.to_string())
@@ -105,11 +108,16 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
 
 /// Deletes Deployment web and waits until a reconciling replica has brought it back.
 async fn restore_after_delete(world: &World, deployments: &Api<Deployment>) {
-    let uid = deployments.get("web").await.unwrap().metadata.uid;
+    let uid = deployments
+        .get("web")
+        .await
+        .expect("the read answers")
+        .metadata
+        .uid;
     deployments
         .delete("web", &DeleteParams::default())
         .await
-        .unwrap();
+        .expect("deleted");
     world
         .wait_object(deployments, "web", "the Deployment back", |d| {
             d.is_some_and(|d| d.metadata.uid != uid)

@@ -1,8 +1,6 @@
 //! The controller reacts to what happens to a Comb's CR and resources, without waiting for a
 //! resync (every configuration here resyncs once an hour).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use controller_support::{World, web};

@@ -10,12 +10,10 @@
 //! 403 in the message, the status is still written (the controller's identity), and the
 //! controller's own ClusterRole needs `impersonate` on `serviceaccounts` for any of it to work.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod controller_support;
 
 use comb_sandbox::controls::Controls;
-use controller_support::{World, eventually, web};
+use controller_support::{World, web};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -64,16 +62,7 @@ async fn config_map_in(world: &World, namespace: &str, name: &str) -> Option<Con
     Api::<ConfigMap>::namespaced(world.client("prod").await, namespace)
         .get_opt(name)
         .await
-        .unwrap()
-}
-
-async fn wait_gone(world: &World, namespace: &str, name: &str) {
-    let combs = world.combs("prod", namespace).await;
-    eventually(&format!("Comb {namespace}/{name} to be gone"), || {
-        let combs = combs.clone();
-        async move { combs.get_opt(name).await.unwrap().is_none().then_some(()) }
-    })
-    .await;
+        .expect("the read answers")
 }
 
 #[tokio::test]
@@ -127,7 +116,7 @@ async fn another_namespace_is_written_when_the_layer_allows_it_and_cleanup_stays
         .await;
     world.controls("prod").reset_requests();
     world.delete_comb("prod", "apps", "web").await;
-    wait_gone(&world, "apps", "web").await;
+    world.wait_gone("prod", "apps", "web").await;
     let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "apps");
     assert!(deployments.get_opt("web").await.unwrap().is_none());
     assert!(
@@ -189,7 +178,7 @@ async fn writes_of_a_combs_resources_impersonate_the_layers_service_account() {
     assert!(controls.request_count("update", "combs.comb.internal/status") > 0);
 
     world.delete_comb("prod", "apps", "web").await;
-    wait_gone(&world, "apps", "web").await;
+    world.wait_gone("prod", "apps", "web").await;
     let impersonated = controls.requests_as(DEPLOYER);
     for write in ["delete deployments.apps", "delete services"] {
         assert!(

@@ -1,8 +1,6 @@
 //! The Error outcomes of a reconcile step (reference §6.9): each failure is a phase with its
 //! reason and message, never a failed or panicking step.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::sync::Arc;
@@ -57,7 +55,7 @@ async fn manifests_that_do_not_render_are_manifests_failed() {
 
 #[tokio::test]
 async fn a_failed_live_read_is_status_failed() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![deployment("nats", "nats:2")]))
         .await;
@@ -151,7 +149,7 @@ async fn a_panicking_class_is_reconcile_failed() {
 
 #[tokio::test]
 async fn deploy_without_live_objects_reads_the_workloads_first() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let comb = cluster
         .comb(
             "nats",
@@ -193,7 +191,7 @@ async fn deploy_without_live_objects_reads_the_workloads_first() {
 
 #[tokio::test]
 async fn a_namespaced_object_without_namespace_is_refused_before_any_request() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut nowhere = resource("v1", "ConfigMap", "nats");
     nowhere.namespace = None;
     cluster.reset_requests();

@@ -1,8 +1,6 @@
 //! Reconcile when the API server fails (fault injection in the sandbox): a deploy that stops
 //! half-way, status writes that fail, a status write that conflicts.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use comb_api::{ConditionStatus, STATUS_WRITTEN};
@@ -14,7 +12,7 @@ const COMB_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats";
 
 #[tokio::test]
 async fn a_deploy_that_fails_half_way_prunes_nothing() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -70,7 +68,7 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
 
 #[tokio::test]
 async fn status_written_false_after_two_failed_writes_then_dropped() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
         .await;
@@ -111,7 +109,7 @@ async fn status_written_false_after_two_failed_writes_then_dropped() {
 
 #[tokio::test]
 async fn a_failed_reread_means_no_second_write() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
         .await;
@@ -134,7 +132,7 @@ async fn a_failed_reread_means_no_second_write() {
 
 #[tokio::test]
 async fn a_status_conflict_is_retried_on_a_fresh_read() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
         .await;

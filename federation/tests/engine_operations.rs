@@ -1,8 +1,6 @@
 //! The operations on a Comb against a sandbox cluster (reference §9): stop and restart and how
 //! reconcile answers them, logs, describe, endpoint.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use comb_federation::engine::operations::{describe, endpoint, logs, restart, stop};
@@ -135,7 +133,7 @@ async fn logs_of_the_pods() {
     ) {
         return;
     }
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![deployment("nats", "nats:2")]))
         .await;
@@ -159,7 +157,7 @@ async fn logs_of_the_pods() {
 
 #[tokio::test]
 async fn describe_and_endpoint() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let spec = json!({"class": "Manifests", "dependsOn": ["db"], "config": {
         "manifests": [service("nats", 4222)],
         "endpoints": [{"name": "client", "port": 4222}, {"name": "monitor", "port": 8222, "service": "nats-monitor"}]
@@ -209,7 +207,7 @@ async fn logs_of_a_crash_looping_container_are_its_previous_instance() {
     ) {
         return;
     }
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",

@@ -2,8 +2,6 @@
 //! when it still carries both labels, left alone when it lost them, and never touched when it
 //! is cluster-scoped. The layer allows the cluster-scoped Kinds these tests write.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use comb_federation::engine::tenancy::GroupKind;
@@ -16,7 +14,7 @@ fn namespace(name: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_dropped_resource_is_pruned() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -57,7 +55,7 @@ async fn a_dropped_resource_is_pruned() {
 
 #[tokio::test]
 async fn a_resource_that_lost_its_labels_is_left_alone() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -102,7 +100,7 @@ async fn a_resource_that_lost_its_labels_is_left_alone() {
 
 #[tokio::test]
 async fn a_cluster_scoped_resource_is_left_in_place() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     cluster.set_tenancy(allowing_cluster_scoped(&[GroupKind::new("", "Namespace")]));
     let mut comb = cluster
         .comb(
@@ -162,9 +160,11 @@ async fn install_cluster_widgets(cluster: &mut Cluster) {
         }
     });
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
-        serde_json::from_value(crd).unwrap();
+        serde_json::from_value(crd).expect("a valid object");
     let api = kube::Api::all(cluster.client.clone());
-    api.create(&Default::default(), &crd).await.unwrap();
+    api.create(&Default::default(), &crd)
+        .await
+        .expect("created");
     cluster
         .wait_until("ClusterWidget served", async |c| {
             c.served("example.com/v1", "ClusterWidget").await
@@ -187,7 +187,7 @@ fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::ManagedObject {
 
 #[tokio::test]
 async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_never_pruned() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     install_cluster_widgets(&mut cluster).await;
     let mut comb = cluster
         .comb(
@@ -231,7 +231,7 @@ async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_neve
 #[tokio::test]
 async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_deletes_it() {
     // What an older comb recorded: unknown kinds counted as namespaced.
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     install_cluster_widgets(&mut cluster).await;
     let mut comb = cluster
         .comb(
@@ -276,7 +276,7 @@ async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_del
 
 #[tokio::test]
 async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_says() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     install_cluster_widgets(&mut cluster).await;
     let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
         cluster.client.clone(),

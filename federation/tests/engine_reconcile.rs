@@ -1,8 +1,6 @@
 //! One reconcile step against a sandbox cluster, outcome by outcome (reference §6, steps 1-4,
 //! 5a, 6): Disabled, Blocked, NeedsConfig, the local path, maintenance.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::collections::BTreeMap;
@@ -13,7 +11,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn a_disabled_comb_makes_no_request_but_the_status_write() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut spec = manifests_spec(vec![deployment("nats", "nats:2"), service("nats", 4222)]);
     spec["enabled"] = json!(false);
     let mut comb = cluster.comb("nats", spec).await;
@@ -206,7 +204,7 @@ async fn blocked_for_each_dependency_reason() {
 
 #[tokio::test]
 async fn needs_config_until_the_prerequisites_exist() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let spec = json!({"class": "Manifests", "config": {
         "manifests": [config_map("mailer", json!({"relay": "smtp"}))],
         "requires": {"secrets": ["mailer-relay"], "config": ["relay_host"]}
@@ -257,7 +255,7 @@ async fn needs_config_until_the_prerequisites_exist() {
 
 #[tokio::test]
 async fn a_comb_deploys_then_runs_healthy() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -367,7 +365,7 @@ async fn an_object_applied_without_a_digest_is_redeployed() {
 
 #[tokio::test]
 async fn a_record_that_differs_from_the_manifests_is_settled() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",

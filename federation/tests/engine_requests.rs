@@ -2,8 +2,6 @@
 //! efficiency"): the first deploy, a settled step, a step after a change. The numbers are
 //! printed for the record (`cargo test -p comb-federation --test engine_requests -- --nocapture`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::collections::BTreeMap;

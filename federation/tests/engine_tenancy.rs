@@ -1,8 +1,6 @@
 //! A Comb cannot escape its layer (DESIGN.md §6, tenancy): a manifest for another namespace or
 //! a cluster-scoped one is refused before the step writes anything, unless the layer allows it.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod engine_support;
 
 use std::sync::Arc;
@@ -42,7 +40,7 @@ fn cluster_role(name: &str) -> Value {
 
 #[tokio::test]
 async fn a_manifest_for_another_namespace_is_refused_before_anything_is_written() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     cluster.namespace("other").await;
     cluster.set_tenancy(dev(&[], &[]));
     let mut comb = cluster
@@ -88,7 +86,7 @@ async fn a_manifest_for_another_namespace_is_refused_before_anything_is_written(
 
 #[tokio::test]
 async fn another_namespace_is_written_when_the_layer_allows_it() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     cluster.namespace("other").await;
     cluster.set_tenancy(dev(&["other"], &[]));
     let mut comb = cluster
@@ -117,7 +115,7 @@ async fn another_namespace_is_written_when_the_layer_allows_it() {
 
 #[tokio::test]
 async fn a_cluster_role_is_refused_until_the_layer_allows_cluster_roles() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     cluster.set_tenancy(dev(&["other"], &[GroupKind::new("", "Namespace")]));
     let spec = manifests_spec(vec![
         deployment("nats", "nats:2"),
@@ -164,7 +162,7 @@ async fn a_cluster_role_is_refused_until_the_layer_allows_cluster_roles() {
 
 #[tokio::test]
 async fn a_namespace_is_refused_by_default_with_every_refusal_named() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb(
             "nats",
@@ -222,7 +220,7 @@ impl CombClass for ForeignBridge {
 
 #[tokio::test]
 async fn a_bridge_manifest_is_held_to_the_same_rule() {
-    let mut cluster = Cluster::start().await;
+    let mut cluster = Cluster::start_own().await;
     cluster.namespace("other").await;
     cluster.register(Arc::new(ForeignBridge));
     cluster.set_tenancy(dev(&[], &[]));

@@ -1,8 +1,6 @@
 //! Borrowing across layers on sandbox clusters: the chain prod <- staging <- dev, a loop, and an
 //! upstream whose API server is partitioned away.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod upstream_support;
 
 use comb_api::CombStatus;

@@ -1,8 +1,6 @@
 //! Starting and ending to borrow on sandbox clusters: local -> borrowed -> local, replication
 //! while borrowing, a bridge that cannot be built, and the errors of the upstream path.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 mod upstream_support;
 
 use std::collections::BTreeMap;
@@ -24,7 +22,7 @@ fn running_healthy(status: &CombStatus) -> bool {
 }
 
 fn uid(object: &Value) -> &str {
-    object["metadata"]["uid"].as_str().unwrap()
+    object["metadata"]["uid"].as_str().expect("a uid")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,10 +2,7 @@
 //! CA it generated), and on the real backend a kube-apiserver that calls it for every create and
 //! update of a Comb and refuses what it refuses, with its sentence.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use comb_api::DEFAULT_GROUP;
 use comb_federation::config::Config;
@@ -29,11 +26,11 @@ const KNOWN: &str = "known classes: Kubernetes::Comb::Static, Manifests, Manifes
 
 /// The webhook on 127.0.0.1, any port, with a generated CA written to `ca_file`.
 async fn start_webhook(ca_file: &std::path::Path) -> (Webhook, CancellationToken) {
-    let config = Config::from_yaml(CONFIG, "comb.yaml", None).unwrap();
+    let config = Config::from_yaml(CONFIG, "comb.yaml", None).expect("a valid config");
     let options = WebhookOptions {
-        address: "127.0.0.1:0".parse().unwrap(),
+        address: "127.0.0.1:0".parse().expect("parses"),
         certificates: Certificates::Generated {
-            service: Some("comb-webhook.comb-system".parse().unwrap()),
+            service: Some("comb-webhook.comb-system".parse().expect("parses")),
             ca_file: Some(ca_file.to_path_buf()),
         },
     };
@@ -223,7 +220,6 @@ async fn admission_reviews_over_https_are_answered_with_one_sentence() {
 #[tokio::test]
 async fn a_real_api_server_refuses_what_the_webhook_refuses() {
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 
     if !comb_sandbox::real::available_or_skip(
@@ -231,25 +227,12 @@ async fn a_real_api_server_refuses_what_the_webhook_refuses() {
     ) {
         return;
     }
-    let clusters = comb_sandbox::Clusters::start(
-        comb_sandbox::Backend::Kube,
-        comb_sandbox::SandboxOptions::clusters(["prod"]),
-        None,
-    )
-    .await
-    .expect("the real backend starts");
-    let pool = comb_kubeconfigs::ClientPool::from_kubeconfig(
-        clusters.kubeconfig().build(),
-        "the test clusters",
-    );
-    let client = pool.client("prod").await.unwrap();
-    clusters.create_namespace("prod", "platform").await.unwrap();
-
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = comb_api::custom_resource_definition(DEFAULT_GROUP).unwrap();
-    crds.create(&PostParams::default(), &crd)
-        .await
-        .expect("CRD created");
+    let world = comb_testkit::Setup::clusters(["prod"])
+        .on(comb_sandbox::Backend::Kube)
+        .namespace("prod", "platform")
+        .start()
+        .await;
+    let client = world.client("prod").await;
 
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.crt");
@@ -299,25 +282,21 @@ async fn a_real_api_server_refuses_what_the_webhook_refuses() {
     // The CRD is served and the webhook configuration is in effect a moment after they are
     // written: retry the first refusal until both hold.
     let bad = bad_combs();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match create(bad[0].0.clone()).await {
-            Err(kube::Error::Api(status)) if status.message.contains("denied the request") => break,
-            outcome => {
-                assert!(
-                    Instant::now() < deadline,
-                    "the webhook never answered: {outcome:?}"
-                );
-                if let Ok(created) = outcome {
-                    combs
-                        .delete(&created.metadata.name.unwrap(), &Default::default())
-                        .await
-                        .unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(300)).await;
+    comb_testkit::wait_until(
+        "the webhook to refuse the first bad Comb",
+        async || match create(bad[0].0.clone()).await {
+            Err(kube::Error::Api(status)) if status.message.contains("denied the request") => {
+                Ok(())
             }
-        }
-    }
+            Ok(created) => {
+                let name = created.metadata.name.unwrap();
+                combs.delete(&name, &Default::default()).await.unwrap();
+                Err(format!("{name} admitted"))
+            }
+            Err(error) => Err(error.to_string()),
+        },
+    )
+    .await;
     for (object, sentence) in bad {
         match create(object).await {
             Err(kube::Error::Api(status)) => {
@@ -351,7 +330,7 @@ async fn a_real_api_server_refuses_what_the_webhook_refuses() {
 
     shutdown.cancel();
     server.await.unwrap();
-    clusters.shutdown().await;
+    world.shutdown().await;
 }
 
 /// The chart's own certificates (helm-generated, without cert-manager) are what comb serves:

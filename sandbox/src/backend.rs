@@ -43,6 +43,27 @@ pub fn emulator_only(test: &str, why: &str) -> bool {
     false
 }
 
+/// For a test that drives the real, installed `kubectl`: its path on `PATH`. Where it is not
+/// installed the test skips and says why (on stderr and in `$COMB_SKIP_LOG`), except in CI
+/// (`CI=true`), which installs kubectl: there a missing one fails the test instead of hiding it.
+pub fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("kubectl"))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: kubectl is not on PATH, and CI (CI=true) installs it: a missing one fails"
+        );
+        crate::real::record_skip(&format!(
+            "{test}: skipped: kubectl is not on PATH (install kubernetes-client)"
+        ));
+    }
+    found
+}
+
 /// Running clusters of either backend.
 #[derive(Debug)]
 pub enum Clusters {

@@ -50,7 +50,7 @@ pub mod validation;
 pub mod watch;
 
 pub use api_error::{ApiError, FieldError};
-pub use backend::{Backend, Clusters, SharedClusters, emulator_only};
+pub use backend::{Backend, Clusters, SharedClusters, emulator_only, kubectl_or_skip};
 pub use error::{Error, Result};
 pub use resources::{PrinterColumn, ResourceType};
 pub use sandbox::{ClusterExtension, ClusterHandle, ExtraContext, Sandbox, SandboxOptions};

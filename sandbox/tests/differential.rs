@@ -9,8 +9,6 @@
 //!
 //! Skips with a printed reason when the real binaries are not built (`tests/kube/build`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -49,7 +47,7 @@ const KUBECTL_CREATE_DEPLOYMENT: &str = "6b3873000a150a07617070732f7631120a44657
 fn hex(text: &str) -> Vec<u8> {
     (0..text.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digits"))
         .collect()
 }
 
@@ -762,7 +760,7 @@ impl Side {
         }
         let body = match &step.payload {
             Payload::None => Vec::new(),
-            Payload::Json(v) => serde_json::to_vec(v).unwrap(),
+            Payload::Json(v) => serde_json::to_vec(v).expect("serialises"),
             Payload::Bytes(b) => b.clone(),
         };
         let mut request = Request::builder()
@@ -772,7 +770,9 @@ impl Side {
         if let Some(accept) = step.accept {
             request = request.header("accept", accept);
         }
-        let request = request.body(kube::client::Body::from(body)).unwrap();
+        let request = request
+            .body(kube::client::Body::from(body))
+            .expect("a request");
         let response = tokio::time::timeout(DEADLINE, self.client.send(request))
             .await
             .unwrap_or_else(|_| panic!("{}: {} {path} answers in time", self.label, step.method))
@@ -958,12 +958,12 @@ fn sorted(value: &Value) -> Value {
 fn diff(emulator: &Value, real: &Value) -> String {
     let (emulator, real) = (&sorted(emulator), &sorted(real));
     let a: Vec<String> = serde_json::to_string_pretty(emulator)
-        .unwrap()
+        .expect("serialises")
         .lines()
         .map(str::to_string)
         .collect();
     let b: Vec<String> = serde_json::to_string_pretty(real)
-        .unwrap()
+        .expect("serialises")
         .lines()
         .map(str::to_string)
         .collect();

@@ -1,5 +1,6 @@
 //! The real, installed `kubectl` against sandbox clusters: what an operator would type works as
-//! on a real cluster. Each test skips with a printed reason when kubectl is not installed.
+//! on a real cluster. Each test skips with a printed reason when kubectl is not installed (and
+//! fails in CI, which installs it).
 //!
 //! On the backend `COMB_TEST_BACKEND` names: on the emulator each test starts its clusters
 //! (milliseconds) and works in `default`; on the real backend the tests share one set of
@@ -55,21 +56,9 @@ struct Fixture {
     namespace: Option<String>,
 }
 
-fn find_kubectl() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("kubectl"))
-        .find(|candidate| candidate.is_file())
-}
-
 impl Fixture {
     async fn start() -> Option<Fixture> {
-        let Some(kubectl) = find_kubectl() else {
-            eprintln!(
-                "skipping: kubectl not found on PATH (install kubernetes-client to run this test)"
-            );
-            return None;
-        };
+        let kubectl = comb_sandbox::kubectl_or_skip("kubectl_conformance")?;
         let (held, namespace) = match Backend::from_env() {
             Backend::Emulator => {
                 let mut options = options();

@@ -295,7 +295,6 @@ impl Upstream for K8s {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::testing::context;

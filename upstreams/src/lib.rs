@@ -53,7 +53,6 @@ contexts:
 "#;
 
     pub(crate) fn context() -> UpstreamContext {
-        #[allow(clippy::expect_used)]
         let kubeconfig = Kubeconfig::from_yaml(KUBECONFIG).expect("test kubeconfig");
         UpstreamContext {
             name: "db".into(),

@@ -354,7 +354,6 @@ fn from_value(value: &Value, place: &str) -> Result<DynamicObject> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::testing::context;

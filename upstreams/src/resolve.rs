@@ -140,7 +140,6 @@ impl UpstreamClasses {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::testing::context;

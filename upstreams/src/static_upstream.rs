@@ -165,7 +165,6 @@ impl Upstream for Static {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::testing::context;

@@ -2,8 +2,6 @@
 //! a second context on prod's server with the default namespace `staging`, on the backend
 //! `COMB_TEST_BACKEND` names (the emulator by default, or real kube-apiservers).
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -11,71 +9,37 @@ use anyhow::Result;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, Endpoint, LabelKeys};
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::{Controls, Fault};
-use comb_sandbox::sandbox::SANDBOX_USER;
-use comb_sandbox::{Backend, ExtraContext, SandboxOptions};
+use comb_testkit::{Setup, World};
 use comb_upstreams::{K8s, PEER_READ_TIMEOUT, Replica, Upstream, UpstreamContext, UpstreamStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-/// The sandbox, a pool over its kubeconfig (plus a context `gone` whose server does not exist).
+/// The kit's clusters (plus a context `gone` whose server does not exist) and a pool over
+/// their kubeconfig.
 struct Clusters {
-    sandbox: comb_sandbox::Clusters,
+    world: World,
     pool: ClientPool,
 }
 
 impl Clusters {
     async fn start() -> Result<Clusters> {
-        let mut options = SandboxOptions::clusters(["prod", "dev"]);
-        options.contexts.push(ExtraContext {
-            name: "staging".into(),
-            cluster: "prod".into(),
-            namespace: Some("staging".into()),
-        });
-        let sandbox = comb_sandbox::Clusters::start(Backend::from_env(), options, None).await?;
-        // A port nobody listens on: bound, then released.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let kubeconfig = sandbox
-            .kubeconfig()
-            .cluster("gone", &format!("http://{closed}"), None)
-            .context("gone", "gone", SANDBOX_USER, None)
-            .build();
-        let pool = ClientPool::from_kubeconfig(kubeconfig, "the sandbox kubeconfig");
-        let clusters = Clusters { sandbox, pool };
-        for context in ["prod", "dev"] {
-            let client = clusters.pool.client(context).await?;
-            let crd = comb_api::custom_resource_definition(DEFAULT_GROUP)?;
-            Api::<CustomResourceDefinition>::all(client.clone())
-                .create(&PostParams::default(), &crd)
-                .await?;
-            for namespace in ["platform", "staging"] {
-                let ns: Namespace =
-                    serde_json::from_value(json!({"metadata": {"name": namespace}}))?;
-                Api::<Namespace>::all(client.clone())
-                    .create(&PostParams::default(), &ns)
-                    .await?;
-            }
-            // A real kube-apiserver serves a new CRD a moment after creating it.
-            let combs: Api<Comb> =
-                Api::all_with(client.clone(), &comb_api::api_resource(DEFAULT_GROUP));
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while let Err(error) = combs.list(&Default::default()).await {
-                anyhow::ensure!(
-                    tokio::time::Instant::now() < deadline,
-                    "the Comb CRD is not served in {context}: {error}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        Ok(clusters)
+        let world = Setup::clusters(["prod", "dev"])
+            .context("staging", "prod", "staging")
+            .dead_context("gone")
+            .namespace_everywhere("platform")
+            .namespace_everywhere("staging")
+            .start()
+            .await;
+        Ok(Clusters {
+            pool: world.pool.clone(),
+            world,
+        })
     }
 
     /// The test controls of `cluster` (faults, partitions).
     fn controls(&self, cluster: &str) -> Controls {
-        self.sandbox
-            .controls(cluster)
-            .expect("controls of the cluster")
+        self.world.controls(cluster)
     }
 
     /// The Comb `namespace/name` in `context`, created with `status`.

@@ -517,7 +517,6 @@ async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

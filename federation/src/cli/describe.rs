@@ -196,7 +196,6 @@ pub fn run(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::live_status::LiveStatus;

@@ -142,7 +142,6 @@ pub fn run(global: &GlobalArgs, args: EndpointsArgs) -> anyhow::Result<ExitCode>
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::CombLocation;

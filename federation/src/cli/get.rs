@@ -368,7 +368,6 @@ pub fn table(rows: &[CombRow], wide: bool, now: Timestamp) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -260,7 +260,6 @@ pub fn env_file(place: &str, writer: &str, combs: &[EnvComb]) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -277,7 +277,6 @@ pub fn run(global: &GlobalArgs, args: ViaArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::collections::BTreeMap;
 

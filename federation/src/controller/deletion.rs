@@ -311,7 +311,6 @@ async fn served_versions(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use comb_api::CombSpec;

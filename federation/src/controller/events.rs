@@ -107,7 +107,6 @@ fn truncate(text: &str, max: usize) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use comb_api::CombSpec;

@@ -168,7 +168,6 @@ pub fn describe_cycles(cycles: &[Vec<CombKey>]) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

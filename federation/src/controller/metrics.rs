@@ -146,7 +146,6 @@ impl Metrics {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -104,7 +104,6 @@ impl fmt::Display for Transition {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use comb_api::{CombCondition, ConditionStatus};

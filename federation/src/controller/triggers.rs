@@ -206,7 +206,6 @@ pub fn upstream_peer(config: &Config, layer: usize, comb: &Comb) -> Option<(usiz
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use comb_api::{CombCondition, CombSpec, ConditionStatus};

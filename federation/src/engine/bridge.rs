@@ -209,7 +209,6 @@ fn protocol(endpoint: &Endpoint) -> &'static str {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::context::test_context;

@@ -171,7 +171,6 @@ fn integer(value: &Value) -> Option<i32> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

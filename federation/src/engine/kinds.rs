@@ -265,7 +265,6 @@ pub fn existing_treatment(api_version: &str, kind: &str, live: &Value) -> Existi
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

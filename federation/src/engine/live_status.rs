@@ -458,7 +458,6 @@ fn text(value: Option<&Value>) -> Option<&str> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::context::test_context;

@@ -203,7 +203,6 @@ impl CombClass for ManifestsClass {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::collections::HashSet;
 

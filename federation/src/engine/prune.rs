@@ -301,7 +301,6 @@ pub fn note_cluster_scoped(orphan: &ManagedObject) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::context::test_context;

@@ -219,7 +219,6 @@ fn merge_labels(object: &mut Map<String, Value>, labels: &BTreeMap<String, Strin
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::context::test_context;

@@ -203,7 +203,6 @@ pub fn last_resort_status(failure: &str, now: Timestamp) -> CombStatus {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -200,7 +200,6 @@ impl Tenancy {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::context::test_context;

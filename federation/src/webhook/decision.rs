@@ -130,7 +130,6 @@ async fn refusal_in(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::{Value, json};

@@ -1,16 +1,13 @@
-//! Sandbox clusters and the federation controller over them, for the controller tests.
-//!
-//! Every test starts its own clusters (Pods Ready at once, the Comb CRD installed) on the
-//! backend `COMB_TEST_BACKEND` names (the emulator by default, or real kube-apiservers with
-//! kwok) and runs the real controller on them through `kube::Client`. Conditions are awaited
-//! with a deadline, never slept for.
+//! The federation controller over the kit's clusters (`comb_testkit`), for the controller
+//! tests: the real controller runs on them through `kube::Client`, and what it does is awaited
+//! with the kit's deadline, never slept for.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// Each test binary uses a part of it.
+#![allow(dead_code, unused_imports)]
 
-use std::future::Future;
 use std::time::Duration;
 
-use comb_api::{Comb, CombSpec, DEFAULT_GROUP};
+use comb_api::Comb;
 use comb_federation::config::Config;
 use comb_federation::controller::{
     BackoffPolicy, Controller, ControllerHandle, ControllerOptions, RunOutcome, Transition,
@@ -18,27 +15,18 @@ use comb_federation::controller::{
 use comb_federation::engine::class::ClassRegistry;
 use comb_federation::error::Result;
 use comb_kubeconfigs::ClientPool;
+use comb_sandbox::StoreOptions;
 use comb_sandbox::controls::Controls;
-use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions, StoreOptions};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use comb_testkit::{Backend, Setup};
+use kube::api::{Api, DeleteParams};
+use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// How long any awaited condition may take before the test fails: a real control plane's
-/// controllers take longer than the emulator's simulation.
-pub static DEADLINE: std::sync::LazyLock<Duration> =
-    std::sync::LazyLock::new(|| match Backend::from_env() {
-        Backend::Emulator => Duration::from_secs(30),
-        Backend::Kube => Duration::from_secs(90),
-    });
-
-/// Sandbox clusters, a client pool over them, and their test controls.
+/// The kit's clusters and a client pool over them.
 pub struct World {
-    pub clusters: Clusters,
+    pub kit: comb_testkit::World,
     pub pool: ClientPool,
 }
 
@@ -62,60 +50,27 @@ impl World {
         store: StoreOptions,
     ) -> World {
         init_logging();
-        let options = SandboxOptions {
-            clusters: clusters.iter().map(|c| c.to_string()).collect(),
-            contexts: contexts
-                .iter()
-                .map(|(name, cluster, namespace)| ExtraContext {
-                    name: name.to_string(),
-                    cluster: cluster.to_string(),
-                    namespace: Some(namespace.to_string()),
-                })
-                .collect(),
-            pod_ready_delay: Duration::ZERO,
-            store,
-            ..SandboxOptions::default()
-        };
-        let clusters_started = Clusters::start(Backend::from_env(), options, None)
-            .await
-            .expect("sandbox starts");
-        let pool =
-            ClientPool::from_kubeconfig(clusters_started.kubeconfig().build(), "the test sandbox");
-        let world = World {
-            clusters: clusters_started,
-            pool,
-        };
-        for cluster in clusters {
-            let client = world.client(cluster).await;
-            let crd = comb_api::custom_resource_definition(DEFAULT_GROUP).expect("crd");
-            Api::<CustomResourceDefinition>::all(client.clone())
-                .create(&PostParams::default(), &crd)
-                .await
-                .expect("CRD created");
-            // A real kube-apiserver serves a new CRD a moment after creating it.
-            let combs: Api<Comb> = Api::all_with(client, &comb_api::api_resource(DEFAULT_GROUP));
-            eventually(&format!("the Comb CRD served on {cluster}"), || {
-                let combs = combs.clone();
-                async move { combs.list(&Default::default()).await.ok().map(|_| ()) }
-            })
-            .await;
+        let mut setup = Setup::clusters(clusters.iter().copied()).store(store);
+        for (name, cluster, namespace) in contexts {
+            setup = setup.context(name, cluster, namespace);
         }
         for (context, namespace) in namespaces {
-            let ns: Namespace =
-                serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-            Api::<Namespace>::all(world.client(context).await)
-                .create(&PostParams::default(), &ns)
-                .await
-                .expect("namespace created");
+            setup = setup.namespace(context, namespace);
         }
-        for cluster in clusters {
-            world.controls(cluster).reset_requests();
+        let kit = setup.start().await;
+        World {
+            pool: kit.pool.clone(),
+            kit,
         }
-        world
     }
 
     pub fn backend(&self) -> Backend {
-        self.clusters.backend()
+        self.kit.backend()
+    }
+
+    /// The clusters themselves (the emulator's store).
+    pub fn clusters(&self) -> &comb_sandbox::Clusters {
+        self.kit.clusters()
     }
 
     pub async fn client(&self, context: &str) -> kube::Client {
@@ -124,9 +79,7 @@ impl World {
 
     /// The test controls of `cluster` (partition, faults, request counts).
     pub fn controls(&self, cluster: &str) -> Controls {
-        self.clusters
-            .controls(cluster)
-            .expect("controls of the cluster")
+        self.kit.controls(cluster)
     }
 
     /// A configuration for these clusters.
@@ -162,11 +115,7 @@ impl World {
     }
 
     pub async fn combs(&self, context: &str, namespace: &str) -> Api<Comb> {
-        Api::namespaced_with(
-            self.client(context).await,
-            namespace,
-            &comb_api::api_resource(DEFAULT_GROUP),
-        )
+        self.kit.combs(context, namespace).await
     }
 
     /// Creates Comb `namespace/name` in `context` with `spec`.
@@ -177,28 +126,14 @@ impl World {
         name: &str,
         spec: Value,
     ) -> Comb {
-        let spec: CombSpec = serde_json::from_value(spec).expect("a spec");
-        self.combs(context, namespace)
-            .await
-            .create(
-                &PostParams::default(),
-                &Comb::new(DEFAULT_GROUP, namespace, name, spec),
-            )
-            .await
-            .expect("Comb created")
+        self.kit.create_comb(context, namespace, name, spec).await
     }
 
     /// Merge-patches the spec of Comb `namespace/name`.
     pub async fn patch_spec(&self, context: &str, namespace: &str, name: &str, patch: Value) {
-        self.combs(context, namespace)
-            .await
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": patch})),
-            )
-            .await
-            .expect("spec patched");
+        self.kit
+            .patch_comb_spec(context, namespace, name, patch)
+            .await;
     }
 
     pub async fn delete_comb(&self, context: &str, namespace: &str, name: &str) {
@@ -239,6 +174,19 @@ impl World {
         .await
     }
 
+    /// Waits until Comb `namespace/name` of `context` is gone (its finalizer done).
+    pub async fn wait_gone(&self, context: &str, namespace: &str, name: &str) {
+        let combs = self.combs(context, namespace).await;
+        comb_testkit::wait_until(format!("Comb {namespace}/{name} to be gone"), async || {
+            combs
+                .get_opt(name)
+                .await
+                .expect("the read answers")
+                .is_none()
+        })
+        .await;
+    }
+
     /// Waits until the object `get` returns satisfies `test`.
     pub async fn wait_object<K>(
         &self,
@@ -276,7 +224,7 @@ impl Running {
     /// Waits for the controller to return (`--once`).
     pub async fn finish(&mut self) -> RunOutcome {
         let task = self.task.take().expect("running");
-        tokio::time::timeout(*DEADLINE * 4, task)
+        tokio::time::timeout(comb_testkit::deadline() * 4, task)
             .await
             .expect("the controller stops in time")
             .expect("the controller task does not panic")
@@ -289,7 +237,7 @@ impl Running {
         what: &str,
         test: impl Fn(&Transition) -> bool,
     ) -> Transition {
-        let deadline = tokio::time::Instant::now() + *DEADLINE;
+        let deadline = tokio::time::Instant::now() + comb_testkit::deadline();
         loop {
             match tokio::time::timeout_at(deadline, self.transitions.recv()).await {
                 Ok(Ok(transition)) if test(&transition) => return transition,
@@ -337,38 +285,6 @@ pub fn test_options() -> ControllerOptions {
     }
 }
 
-/// Polls `check` until it answers, failing the test after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + *DEADLINE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A Manifests Comb: Deployment and Service `name` running `image`, endpoint `http:80`.
-pub fn web(name: &str, image: &str) -> Value {
-    json!({
-        "class": "Manifests",
-        "config": {
-            "manifests": [
-                {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                          "template": {"metadata": {"labels": {"app": name}},
-                                       "spec": {"containers": [{"name": "main", "image": image}]}}}},
-                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                 "spec": {"selector": {"app": name}, "ports": [{"name": "http", "port": 80}]}}
-            ],
-            "endpoints": [{"name": "http", "port": 80}]
-        }
-    })
-}
+pub use comb_testkit::fixtures::web;
+/// The kit's one wait: polls until the condition holds, failing the test after its deadline.
+pub use comb_testkit::wait_until as eventually;

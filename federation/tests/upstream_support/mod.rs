@@ -1,15 +1,13 @@
-//! Sandbox clusters for the borrowing tests: `prod` and `dev` on two API servers, and `staging`,
-//! a second context on prod's server whose Combs live in namespace `staging`. Each context is a
-//! layer of the same name. Steps are driven directly (resolution, then one reconcile step), the
-//! way the federation controller runs them. The clusters run on the backend `COMB_TEST_BACKEND`
-//! names (the emulator by default, or real kube-apiservers with kwok).
+//! The borrowing tests' layers over the kit's clusters (`comb_testkit`): `prod` and `dev` on
+//! two API servers, and `staging`, a second context on prod's server whose Combs live in
+//! namespace `staging`. Each context is a layer of the same name. Steps are driven directly
+//! (resolution, then one reconcile step), the way the federation controller runs them.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// Each test binary uses a part of it.
+#![allow(dead_code, unused_imports)]
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use comb_api::ManagedObject;
 use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, UpstreamSpec};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
@@ -17,29 +15,13 @@ use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{StepEnv, reconcile};
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Controls;
-use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use comb_testkit::{Backend, Setup, World, wait_until};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tokio::time::Instant;
-
-/// How long a test waits for the clusters to do something: a real control plane's controllers
-/// take longer than the emulator's simulation.
-fn deadline() -> Instant {
-    Instant::now()
-        + match Backend::from_env() {
-            Backend::Emulator => Duration::from_secs(20),
-            Backend::Kube => Duration::from_secs(90),
-        }
-}
-
-/// The pause between two looks at a condition.
-const POLL: Duration = Duration::from_millis(50);
 
 /// The clusters, and the engine's view of them.
 pub struct Layers {
-    sandbox: Clusters,
+    world: World,
     pub pool: ClientPool,
     registry: ClassRegistry,
     pub settings: Settings,
@@ -55,57 +37,18 @@ pub fn cluster_of(context: &str) -> &'static str {
 
 impl Layers {
     pub async fn start() -> Layers {
-        let options = SandboxOptions {
-            clusters: vec!["prod".into(), "dev".into()],
-            contexts: vec![ExtraContext {
-                name: "staging".into(),
-                cluster: "prod".into(),
-                namespace: Some("staging".into()),
-            }],
-            pod_ready_delay: Duration::ZERO,
-            ..SandboxOptions::default()
-        };
-        let sandbox = Clusters::start(Backend::from_env(), options, None)
-            .await
-            .expect("sandbox starts");
-        let pool = ClientPool::from_kubeconfig(sandbox.kubeconfig().build(), "the test sandbox");
-        let layers = Layers {
-            sandbox,
-            pool,
+        let world = Setup::clusters(["prod", "dev"])
+            .context("staging", "prod", "staging")
+            .namespace("staging", "staging")
+            .namespace_everywhere("platform")
+            .start()
+            .await;
+        Layers {
+            pool: world.pool.clone(),
+            world,
             registry: ClassRegistry::with_builtins(),
             settings: Settings::default(),
-        };
-        for (context, namespaces) in [
-            ("prod", &["platform", "staging"][..]),
-            ("dev", &["platform"]),
-        ] {
-            let client = layers.client(context).await;
-            let crd = comb_api::custom_resource_definition(DEFAULT_GROUP).expect("crd");
-            Api::<CustomResourceDefinition>::all(client.clone())
-                .create(&PostParams::default(), &crd)
-                .await
-                .expect("crd created");
-            for namespace in namespaces {
-                let namespace: Namespace =
-                    serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
-                Api::<Namespace>::all(client.clone())
-                    .create(&PostParams::default(), &namespace)
-                    .await
-                    .expect("namespace created");
-            }
-            // A real kube-apiserver serves a new CRD a moment after creating it.
-            let combs: Api<Comb> =
-                Api::all_with(client.clone(), &comb_api::api_resource(DEFAULT_GROUP));
-            let deadline = deadline();
-            while let Err(error) = combs.list(&Default::default()).await {
-                assert!(
-                    Instant::now() < deadline,
-                    "the Comb CRD is not served in {context}: {error}"
-                );
-                tokio::time::sleep(POLL).await;
-            }
         }
-        layers
     }
 
     pub async fn client(&self, context: &str) -> kube::Client {
@@ -121,9 +64,7 @@ impl Layers {
 
     /// The test controls of a cluster (`prod` or `dev`).
     pub fn controls(&self, cluster: &str) -> Controls {
-        self.sandbox
-            .controls(cluster)
-            .expect("controls of the cluster")
+        self.world.controls(cluster)
     }
 
     /// The federation's view for the Combs of `context`: its layer's context, every layer.
@@ -137,11 +78,7 @@ impl Layers {
     }
 
     async fn combs(&self, context: &str, namespace: &str) -> Api<Comb> {
-        Api::namespaced_with(
-            self.client(context).await,
-            namespace,
-            &comb_api::api_resource(DEFAULT_GROUP),
-        )
+        self.world.combs(context, namespace).await
     }
 
     /// Creates the Comb CR `namespace/name` in `context` and builds the Comb from what was
@@ -153,16 +90,7 @@ impl Layers {
         name: &str,
         spec: Value,
     ) -> CombInstance {
-        let spec: CombSpec = serde_json::from_value(spec).expect("a spec");
-        let stored = self
-            .combs(context, namespace)
-            .await
-            .create(
-                &PostParams::default(),
-                &Comb::new(DEFAULT_GROUP, namespace, name, spec),
-            )
-            .await
-            .expect("Comb created");
+        let stored = self.world.create_comb(context, namespace, name, spec).await;
         self.build(&stored).await
     }
 
@@ -199,15 +127,9 @@ impl Layers {
         spec_patch: Value,
     ) -> CombInstance {
         let patched = self
-            .combs(context, comb.namespace())
-            .await
-            .patch(
-                comb.name(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": spec_patch})),
-            )
-            .await
-            .expect("spec patched");
+            .world
+            .patch_comb_spec(context, comb.namespace(), comb.name(), spec_patch)
+            .await;
         self.build(&patched).await
     }
 
@@ -258,17 +180,16 @@ impl Layers {
         controlling: &Controlling,
         done: impl Fn(&CombStatus) -> bool,
     ) -> CombStatus {
-        let deadline = deadline();
-        loop {
+        let name = comb.name().to_string();
+        wait_until(format!("{name} to settle in {context}"), async || {
             let status = self.step(context, comb, controlling).await;
             if done(&status) {
-                return status;
+                Ok(status)
+            } else {
+                Err(status)
             }
-            if Instant::now() > deadline {
-                panic!("{} did not settle in {context}: {status:#?}", comb.name());
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        })
+        .await
     }
 
     /// What a cloud's load-balancer controller does, where nobody does it: a real control plane
@@ -281,7 +202,7 @@ impl Layers {
         name: &str,
         ip: &str,
     ) {
-        if self.sandbox.backend() != Backend::Kube {
+        if self.world.backend() != Backend::Kube {
             return;
         }
         Api::<k8s_openapi::api::core::v1::Service>::namespaced(
@@ -307,17 +228,9 @@ impl Layers {
         namespace: &str,
         name: &str,
     ) -> Option<Value> {
-        let resource = ManagedObject {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: Some(namespace.into()),
-            name: name.into(),
-        };
-        self.ops(cluster)
+        self.world
+            .peek(cluster, api_version, kind, namespace, name)
             .await
-            .get_opt(&resource)
-            .await
-            .expect("peek answers")
     }
 }
 
@@ -340,41 +253,7 @@ pub fn borrow(layer: &str, answer: Value) -> Controlling {
     )
 }
 
-/// The phase, Ready reason and Ready message of a status.
-pub fn verdict(status: &CombStatus) -> (String, String, String) {
-    let ready = status.ready().expect("a Ready condition");
-    (
-        status
-            .phase
-            .as_ref()
-            .map(|p| p.to_string())
-            .unwrap_or_default(),
-        ready
-            .reason
-            .as_ref()
-            .map(|r| r.to_string())
-            .unwrap_or_default(),
-        ready.message.clone().unwrap_or_default(),
-    )
-}
-
-/// The recorded endpoints as `(name, port, cluster)`.
-pub fn endpoints(status: &CombStatus) -> Vec<(String, i32, Option<String>)> {
-    status
-        .endpoint_list()
-        .iter()
-        .map(|e| (e.name.clone(), e.port, e.cluster.clone()))
-        .collect()
-}
-
-/// The recorded managed resources as `Kind/name`.
-pub fn managed(status: &CombStatus) -> Vec<String> {
-    status
-        .managed()
-        .iter()
-        .map(|r| format!("{}/{}", r.kind, r.name))
-        .collect()
-}
+pub use comb_testkit::fixtures::{endpoints, managed, verdict};
 
 /// A `Manifests` spec: Deployment and Service `db` (type `service_type`) on port 5432, and the
 /// endpoint `postgres` (with `external` when given).

@@ -109,7 +109,9 @@ pub fn record_skip(line: &str) {
             .append(true)
             .open(path)
         {
-            let _ = writeln!(file, "{line}");
+            // One write per line: tests skip from several threads at once, and a line written
+            // in pieces would interleave with another's.
+            let _ = file.write_all(format!("{line}\n").as_bytes());
         }
     }
 }

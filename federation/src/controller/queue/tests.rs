@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use super::*;
 
 const RESYNC: Duration = Duration::from_secs(60);

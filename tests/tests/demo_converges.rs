@@ -1,14 +1,10 @@
 //! `comb demo` end to end through the binary: it converges with the expected via chains, prints
 //! every transition in its format, and `--follow` keeps the clusters up for the CLI until
 //! interrupted.
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-
-mod cli_support;
 
 use std::process::Command;
 
-use cli_support::{ConvergedDemo, comb, row};
+use comb_testkit::cli::{ConvergedDemo, comb, row};
 
 /// Whether `line` reads `HH:MM:SS layer:ns/name: <old> -> <Phase> (<Reason>)[: message]`.
 fn is_transition(line: &str) -> bool {
@@ -46,7 +42,7 @@ fn the_demo_converges_with_the_expected_via_chains() {
         .args([
             "demo",
             "--backend",
-            cli_support::backend(),
+            comb_testkit::cli::backend(),
             "--timeout",
             "180s",
         ])

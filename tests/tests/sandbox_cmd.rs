@@ -1,7 +1,5 @@
 //! `comb sandbox` end to end: the built binary starts clusters, writes the kubeconfig, prints
 //! `ready`, serves clients through that kubeconfig, and stops cleanly on SIGTERM.
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
 
 use std::path::Path;
 use std::process::Stdio;
@@ -18,7 +16,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 
 /// Starts `comb sandbox` with `args` and reads its stdout up to `ready`; returns the lines before.
 async fn start(args: &[&str]) -> (Child, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_comb"))
+    let mut child = Command::new(comb_testkit::bin::comb_path())
         .arg("sandbox")
         .args(args)
         .stdout(Stdio::piped())
@@ -177,7 +175,7 @@ async fn serves_https_with_its_own_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refuses_bad_arguments_as_usage_errors() {
-    let output = Command::new(env!("CARGO_BIN_EXE_comb"))
+    let output = Command::new(comb_testkit::bin::comb_path())
         .args([
             "sandbox",
             "--context",

@@ -1,12 +1,8 @@
 //! The operating commands of the CLI through the `comb` binary, on the converged demo (whose
 //! controller keeps running): logs, restart, stop; and how the CLI fails: one line, exit 1, or
 //! exit 2 for usage.
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
 
-mod cli_support;
-
-use cli_support::{ConvergedDemo, run};
+use comb_testkit::cli::{ConvergedDemo, run};
 
 #[test]
 fn logs_restart_and_stop_on_the_converged_demo() {

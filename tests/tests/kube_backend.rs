@@ -4,19 +4,13 @@
 //! kube` converges with the emulator's via chains. Skipped, with the reason, where
 //! `tests/kube/build` has not built the binaries.
 
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod cli_support;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_support::{comb, row};
 use comb_sandbox::real::{KUBE_VERSION, available_or_skip};
+use comb_testkit::cli::{comb, row};
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let output = Command::new("kubectl")
@@ -40,14 +34,7 @@ fn comb_sandbox_on_the_real_backend_serves_kubectl_with_the_sandbox_controls() {
     if !available_or_skip("kube_backend::comb_sandbox_on_the_real_backend") {
         return;
     }
-    if Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: kubectl is not installed");
-        assert!(std::env::var("CI").is_err(), "CI installs kubectl");
+    if comb_testkit::kubectl("kube_backend::comb_sandbox_on_the_real_backend").is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

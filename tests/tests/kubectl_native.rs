@@ -3,16 +3,10 @@
 //! on the converged demo, on either backend (`COMB_TEST_BACKEND`). Skipped with the reason where kubectl is not installed; in CI
 //! (`CI` set) a missing kubectl fails.
 
-// It runs `comb demo`: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod cli_support;
-
 use std::path::Path;
 use std::process::Command;
 
-use cli_support::ConvergedDemo;
+use comb_testkit::cli::ConvergedDemo;
 
 fn kubectl_or_skip(test: &str) -> bool {
     if Command::new("kubectl")
@@ -110,7 +104,8 @@ fn kubectl_lists_combs_by_short_name_and_category_with_wide_columns() {
     // `kubectl comb get`: kubectl finds `kubectl-comb` on PATH.
     let plugins = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(
-        env!("CARGO_BIN_EXE_kubectl-comb"),
+        // `kubectl-comb` (src/bin) is the same main as `comb`; kubectl only needs the name.
+        comb_testkit::bin::comb_path(),
         plugins.path().join("kubectl-comb"),
     )
     .unwrap();

@@ -5,19 +5,13 @@
 //! and pdftotext are Debian's `chromium` and `poppler-utils`, which `.ci/run` installs; elsewhere
 //! the browser part skips with the reason.
 
-// It runs `comb demo`: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod cli_support;
-
 use std::path::Path;
 use std::process::Command;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 
-use cli_support::{ConvergedDemo, backend, comb};
+use comb_testkit::cli::{ConvergedDemo, backend, comb};
 
 /// `GET path` on `address`, the whole answer (status line, headers, body) as text.
 fn http_get(address: &str, path: &str) -> String {
@@ -26,9 +20,11 @@ fn http_get(address: &str, path: &str) -> String {
         stream,
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .expect("the request is sent");
     let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
+    stream
+        .read_to_string(&mut answer)
+        .expect("the answer is read");
     answer
 }
 

@@ -1,19 +1,14 @@
-//! Running the `comb` binary in tests, and a converged demo to run it against.
-
-#![allow(dead_code)]
+//! Running the `comb` binary in the end-to-end tests, and a converged demo to run it against.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
+pub use crate::bin::comb;
+
 /// The longest a test waits for the demo to print something.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// The `comb` binary of this build.
-pub fn comb() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_comb"))
-}
 
 /// `--backend`'s value for the backend `COMB_TEST_BACKEND` names.
 pub fn backend() -> &'static str {
@@ -50,10 +45,6 @@ pub struct ConvergedDemo {
 impl ConvergedDemo {
     /// `comb demo --follow` on the backend `COMB_TEST_BACKEND` names (the emulator by default).
     pub fn start() -> ConvergedDemo {
-        let backend = match comb_sandbox::Backend::from_env() {
-            comb_sandbox::Backend::Kube => "kube",
-            comb_sandbox::Backend::Emulator => "emulator",
-        };
         let mut child = comb()
             .args([
                 "demo",
@@ -61,7 +52,7 @@ impl ConvergedDemo {
                 "--pod-ready-delay",
                 "50ms",
                 "--backend",
-                backend,
+                backend(),
             ])
             .args(["--timeout", "180s"])
             .stdout(Stdio::piped())

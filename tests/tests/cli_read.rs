@@ -1,11 +1,7 @@
 //! The reading commands of the CLI through the `comb` binary, on the converged demo: get,
 //! via, endpoints, describe, status, render and check, as tables and as JSON/YAML.
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
 
-mod cli_support;
-
-use cli_support::{ConvergedDemo, row};
+use comb_testkit::cli::{ConvergedDemo, row};
 use serde_json::Value;
 
 fn json(text: &str) -> Value {

@@ -1,12 +1,8 @@
 //! A layer whose API server is partitioned: `comb check` and `comb get` report it (exit 1)
 //! while the other layers answer and keep reconciling, and every command about one of its Combs
 //! fails in one line; after healing everything passes again.
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
 
-mod cli_support;
-
-use cli_support::{ConvergedDemo, row};
+use comb_testkit::cli::{ConvergedDemo, row};
 
 #[test]
 fn a_partitioned_layer_shows_as_down_while_the_others_go_on() {

@@ -1,18 +1,16 @@
 //! The Helm chart ships the CRD that `comb crd` prints; this test fails when they drift.
 //! Regenerate with `cargo run -- crd > charts/comb/crds/comb.yaml`.
 
-#![allow(clippy::unwrap_used)]
-
 use std::process::Command;
 
 const CHART_CRD: &str = include_str!("../../charts/comb/crds/comb.yaml");
 
 fn comb_crd(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_comb"))
+    Command::new(comb_testkit::bin::comb_path())
         .arg("crd")
         .args(args)
         .output()
-        .unwrap()
+        .expect("the command runs")
 }
 
 #[test]

@@ -1,18 +1,12 @@
 //! `comb get` as a kubectl user reaches for it, on the converged demo (either backend):
 //! references, `-A`, `-l`, `-o name`, and `-w` printing a line per change.
 
-// It runs `comb demo`: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod cli_support;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use cli_support::{ConvergedDemo, comb};
+use comb_testkit::cli::{ConvergedDemo, comb};
 
 fn names(table: &str) -> Vec<String> {
     table

@@ -4,10 +4,6 @@
 //! write comb must never make (a ClusterRole, a Namespace's deletion, anything outside the
 //! layers' namespaces) is forbidden to it, which proves it is no broader than needed. Needs the real backend (tests/kube/build).
 
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -34,12 +30,12 @@ fn kubectl(kubeconfig: &Path, context: &str, args: &[&str], stdin: Option<&str>)
         child
             .stdin
             .take()
-            .unwrap()
+            .expect("stdin is piped")
             .write_all(input.as_bytes())
-            .unwrap();
+            .expect("kubectl reads its input");
     }
     drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
+    let output = child.wait_with_output().expect("the command runs");
     (
         output.status.success(),
         format!(
@@ -52,7 +48,8 @@ fn kubectl(kubeconfig: &Path, context: &str, args: &[&str], stdin: Option<&str>)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no_more() {
-    if !available_or_skip("chart_rbac::comb_run_as_the_charts_service_account") {
+    let test = "chart_rbac::comb_run_as_the_charts_service_account";
+    if !available_or_skip(test) || comb_testkit::kubectl(test).is_none() {
         return;
     }
     let helm = default_bin_dir().join("helm");
@@ -187,7 +184,7 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
     std::fs::write(&config_path, config).unwrap();
 
     world.apply_examples().await.expect("the examples apply");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_comb"))
+    let output = tokio::process::Command::new(comb_testkit::bin::comb_path())
         .arg("--config")
         .arg(&config_path)
         .args(["run", "--once", "--settle", "3s", "--timeout", "120s"])
@@ -291,7 +288,7 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
 }
 
 fn comb_cli(config: &Path, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_comb"))
+    let output = Command::new(comb_testkit::bin::comb_path())
         .arg("--config")
         .arg(config)
         .args(args)

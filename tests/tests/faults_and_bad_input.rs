@@ -6,10 +6,6 @@
 //! (in a replicated Secret and in a Secret manifest) in no log line of `comb run` (at
 //! `RUST_LOG=trace`), no Comb status, no Event, no CLI output and no admin endpoint.
 
-// It runs `comb demo`/`comb sandbox` or the demo's clusters: only with the emulator inside.
-#![cfg(feature = "sandbox")]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
@@ -64,7 +60,7 @@ fn fault(world: &DemoWorld, cluster: &str, fault: Value) {
 }
 
 fn comb_cli(world: &DemoWorld, args: &[&str]) -> String {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_comb"))
+    let output = std::process::Command::new(comb_testkit::bin::comb_path())
         .arg("--config")
         .arg(world.config_path())
         .args(args)
@@ -148,13 +144,21 @@ async fn wait_for(world: &DemoWorld, what: &str, layers: &[(&str, &[&str])], lim
 async fn assert_nothing_lost(world: &DemoWorld) {
     let mut checked = 0;
     for context in ["prod", "staging", "dev"] {
-        let client = world.pool.client(context).await.unwrap();
+        let client = world
+            .pool
+            .client(context)
+            .await
+            .expect("a client of the context");
         let combs: Api<Comb> = Api::namespaced_with(
             client.clone(),
             layer_namespace(context),
             &comb_api::api_resource(comb_api::DEFAULT_GROUP),
         );
-        for comb in combs.list(&ListParams::default()).await.unwrap() {
+        for comb in combs
+            .list(&ListParams::default())
+            .await
+            .expect("the list answers")
+        {
             for resource in comb
                 .status
                 .as_ref()
@@ -165,8 +169,10 @@ async fn assert_nothing_lost(world: &DemoWorld) {
                     api_version: resource.api_version.clone(),
                     kind: resource.kind.clone(),
                 })
-                .unwrap();
-                let (api_resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+                .expect("a group and version");
+                let (api_resource, _) = kube::discovery::pinned_kind(&client, &gvk)
+                    .await
+                    .expect("discovery answers");
                 let api: Api<kube::api::DynamicObject> = match &resource.namespace {
                     Some(namespace) => {
                         Api::namespaced_with(client.clone(), namespace, &api_resource)
@@ -174,7 +180,10 @@ async fn assert_nothing_lost(world: &DemoWorld) {
                     None => Api::all_with(client.clone(), &api_resource),
                 };
                 assert!(
-                    api.get_opt(&resource.name).await.unwrap().is_some(),
+                    api.get_opt(&resource.name)
+                        .await
+                        .expect("the read answers")
+                        .is_some(),
                     "{context}: {} {} of {:?} is lost",
                     resource.kind,
                     resource.name,
@@ -298,7 +307,7 @@ async fn faults_and_bad_input_end_converged_with_nothing_lost_and_no_secret_anyw
     drop(admin);
     let log_path = world.dir().join("controller.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut controller = tokio::process::Command::new(env!("CARGO_BIN_EXE_comb"))
+    let mut controller = tokio::process::Command::new(comb_testkit::bin::comb_path())
         .arg("--config")
         .arg(world.config_path())
         .args(["run", "--admin-address", &admin_address.to_string()])

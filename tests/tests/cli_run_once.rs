@@ -1,0 +1,147 @@
+//! `comb run --once` through the binary: against the demo's sandbox clusters (set up in-process
+//! with the example Combs) and against the kit's clusters: exit 0 when every Comb settled
+//! without an Error, exit 1 when one ended in Error or the timeout hit; a bad configuration is
+//! one line naming the key.
+
+use std::time::Duration;
+
+use comb_federation::cli::demo::DemoWorld;
+use comb_testkit::Setup;
+use comb_testkit::fixtures::web;
+use serde_json::json;
+use tokio::process::Command;
+
+async fn run_once(world: &DemoWorld, extra: &[&str]) -> (i32, String, String) {
+    let config = world.config_path();
+    let output = Command::new(comb_testkit::bin::comb_path())
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "--once", "--settle", "2s"])
+        .args(extra)
+        .output()
+        .await
+        .expect("comb run runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_exit_codes() {
+    let world = DemoWorld::start_on(
+        comb_sandbox::Backend::from_env(),
+        None,
+        Duration::from_millis(50),
+    )
+    .await
+    .expect("the demo's clusters start");
+    world.apply_examples().await.expect("the examples apply");
+
+    // A timeout shorter than any Pod takes to become Ready: exit 1.
+    let (code, _, stderr) = run_once(&world, &["--timeout", "1ms"]).await;
+    assert_eq!(code, 1, "{stderr}");
+
+    // Every Comb settles Running: exit 0.
+    let (code, stdout, stderr) = run_once(&world, &["--timeout", "60s"]).await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+
+    // A Comb of a class nobody registered ends in Error (BuildFailed): exit 1.
+    world
+        .apply(
+            "dev",
+            &json!({"apiVersion": "comb.internal/v1", "kind": "Comb",
+                    "metadata": {"name": "cache", "namespace": "platform"},
+                    "spec": {"class": "Redis"}}),
+        )
+        .await
+        .expect("the broken Comb applies");
+    let (code, stdout, stderr) = run_once(&world, &["--timeout", "60s"]).await;
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(stdout.contains("cache"), "{stdout}");
+}
+
+const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";
+
+#[tokio::test]
+async fn the_binary_exits_0_then_1() {
+    let world = Setup::clusters(["prod"])
+        .namespace("prod", "platform")
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    world.write_kubeconfig(&dir.path().join("kubeconfig.yaml"));
+    let config = dir.path().join("comb.yaml");
+    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n")).unwrap();
+    world
+        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
+        .await;
+    let run = |config: std::path::PathBuf| {
+        tokio::task::spawn_blocking(move || {
+            comb_testkit::comb()
+                .args([
+                    "run",
+                    "--once",
+                    "--settle",
+                    "30s",
+                    "--timeout",
+                    "60s",
+                    "--config",
+                ])
+                .arg(config)
+                .env("RUST_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+    };
+    let output = run(config.clone()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(stdout, "prod:platform/web Running (Healthy): healthy\n");
+
+    world
+        .create_comb("prod", "platform", "odd", json!({"class": "NoSuchClass"}))
+        .await;
+    let output = run(config).await.unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.starts_with("prod:platform/odd Error (BuildFailed): Comb->from_crd: unknown class"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("comb.yaml");
+    std::fs::write(
+        &config,
+        "layers:\n - {name: prod, context: prod}\n - {name: dev, context: dev, borrow: {from: stagin}}\n",
+    )
+    .unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        comb_testkit::comb()
+            .args(["run", "--once", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with(
+            "comb.yaml: layers[1].borrow.from: unknown layer \"stagin\" (layers: prod, dev)"
+        ),
+        "{stderr}"
+    );
+}
