@@ -147,7 +147,7 @@ async fn logs_of_the_pods() {
                 == 1
         })
         .await;
-    let text = logs(&cluster.ops, comb.context(), 5).await.unwrap();
+    let text = logs(&cluster.ops, comb.context(), 5, None).await.unwrap();
     // One pod with one container: just its text, no header.
     assert!(!text.is_empty());
     assert!(!text.contains("==>"), "{text}");
@@ -232,7 +232,7 @@ async fn logs_of_a_crash_looping_container_are_its_previous_instance() {
     assert_eq!(phase, "Pending");
     assert!(message.contains("CrashLoopBackOff"), "{message}");
 
-    let text = logs(&cluster.ops, comb.context(), 10).await.unwrap();
+    let text = logs(&cluster.ops, comb.context(), 10, None).await.unwrap();
     let header = text.lines().next().unwrap();
     assert!(
         header.starts_with("==> nats-") && header.ends_with(" (previous) <=="),

@@ -16,8 +16,12 @@ fn logs_restart_and_stop_on_the_converged_demo() {
 
     let logs = demo.ok(&["logs", "prod:nats", "--lines", "5"]);
     assert!(logs.contains("started image nats:2.10"), "{logs}");
-    // A borrowing Comb runs no containers here.
-    assert_eq!(demo.ok(&["logs", "dev:db"]), "");
+    // A borrowing Comb runs no containers here: it says where its service runs.
+    assert_eq!(
+        demo.ok(&["logs", "dev:db"]),
+        "dev:platform/db borrows its service, which runs as prod:platform/db: \
+         comb logs prod:platform/db\n"
+    );
 
     assert_eq!(
         demo.ok(&["restart", "prod:db"]),

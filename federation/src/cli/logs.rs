@@ -1,11 +1,13 @@
-//! `comb logs REF [--lines N]`: the logs of a Comb's containers (reference §9 `logs`): the
-//! previous container of a crash loop, headers where there is more than one stream.
+//! `comb logs REF [--lines N] [-c CONTAINER] [-f]`: the logs of a Comb's containers (reference
+//! §9 `logs`): the previous container of a crash loop, headers where there is more than one
+//! stream; `-f` follows them. A Comb that borrows runs no pods: it says where its service runs.
 
 use std::process::ExitCode;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::via::{End, walk_federation};
 use crate::engine::class::ClassRegistry;
-use crate::engine::operations::logs;
+use crate::engine::operations::{follow_logs, logs};
 
 #[derive(Debug, clap::Args)]
 pub struct LogsArgs {
@@ -15,6 +17,12 @@ pub struct LogsArgs {
     /// Lines from the end of each container's log.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
     lines: i64,
+    /// Only this container of each pod.
+    #[arg(short = 'c', long, value_name = "CONTAINER")]
+    container: Option<String>,
+    /// Keep printing lines as they are written, until interrupted or the pods are gone.
+    #[arg(short = 'f', long)]
+    follow: bool,
 }
 
 pub fn run(
@@ -25,10 +33,48 @@ pub fn run(
     block_on(async {
         let federation = Federation::open(global)?;
         let opened = federation.open_comb(registry, &args.reference).await?;
-        print!(
-            "{}",
-            logs(&opened.ops, opened.comb.context(), args.lines).await?
-        );
+        if opened.borrowing()?.is_some() {
+            let location = opened.located.location.clone();
+            let chain = walk_federation(&federation, location.clone()).await;
+            let served_by = chain.hops.last().map(|hop| hop.comb.clone());
+            println!(
+                "{}",
+                match (&chain.end, served_by) {
+                    (End::Served, Some(served_by)) if chain.hops.len() > 1 => format!(
+                        "{location} borrows its service, which runs as {served_by}: \
+                         comb logs {served_by}"
+                    ),
+                    (End::Outside { upstream }, _) => format!(
+                        "{location} borrows its service from {upstream}, outside the layers: \
+                         no logs here"
+                    ),
+                    _ => format!(
+                        "{location} borrows its service and runs no pods here; \
+                         comb via {location} shows where it comes from"
+                    ),
+                }
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let container = args.container.as_deref();
+        if args.follow {
+            let follow = follow_logs(
+                &opened.ops,
+                opened.comb.context(),
+                args.lines,
+                container,
+                |line| println!("{line}"),
+            );
+            tokio::select! {
+                followed = follow => followed?,
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        } else {
+            print!(
+                "{}",
+                logs(&opened.ops, opened.comb.context(), args.lines, container).await?
+            );
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

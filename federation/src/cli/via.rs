@@ -240,27 +240,29 @@ pub fn render(chain: &Chain) -> String {
     text
 }
 
+/// The chain from `start`, each hop read from its layer's API server.
+pub async fn walk_federation(federation: &Federation, start: CombLocation) -> Chain {
+    walk(&federation.config, start, |at| async move {
+        let reference = CombRef {
+            layer: Some(at.layer.clone()),
+            namespace: Some(at.namespace.clone()),
+            name: at.name.clone(),
+        };
+        federation
+            .config
+            .locate(&federation.pool, &reference)
+            .await
+            .map(|located| located.comb)
+            .map_err(|error| error.to_string())
+    })
+    .await
+}
+
 pub fn run(global: &GlobalArgs, args: ViaArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let federation = Federation::open(global)?;
         let start = federation.locate(&args.reference).await?.location;
-        let chain = walk(&federation.config, start, |at| {
-            let federation = &federation;
-            async move {
-                let reference = CombRef {
-                    layer: Some(at.layer.clone()),
-                    namespace: Some(at.namespace.clone()),
-                    name: at.name.clone(),
-                };
-                federation
-                    .config
-                    .locate(&federation.pool, &reference)
-                    .await
-                    .map(|located| located.comb)
-                    .map_err(|error| error.to_string())
-            }
-        })
-        .await;
+        let chain = walk_federation(&federation, start).await;
         print!(
             "{}",
             match args.output {

@@ -475,6 +475,28 @@ impl KubeOps {
     }
 }
 
+impl KubeOps {
+    /// A container's log from its last `tail_lines` lines on, followed as it grows.
+    pub async fn follow_pod_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        tail_lines: i64,
+    ) -> Result<impl futures::AsyncBufRead + Unpin + Send + 'static> {
+        let params = LogParams {
+            container: Some(container.to_string()),
+            follow: true,
+            tail_lines: Some(tail_lines),
+            ..LogParams::default()
+        };
+        Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .log_stream(pod, &params)
+            .await
+            .map_err(|error| Error::kube("log Pod", error))
+    }
+}
+
 /// Rendering places custom Kinds by the server's discovery (cached per client).
 #[async_trait]
 impl ScopeLookup for KubeOps {

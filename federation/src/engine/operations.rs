@@ -17,10 +17,16 @@ use crate::error::{Error, Result};
 /// says: one container is just its text; otherwise each stream gets a
 /// `==> pod[/container][ (previous)] <==` header. A crash-looping container shows its previous
 /// instance. A stream whose log cannot be read says so inline; only a failed pod list fails.
-pub async fn logs(ops: &KubeOps, ctx: &CombContext, lines: i64) -> Result<String> {
+/// `container` reads only that container of each pod.
+pub async fn logs(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    lines: i64,
+    container: Option<&str>,
+) -> Result<String> {
     let pods = list_pods(ops, ctx).await?;
     let mut streams = Vec::new();
-    for stream in log_streams(&pods) {
+    for stream in chosen_streams(ctx, &pods, container)? {
         let text = match ops
             .pod_log(
                 &ctx.namespace,
@@ -37,6 +43,84 @@ pub async fn logs(ops: &KubeOps, ctx: &CombContext, lines: i64) -> Result<String
         streams.push((stream, text));
     }
     Ok(format_logs(&streams))
+}
+
+/// `logs -f`: the last `lines` lines of each chosen container, then every new line as it is
+/// written, until every stream ends (its pod is gone) or the caller stops polling. With more
+/// than one stream each line starts with `[pod/container]`. A stream that cannot be opened
+/// says so in a line of its own; only a failed pod list fails.
+pub async fn follow_logs(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    lines: i64,
+    container: Option<&str>,
+    mut line_out: impl FnMut(&str),
+) -> Result<()> {
+    use futures::{AsyncBufReadExt as _, StreamExt as _};
+
+    let pods = list_pods(ops, ctx).await?;
+    let streams = chosen_streams(ctx, &pods, container)?;
+    let prefixed = streams.len() > 1;
+    let mut followed = Vec::new();
+    for stream in streams {
+        let prefix = if prefixed {
+            format!("[{}/{}] ", stream.pod, stream.container)
+        } else {
+            String::new()
+        };
+        match ops
+            .follow_pod_log(&ctx.namespace, &stream.pod, &stream.container, lines)
+            .await
+        {
+            Ok(reader) => followed.push(
+                reader
+                    .lines()
+                    .map(move |line| match line {
+                        Ok(line) => format!("{prefix}{line}"),
+                        Err(error) => format!("{prefix}(log ended: {error})"),
+                    })
+                    .boxed(),
+            ),
+            Err(error) => line_out(&format!(
+                "{prefix}(no log: {})",
+                error.to_string().trim_end()
+            )),
+        }
+    }
+    let mut merged = futures::stream::select_all(followed);
+    while let Some(line) = merged.next().await {
+        line_out(&line);
+    }
+    Ok(())
+}
+
+/// The streams of `pods` to read: all, or those of `container`, which must be in some pod.
+fn chosen_streams(
+    ctx: &CombContext,
+    pods: &[Value],
+    container: Option<&str>,
+) -> Result<Vec<LogStream>> {
+    let streams = log_streams(pods);
+    let Some(wanted) = container else {
+        return Ok(streams);
+    };
+    let chosen: Vec<LogStream> = streams
+        .iter()
+        .filter(|stream| stream.container == wanted)
+        .cloned()
+        .collect();
+    if chosen.is_empty() && !streams.is_empty() {
+        let mut names: Vec<&str> = streams.iter().map(|s| s.container.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        return Err(Error::Controller(format!(
+            "no container {wanted} in the pods of {}/{} (containers: {})",
+            ctx.namespace,
+            ctx.name,
+            names.join(", ")
+        )));
+    }
+    Ok(chosen)
 }
 
 /// One container log to read.
