@@ -92,13 +92,42 @@ async fn a_comb_in_error_exits_1() {
         .await;
 }
 
+/// A crash-looping image ends `Error` with the cluster's reason: nothing applied again could
+/// change it, so the run settles at once and exits 1 (a CI gate fails the broken rollout).
+#[tokio::test]
+async fn a_crash_loop_ends_in_error_and_exits_1() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    world
+        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
+        .await;
+    let mut running = world
+        .run_with(
+            world.config(CONFIG),
+            ClassRegistry::with_builtins(),
+            once(Duration::from_secs(2), Duration::from_secs(120)),
+        )
+        .await;
+    let outcome = running.finish().await;
+    assert!(!outcome.timed_out, "{outcome:?}");
+    let web = outcome.combs.iter().find(|c| c.name == "web").unwrap();
+    assert_eq!(web.phase.as_deref(), Some("Error"), "{web:?}");
+    assert_eq!(web.reason.as_deref(), Some("CrashLoopBackOff"), "{web:?}");
+    assert_eq!(outcome.exit_code(), 1);
+    world
+        .wait_phase("prod", "platform", "web", "Error", Some("CrashLoopBackOff"))
+        .await;
+}
+
 #[tokio::test]
 async fn the_timeout_exits_1() {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
-    // Never ready: the image crash-loops, so the Comb stays Pending, and settling takes longer
-    // than the run may.
+    // Never ready and no error: no node matches the Pod, so the Comb stays Pending, and
+    // settling takes longer than the run may.
+    let mut unschedulable = web("web", "nginx:1");
+    unschedulable["config"]["manifests"][0]["spec"]["template"]["spec"]["nodeSelector"] =
+        json!({"disk": "no-node-has-this"});
     world
-        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
+        .create_comb("prod", "platform", "web", unschedulable)
         .await;
     let mut running = world
         .run_with(

@@ -26,6 +26,7 @@ use crate::engine::borrow::{Borrowing, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::RenderedItem;
@@ -315,6 +316,14 @@ impl Step<'_> {
             }
         };
         let applied = format!("applied {} resource(s)", items.len());
+        if let Some(verdict) = self.live_error(&items, &live, &status, borrowed) {
+            if record_differs(self.previous_managed(), &items) {
+                return self.apply_local(r, &items, &live, verdict).await;
+            }
+            r.established = Some(Established::Local);
+            r.finish(verdict.0, verdict.1, verdict.2);
+            return ControlFlow::Break(());
+        }
         if !status.healthy {
             let detail = match (&status.message, &status.phase) {
                 (Some(message), phase) if *phase != Phase::NotDeployed => {
@@ -364,6 +373,31 @@ impl Step<'_> {
         r.established = Some(Established::Local);
         r.finish(Phase::Running, Reason::Healthy, "healthy");
         ControlFlow::Break(())
+    }
+
+    /// An Error the cluster shows (a crash loop, an image that does not pull, a failed Job or
+    /// Pod) that applying again cannot change, because every resource stands as rendered now:
+    /// the step records it as it is, instead of one more `Pending (Deployed)` that hides it.
+    fn live_error(
+        &self,
+        items: &[RenderedItem],
+        live: &LiveObjects,
+        status: &LiveStatus,
+        borrowed: bool,
+    ) -> Option<(Phase, Reason, String)> {
+        let settled = !borrowed
+            && live.iter().all(Option::is_some)
+            && changed_items(items, live, self.comb.context()).is_empty();
+        (status.phase == Phase::Error && settled).then(|| {
+            (
+                Phase::Error,
+                status
+                    .reason
+                    .clone()
+                    .unwrap_or(Reason::Other("Error".into())),
+                status.message.clone().unwrap_or_default(),
+            )
+        })
     }
 
     /// Step 5b: observe the upstream, record it, replicate, then apply the bridge (in place of
