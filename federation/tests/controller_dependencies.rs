@@ -70,16 +70,27 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
             depending(web("b", "b:1"), &["platform/a"]),
         )
         .await;
-    for name in ["a", "b"] {
-        world
-            .wait_phase(
-                "prod",
-                "platform",
-                name,
-                "Blocked",
-                Some("DependencyNotReady"),
-            )
-            .await;
+    // Each says so in its Blocked message, the loop read from itself.
+    let combs = world.combs("prod", "platform").await;
+    for (name, cycle) in [
+        ("a", "platform/a -> platform/b -> platform/a"),
+        ("b", "platform/b -> platform/a -> platform/b"),
+    ] {
+        let expected = format!("dependency cycle: {cycle}");
+        eventually(&format!("{name} Blocked by the cycle"), || {
+            let (combs, expected) = (combs.clone(), expected.clone());
+            async move {
+                let comb = combs.get(name).await.ok()?;
+                let status = comb.status?;
+                let ready = status.ready()?;
+                (status.phase.as_ref().map(ToString::to_string).as_deref() == Some("Blocked")
+                    && ready.reason.as_ref().map(ToString::to_string).as_deref()
+                        == Some("DependencyNotReady")
+                    && ready.message.as_deref() == Some(expected.as_str()))
+                .then_some(())
+            }
+        })
+        .await;
     }
     let events: Api<Event> = Api::namespaced(world.client("prod").await, "platform");
     let cycle_events = eventually("an Event on each Comb of the cycle", || {
@@ -117,17 +128,15 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
         .items
         .iter()
         .find(|e| {
-            e.involved_object.name.as_deref() == Some("a")
+            e.involved_object.name.as_deref() == Some("b")
                 && e.reason.as_deref() == Some("DependencyNotReady")
         })
-        .expect("an Event of a's transition");
+        .expect("an Event of b's transition");
     assert_eq!(blocked.type_.as_deref(), Some("Warning"));
     assert!(
-        blocked
-            .message
-            .as_deref()
-            .unwrap()
-            .ends_with("-> Blocked (DependencyNotReady): dependency b is not healthy"),
+        blocked.message.as_deref().unwrap().ends_with(
+            "-> Blocked (DependencyNotReady): dependency cycle: platform/b -> platform/a -> platform/b"
+        ),
         "{blocked:?}"
     );
     running.stop().await;

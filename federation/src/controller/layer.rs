@@ -339,6 +339,25 @@ impl LayerRuntime {
         Some(cycles)
     }
 
+    /// The dependency cycle `key` is in, if any, starting and ending at `key`.
+    pub fn cycle_of(&self, key: &CombKey) -> Option<Vec<CombKey>> {
+        let cycle = lock(&self.graph)
+            .dependencies
+            .cycles()
+            .into_iter()
+            .find(|cycle| cycle.contains(key))?;
+        // The cycle repeats its first Comb at the end: rotate the loop to begin at `key`.
+        let ring = &cycle[..cycle.len().saturating_sub(1)];
+        let start = ring.iter().position(|member| member == key)?;
+        let mut rotated: Vec<CombKey> = ring[start..]
+            .iter()
+            .chain(&ring[..start])
+            .cloned()
+            .collect();
+        rotated.push(key.clone());
+        Some(rotated)
+    }
+
     /// The Combs of this layer that depend on `key`.
     pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
         lock(&self.graph).dependencies.dependents_of(key)

@@ -369,6 +369,13 @@ struct LayerResolver<'a> {
 
 #[async_trait]
 impl DependencyResolver for LayerResolver<'_> {
+    fn cycle(&self, comb: &CombInstance) -> Option<String> {
+        let key = CombKey::new(comb.namespace(), comb.name());
+        self.layer
+            .cycle_of(&key)
+            .map(|cycle| super::graph::describe_cycles(&[cycle]))
+    }
+
     async fn resolve(
         &self,
         reference: &str,

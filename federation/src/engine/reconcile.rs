@@ -44,6 +44,12 @@ pub trait DependencyResolver: Send + Sync {
         reference: &str,
         comb: &CombInstance,
     ) -> Result<Option<Arc<dyn Dependency>>>;
+
+    /// The dependency cycle `comb` is in, as `ns/a -> ns/b -> ns/a`, if it is in one: no
+    /// Comb of it can ever run, and its Blocked message says so.
+    fn cycle(&self, _comb: &CombInstance) -> Option<String> {
+        None
+    }
 }
 
 /// A Comb another one depends on.
@@ -241,6 +247,12 @@ impl Step<'_> {
                 ),
             )];
         };
+        if let Some(cycle) = resolver.cycle(self.comb) {
+            return vec![(
+                Reason::DependencyNotReady,
+                format!("dependency cycle: {cycle}"),
+            )];
+        }
         let checks = references
             .iter()
             .map(|reference| dependency_problem(resolver, reference, self.comb));
