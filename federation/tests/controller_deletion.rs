@@ -158,3 +158,66 @@ async fn the_orphan_policy_leaves_everything_in_place() {
     assert!(exists::<PersistentVolumeClaim>(&world, "db-scratch").await);
     running.stop().await;
 }
+
+/// Reference scenario S154: while every status write fails, the record a step made is kept in
+/// memory and the next step prunes against it, even after a spec edit rebuilt the Comb. A
+/// Service added and then dropped again, both while the status could not be written, is
+/// deleted, not left behind with the Comb's labels and out of any record.
+#[tokio::test]
+async fn the_in_memory_record_survives_a_spec_edit_while_status_writes_fail() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let running = world.run(world.config(CONFIG)).await;
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "main", "image": "nginx:1"}]}}}});
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}});
+    let spec = |manifests: Vec<Value>| {
+        json!({"class": "Manifests", "config": {"manifests": manifests,
+               "endpoints": [{"name": "http", "port": 80}]}})
+    };
+    world
+        .create_comb("prod", "platform", "web", spec(vec![deployment.clone()]))
+        .await;
+    world
+        .wait_phase("prod", "platform", "web", "Running", None)
+        .await;
+
+    // From now on no status of web is written.
+    world.controls("prod").inject(Fault::status(
+        "*",
+        "/apis/comb.internal/v1/namespaces/platform/combs/web/status",
+        500,
+        1_000,
+    ));
+    let services: Api<Service> = Api::namespaced(world.client("prod").await, "platform");
+    world
+        .patch_spec(
+            "prod",
+            "platform",
+            "web",
+            json!({"config": {"manifests": [deployment.clone(), service]}}),
+        )
+        .await;
+    world
+        .wait_object(&services, "web", "the added Service deployed", |s| {
+            s.is_some()
+        })
+        .await;
+    world
+        .patch_spec(
+            "prod",
+            "platform",
+            "web",
+            json!({"config": {"manifests": [deployment]}}),
+        )
+        .await;
+    world
+        .wait_object(&services, "web", "the dropped Service pruned", |s| {
+            s.is_none()
+        })
+        .await;
+    world.controls("prod").clear_faults();
+    running.stop().await;
+}

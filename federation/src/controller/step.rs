@@ -161,8 +161,9 @@ async fn reconcile_comb(
 }
 
 /// The Comb of `cr`, built anew; or the one whose status could not be written, while uid and
-/// generation stay (its in-memory status survives a newer CR). A build failure of the same uid
-/// and generation is not retried.
+/// generation stay (its in-memory status survives a newer CR), and rebuilt with that status
+/// when only the generation changed. A build failure of the same uid and generation is not
+/// retried.
 async fn instance_for(
     shared: &Shared,
     layer: &LayerRuntime,
@@ -174,6 +175,13 @@ async fn instance_for(
             (entry.unwritten.clone(), entry.build_failure.clone())
         })
         .unwrap_or_default();
+    // A record only memory holds (its write failed) outlives a spec edit: the Comb rebuilt for
+    // the new generation starts from it, so its next step prunes what that record owns
+    // (reference S154). A new uid is another Comb and starts from its own CR.
+    let kept_record = unwritten
+        .as_ref()
+        .filter(|built| built.origin.uid == cr.metadata.uid && !built.is_of(cr))
+        .and_then(|built| built.comb.recorded_status().cloned());
     if let Some(built) = unwritten.filter(|built| built.is_of(cr)) {
         let mut comb = built.comb;
         // The layer's CR is the latest known (the layer orders versions by its watch), so a
@@ -192,12 +200,16 @@ async fn instance_for(
     {
         return Err(message);
     }
-    build(shared, layer, cr).await.inspect_err(|message| {
+    let mut comb = build(shared, layer, cr).await.inspect_err(|message| {
         layer.with_entry(key, |entry| {
             entry.build_failure = Some((Origin::of(cr), message.clone()));
             entry.unwritten = None;
         });
-    })
+    })?;
+    if let Some(status) = kept_record {
+        comb.keep_status(status);
+    }
+    Ok(comb)
 }
 
 /// Builds the Comb of `cr` as its layer says (stubs).
