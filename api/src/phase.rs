@@ -145,6 +145,7 @@ words! {
         Stopped,
         ResourcesMissing,
         ReplicasNotReady,
+        RolloutInProgress,
         JobNotComplete,
         JobFailed,
     }

@@ -150,6 +150,12 @@ async fn a_crd_is_served_discovered_and_takes_its_objects_when_deleted() {
     // The group is gone with it: the plain 404 of a path nobody serves.
     assert_eq!((code, message.as_str()), (404, "404 page not found"));
     install_crd(&client, &group).await;
+    // kube-apiserver answers 429 "storage is (re)initializing" for a moment after a CRD is
+    // created again: served again is when a list answers.
+    until(&sandbox, "the CRD to be served again", || async {
+        widgets.list(&ListParams::default()).await.is_ok()
+    })
+    .await;
     assert!(
         widgets
             .list(&ListParams::default())

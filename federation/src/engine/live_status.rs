@@ -238,11 +238,17 @@ fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
     let name = &item.name;
     let (ready, desired, scaled_below) = match (item.group.as_str(), item.kind.as_str()) {
         ("batch", "Job") => return job_problem(name, live),
-        ("apps", "DaemonSet") => (
-            number_or(live.pointer("/status/numberReady"), 0),
-            number_or(live.pointer("/status/desiredNumberScheduled"), 0),
-            None,
-        ),
+        ("apps", "DaemonSet") => {
+            let desired = number_or(live.pointer("/status/desiredNumberScheduled"), 0);
+            if let Some(problem) = rollout_problem(item, live, desired) {
+                return Some(problem);
+            }
+            (
+                number_or(live.pointer("/status/numberReady"), 0),
+                desired,
+                None,
+            )
+        }
         ("", "ReplicationController") | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") => {
             let scaled = number_or(live.pointer("/spec/replicas"), 1);
             let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
@@ -253,6 +259,12 @@ fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
             } else {
                 (scaled, None)
             };
+            // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
+            if scaled_below.is_none()
+                && let Some(problem) = rollout_problem(item, live, desired)
+            {
+                return Some(problem);
+            }
             (
                 number_or(live.pointer("/status/readyReplicas"), 0),
                 desired,
@@ -268,6 +280,74 @@ fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
         Problem::pending(
             Reason::ReplicasNotReady,
             format!("{} {name}: {ready} of {desired} ready{scaled}", item.kind),
+        )
+    })
+}
+
+/// A workload whose controller has not seen its current spec yet, or has not finished rolling
+/// it out (kstatus's rules, which Flux and kpt use): `RolloutInProgress`, with a message such
+/// as `Deployment web: 1 of 2 updated, 1 ready`. Ready counts alone would call the old Pods
+/// healthy before the new ones exist. Judged only where a controller reports
+/// (`status.observedGeneration`); an object no controller wrote is judged by its ready counts.
+fn rollout_problem(item: &RenderedItem, live: &Value, desired: i64) -> Option<Problem> {
+    let (kind, name) = (item.kind.as_str(), &item.name);
+    let generation = live.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = live
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    if let Some(generation) = generation
+        && observed.is_none_or(|observed| observed < generation)
+    {
+        return Some(Problem::pending(
+            Reason::RolloutInProgress,
+            format!("{kind} {name}: its controller has not seen generation {generation} yet"),
+        ));
+    }
+    observed?;
+    let status = |field: &str| number_or(live.pointer(&format!("/status/{field}")), 0);
+    let (updated, ready, rolling) = match kind {
+        "Deployment" => {
+            let updated = status("updatedReplicas");
+            // Old replicas still there, or fewer new ones than wanted.
+            (
+                updated,
+                status("readyReplicas"),
+                updated < desired || status("replicas") > updated,
+            )
+        }
+        "StatefulSet" => {
+            let strategy = live.pointer("/spec/updateStrategy");
+            let on_delete =
+                strategy.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("OnDelete");
+            let partitioned = strategy
+                .and_then(|s| s.pointer("/rollingUpdate/partition"))
+                .and_then(Value::as_i64)
+                .is_some_and(|partition| partition > 0);
+            let revision = |field: &str| {
+                live.pointer(&format!("/status/{field}"))
+                    .and_then(Value::as_str)
+            };
+            let revisions_differ = matches!(
+                (revision("currentRevision"), revision("updateRevision")),
+                (Some(current), Some(update)) if current != update
+            );
+            let updated = status("updatedReplicas");
+            (
+                updated,
+                status("readyReplicas"),
+                !on_delete && !partitioned && (revisions_differ || updated < desired),
+            )
+        }
+        "DaemonSet" => {
+            let updated = status("updatedNumberScheduled");
+            (updated, status("numberReady"), updated < desired)
+        }
+        _ => return None,
+    };
+    rolling.then(|| {
+        Problem::pending(
+            Reason::RolloutInProgress,
+            format!("{kind} {name}: {updated} of {desired} updated, {ready} ready"),
         )
     })
 }
@@ -932,5 +1012,92 @@ mod tests {
             &[deployment(None), service()],
             &[Some(json!({})), None]
         ));
+    }
+
+    #[test]
+    fn workloads_count_as_ready_only_when_their_rollout_is_done() {
+        let ready_pods = || vec![ready_pod("a"), ready_pod("b")];
+        let derive = |item: RenderedItem, live: Value| {
+            let status = derive_local_status(&[item], &[Some(live)], &ready_pods());
+            (
+                status.phase.clone(),
+                status
+                    .reason
+                    .as_ref()
+                    .map(Reason::as_str)
+                    .map(str::to_string),
+                status.message.clone(),
+            )
+        };
+        let rolling = |message: &str| {
+            (
+                Phase::Pending,
+                Some("RolloutInProgress".to_string()),
+                Some(message.to_string()),
+            )
+        };
+        let web = || of_kind("apps/v1", "Deployment", "web", json!({"replicas": 2}));
+        // The old Pods are still ready and counted; one new one is there.
+        assert_eq!(
+            derive(
+                web(),
+                json!({"metadata": {"generation": 2}, "spec": {"replicas": 2},
+                       "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1,
+                                  "readyReplicas": 2, "availableReplicas": 2}})
+            ),
+            rolling("Deployment web: 1 of 2 updated, 2 ready")
+        );
+        // The edit is not seen yet: the status is the old spec's.
+        assert_eq!(
+            derive(
+                web(),
+                json!({"metadata": {"generation": 3}, "spec": {"replicas": 2},
+                       "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                                  "readyReplicas": 2, "availableReplicas": 2}})
+            ),
+            rolling("Deployment web: its controller has not seen generation 3 yet")
+        );
+        // Done: every replica new and ready.
+        assert_eq!(
+            derive(
+                web(),
+                json!({"metadata": {"generation": 3}, "spec": {"replicas": 2},
+                       "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2,
+                                  "readyReplicas": 2, "availableReplicas": 2}})
+            ),
+            (Phase::Running, None, None)
+        );
+        let db = |strategy: Value| {
+            of_kind(
+                "apps/v1",
+                "StatefulSet",
+                "db",
+                json!({"replicas": 2, "updateStrategy": strategy}),
+            )
+        };
+        let db_live = |strategy: Value| {
+            json!({"metadata": {"generation": 2}, "spec": {"replicas": 2, "updateStrategy": strategy},
+                   "status": {"observedGeneration": 2, "replicas": 2, "readyReplicas": 2,
+                              "updatedReplicas": 1, "currentRevision": "db-1", "updateRevision": "db-2"}})
+        };
+        assert_eq!(
+            derive(db(json!({})), db_live(json!({}))),
+            rolling("StatefulSet db: 1 of 2 updated, 2 ready")
+        );
+        // OnDelete waits for someone to delete the Pods: not a rollout comb waits for.
+        let on_delete = json!({"type": "OnDelete"});
+        assert_eq!(
+            derive(db(on_delete.clone()), db_live(on_delete)).0,
+            Phase::Running
+        );
+        assert_eq!(
+            derive(
+                of_kind("apps/v1", "DaemonSet", "agent", json!({})),
+                json!({"metadata": {"generation": 4},
+                       "status": {"observedGeneration": 4, "desiredNumberScheduled": 2, "numberReady": 2,
+                                  "updatedNumberScheduled": 1, "numberAvailable": 2}})
+            ),
+            rolling("DaemonSet agent: 1 of 2 updated, 2 ready")
+        );
     }
 }
