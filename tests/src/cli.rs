@@ -183,12 +183,17 @@ impl ConvergedDemo {
     /// Reads the demo's output until a line contains `text`; fails after a deadline.
     pub fn wait_for_line(&mut self, text: &str) -> String {
         let deadline = Instant::now() + DEADLINE;
+        // What it printed meanwhile, for the failure message.
+        let mut passed = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(line) if line.contains(text) => return line,
-                Ok(_) => {}
-                Err(error) => panic!("the demo printed no line with {text:?}: {error}"),
+                Ok(line) => passed.push(line),
+                Err(error) => panic!(
+                    "the demo printed no line with {text:?}: {error}; it printed meanwhile:\n{}",
+                    passed.join("\n")
+                ),
             }
         }
     }
