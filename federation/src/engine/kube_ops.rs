@@ -275,13 +275,19 @@ impl KubeOps {
                 Created::AlreadyExists => self.get(&target).await?,
             },
         };
-        // A stale `live` (or a concurrent writer) costs one conflict, then a fresh read.
-        match self.onto_existing(&target, &body, &live).await {
-            Err(error) if is_conflict(&error) => {
-                let fresh = self.get(&target).await?;
-                self.onto_existing(&target, &body, &fresh).await
+        // A stale `live`, or a workload controller writing status between our read and our
+        // replace (a Deployment scaling does, several times a second), costs a conflict and a
+        // fresh read; as client-go's RetryOnConflict, a few times before it counts as failed.
+        let mut live = live;
+        let mut attempts = 1;
+        loop {
+            match self.onto_existing(&target, &body, &live).await {
+                Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
+                    attempts += 1;
+                    live = self.get(&target).await?;
+                }
+                other => return other,
             }
-            other => other,
         }
     }
 
@@ -582,6 +588,10 @@ fn kube_error(request: &str, message: String) -> Error {
 fn api_error(request: &str, error: kube::Error) -> Error {
     Error::kube(request, error)
 }
+
+/// How often `ensure` writes an object that keeps changing under it (client-go's
+/// `retry.DefaultRetry` has 5 steps).
+const CONFLICT_ATTEMPTS: u32 = 5;
 
 fn is_conflict(error: &Error) -> bool {
     error.status_code() == Some(409)
