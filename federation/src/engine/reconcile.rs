@@ -328,6 +328,21 @@ impl Step<'_> {
             }
         };
         let applied = format!("applied {} resource(s)", items.len());
+        // A rollout the workload controllers are still carrying out: applying again changes
+        // nothing but the annotations they write (the deployment controller's revision), and
+        // every such write is a new generation for them to catch up with.
+        if status.reason == Some(Reason::RolloutInProgress)
+            && self.nothing_to_apply(&items, &live, borrowed)
+            && !record_differs(self.previous_managed(), &items)
+        {
+            r.established = Some(Established::Local);
+            r.finish(
+                Phase::Pending,
+                Reason::RolloutInProgress,
+                status.message.clone().unwrap_or_default(),
+            );
+            return ControlFlow::Break(());
+        }
         if let Some(verdict) = self.live_error(&items, &live, &status, borrowed) {
             if record_differs(self.previous_managed(), &items) {
                 return self.apply_local(r, &items, &live, verdict).await;
@@ -397,9 +412,7 @@ impl Step<'_> {
         status: &LiveStatus,
         borrowed: bool,
     ) -> Option<(Phase, Reason, String)> {
-        let settled = !borrowed
-            && live.iter().all(Option::is_some)
-            && changed_items(items, live, self.comb.context()).is_empty();
+        let settled = self.nothing_to_apply(items, live, borrowed);
         (status.phase == Phase::Error && settled).then(|| {
             (
                 Phase::Error,
@@ -410,6 +423,14 @@ impl Step<'_> {
                 status.message.clone().unwrap_or_default(),
             )
         })
+    }
+
+    /// Whether applying would change nothing: every resource stands, as rendered now, and no
+    /// bridge is to be replaced.
+    fn nothing_to_apply(&self, items: &[RenderedItem], live: &LiveObjects, borrowed: bool) -> bool {
+        !borrowed
+            && live.iter().all(Option::is_some)
+            && changed_items(items, live, self.comb.context()).is_empty()
     }
 
     /// Step 5b: observe the upstream, record it, replicate, then apply the bridge (in place of
