@@ -182,13 +182,26 @@ impl ConvergedDemo {
 
     /// Reads the demo's output until a line contains `text`; fails after a deadline.
     pub fn wait_for_line(&mut self, text: &str) -> String {
+        self.wait_for(text, |line| line.contains(text))
+    }
+
+    /// Reads the demo's output until `comb` (`layer:namespace/name`) changes to `to` (`Running
+    /// (Healthy)`), from whichever phase; fails after a deadline.
+    pub fn wait_for_transition(&mut self, comb: &str, to: &str) -> String {
+        let what = format!("{comb}: ... -> {to}");
+        self.wait_for(&what, |line| {
+            line.contains(&format!(" {comb}: ")) && line.contains(&format!(" -> {to}"))
+        })
+    }
+
+    fn wait_for(&mut self, text: &str, matches: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + DEADLINE;
         // What it printed meanwhile, for the failure message.
         let mut passed = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return line,
+                Ok(line) if matches(&line) => return line,
                 Ok(line) => passed.push(line),
                 Err(error) => panic!(
                     "the demo printed no line with {text:?}: {error}; it printed meanwhile:\n{}",

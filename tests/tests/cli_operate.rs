@@ -38,7 +38,9 @@ fn logs_restart_and_stop_on_the_converged_demo() {
         "staging:staging/nats: stopped Deployment/nats\n"
     );
     demo.wait_for_line("staging:staging/nats: Running (Healthy) -> Pending (Deployed)");
-    demo.wait_for_line("staging:staging/nats: Pending (Deployed) -> Running (Healthy)");
+    // Running again, through Pending (Deployed) and, where the deployment controller takes its
+    // time, Pending (RolloutInProgress).
+    demo.wait_for_transition("staging:staging/nats", "Running (Healthy)");
 }
 
 #[test]

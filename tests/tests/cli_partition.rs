@@ -71,7 +71,9 @@ fn a_partitioned_layer_shows_as_down_while_the_others_go_on() {
     // staging keeps reconciling: stopped, it is deployed again.
     demo.ok(&["stop", "staging:nats"]);
     demo.wait_for_line("staging:staging/nats: Running (Healthy) -> Pending (Deployed)");
-    demo.wait_for_line("staging:staging/nats: Pending (Deployed) -> Running (Healthy)");
+    // Running again, through Pending (Deployed) and, where the deployment controller takes its
+    // time, Pending (RolloutInProgress).
+    demo.wait_for_transition("staging:staging/nats", "Running (Healthy)");
 
     demo.control("dev", "/_sandbox/heal");
     let (code, checks, _) = demo.comb(&["check"]);
