@@ -57,7 +57,6 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         .await
         .expect("the demo's real clusters start");
     let admin = world.kubeconfig_path();
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
     // The demo's layers as the chart's configuration: every layer names its namespaces, so the
     // RBAC is Roles there, not a ClusterRole. prod's server holds prod's and staging's
     // namespaces, which the chart derives from the layers; dev's holds only `platform`, which
@@ -76,17 +75,7 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         values
     };
     let render = |cluster: &str| {
-        let rendered = Command::new(&helm)
-            .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
-            .args(values(cluster))
-            .output()
-            .expect("helm runs");
-        assert!(
-            rendered.status.success(),
-            "{}",
-            String::from_utf8_lossy(&rendered.stderr)
-        );
-        let rendered = String::from_utf8(rendered.stdout).unwrap();
+        let rendered = helm_template(values(cluster));
         assert!(
             !rendered.contains("comb-comb"),
             "names do not stutter:\n{rendered}"
@@ -114,7 +103,7 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
     for cluster in ["prod", "dev"] {
         // Installed as a user would: the release's NOTES say where the RBAC applies.
         let installed = Command::new(&helm)
-            .args(["install", "comb", chart, "--namespace", RELEASE_NAMESPACE])
+            .args(["install", "comb", CHART, "--namespace", RELEASE_NAMESPACE])
             .args([
                 "--create-namespace",
                 "--wait=false",
@@ -287,6 +276,23 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
     assert!(!ok && refused.contains("forbidden"), "{refused}");
 }
 
+/// `helm template comb charts/comb -n comb-system <args>`, which must succeed: the manifests.
+fn helm_template<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let rendered = Command::new(default_bin_dir().join("helm"))
+        .args(["template", "comb", CHART, "--namespace", RELEASE_NAMESPACE])
+        .args(args)
+        .output()
+        .expect("helm runs");
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    String::from_utf8(rendered.stdout).expect("helm writes UTF-8")
+}
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
+
 fn comb_cli(config: &Path, args: &[&str]) -> String {
     let output = Command::new(comb_testkit::bin::comb_path())
         .arg("--config")
@@ -303,21 +309,10 @@ fn a_layer_that_takes_every_namespace_gets_a_cluster_role() {
     if !available_or_skip("chart_rbac::a_layer_that_takes_every_namespace_gets_a_cluster_role") {
         return;
     }
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
-    let rendered = Command::new(default_bin_dir().join("helm"))
-        .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
-        .args([
-            "--set-json",
-            r#"config.layers=[{"name":"prod","context":"in-cluster"},{"name":"dev","context":"dev","namespaces":["dev"]}]"#,
-        ])
-        .output()
-        .expect("helm runs");
-    assert!(
-        rendered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    let rendered = String::from_utf8(rendered.stdout).unwrap();
+    let rendered = helm_template([
+        "--set-json",
+        r#"config.layers=[{"name":"prod","context":"in-cluster"},{"name":"dev","context":"dev","namespaces":["dev"]}]"#,
+    ]);
     assert!(rendered.contains("kind: ClusterRole\n"), "{rendered}");
     assert!(
         rendered.contains("kind: ClusterRoleBinding\n"),
@@ -333,20 +328,8 @@ fn secrets_are_writable_only_where_a_layer_replicates_them() {
     if !available_or_skip("chart_rbac::secrets_are_writable_only_where_a_layer_replicates_them") {
         return;
     }
-    let chart = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/comb");
-    let render = |layers: &str| {
-        let rendered = Command::new(default_bin_dir().join("helm"))
-            .args(["template", "comb", chart, "--namespace", RELEASE_NAMESPACE])
-            .args(["--set-json", &format!("config.layers={layers}")])
-            .output()
-            .expect("helm runs");
-        assert!(
-            rendered.status.success(),
-            "{}",
-            String::from_utf8_lossy(&rendered.stderr)
-        );
-        String::from_utf8(rendered.stdout).unwrap()
-    };
+    let render =
+        |layers: &str| helm_template(["--set-json".to_string(), format!("config.layers={layers}")]);
     let secret_writers = |rendered: &str| -> Vec<String> {
         rendered
             .split("\n---")
