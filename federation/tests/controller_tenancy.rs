@@ -156,7 +156,7 @@ async fn writes_of_a_combs_resources_impersonate_the_layers_service_account() {
         .await;
     let controls = world.controls("prod");
     let impersonated = controls.requests_as(DEPLOYER);
-    for write in ["create deployments.apps", "create services"] {
+    for write in ["patch deployments.apps", "patch services"] {
         assert!(
             impersonated.contains_key(write),
             "{write}: {impersonated:?}"

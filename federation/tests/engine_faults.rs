@@ -35,8 +35,8 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
         )
         .await;
     cluster.fail(
-        "POST",
-        "/api/v1/namespaces/platform/services",
+        "PATCH",
+        "/api/v1/namespaces/platform/services/nats",
         403,
         1,
         "quota exceeded",
@@ -47,7 +47,7 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
     assert_eq!((phase.as_str(), reason.as_str()), ("Error", "DeployFailed"));
     assert_eq!(
         message,
-        "deploy failed: ensure Service nats: Kubernetes API error (create Service): 403 Forbidden: quota exceeded"
+        "deploy failed: ensure Service nats: Kubernetes API error (apply Service): 403 Forbidden: quota exceeded"
     );
     // What came before the failure was applied, nothing after it, nothing pruned.
     let a = cluster.peek("v1", "ConfigMap", "nats-a").await.unwrap();

@@ -1,21 +1,44 @@
 //! The request pattern of one Comb, counted by the sandbox (reference §12, DESIGN §10 "API
-//! efficiency"): the first deploy, a settled step, a step after a change. The numbers are
-//! printed for the record (`cargo test -p comb-federation --test engine_requests -- --nocapture`).
+//! efficiency"): the first deploy, a settled step, a step after a change; and along the chain
+//! prod <- staging <- dev, a settled step of each layer and one image edit of prod's Comb
+//! (issue 12: a settled step writes nothing, an edit stays within its write budget). The
+//! numbers are printed for the record
+//! (`cargo test -p comb-federation --test engine_requests -- --nocapture`).
 
 mod engine_support;
+mod upstream_support;
 
 use std::collections::BTreeMap;
 
+use comb_api::CombStatus;
+use comb_federation::engine::borrow::Controlling;
 use engine_support::*;
+use serde_json::{Value, json};
+use upstream_support::{Layers, borrow, db_spec};
 
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
+/// Whether `request` (`<verb> <resource>`, maybe after `<cluster>: `) only read.
+fn is_read(request: &str) -> bool {
+    let request = request.rsplit(": ").next().unwrap_or(request);
+    request.starts_with("get ") || request.starts_with("list ") || request.starts_with("watch ")
+}
+
+/// The requests that wrote (or tried to write) something.
+fn writes(requests: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    requests
+        .iter()
+        .filter(|(request, _)| !is_read(request))
+        .map(|(request, n)| (request.clone(), *n))
+        .collect()
+}
+
 fn report(what: &str, requests: &BTreeMap<String, u64>) {
     let reads: u64 = requests
         .iter()
-        .filter(|(key, _)| key.starts_with("get ") || key.starts_with("list "))
+        .filter(|(key, _)| is_read(key))
         .map(|(_, n)| n)
         .sum();
     let total: u64 = requests.values().sum();
@@ -35,7 +58,7 @@ async fn requests_per_step() {
         )
         .await;
 
-    // First step: the live read (nothing there, so no Pod list), two creates, the status.
+    // First step: the live read (nothing there, so no Pod list), two applies, the status.
     cluster.reset_requests();
     cluster.reconcile(&mut comb).await;
     let first = cluster.requests();
@@ -45,13 +68,14 @@ async fn requests_per_step() {
         counts(&[
             ("list deployments.apps", 1),
             ("list services", 1),
-            ("create deployments.apps", 1),
-            ("create services", 1),
+            ("patch deployments.apps", 1),
+            ("patch services", 1),
             (STATUS_WRITE, 1),
         ])
     );
 
-    // Settled: three lists (Deployments, Services, Pods) and the status write, nothing else.
+    // Settled: three lists (Deployments, Services, Pods) and nothing else: the status found is
+    // the one recorded, so it is not written again.
     cluster.settle(&mut comb).await;
     cluster.reset_requests();
     let status = cluster.reconcile(&mut comb).await;
@@ -64,12 +88,11 @@ async fn requests_per_step() {
             ("list deployments.apps", 1),
             ("list services", 1),
             ("list pods", 1),
-            (STATUS_WRITE, 1),
         ])
     );
 
-    // A changed image: the same reads, two replaces carrying the live resourceVersion (no
-    // extra get), the status.
+    // A changed image: the same reads, one apply of the Deployment (the Service is as
+    // rendered, so it is not written), the status.
     let mut comb = cluster
         .edit(
             &comb,
@@ -80,16 +103,116 @@ async fn requests_per_step() {
     cluster.reconcile(&mut comb).await;
     let changed = cluster.requests();
     report("after a change", &changed);
-    let writes: u64 = changed
-        .iter()
-        .filter(|(key, _)| key.starts_with("update ") && key.as_str() != STATUS_WRITE)
-        .map(|(_, n)| n)
-        .sum();
-    assert!(writes >= 2, "{changed:?}");
-    assert_eq!(changed.get(STATUS_WRITE), Some(&1));
-    assert!(
-        !changed
-            .keys()
-            .any(|key| key.starts_with("create ") || key.starts_with("delete "))
+    assert_eq!(
+        writes(&changed),
+        counts(&[("patch deployments.apps", 1), (STATUS_WRITE, 1)])
     );
+}
+
+fn running(status: &CombStatus) -> bool {
+    let (phase, reason, _) = upstream_support::verdict(status);
+    phase == "Running" && (reason == "Healthy" || reason == "Borrowed")
+}
+
+/// What the API servers of the chain were asked, both clusters together.
+fn chain_requests(layers: &Layers) -> BTreeMap<String, u64> {
+    let mut all = BTreeMap::new();
+    for cluster in ["prod", "dev"] {
+        for (request, n) in layers.requests(cluster) {
+            *all.entry(format!("{cluster}: {request}")).or_default() += n;
+        }
+    }
+    all
+}
+
+/// The issue's write budget of one image edit of prod's Comb, along the whole chain.
+const EDIT_WRITE_BUDGET: u64 = 6;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
+    let layers = Layers::start().await;
+    let local = Controlling::none();
+    let mut prod = layers
+        .comb("prod", "platform", "db", db_spec("LoadBalancer", None))
+        .await;
+    let mut staging = layers
+        .comb("staging", "staging", "db", db_spec("ClusterIP", None))
+        .await;
+    let staging_borrows = borrow(
+        "staging",
+        json!({"class": "K8s", "layer": "prod", "namespace": "platform"}),
+    );
+    let mut dev = layers
+        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
+        .await;
+    let dev_borrows = borrow(
+        "dev",
+        json!({"class": "K8s", "layer": "staging", "namespace": "staging"}),
+    );
+
+    // prod runs and publishes its LoadBalancer address; staging bridges with an ExternalName
+    // Service, dev (another server) with a Service and an EndpointSlice.
+    layers.settle("prod", &mut prod, &local, running).await;
+    layers
+        .provide_load_balancer("prod", "platform", "db", "198.51.100.7")
+        .await;
+    let ip = layers
+        .peek("prod", "v1", "Service", "platform", "db")
+        .await
+        .and_then(|service| {
+            service
+                .pointer("/status/loadBalancer/ingress/0/ip")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .expect("a LoadBalancer Service gets an ingress IP");
+    let external = json!({"config": {"endpoints": [{"name": "postgres", "port": 5432, "external": format!("{ip}:5432")}]}});
+    prod = layers.edit("prod", &prod, external).await;
+    layers.settle("prod", &mut prod, &local, running).await;
+    layers
+        .settle("staging", &mut staging, &staging_borrows, running)
+        .await;
+    layers.settle("dev", &mut dev, &dev_borrows, running).await;
+
+    // Settled: a step of each layer writes nothing anywhere.
+    for (context, comb, controlling) in [
+        ("prod", &mut prod, &local),
+        ("staging", &mut staging, &staging_borrows),
+        ("dev", &mut dev, &dev_borrows),
+    ] {
+        layers.reset_requests();
+        let status = layers.step(context, comb, controlling).await;
+        assert!(running(&status), "{context}: {status:#?}");
+        let requests = chain_requests(&layers);
+        report(&format!("settled step of {context}"), &requests);
+        assert_eq!(writes(&requests), BTreeMap::new(), "{context}");
+    }
+
+    // One image edit of prod's Comb (the CR edit itself is the user's), carried through the
+    // chain: prod until it runs the new image, then staging and dev once each.
+    let mut manifests = db_spec("LoadBalancer", Some(&format!("{ip}:5432")));
+    manifests["config"]["manifests"][0]["spec"]["template"]["spec"]["containers"][0]["image"] =
+        json!("postgres:17.1");
+    prod = layers
+        .edit("prod", &prod, json!({"config": manifests["config"]}))
+        .await;
+    layers.reset_requests();
+    layers.settle("prod", &mut prod, &local, running).await;
+    layers
+        .settle("staging", &mut staging, &staging_borrows, running)
+        .await;
+    layers.settle("dev", &mut dev, &dev_borrows, running).await;
+    let edit = chain_requests(&layers);
+    report("one image edit along the chain", &edit);
+    let written: u64 = writes(&edit).values().sum();
+    assert!(
+        written <= EDIT_WRITE_BUDGET,
+        "{written} writes for one edit (budget {EDIT_WRITE_BUDGET}): {:?}",
+        writes(&edit)
+    );
+    let image = layers
+        .peek("prod", "apps/v1", "Deployment", "platform", "db")
+        .await
+        .map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].clone());
+    assert_eq!(image, Some(json!("postgres:17.1")));
 }

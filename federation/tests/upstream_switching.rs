@@ -379,8 +379,8 @@ async fn errors_of_the_upstream_path() {
 
     // The bridge fails half-way: DeployFailed, the upstream established and recorded.
     layers.controls("dev").inject(Fault::status(
-        "POST",
-        "/api/v1/namespaces/platform/services",
+        "PATCH",
+        "/api/v1/namespaces/platform/services/db",
         500,
         1,
     ));

@@ -134,7 +134,29 @@ pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
         b.sort_by(|x, y| x.0.cmp(&y.0));
         return a != b;
     }
+    // kube-apiserver's deployment strategy: annotations count too, because the deployment
+    // controller copies them onto the ReplicaSets (it writes its own revision annotation
+    // through the status, see `status_keeps_metadata`).
+    if is(rt, "apps", "Deployment")
+        && old["metadata"].get("annotations") != new["metadata"].get("annotations")
+    {
+        return true;
+    }
     old.get("spec") != new.get("spec")
+}
+
+/// What of the metadata a status update writes, besides the status: kube-apiserver's status
+/// strategy of Deployments keeps only the spec and the labels of the stored object, so the
+/// annotations are the request's (how the deployment controller writes its revision without a
+/// new generation).
+pub fn status_keeps_metadata(rt: &ResourceType, request: &Value, next: &mut Value) {
+    if is(rt, "apps", "Deployment") {
+        crate::meta::set_metadata_field(
+            next,
+            "annotations",
+            request["metadata"].get("annotations").cloned(),
+        );
+    }
 }
 
 /// Field errors of an object about to be stored (`old` on update).

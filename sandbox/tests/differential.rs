@@ -165,6 +165,31 @@ fn managed_fields(v: Value) -> Value {
     json!({"managedFields": v["metadata"]["managedFields"], "code": v["code"], "message": v["message"]})
 }
 
+/// A workload's replicas and who manages its fields (without their times and field sets).
+fn replicas_and_managers(v: Value) -> Value {
+    let managers: Vec<Value> = v["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|entry| json!([entry["manager"], entry["operation"]]))
+        .collect();
+    json!({"code": v["code"], "replicas": v["spec"]["replicas"], "managers": managers})
+}
+
+/// A workload's Pod template metadata and generation.
+fn template_and_generation(v: Value) -> Value {
+    json!({"code": v["code"], "generation": v["metadata"]["generation"],
+           "template": v["spec"]["template"]["metadata"],
+           "image": v["spec"]["template"]["spec"]["containers"][0]["image"]})
+}
+
+/// A workload's generation, its `note` annotation and `tier` label (what the controllers
+/// write besides changes nothing here).
+fn generation_and_note(v: Value) -> Value {
+    json!({"code": v["code"], "generation": v["metadata"]["generation"],
+           "note": v["metadata"]["annotations"]["note"], "tier": v["metadata"]["labels"]["tier"]})
+}
+
 /// What kubectl reads of a CRD's OpenAPI v3 document: per path the operations, the patch
 /// content types and GVK extension, and the top of the kind's schema.
 fn openapi_view(v: Value) -> Value {
@@ -702,6 +727,185 @@ fn probes() -> Vec<Probe> {
                     json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-put"},
                            "spec": {"selector": {"app": "y"}, "ports": [{"port": 81}]}}),
                 ),
+            ],
+        ),
+        probe(
+            "server-side apply that changes nothing",
+            vec![
+                apply(
+                    &format!("{CM}/cm-noop"),
+                    "comb",
+                    configmap("cm-noop", json!({"a": "1"})),
+                ),
+                apply(
+                    &format!("{CM}/cm-noop?force=true"),
+                    "comb",
+                    configmap("cm-noop", json!({"a": "1"})),
+                ),
+                get(&format!("{CM}/cm-noop")),
+            ],
+        ),
+        probe(
+            "server-side apply removes only what its manager stopped applying",
+            vec![
+                apply(
+                    &format!("{CM}/cm-own"),
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-own", "labels": {"x": "y"}, "annotations": {"mine": "1"}},
+                           "data": {"a": "1", "b": "2"}}),
+                ),
+                patch(
+                    &format!("{CM}/cm-own?fieldManager=comb-restart"),
+                    "application/merge-patch+json",
+                    json!({"metadata": {"annotations": {"restartedAt": "now"}}, "data": {"c": "3"}}),
+                ),
+                apply(
+                    &format!("{CM}/cm-own?force=true"),
+                    "comb",
+                    configmap("cm-own", json!({"a": "1"})),
+                ),
+            ],
+        ),
+        probe(
+            "managedFields handed over by a patch, then applied",
+            vec![
+                post(CM, configmap("cm-legacy", json!({"a": "1", "b": "2"}))).view(managed_fields),
+                patch(
+                    &format!("{CM}/cm-legacy"),
+                    "application/merge-patch+json",
+                    json!({"metadata": {"managedFields": [{
+                        "manager": "comb", "operation": "Apply", "apiVersion": "v1",
+                        "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}]}}),
+                )
+                .view(managed_fields),
+                apply(
+                    &format!("{CM}/cm-legacy?force=true"),
+                    "comb",
+                    configmap("cm-legacy", json!({"a": "1"})),
+                ),
+            ],
+        ),
+        probe(
+            "an apply of nothing gives the manager's fields back to the defaults",
+            vec![
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/stopped?force=true",
+                    "comb",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "stopped"},
+                           "spec": {"selector": {"matchLabels": {"app": "stopped"}},
+                                    "template": {"metadata": {"labels": {"app": "stopped"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(replicas_and_managers),
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/stopped?force=true",
+                    "comb-stop",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "stopped"},
+                           "spec": {"replicas": 0}}),
+                )
+                .view(replicas_and_managers),
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/stopped?force=true",
+                    "comb-stop",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "stopped"}}),
+                )
+                .view(replicas_and_managers),
+            ],
+        ),
+        probe(
+            "server-side apply keeps a restart annotation another manager wrote",
+            vec![
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/restarted?force=true",
+                    "comb",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "restarted"},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "restarted"}},
+                                    "template": {"metadata": {"labels": {"app": "restarted"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(template_and_generation),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/restarted?fieldManager=comb-restart",
+                    "application/merge-patch+json",
+                    json!({"spec": {"template": {"metadata": {"annotations": {"restartedAt": "now"}}}}}),
+                )
+                .view(template_and_generation),
+                apply(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/restarted?force=true",
+                    "comb",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "restarted"},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "restarted"}},
+                                    "template": {"metadata": {"labels": {"app": "restarted"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}}),
+                )
+                .view(template_and_generation),
+            ],
+        ),
+        probe(
+            "server-side apply turns a service into an ExternalName",
+            vec![
+                apply(
+                    "/api/v1/namespaces/{ns}/services/svc-bridge?force=true",
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-bridge"},
+                           "spec": {"selector": {"app": "x"}, "ports": [{"name": "client", "port": 4222}]}}),
+                )
+                .view(|v| json!({"code": v["code"], "spec": v["spec"]})),
+                apply(
+                    "/api/v1/namespaces/{ns}/services/svc-bridge?force=true",
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svc-bridge"},
+                           "spec": {"type": "ExternalName", "externalName": "db.example.com",
+                                    "ports": [{"name": "client", "port": 4222}]}}),
+                )
+                .view(|v| json!({"code": v["code"], "spec": v["spec"]})),
+            ],
+        ),
+        probe(
+            "workload generation on annotation changes",
+            vec![
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/deployments",
+                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "annotated"},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "annotated"}},
+                                    "template": {"metadata": {"labels": {"app": "annotated"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(generation_and_note),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/annotated",
+                    "application/merge-patch+json",
+                    json!({"metadata": {"annotations": {"note": "1"}}}),
+                )
+                .view(generation_and_note),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/annotated",
+                    "application/merge-patch+json",
+                    json!({"metadata": {"labels": {"tier": "x"}}}),
+                )
+                .view(generation_and_note),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/deployments/annotated/status",
+                    "application/merge-patch+json",
+                    json!({"metadata": {"annotations": {"note": "2"}, "labels": {"tier": "y"}}}),
+                )
+                .view(generation_and_note),
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/statefulsets",
+                    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "annotated"},
+                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "annotated"}},
+                                    "template": {"metadata": {"labels": {"app": "annotated"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                )
+                .view(generation_and_note),
+                patch(
+                    "/apis/apps/v1/namespaces/{ns}/statefulsets/annotated",
+                    "application/merge-patch+json",
+                    json!({"metadata": {"annotations": {"note": "1"}}}),
+                )
+                .view(generation_and_note),
             ],
         ),
         probe(

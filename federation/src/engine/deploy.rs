@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::engine::context::CombContext;
 use crate::engine::kinds::ScopeLookup;
-use crate::engine::kube_ops::KubeOps;
+use crate::engine::kube_ops::{FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by};
 use crate::engine::observe::{LiveObjects, fetch_live, object_name};
 use crate::engine::prune::{OrphanFate, PruneOutcome, PrunePlan, plan_prune, union};
 use crate::engine::render::RenderedItem;
@@ -13,11 +13,13 @@ use crate::error::{Error, Result};
 
 /// Applies rendered items in manifest order and returns the stored objects.
 ///
-/// Restarts are kept: the live `restartedAt` Pod template annotation of a Deployment,
-/// StatefulSet or DaemonSet is carried into its rendered template (after the digest), so that an
-/// update neither undoes a restart nor rolls the pods again. `live` is what the caller already
-/// read for these items (reconcile has read all of them); without it the workloads are read here,
-/// one list per resource type and namespace.
+/// Writes only what changes: an item whose live object stands as its apply would leave it
+/// ([`unchanged`]) is not written at all; every other one is applied server-side
+/// ([`KubeOps::ensure`]), which leaves what other managers own alone: a restart's annotation
+/// (written by [`RESTART_MANAGER`](crate::engine::kube_ops::RESTART_MANAGER), so an update
+/// neither undoes a restart nor rolls the pods again), the deployment controller's revision.
+/// `live` is what the caller already read for these items (reconcile has read all of them);
+/// without it they are read here, one list per resource type and namespace.
 ///
 /// The first failure stops the deploy: later items are never tried, and the error
 /// ([`Error::Deploy`]) holds what was stored before it.
@@ -31,11 +33,11 @@ pub async fn deploy(
     let live = match live {
         Some(live) => live,
         None => {
-            read_here = fetch_live(ops, ctx, items, RenderedItem::keeps_restarts)
+            read_here = fetch_live(ops, ctx, items, |_| true)
                 .await
                 .map_err(|error| Error::Deploy {
                     message: format!(
-                        "reading the live workloads failed: {}",
+                        "reading the live objects failed: {}",
                         error.to_string().trim_end()
                     ),
                     applied: Vec::new(),
@@ -43,15 +45,19 @@ pub async fn deploy(
             &read_here
         }
     };
-    let restart_annotation = ctx.settings.labels.restart_annotation();
+    let labels = &ctx.settings.labels;
+    let kept = [restart_path(labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
         let live_object = live.get(index).and_then(Option::as_ref);
-        let mut item = item.clone();
-        if let Some(live_object) = live_object {
-            item.keep_restart(live_object, restart_annotation);
+        if let Some(live_object) = live_object
+            && unchanged(item, live_object, labels.digest_annotation())
+        {
+            applied.push(live_object.clone());
+            continue;
         }
-        match ops.ensure(&item.manifest, live_object).await {
+        let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
+        match ops.ensure_keeping(&item.manifest, live_object, kept).await {
             Ok(stored) => applied.push(stored),
             Err(error) => {
                 return Err(Error::Deploy {
@@ -67,6 +73,76 @@ pub async fn deploy(
         }
     }
     Ok(applied)
+}
+
+/// The Pod template annotation a restart writes, as a path of field names: a migration of an
+/// object an older comb replaced leaves it with whoever wrote it ([`KubeOps::ensure_keeping`]).
+fn restart_path(restart_annotation: &str) -> Vec<String> {
+    [
+        "spec",
+        "template",
+        "metadata",
+        "annotations",
+        restart_annotation,
+    ]
+    .iter()
+    .map(|name| name.to_string())
+    .collect()
+}
+
+/// Whether `live` stands as applying `item` would leave it, so that deploy writes nothing: it
+/// carries the rendered digest, comb applied it (an object an older comb replaced is applied
+/// once, to take its fields over), no stop holds fields of it, and every field the manifest
+/// sets has the manifest's value live (a workload scaled or edited by hand is applied again).
+/// What the server adds (defaults, other managers' fields) does not count; a value the server
+/// normalises differently (a quantity `1000m` stored as `1`) only costs an apply that changes
+/// nothing.
+pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
+    let digest = live
+        .pointer("/metadata/annotations")
+        .and_then(|annotations| annotations.get(digest_annotation))
+        .and_then(Value::as_str);
+    let Some(manifest) = item.manifest.as_object() else {
+        return false;
+    };
+    digest == Some(item.digest.as_str())
+        && applied_by(live, FIELD_MANAGER)
+        && !applied_by(live, STOP_MANAGER)
+        && manifest
+            .iter()
+            // A listed object has no apiVersion and kind of its own: the list's are its.
+            .filter(|(key, _)| !matches!(key.as_str(), "status" | "apiVersion" | "kind"))
+            .all(|(key, wanted)| holds(live.get(key), wanted))
+}
+
+/// Whether the live value `live` has every field `wanted` sets, with its value. Lists match
+/// item by item (same length); an empty map, list or null matches a missing field, which the
+/// server leaves out.
+fn holds(live: Option<&Value>, wanted: &Value) -> bool {
+    match (live, wanted) {
+        (None, wanted) => is_empty(wanted),
+        (Some(Value::Object(live)), Value::Object(wanted)) => wanted
+            .iter()
+            .all(|(key, value)| holds(live.get(key), value)),
+        (Some(Value::Array(live)), Value::Array(wanted)) => {
+            live.len() == wanted.len()
+                && live
+                    .iter()
+                    .zip(wanted)
+                    .all(|(live, wanted)| holds(Some(live), wanted))
+        }
+        (Some(Value::Number(live)), Value::Number(wanted)) => live.as_f64() == wanted.as_f64(),
+        (Some(live), wanted) => live == wanted || (live.is_null() && is_empty(wanted)),
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    }
 }
 
 /// Executes a prune plan (reference §6.7): per group one list with **both** labels; what the
@@ -184,5 +260,135 @@ pub async fn apply_and_prune(
             managed: previous.to_vec(),
             message: other.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::context::test_context;
+    use crate::engine::kinds::Scopes;
+    use crate::engine::render::render_manifest;
+    use serde_json::json;
+
+    const DIGEST: &str = "comb.internal/applied-digest";
+
+    fn item() -> RenderedItem {
+        let ctx = test_context("nats", "platform", json!({}));
+        let manifest = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nats"},
+            "spec": {"replicas": 1, "template": {"metadata": {"annotations": {}},
+                     "spec": {"containers": [{"name": "nats", "image": "nats:2", "args": ["-js"]}]}}}});
+        render_manifest("NATS", &manifest, &ctx, &Scopes::default()).expect("renders")
+    }
+
+    fn managed(managers: &[(&str, &str)]) -> Value {
+        json!(
+            managers
+                .iter()
+                .map(|(manager, operation)| json!({"manager": manager, "operation": operation, "fieldsV1": {"f:spec": {}}}))
+                .collect::<Vec<_>>()
+        )
+    }
+
+    /// The live object as comb's apply leaves it: the manifest, what the server and the
+    /// controllers add, and comb's entry in managedFields.
+    fn live(item: &RenderedItem) -> Value {
+        let mut live = item.manifest.clone();
+        // As a list answers it: without apiVersion and kind.
+        live.as_object_mut().map(|o| o.remove("apiVersion"));
+        live["metadata"]["annotations"]["deployment.kubernetes.io/revision"] = json!("3");
+        live["metadata"]["managedFields"] =
+            managed(&[("comb", "Apply"), ("kube-controller-manager", "Update")]);
+        live["metadata"]["resourceVersion"] = json!("42");
+        live["spec"]["strategy"] = json!({"type": "RollingUpdate"});
+        live["spec"]["template"]["metadata"]["annotations"] =
+            json!({"comb.internal/restartedAt": "2026-01-01T00:00:00Z"});
+        live["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] =
+            json!("IfNotPresent");
+        live["status"] = json!({"replicas": 1});
+        live
+    }
+
+    #[test]
+    fn only_what_changed_is_applied() {
+        let item = item();
+        let edit = |change: fn(&mut Value)| {
+            let mut object = live(&item);
+            change(&mut object);
+            object
+        };
+        let cases = [
+            ("as applied, with what others added", live(&item), true),
+            (
+                "another digest",
+                edit(|o| o["metadata"]["annotations"][DIGEST] = json!("sha256:other")),
+                false,
+            ),
+            (
+                "no digest",
+                edit(|o| {
+                    o["metadata"]["annotations"]
+                        .as_object_mut()
+                        .map(|a| a.remove(DIGEST));
+                }),
+                false,
+            ),
+            (
+                "replaced by an older comb, never applied",
+                edit(|o| o["metadata"]["managedFields"] = managed(&[("unknown", "Update")])),
+                false,
+            ),
+            (
+                "stopped",
+                edit(|o| {
+                    o["metadata"]["managedFields"] =
+                        managed(&[("comb", "Apply"), ("comb-stop", "Apply")])
+                }),
+                false,
+            ),
+            (
+                "scaled by hand",
+                edit(|o| o["spec"]["replicas"] = json!(0)),
+                false,
+            ),
+            (
+                "image edited by hand",
+                edit(|o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("x")),
+                false,
+            ),
+            (
+                "a container injected",
+                edit(|o| {
+                    o["spec"]["template"]["spec"]["containers"]
+                        .as_array_mut()
+                        .map(|c| c.push(json!({"name": "sidecar"})));
+                }),
+                false,
+            ),
+            (
+                "an argument added",
+                edit(|o| {
+                    o["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["-js", "-D"])
+                }),
+                false,
+            ),
+            (
+                "an empty map left out",
+                edit(|o| {
+                    o["spec"]["template"]["metadata"]
+                        .as_object_mut()
+                        .map(|m| m.remove("annotations"));
+                }),
+                true,
+            ),
+            (
+                "the same number as a float",
+                edit(|o| o["spec"]["replicas"] = json!(1.0)),
+                true,
+            ),
+        ];
+        for (what, live, unchanged_now) in cases {
+            assert_eq!(unchanged(&item, &live, DIGEST), unchanged_now, "{what}");
+        }
     }
 }

@@ -17,7 +17,7 @@ use kube::api::{
 };
 use kube::core::{ApiResource, GroupVersion, GroupVersionKind};
 use kube::discovery::Scope;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
@@ -254,65 +254,124 @@ impl KubeOps {
             .collect()
     }
 
-    /// Creates `manifest` or replaces the object of its name entirely, and returns the stored
-    /// object. Never writes `status`. `live` is the object as last read, if the caller has it:
-    /// it saves the read (a stale one only costs a conflict and a fresh read).
+    /// Server-side applies `manifest` as field manager [`FIELD_MANAGER`] (forced) and returns the
+    /// stored object. Never writes `status`. `live` is the object as last read, if the caller
+    /// has it; without it the apply creates or updates as the server finds it.
+    ///
+    /// Applying leaves the fields other managers own alone (the deployment controller's revision
+    /// annotation, the restart annotation [`RESTART_MANAGER`] writes, what the server defaulted),
+    /// removes what comb applied before and no longer renders, and writes nothing when nothing
+    /// changes: the server keeps the object and its resourceVersion. An apply carries no
+    /// resourceVersion, so a workload controller writing status meanwhile costs no conflict; and
+    /// being forced, it takes fields another manager changed back, as a replace did.
+    ///
+    /// An object last written by an older comb (full replaces, no apply of its own) is migrated
+    /// once before the apply ([`migrated_managed_fields`]): what the older comb's writes own
+    /// becomes comb's applied fields, so that the apply removes what the manifest no longer
+    /// has, as a replace would. `kept` names fields (paths of field names) left to their
+    /// previous owner (the restart annotation, whoever wrote it).
+    ///
+    /// What [`FIELD_MANAGER`]'s apply leaves to a stop ([`STOP_MANAGER`]) is given back once the
+    /// apply is through, so that the server's defaults return (a Deployment without
+    /// `replicas` runs one again, a CronJob without `suspend` runs again).
     ///
     /// Objects `ensure` leaves alone: an existing `v1` PersistentVolumeClaim (its spec is
     /// immutable), and an existing `batch/v1` Job that is active or has succeeded (a Job's pod
     /// template is immutable, and a running or done Job must not start again). Any other existing
     /// Job (failed, or without status yet) is deleted with its pods and created anew.
     pub async fn ensure(&self, manifest: &Value, live: Option<&Value>) -> Result<Value> {
+        self.ensure_keeping(manifest, live, &[]).await
+    }
+
+    /// [`KubeOps::ensure`], with the fields `kept` left to their owner by a migration.
+    pub async fn ensure_keeping(
+        &self,
+        manifest: &Value,
+        live: Option<&Value>,
+        kept: &[Vec<String>],
+    ) -> Result<Value> {
         let target = identity(manifest)?;
-        let mut body = manifest.clone();
-        if let Some(object) = body.as_object_mut() {
-            object.remove("status");
-        }
+        let body = apply_body(manifest);
+        // Whether a PVC or a Job exists decides what happens to it, so it is looked up.
         let live = match live {
-            Some(live) => live.clone(),
-            None => match self.create(&target, &body).await? {
-                Created::Stored(stored) => return Ok(stored),
-                Created::AlreadyExists => self.get(&target).await?,
-            },
+            Some(live) => Some(live.clone()),
+            None if existence_matters(&target) => self.get_opt(&target).await?,
+            None => None,
         };
-        // A stale `live`, or a workload controller writing status between our read and our
-        // replace (a Deployment scaling does, several times a second), costs a conflict and a
-        // fresh read; as client-go's RetryOnConflict, a few times before it counts as failed.
-        let mut live = live;
+        if let Some(live) = &live {
+            match existing_treatment(&target.api_version, &target.kind, live) {
+                ExistingTreatment::Keep => return Ok(live.clone()),
+                ExistingTreatment::Recreate => return self.recreate(&target, &body).await,
+                ExistingTreatment::Replace => self.migrate(&target, live, kept).await?,
+            }
+        }
+        let applied = self.apply(&target, &body, FIELD_MANAGER).await?;
+        if applied_by(&applied, STOP_MANAGER) {
+            return self.apply(&target, &bare(manifest), STOP_MANAGER).await;
+        }
+        Ok(applied)
+    }
+
+    /// Takes over what an older comb wrote by replace (see [`migrated_managed_fields`]): one
+    /// merge patch of `managedFields`, conditional on the resourceVersion read; a conflict
+    /// reads the object again, as client-go's RetryOnConflict, a few times. Nothing when comb
+    /// applied the object before or no older write of comb's owns anything.
+    async fn migrate(
+        &self,
+        target: &ManagedObject,
+        live: &Value,
+        kept: &[Vec<String>],
+    ) -> Result<()> {
+        let mut live = live.clone();
         let mut attempts = 1;
         loop {
-            match self.onto_existing(&target, &body, &live).await {
+            let Some(fields) = migrated_managed_fields(&live, kept, &now_rfc3339()) else {
+                return Ok(());
+            };
+            let patch = json!({"metadata": {
+                "resourceVersion": live.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
+                "managedFields": fields,
+            }});
+            match self.merge_patch_as(target, &patch, FIELD_MANAGER).await {
                 Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
                     attempts += 1;
-                    live = self.get(&target).await?;
+                    match self.get_opt(target).await? {
+                        Some(fresh) => live = fresh,
+                        None => return Ok(()),
+                    }
                 }
-                other => return other,
+                other => return other.map(drop),
             }
         }
     }
 
-    async fn onto_existing(
-        &self,
-        target: &ManagedObject,
-        body: &Value,
-        live: &Value,
-    ) -> Result<Value> {
-        match existing_treatment(&target.api_version, &target.kind, live) {
-            ExistingTreatment::Keep => Ok(live.clone()),
-            ExistingTreatment::Recreate => {
-                self.delete(target).await?;
-                match self.create(target, body).await? {
-                    Created::Stored(stored) => Ok(stored),
-                    Created::AlreadyExists => Err(kube_error(
-                        &format!("create {}", target.kind),
-                        format!(
-                            "{} {} still exists after its deletion",
-                            target.kind, target.name
-                        ),
-                    )),
-                }
-            }
-            ExistingTreatment::Replace => self.replace(target, body, live).await,
+    /// A forced server-side apply of `body` as `manager`; returns the stored object.
+    async fn apply(&self, target: &ManagedObject, body: &Value, manager: &str) -> Result<Value> {
+        let request = format!("apply {}", target.kind);
+        let api = self.object_api(Access::Write, &request, target).await?;
+        let stored = api
+            .patch(
+                &target.name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .map_err(|error| api_error(&request, error))?;
+        to_value(&request, &stored)
+    }
+
+    /// Deletes the object and creates it anew (a Job that failed or has not started).
+    async fn recreate(&self, target: &ManagedObject, body: &Value) -> Result<Value> {
+        self.delete(target).await?;
+        match self.create(target, body).await? {
+            Created::Stored(stored) => Ok(stored),
+            Created::AlreadyExists => Err(kube_error(
+                &format!("create {}", target.kind),
+                format!(
+                    "{} {} still exists after its deletion",
+                    target.kind, target.name
+                ),
+            )),
         }
     }
 
@@ -322,7 +381,11 @@ impl KubeOps {
         let mut object = from_value(&request, body)?;
         // A manifest copied from a live object may carry one; the server refuses it on create.
         object.metadata.resource_version = None;
-        match api.create(&PostParams::default(), &object).await {
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        match api.create(&params, &object).await {
             Ok(stored) => Ok(Created::Stored(to_value(&request, &stored)?)),
             Err(kube::Error::Api(status))
                 if status.code == 409 && status.reason == "AlreadyExists" =>
@@ -331,21 +394,6 @@ impl KubeOps {
             }
             Err(error) => Err(api_error(&request, error)),
         }
-    }
-
-    async fn replace(&self, target: &ManagedObject, body: &Value, live: &Value) -> Result<Value> {
-        let request = format!("replace {}", target.kind);
-        let api = self.object_api(Access::Write, &request, target).await?;
-        let mut object = from_value(&request, body)?;
-        object.metadata.resource_version = live
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let stored = api
-            .replace(&target.name, &PostParams::default(), &object)
-            .await
-            .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &stored)
     }
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
@@ -377,17 +425,51 @@ impl KubeOps {
 
     /// A JSON merge patch of the main resource; returns the patched object.
     pub async fn merge_patch(&self, resource: &ManagedObject, patch: &Value) -> Result<Value> {
+        self.patch_with(resource, patch, &PatchParams::default())
+            .await
+    }
+
+    /// A JSON merge patch of the main resource by field manager `manager`, who then owns what
+    /// it changed (e.g. [`RESTART_MANAGER`] the restart annotation, which comb's apply leaves
+    /// alone); returns the patched object.
+    pub async fn merge_patch_as(
+        &self,
+        resource: &ManagedObject,
+        patch: &Value,
+        manager: &str,
+    ) -> Result<Value> {
+        let params = PatchParams {
+            field_manager: Some(manager.to_string()),
+            ..PatchParams::default()
+        };
+        self.patch_with(resource, patch, &params).await
+    }
+
+    async fn patch_with(
+        &self,
+        resource: &ManagedObject,
+        patch: &Value,
+        params: &PatchParams,
+    ) -> Result<Value> {
         let request = format!("patch {}", resource.kind);
         let api = self.object_api(Access::Write, &request, resource).await?;
         let patched = api
-            .patch(
-                &resource.name,
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
+            .patch(&resource.name, params, &Patch::Merge(patch))
             .await
             .map_err(|error| api_error(&request, error))?;
         to_value(&request, &patched)
+    }
+
+    /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
+    /// [`STOP_MANAGER`] scaling to zero); returns the stored object. Unlike a patch, what
+    /// `manager` applies can be given back by applying without it.
+    pub async fn apply_as(
+        &self,
+        resource: &ManagedObject,
+        body: &Value,
+        manager: &str,
+    ) -> Result<Value> {
+        self.apply(resource, body, manager).await
     }
 
     fn combs(&self, group: &str, namespace: &str) -> Api<Comb> {
@@ -430,12 +512,18 @@ impl KubeOps {
     /// `cr` becomes the freshly read CR when it was read again, so that a caller keeping it in
     /// memory prunes against what the server has. Returns the CR as the server stored it; the
     /// error is the last failure.
+    ///
+    /// A status equal to the one `cr` records is not written: `cr` is what the server has (as
+    /// far as the caller knows), and it is returned as it is.
     pub async fn write_comb_status(
         &self,
         group: &str,
         cr: &mut Comb,
         status: &CombStatus,
     ) -> Result<Comb> {
+        if cr.status.as_ref() == Some(status) {
+            return Ok(cr.clone());
+        }
         let mut with_status = cr.clone();
         with_status.status = Some(status.clone());
         let first = match self.update_comb_status(group, &with_status).await {
@@ -589,10 +677,331 @@ fn api_error(request: &str, error: kube::Error) -> Error {
     Error::kube(request, error)
 }
 
-/// How often `ensure` writes an object that keeps changing under it (client-go's
-/// `retry.DefaultRetry` has 5 steps).
+/// How often a migration of `managedFields` ([`KubeOps::ensure`]) is tried on an object that
+/// keeps changing under it (client-go's `retry.DefaultRetry` has 5 steps). The apply itself
+/// carries no resourceVersion and is forced, so it meets no conflict to retry.
 const CONFLICT_ATTEMPTS: u32 = 5;
+
+/// The field manager of everything comb applies.
+pub const FIELD_MANAGER: &str = "comb";
+/// The field manager of the restart annotation (`comb restart`): comb's apply leaves it.
+pub const RESTART_MANAGER: &str = "comb-restart";
+/// The field manager of `comb stop` (replicas 0, suspend): the next deploy gives it back.
+pub const STOP_MANAGER: &str = "comb-stop";
+
+/// The managers older combs' writes were recorded under: they created and replaced without a
+/// field manager, so the API server named them after the user agent, which kube-rs does not
+/// send (kube-apiserver then records no manager at all; the emulator used to say `unknown`).
+const LEGACY_MANAGERS: &[&str] = &["", "unknown"];
+
+/// What an apply sends of a manifest: everything but `status` and the server's own metadata
+/// (a manifest copied from a live object carries them; an apply refuses `managedFields`, and a
+/// resourceVersion would make it conditional).
+fn apply_body(manifest: &Value) -> Value {
+    let mut body = manifest.clone();
+    if let Some(object) = body.as_object_mut() {
+        object.remove("status");
+    }
+    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        for system in [
+            "resourceVersion",
+            "managedFields",
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "selfLink",
+        ] {
+            metadata.remove(system);
+        }
+    }
+    body
+}
+
+/// The object's identity alone: applied by a manager, it gives back every field that manager
+/// applied before.
+fn bare(manifest: &Value) -> Value {
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace"] {
+        if let Some(value) = manifest.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.to_string(), value.clone());
+        }
+    }
+    json!({
+        "apiVersion": manifest.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": manifest.get("kind").cloned().unwrap_or(Value::Null),
+        "metadata": metadata,
+    })
+}
+
+/// Kinds whose existing objects `ensure` treats apart ([`existing_treatment`]).
+fn existence_matters(target: &ManagedObject) -> bool {
+    matches!(
+        (target.api_version.as_str(), target.kind.as_str()),
+        ("v1", "PersistentVolumeClaim") | ("batch/v1", "Job")
+    )
+}
+
+/// The `managedFields` entries of `object`.
+fn managed_entries(object: &Value) -> &[Value] {
+    object
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+fn entry_is(entry: &Value, manager: &str, operation: &str) -> bool {
+    entry
+        .get("manager")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        == manager
+        && entry.get("operation").and_then(Value::as_str) == Some(operation)
+        && entry
+            .get("subresource")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .is_empty()
+}
+
+/// Whether `manager` has applied fields of `object`'s main resource (an entry without fields
+/// is not kept by the server).
+pub fn applied_by(object: &Value, manager: &str) -> bool {
+    managed_entries(object)
+        .iter()
+        .any(|entry| entry_is(entry, manager, "Apply"))
+}
+
+/// The `managedFields` that hand what older combs wrote ([`LEGACY_MANAGERS`], by update) to
+/// [`FIELD_MANAGER`] as applied, like kubectl's migration from client-side apply
+/// (`csaupgrade`): then comb's next apply removes what it no longer renders, instead of
+/// leaving it owned by the older writes forever. The `kept` paths (field names) stay with
+/// their owner. `None` when there is nothing to hand over, or comb has applied it already.
+pub fn migrated_managed_fields(live: &Value, kept: &[Vec<String>], now: &str) -> Option<Value> {
+    if applied_by(live, FIELD_MANAGER) {
+        return None;
+    }
+    let entries = managed_entries(live);
+    let legacy = |entry: &Value| {
+        LEGACY_MANAGERS
+            .iter()
+            .any(|manager| entry_is(entry, manager, "Update"))
+    };
+    let mut moved = Value::Object(serde_json::Map::new());
+    let mut out = Vec::new();
+    for entry in entries {
+        if !legacy(entry) {
+            out.push(entry.clone());
+            continue;
+        }
+        let mut fields = entry.get("fieldsV1").cloned().unwrap_or(json!({}));
+        let mut remainder = Value::Object(serde_json::Map::new());
+        for path in kept {
+            let keys: Vec<String> = path.iter().map(|name| format!("f:{name}")).collect();
+            if let Some(subtree) = take_path(&mut fields, &keys) {
+                put_path(&mut remainder, &keys, subtree);
+            }
+        }
+        strip_map_markers(&mut fields);
+        union_fields(&mut moved, &fields);
+        if remainder.as_object().is_some_and(|map| !map.is_empty()) {
+            let mut rest = entry.clone();
+            rest["fieldsV1"] = remainder;
+            out.push(rest);
+        }
+    }
+    if moved.as_object().is_none_or(serde_json::Map::is_empty) {
+        return None;
+    }
+    out.push(json!({
+        "manager": FIELD_MANAGER,
+        "operation": "Apply",
+        "apiVersion": live.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "time": now,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": moved,
+    }));
+    Some(Value::Array(out))
+}
+
+/// Removes the subtree at `keys` from a `fieldsV1` tree (and the maps it leaves empty), and
+/// returns it.
+fn take_path(tree: &mut Value, keys: &[String]) -> Option<Value> {
+    let (first, rest) = keys.split_first()?;
+    let map = tree.as_object_mut()?;
+    if rest.is_empty() {
+        return map.remove(first);
+    }
+    let child = map.get_mut(first)?;
+    let taken = take_path(child, rest)?;
+    if child.as_object().is_some_and(|child| child.is_empty()) {
+        map.remove(first);
+    }
+    Some(taken)
+}
+
+fn put_path(tree: &mut Value, keys: &[String], subtree: Value) {
+    let Some((first, rest)) = keys.split_first() else {
+        return;
+    };
+    let Some(map) = tree.as_object_mut() else {
+        return;
+    };
+    if rest.is_empty() {
+        map.insert(first.clone(), subtree);
+        return;
+    }
+    let child = map.entry(first.clone()).or_insert_with(|| json!({}));
+    put_path(child, rest, subtree);
+}
+
+/// Removes the `.` of maps and lists (an update owns the map it created; an apply never does)
+/// from a `fieldsV1` tree, and the fields only that made up; the `.` of list items (their
+/// existence) stays. Owning a map as applied would give the whole of it, others' keys too,
+/// to the next apply that leaves it out.
+fn strip_map_markers(tree: &mut Value) {
+    let Some(map) = tree.as_object_mut() else {
+        return;
+    };
+    let mut emptied = Vec::new();
+    for (key, child) in map.iter_mut() {
+        strip_map_markers(child);
+        if let Some(fields) = child.as_object_mut().filter(|_| key.starts_with("f:"))
+            && fields.remove(".").is_some()
+            && fields.is_empty()
+        {
+            emptied.push(key.clone());
+        }
+    }
+    for key in emptied {
+        map.remove(&key);
+    }
+}
+
+/// `into ∪= from` for `fieldsV1` trees (maps merged key by key).
+fn union_fields(into: &mut Value, from: &Value) {
+    let (Some(into), Some(from)) = (into.as_object_mut(), from.as_object()) else {
+        return;
+    };
+    for (key, value) in from {
+        match into.get_mut(key) {
+            Some(existing) => union_fields(existing, value),
+            None => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Now as `managedFields` times are written (seconds, UTC).
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
 
 fn is_conflict(error: &Error) -> bool {
     error.status_code() == Some(409)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(manager: &str, operation: &str, fields: Value) -> Value {
+        json!({"manager": manager, "operation": operation, "apiVersion": "apps/v1",
+               "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields})
+    }
+
+    fn restart() -> Vec<String> {
+        [
+            "spec",
+            "template",
+            "metadata",
+            "annotations",
+            "comb.internal/restartedAt",
+        ]
+        .iter()
+        .map(|name| name.to_string())
+        .collect()
+    }
+
+    #[test]
+    fn older_writes_are_handed_to_comb_as_applied() {
+        let legacy = json!({
+            "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+            "f:spec": {"f:replicas": {}, "f:template": {
+                "f:metadata": {"f:annotations": {".": {}, "f:comb.internal/restartedAt": {}}},
+                "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {}}}}}},
+        });
+        let controller = entry(
+            "kube-controller-manager",
+            "Update",
+            json!({"f:metadata": {"f:annotations": {"f:deployment.kubernetes.io/revision": {}}}}),
+        );
+        let live = json!({"apiVersion": "apps/v1", "metadata": {"managedFields": [
+            entry("unknown", "Update", legacy), controller.clone(),
+        ]}});
+        let migrated =
+            migrated_managed_fields(&live, &[restart()], "2026-02-02T00:00:00Z").expect("migrated");
+        assert_eq!(
+            migrated,
+            json!([
+                controller,
+                entry("unknown", "Update", json!({"f:spec": {"f:template": {"f:metadata": {
+                    "f:annotations": {"f:comb.internal/restartedAt": {}}}}}})),
+                {"manager": "comb", "operation": "Apply", "apiVersion": "apps/v1",
+                 "time": "2026-02-02T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+                     "f:metadata": {"f:labels": {"f:app": {}}},
+                     "f:spec": {"f:replicas": {}, "f:template": {
+                         "f:spec": {"f:containers": {"k:{\"name\":\"app\"}": {".": {}, "f:image": {}}}}}},
+                 }},
+            ])
+        );
+    }
+
+    #[test]
+    fn nothing_to_migrate() {
+        let applied = json!({"metadata": {"managedFields": [
+            entry("comb", "Apply", json!({"f:spec": {}})),
+            entry("unknown", "Update", json!({"f:spec": {"f:replicas": {}}})),
+        ]}});
+        let others = json!({"metadata": {"managedFields": [
+            entry("kubectl", "Update", json!({"f:spec": {"f:replicas": {}}})),
+        ]}});
+        let only_kept = json!({"metadata": {"managedFields": [
+            entry("", "Update", json!({"f:spec": {"f:template": {"f:metadata": {"f:annotations": {
+                "f:comb.internal/restartedAt": {}}}}}})),
+        ]}});
+        for (what, live) in [
+            ("comb applied it", applied),
+            ("no older comb wrote it", others),
+            ("only kept fields", only_kept),
+            ("no managedFields", json!({"metadata": {}})),
+        ] {
+            assert_eq!(
+                migrated_managed_fields(&live, &[restart()], "now"),
+                None,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn apply_bodies() {
+        let manifest = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "db", "namespace": "apps", "resourceVersion": "7", "uid": "u",
+                         "managedFields": [], "labels": {"a": "b"}},
+            "spec": {"ports": []}, "status": {"loadBalancer": {}}});
+        assert_eq!(
+            apply_body(&manifest),
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "db", "namespace": "apps", "labels": {"a": "b"}},
+                   "spec": {"ports": []}})
+        );
+        assert_eq!(
+            bare(&manifest),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db", "namespace": "apps"}})
+        );
+    }
 }

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::engine::borrow::{Borrowing, live_status, resolved_endpoints};
 use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
-use crate::engine::kube_ops::KubeOps;
+use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER};
 use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{list_pods, object_name};
 use crate::error::{Error, Result};
@@ -203,14 +203,20 @@ fn format_logs(streams: &[(LogStream, String)]) -> String {
 
 /// What restart and stop do to the objects of one kind.
 enum Action {
-    MergePatch(Value),
+    /// A merge patch as field manager [`RESTART_MANAGER`], who then owns what it wrote: comb's
+    /// apply leaves it.
+    Restart(Value),
+    /// A forced apply of these fields as field manager [`STOP_MANAGER`]: the next deploy takes
+    /// the fields back (or, those the manifest does not set, gives them back to the server's
+    /// defaults).
+    Stop(Value),
     /// Deleted with their pods (propagation Background).
     Delete,
 }
 
 /// Restarts the Comb's workloads: Deployments, StatefulSets and DaemonSets get the restart
-/// annotation on their Pod template (their controllers roll the pods, and deploy keeps the
-/// annotation), Jobs are deleted with their pods. Returns `Kind/name` of each, kinds in that
+/// annotation on their Pod template (their controllers roll the pods, and deploy leaves the
+/// annotation, written by its own field manager), Jobs are deleted with their pods. Returns `Kind/name` of each, kinds in that
 /// order, names sorted. CronJobs are left alone.
 pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
     let now = jiff::Timestamp::now()
@@ -220,17 +226,13 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
         ctx.settings.labels.restart_annotation(): now
     }}}}});
     let plan = [
-        (
-            "apps/v1",
-            "Deployment",
-            Action::MergePatch(annotation.clone()),
-        ),
+        ("apps/v1", "Deployment", Action::Restart(annotation.clone())),
         (
             "apps/v1",
             "StatefulSet",
-            Action::MergePatch(annotation.clone()),
+            Action::Restart(annotation.clone()),
         ),
-        ("apps/v1", "DaemonSet", Action::MergePatch(annotation)),
+        ("apps/v1", "DaemonSet", Action::Restart(annotation)),
         ("batch/v1", "Job", Action::Delete),
     ];
     act_on_kinds(ops, ctx, &plan).await
@@ -241,16 +243,12 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
 pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
     let scale_to_zero = json!({"spec": {"replicas": 0}});
     let plan = [
-        (
-            "apps/v1",
-            "Deployment",
-            Action::MergePatch(scale_to_zero.clone()),
-        ),
-        ("apps/v1", "StatefulSet", Action::MergePatch(scale_to_zero)),
+        ("apps/v1", "Deployment", Action::Stop(scale_to_zero.clone())),
+        ("apps/v1", "StatefulSet", Action::Stop(scale_to_zero)),
         (
             "batch/v1",
             "CronJob",
-            Action::MergePatch(json!({"spec": {"suspend": true}})),
+            Action::Stop(json!({"spec": {"suspend": true}})),
         ),
         ("batch/v1", "Job", Action::Delete),
     ];
@@ -280,8 +278,16 @@ async fn act_on_kinds(
                 name: name.to_string(),
             };
             match action {
-                Action::MergePatch(patch) => {
-                    ops.merge_patch(&resource, patch).await?;
+                Action::Restart(patch) => {
+                    ops.merge_patch_as(&resource, patch, RESTART_MANAGER)
+                        .await?;
+                }
+                Action::Stop(fields) => {
+                    let mut body = fields.clone();
+                    body["apiVersion"] = json!(api_version);
+                    body["kind"] = json!(kind);
+                    body["metadata"] = json!({"name": name, "namespace": ctx.namespace});
+                    ops.apply_as(&resource, &body, STOP_MANAGER).await?;
                 }
                 Action::Delete => ops.delete(&resource).await?,
             }

@@ -48,42 +48,15 @@ impl RenderedItem {
         }
     }
 
-    /// Whether deploy carries a live restart annotation into this item's Pod template: a
-    /// Deployment, StatefulSet or DaemonSet, whose template an update would otherwise reset.
+    /// Whether `comb restart` annotates this item's Pod template (a Deployment, StatefulSet or
+    /// DaemonSet): comb's apply leaves that annotation to the restart, including when it
+    /// takes over an object an older comb replaced.
     pub fn keeps_restarts(&self) -> bool {
         self.group == "apps"
             && matches!(
                 self.kind.as_str(),
                 "Deployment" | "StatefulSet" | "DaemonSet"
             )
-    }
-
-    /// Copies the live object's Pod template annotation `restart_annotation` into the rendered
-    /// Pod template, so that an update neither rolls the Pods again nor undoes a restart. The
-    /// digest is not changed: it excludes the annotation. Returns whether anything was copied.
-    pub fn keep_restart(&mut self, live: &Value, restart_annotation: &str) -> bool {
-        if !self.keeps_restarts() {
-            return false;
-        }
-        let Some(value) = live
-            .pointer("/spec/template/metadata/annotations")
-            .and_then(|annotations| annotations.get(restart_annotation))
-        else {
-            return false;
-        };
-        let Some(template) = self
-            .manifest
-            .pointer_mut("/spec/template")
-            .and_then(Value::as_object_mut)
-        else {
-            return false;
-        };
-        update_object(template, "metadata", |metadata| {
-            update_object(metadata, "annotations", |annotations| {
-                annotations.insert(restart_annotation.to_string(), value.clone());
-            })
-        });
-        true
     }
 }
 
@@ -539,25 +512,5 @@ mod tests {
             assert_eq!(error.to_string(), message);
             assert_eq!(error.category(), "manifests");
         }
-    }
-
-    #[test]
-    fn restarts_are_kept_outside_the_digest() {
-        let ctx = test_context("nats", "platform", json!({}));
-        let mut item = render_manifest("NATS", &deployment(), &ctx, &Scopes::default()).unwrap();
-        let live = json!({"spec": {"template": {"metadata": {"annotations": {"comb.internal/restartedAt": "2026-01-01T00:00:00Z"}}}}});
-        assert!(item.keep_restart(&live, "comb.internal/restartedAt"));
-        assert_eq!(
-            item.manifest["spec"]["template"]["metadata"]["annotations"]["comb.internal/restartedAt"],
-            "2026-01-01T00:00:00Z"
-        );
-        assert_eq!(item.digest, BASE);
-        assert!(!item.keep_restart(&json!({}), "comb.internal/restartedAt"));
-
-        let mut job = render_manifest("NATS", &json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {}}}), &ctx, &Scopes::default()).unwrap();
-        assert!(
-            !job.keep_restart(&live, "comb.internal/restartedAt"),
-            "only Deployments, StatefulSets and DaemonSets"
-        );
     }
 }

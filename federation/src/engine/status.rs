@@ -157,9 +157,32 @@ pub fn build_status(
         upstream: if carried {
             previous.and_then(|p| p.upstream.clone())
         } else {
-            record.upstream.clone()
+            record
+                .upstream
+                .clone()
+                .map(|upstream| observed_since(upstream, previous))
         },
         observed_generation: generation,
+    }
+}
+
+/// `upstream` with the previous `observedAt` while the rest of what comb knows of the upstream
+/// stays the same: the time says since when the upstream stands as recorded, so that a settled
+/// borrowing step records the status it found (and writes nothing).
+fn observed_since(
+    upstream: CombUpstreamStatus,
+    previous: Option<&CombStatus>,
+) -> CombUpstreamStatus {
+    let without_time = |u: &CombUpstreamStatus| CombUpstreamStatus {
+        observed_at: None,
+        ..u.clone()
+    };
+    match previous.and_then(|p| p.upstream.as_ref()) {
+        Some(before) if without_time(before) == without_time(&upstream) => CombUpstreamStatus {
+            observed_at: before.observed_at.clone().or(upstream.observed_at),
+            ..upstream
+        },
+        _ => upstream,
     }
 }
 
@@ -443,6 +466,39 @@ mod tests {
             serde_json::to_value(&status).unwrap(),
             json!({"phase": "Error", "conditions": [{"type": "Ready", "status": "False", "reason": "ReconcileFailed",
                    "message": "recording the status failed: boom", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        );
+    }
+
+    #[test]
+    fn observed_at_moves_only_when_the_upstream_does() {
+        let upstream = |phase: Phase, at_time: &str| CombUpstreamStatus {
+            class: Some("Static".into()),
+            phase: Some(phase),
+            via: Some(vec!["dev".into()]),
+            observed_at: Some(Time(at(at_time))),
+            ..CombUpstreamStatus::default()
+        };
+        let mut prev = previous();
+        prev.upstream = Some(upstream(Phase::Running, "2026-01-01T00:00:00Z"));
+        let step = |phase: Phase| {
+            let mut record = StepRecord::finished(Phase::Running, Reason::Borrowed, "borrowed");
+            record.established = Some(Established::Upstream);
+            record.upstream = Some(upstream(phase, "2026-03-03T00:00:00Z"));
+            record
+        };
+        let now = at("2026-03-03T00:00:00Z");
+        let same = build_status(&step(Phase::Running), Some(&prev), Some(1), None, now);
+        assert_eq!(same.upstream, prev.upstream, "nothing new: the time stays");
+        let moved = build_status(&step(Phase::Pending), Some(&prev), Some(1), None, now);
+        assert_eq!(
+            moved.upstream,
+            Some(upstream(Phase::Pending, "2026-03-03T00:00:00Z")),
+            "a new phase: a new time"
+        );
+        let first = build_status(&step(Phase::Running), None, Some(1), None, now);
+        assert_eq!(
+            first.upstream,
+            Some(upstream(Phase::Running, "2026-03-03T00:00:00Z"))
         );
     }
 }

@@ -67,6 +67,19 @@ impl Layers {
         self.world.controls(cluster)
     }
 
+    /// Counted API requests to `cluster` (`prod` or `dev`) since the last reset, by `<verb>
+    /// <resource>`, but for the test's own reads.
+    pub fn requests(&self, cluster: &str) -> BTreeMap<String, u64> {
+        self.world.requests(cluster)
+    }
+
+    /// Counts from zero again on every cluster.
+    pub fn reset_requests(&self) {
+        for cluster in ["prod", "dev"] {
+            self.world.reset_requests(cluster);
+        }
+    }
+
     /// The federation's view for the Combs of `context`: its layer's context, every layer.
     pub fn env(&self, context: &str) -> BorrowEnv {
         let mut env = BorrowEnv::new(self.pool.clone(), context);

@@ -162,20 +162,20 @@ pub fn plan(deployment: &Value, replica_sets: &[&Value], now: Timestamp) -> Plan
     }
     plan.actions.extend(prune_history(deployment, &olds));
 
-    // The Deployment's own revision annotation follows its newest ReplicaSet.
+    // The Deployment's own revision annotation follows its newest ReplicaSet; like the
+    // deployment controller, it is written with the status (no new generation).
     let new_revision = created.as_ref().map(revision).or_else(|| {
         current
             .as_ref()
             .map(|c| revision(c.object).max(max_old_revision + 1))
     });
-    if let Some(new_revision) = new_revision
+    let annotated = new_revision
         .filter(|r| object::annotation(deployment, REVISION) != Some(r.to_string().as_str()))
-    {
-        let mut annotated = deployment.clone();
-        annotated["metadata"]["annotations"][REVISION] = json!(new_revision.to_string());
-        plan.actions
-            .push(Action::Update(Kind::Deployment, annotated));
-    }
+        .map(|new_revision| {
+            let mut annotated = deployment.clone();
+            annotated["metadata"]["annotations"][REVISION] = json!(new_revision.to_string());
+            annotated
+        });
 
     let new_name = created
         .as_ref()
@@ -192,7 +192,14 @@ pub fn plan(deployment: &Value, replica_sets: &[&Value], now: Timestamp) -> Plan
         max_unavailable,
         now,
     });
-    plan.push(Action::status_change(Kind::Deployment, deployment, status));
+    match annotated {
+        Some(mut annotated) => {
+            annotated["status"] = status;
+            plan.actions
+                .push(Action::UpdateStatus(Kind::Deployment, annotated));
+        }
+        None => plan.push(Action::status_change(Kind::Deployment, deployment, status)),
+    }
     plan.wake_at(wake);
     plan
 }

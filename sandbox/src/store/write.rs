@@ -389,6 +389,7 @@ impl Store {
                     }
                 }
                 crate::schema::default_and_prune(rt, &mut next);
+                strategy::status_keeps_metadata(rt, &object, &mut next);
                 // A status apply brings its own managedFields entry.
                 if let Some(fields) = object["metadata"]
                     .get("managedFields")
