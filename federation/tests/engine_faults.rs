@@ -3,7 +3,8 @@
 
 mod engine_support;
 
-use comb_api::{ConditionStatus, STATUS_WRITTEN};
+use comb_api::{CombStatus, ConditionStatus, READY, STATUS_WRITTEN};
+use comb_federation::engine::class::CombInstance;
 use engine_support::*;
 use serde_json::json;
 
@@ -66,13 +67,34 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
     assert!(cluster.peek("v1", "ConfigMap", "nats-old").await.is_none());
 }
 
+/// Records a status the next step will not find (another Ready message), so that the step
+/// writes one: a status equal to the recorded one is not written at all.
+async fn outdated(cluster: &Cluster, comb: &mut CombInstance) -> CombStatus {
+    let mut cr = cluster.cr(comb.name()).await;
+    let mut status = cr.status.clone().expect("a recorded status");
+    for condition in status.conditions.iter_mut().flatten() {
+        if condition.type_ == READY {
+            condition.message = Some("outdated".into());
+        }
+    }
+    cr.status = Some(status);
+    let stored = cluster
+        .ops
+        .update_comb_status("comb.internal", &cr)
+        .await
+        .unwrap();
+    comb.adopt_cr(stored.clone());
+    stored.status.expect("the status written")
+}
+
 #[tokio::test]
 async fn status_written_false_after_two_failed_writes_then_dropped() {
     let cluster = Cluster::start_own().await;
     let mut comb = cluster
         .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
         .await;
-    let settled = cluster.settle(&mut comb).await;
+    cluster.settle(&mut comb).await;
+    let settled = outdated(&cluster, &mut comb).await;
 
     cluster.fail("PUT", STATUS_PATH, 500, 2, "etcd is down");
     cluster.reset_requests();
@@ -114,6 +136,7 @@ async fn a_failed_reread_means_no_second_write() {
         .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
         .await;
     cluster.settle(&mut comb).await;
+    outdated(&cluster, &mut comb).await;
 
     cluster.fail("PUT", STATUS_PATH, 500, 1, "etcd is down");
     cluster.fail("GET", COMB_PATH, 500, 1, "the API server is shutting down");
@@ -137,6 +160,7 @@ async fn a_status_conflict_is_retried_on_a_fresh_read() {
         .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
         .await;
     cluster.settle(&mut comb).await;
+    outdated(&cluster, &mut comb).await;
     // Someone else changes the CR: the Comb's resourceVersion is stale now.
     cluster
         .ops

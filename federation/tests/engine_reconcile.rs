@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 
 use comb_api::{CONFIG_READY, ConditionStatus, DEPENDENCIES_READY};
 use engine_support::*;
-use serde_json::json;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind, TypeMeta};
+use serde_json::{Value, json};
+
+const RESTARTED_AT: &str = "comb.internal/restartedAt";
 
 #[tokio::test]
 async fn a_disabled_comb_makes_no_request_but_the_status_write() {
@@ -459,4 +463,93 @@ async fn maintenance_applies_and_prunes_nothing() {
     );
     assert!(cluster.get("v1", "ConfigMap", "nats").await.is_none());
     assert_eq!(managed(&status), ["Deployment/nats"]);
+}
+
+/// What an older comb left: objects it created and replaced whole, without a field manager, and
+/// a restart annotation it merged in. The first step of this comb takes them over: what the
+/// manifest no longer has goes (as a replace did), the restart and the deployment controller's
+/// revision stay, and from then on an unchanged object is not written.
+#[tokio::test]
+async fn objects_an_older_comb_replaced_are_taken_over_once() {
+    let cluster = Cluster::start().await;
+    let with_env = |image: &str, env: Value| {
+        let mut manifest = deployment("nats", image);
+        manifest["spec"]["template"]["spec"]["containers"][0]["env"] = env;
+        manifest
+    };
+    let old = manifests_spec(vec![
+        with_env("nats:2", json!([{"name": "OLD", "value": "1"}])),
+        service("nats", 4222),
+    ]);
+    let mut comb = cluster.comb("nats", old).await;
+    // As an older comb wrote them: plain creates, then a restart by merge patch.
+    for item in comb.render(&cluster.ops).await.unwrap() {
+        let resource = ApiResource::from_gvk(
+            &GroupVersionKind::try_from(&TypeMeta {
+                api_version: item.api_version.clone(),
+                kind: item.kind.clone(),
+            })
+            .unwrap(),
+        );
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(cluster.client.clone(), cluster.ns(), &resource);
+        let object: DynamicObject = serde_json::from_value(item.manifest.clone()).unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client.clone(),
+        cluster.ns(),
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
+    );
+    deployments
+        .patch(
+            "nats",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"annotations": {
+                RESTARTED_AT: "2026-01-01T00:00:00Z"}}}}})),
+        )
+        .await
+        .unwrap();
+
+    let mut comb = cluster
+        .edit(
+            &comb,
+            manifests_spec(vec![
+                with_env("nats:2.10", json!([{"name": "NEW", "value": "1"}])),
+                service("nats", 4222),
+            ]),
+        )
+        .await;
+    cluster.reconcile(&mut comb).await;
+    let live = cluster.peek("apps/v1", "Deployment", "nats").await.unwrap();
+    let container = &live["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "nats:2.10");
+    assert_eq!(
+        container["env"],
+        json!([{"name": "NEW", "value": "1"}]),
+        "what the manifest no longer has is gone"
+    );
+    assert_eq!(
+        live["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT], "2026-01-01T00:00:00Z",
+        "the restart stays"
+    );
+    for kind in [("apps/v1", "Deployment"), ("v1", "Service")] {
+        let live = cluster.peek(kind.0, kind.1, "nats").await.unwrap();
+        assert!(
+            comb_federation::engine::kube_ops::applied_by(&live, "comb"),
+            "{kind:?} applied by comb: {:#}",
+            live["metadata"]["managedFields"]
+        );
+    }
+
+    cluster.settle(&mut comb).await;
+    cluster.reset_requests();
+    cluster.reconcile(&mut comb).await;
+    let requests = cluster.requests();
+    assert!(
+        requests
+            .keys()
+            .all(|request| request.starts_with("list ") || request.starts_with("get ")),
+        "a settled step after the takeover writes nothing: {requests:?}"
+    );
 }

@@ -343,9 +343,21 @@ pub fn apply(
         .filter(|e| !e.is(manager, "Apply", sub))
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
+    // Nor does what holds a field that stays (a map applied empty before and filled now): SMD
+    // removes it, then adds back every field still applied or owned.
+    let stays = |p: &FieldPath| {
+        let p = match p.last() {
+            Some(last) if last == "." => &p[..p.len() - 1],
+            _ => &p[..],
+        };
+        applied
+            .iter()
+            .chain(owned_by_others.iter())
+            .any(|q| q.len() > p.len() && q.starts_with(p))
+    };
     let mut dropped: Vec<&FieldPath> = previous
         .difference(&applied)
-        .filter(|p| !owned_by_others.contains(*p))
+        .filter(|p| !owned_by_others.contains(*p) && !stays(p))
         .collect();
     // Deepest first, so removing an item does not hide its fields.
     dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));

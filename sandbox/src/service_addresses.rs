@@ -166,6 +166,14 @@ pub fn drop_type_dependent_fields(old: &Value, new: &mut Value) {
             }
         }
     }
+    // An ExternalName Service has no traffic policy inside the cluster either.
+    if needs_cluster_ip(old)
+        && !needs_cluster_ip(new)
+        && new["spec"].get("internalTrafficPolicy") == old["spec"].get("internalTrafficPolicy")
+        && let Some(spec) = new["spec"].as_object_mut()
+    {
+        spec.remove("internalTrafficPolicy");
+    }
     let same_node_ports = node_ports(old).eq(node_ports(new));
     if needs_node_ports(old) && !needs_node_ports(new) && same_node_ports {
         for port in new["spec"]["ports"].as_array_mut().into_iter().flatten() {

@@ -165,12 +165,18 @@ fn managed_fields(v: Value) -> Value {
     json!({"managedFields": v["metadata"]["managedFields"], "code": v["code"], "message": v["message"]})
 }
 
-/// A workload's replicas and who manages its fields (without their times and field sets).
+/// A workload's replicas and which of comb's managers manage its fields (without their times
+/// and field sets; the controllers' own entries come when they come).
 fn replicas_and_managers(v: Value) -> Value {
     let managers: Vec<Value> = v["metadata"]["managedFields"]
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|entry| {
+            entry["manager"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("comb"))
+        })
         .map(|entry| json!([entry["manager"], entry["operation"]]))
         .collect();
     json!({"code": v["code"], "replicas": v["spec"]["replicas"], "managers": managers})
@@ -765,6 +771,18 @@ fn probes() -> Vec<Probe> {
                     "comb",
                     configmap("cm-own", json!({"a": "1"})),
                 ),
+            ],
+        ),
+        probe(
+            "server-side apply fills a map it applied empty",
+            vec![
+                apply(&format!("{CM}/cm-empty"), "comb", configmap("cm-empty", json!({}))),
+                apply(
+                    &format!("{CM}/cm-empty?force=true"),
+                    "comb",
+                    configmap("cm-empty", json!({"changed": "yes"})),
+                ),
+                apply(&format!("{CM}/cm-empty?force=true"), "comb", configmap("cm-empty", json!({}))),
             ],
         ),
         probe(

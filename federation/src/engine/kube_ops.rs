@@ -865,12 +865,16 @@ fn strip_map_markers(tree: &mut Value) {
     };
     let mut emptied = Vec::new();
     for (key, child) in map.iter_mut() {
+        // An empty map is a field owned whole: only one that was empty before stays.
+        let had_fields = child.as_object().is_some_and(|fields| !fields.is_empty());
         strip_map_markers(child);
-        if let Some(fields) = child.as_object_mut().filter(|_| key.starts_with("f:"))
-            && fields.remove(".").is_some()
-            && fields.is_empty()
-        {
-            emptied.push(key.clone());
+        if let Some(fields) = child.as_object_mut() {
+            if key.starts_with("f:") {
+                fields.remove(".");
+            }
+            if had_fields && fields.is_empty() {
+                emptied.push(key.clone());
+            }
         }
     }
     for key in emptied {
@@ -947,9 +951,9 @@ mod tests {
         assert_eq!(
             migrated,
             json!([
-                controller,
                 entry("unknown", "Update", json!({"f:spec": {"f:template": {"f:metadata": {
                     "f:annotations": {"f:comb.internal/restartedAt": {}}}}}})),
+                controller,
                 {"manager": "comb", "operation": "Apply", "apiVersion": "apps/v1",
                  "time": "2026-02-02T00:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
                      "f:metadata": {"f:labels": {"f:app": {}}},

@@ -434,7 +434,11 @@ impl Store {
                 ));
             }
         }
-        if rt.tracks_generation() && strategy::generation_changed(rt, &old, &next) {
+        // A status update never makes a new generation (the status strategies keep the spec).
+        if rt.tracks_generation()
+            && subresource == Subresource::Main
+            && strategy::generation_changed(rt, &old, &next)
+        {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
             meta::set_metadata_field(&mut next, "generation", Some(json!(generation)));
         }

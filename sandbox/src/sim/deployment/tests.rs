@@ -106,8 +106,9 @@ fn a_new_deployment_gets_its_replica_set() {
         hash
     );
 
+    // Written with the status, as the deployment controller does (no new generation).
     let annotated = plan.actions.iter().find_map(|a| match a {
-        Action::Update(Kind::Deployment, d) => Some(d),
+        Action::UpdateStatus(Kind::Deployment, d) => Some(d),
         _ => None,
     });
     assert_eq!(
