@@ -82,7 +82,7 @@ async fn outdated(cluster: &Cluster, comb: &mut CombInstance) -> CombStatus {
         .ops
         .update_comb_status("comb.internal", &cr)
         .await
-        .unwrap();
+        .expect("the outdated status written");
     comb.adopt_cr(stored.clone());
     stored.status.expect("the status written")
 }

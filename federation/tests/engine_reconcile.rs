@@ -481,7 +481,7 @@ async fn objects_an_older_comb_replaced_are_taken_over_once() {
         with_env("nats:2", json!([{"name": "OLD", "value": "1"}])),
         service("nats", 4222),
     ]);
-    let mut comb = cluster.comb("nats", old).await;
+    let comb = cluster.comb("nats", old).await;
     // As an older comb wrote them: plain creates, then a restart by merge patch.
     for item in comb.render(&cluster.ops).await.unwrap() {
         let resource = ApiResource::from_gvk(

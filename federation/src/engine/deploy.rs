@@ -359,9 +359,11 @@ mod tests {
             (
                 "a container injected",
                 edit(|o| {
-                    o["spec"]["template"]["spec"]["containers"]
-                        .as_array_mut()
-                        .map(|c| c.push(json!({"name": "sidecar"})));
+                    if let Some(containers) =
+                        o["spec"]["template"]["spec"]["containers"].as_array_mut()
+                    {
+                        containers.push(json!({"name": "sidecar"}));
+                    }
                 }),
                 false,
             ),
