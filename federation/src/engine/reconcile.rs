@@ -328,9 +328,9 @@ impl Step<'_> {
             }
         };
         let applied = format!("applied {} resource(s)", items.len());
-        // A rollout the workload controllers are still carrying out: applying again changes
-        // nothing but the annotations they write (the deployment controller's revision), and
-        // every such write is a new generation for them to catch up with.
+        // A rollout the workload controllers are still carrying out: every item stands as
+        // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
+        // verdict says the controllers are at it rather than "not healthy yet".
         if status.reason == Some(Reason::RolloutInProgress)
             && self.nothing_to_apply(&items, &live, borrowed)
             && !record_differs(self.previous_managed(), &items)
