@@ -4,7 +4,7 @@ use comb_api::ManagedObject;
 use serde_json::Value;
 
 use crate::engine::context::CombContext;
-use crate::engine::kinds::ScopeLookup;
+use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
 use crate::engine::kube_ops::{FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by};
 use crate::engine::observe::{LiveObjects, fetch_live, object_name};
 use crate::engine::prune::{OrphanFate, PruneOutcome, PrunePlan, plan_prune, union};
@@ -91,7 +91,8 @@ fn restart_path(restart_annotation: &str) -> Vec<String> {
 }
 
 /// Whether `live` stands as applying `item` would leave it, so that deploy writes nothing: it
-/// carries the rendered digest, comb applied it (an object an older comb replaced is applied
+/// carries the rendered digest, it is not a Job to create anew, comb applied it (an object an
+/// older comb replaced is applied
 /// once, to take its fields over), no stop holds fields of it, and every field the manifest
 /// sets has the manifest's value live (a workload scaled or edited by hand is applied again).
 /// What the server adds (defaults, other managers' fields) does not count; a value the server
@@ -105,7 +106,9 @@ pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> 
     let Some(manifest) = item.manifest.as_object() else {
         return false;
     };
+    // A Job that failed (or never started) is created anew whatever it holds.
     digest == Some(item.digest.as_str())
+        && existing_treatment(&item.api_version, &item.kind, live) != ExistingTreatment::Recreate
         && applied_by(live, FIELD_MANAGER)
         && !applied_by(live, STOP_MANAGER)
         && manifest
@@ -392,5 +395,25 @@ mod tests {
         for (what, live, unchanged_now) in cases {
             assert_eq!(unchanged(&item, &live, DIGEST), unchanged_now, "{what}");
         }
+    }
+
+    #[test]
+    fn a_failed_job_is_never_unchanged() {
+        let ctx = test_context("nats", "platform", json!({}));
+        let manifest = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "init"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "init", "image": "init:1"}]}}}});
+        let item = render_manifest("NATS", &manifest, &ctx, &Scopes::default()).expect("renders");
+        let mut live = item.manifest.clone();
+        live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
+        live["status"] = json!({"succeeded": 1});
+        assert!(
+            unchanged(&item, &live, DIGEST),
+            "a Job that succeeded stays"
+        );
+        live["status"] = json!({"failed": 1});
+        assert!(
+            !unchanged(&item, &live, DIGEST),
+            "a failed Job is created anew"
+        );
     }
 }
