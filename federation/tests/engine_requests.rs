@@ -175,6 +175,7 @@ async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
     layers.settle("dev", &mut dev, &dev_borrows, running).await;
 
     // Settled: a step of each layer writes nothing anywhere.
+    let mut verdicts = Vec::new();
     for (context, comb, controlling) in [
         ("prod", &mut prod, &local),
         ("staging", &mut staging, &staging_borrows),
@@ -183,13 +184,16 @@ async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
         layers.reset_requests();
         let status = layers.step(context, comb, controlling).await;
         assert!(running(&status), "{context}: {status:#?}");
+        verdicts.push((context, upstream_support::verdict(&status)));
         let requests = chain_requests(&layers);
         report(&format!("settled step of {context}"), &requests);
         assert_eq!(writes(&requests), BTreeMap::new(), "{context}");
     }
 
     // One image edit of prod's Comb (the CR edit itself is the user's), carried through the
-    // chain: prod until it runs the new image, then staging and dev once each.
+    // chain as a controller woken by the edit and by the end of the rollout would: a step of
+    // prod, the rollout, prod until it runs again, then staging and dev. Each step that finds
+    // another verdict writes its status once; the rest writes nothing.
     let mut manifests = db_spec("LoadBalancer", Some(&format!("{ip}:5432")));
     manifests["config"]["manifests"][0]["spec"]["template"]["spec"]["containers"][0]["image"] =
         json!("postgres:17.1");
@@ -197,19 +201,38 @@ async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
         .edit("prod", &prod, json!({"config": manifests["config"]}))
         .await;
     layers.reset_requests();
-    let mut verdicts = Vec::new();
+    let mut transitions = 0;
+    let mut step = async |context: &'static str,
+                          comb: &mut comb_federation::engine::class::CombInstance,
+                          controlling: &Controlling| {
+        let status = layers.step(context, comb, controlling).await;
+        let verdict = (context, upstream_support::verdict(&status));
+        let before = verdicts.iter().rev().find(|(c, _)| *c == context);
+        if before != Some(&verdict) {
+            transitions += 1;
+            verdicts.push(verdict);
+        }
+        status
+    };
+    step("prod", &mut prod, &local).await;
+    comb_testkit::wait_until("prod's rollout to finish", async || {
+        match layers
+            .peek("prod", "apps/v1", "Deployment", "platform", "db")
+            .await
+        {
+            Some(deployment) if rolled_out(&deployment) => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
     for (context, comb, controlling) in [
         ("prod", &mut prod, &local),
         ("staging", &mut staging, &staging_borrows),
         ("dev", &mut dev, &dev_borrows),
     ] {
-        let seen = &mut verdicts;
+        let step = &mut step;
         comb_testkit::wait_until(format!("{context} to run again"), async || {
-            let status = layers.step(context, comb, controlling).await;
-            let verdict = (context, upstream_support::verdict(&status));
-            if seen.last() != Some(&verdict) {
-                seen.push(verdict);
-            }
+            let status = step(context, comb, controlling).await;
             if running(&status) {
                 Ok(())
             } else {
@@ -220,16 +243,39 @@ async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
     }
     let edit = chain_requests(&layers);
     report("one image edit along the chain", &edit);
-    println!("the verdicts it went through (each recorded once): {verdicts:#?}");
-    let written: u64 = writes(&edit).values().sum();
+    println!("the verdicts along the chain, from the settled ones on: {verdicts:#?}");
+    let written = writes(&edit);
+    assert_eq!(
+        written
+            .get("prod: update combs.comb.internal/status")
+            .copied()
+            .unwrap_or(0)
+            + written
+                .get("dev: update combs.comb.internal/status")
+                .copied()
+                .unwrap_or(0),
+        transitions,
+        "one status write per new verdict: {written:?}"
+    );
+    let total: u64 = written.values().sum();
     assert!(
-        written <= EDIT_WRITE_BUDGET,
-        "{written} writes for one edit (budget {EDIT_WRITE_BUDGET}): {:?}",
-        writes(&edit)
+        total <= EDIT_WRITE_BUDGET,
+        "{total} writes for one edit (budget {EDIT_WRITE_BUDGET}): {written:?}"
     );
     let image = layers
         .peek("prod", "apps/v1", "Deployment", "platform", "db")
         .await
         .map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].clone());
     assert_eq!(image, Some(json!("postgres:17.1")));
+}
+
+/// Whether a Deployment's controller is through with its spec: every replica updated and
+/// available, and no old one left.
+fn rolled_out(deployment: &Value) -> bool {
+    let number = |pointer: &str| deployment.pointer(pointer).and_then(Value::as_i64);
+    let wanted = number("/spec/replicas").unwrap_or(1);
+    number("/status/observedGeneration") >= number("/metadata/generation")
+        && number("/status/updatedReplicas") == Some(wanted)
+        && number("/status/availableReplicas") == Some(wanted)
+        && number("/status/replicas") == Some(wanted)
 }
