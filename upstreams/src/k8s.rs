@@ -156,6 +156,18 @@ impl K8s {
         if same_server && namespace == ctx.namespace && name == ctx.name {
             return PeerView::Failed(format!("{place} is this Comb itself"));
         }
+        // A watch that holds the peer answers without a request (its changes wake the Comb).
+        if let Some(peer) = ctx
+            .peers
+            .as_ref()
+            .and_then(|peers| peers.peer(&self.context, namespace, name))
+        {
+            return PeerView::Read {
+                place,
+                same_server,
+                status: Box::new(peer.status.unwrap_or_default()),
+            };
+        }
         let client = match ctx.pool.client(&self.context).await {
             Ok(client) => client,
             Err(error) => return failed(error.to_string()),

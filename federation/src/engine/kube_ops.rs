@@ -19,6 +19,7 @@ use kube::core::{ApiResource, GroupVersion, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::Value;
 
+use crate::engine::cache::{ObjectCache, ReadLog, ReadSummary};
 use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
 use crate::error::{Error, Result};
@@ -42,6 +43,11 @@ pub struct KubeOps {
     client: Client,
     writer: Writer,
     kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
+    /// The controller's watches of this context, answering lists and gets they cover; `None`
+    /// (`comb run --once`, the CLI, the tests of the engine): every read goes to the server.
+    cache: Option<Arc<ObjectCache>>,
+    /// Where the reads of one step went ([`KubeOps::logging_reads`]).
+    reads: Option<Arc<ReadLog>>,
 }
 
 /// The client of a Comb's writes, and the user it impersonates (`None`: the controller's own).
@@ -75,6 +81,56 @@ impl KubeOps {
             },
             client,
             kinds: Arc::new(Mutex::new(HashMap::new())),
+            cache: None,
+            reads: None,
+        }
+    }
+
+    /// The same requests, with lists and gets answered from `cache` where its watches cover
+    /// them, and the results of this client's writes kept there (read-your-writes).
+    pub fn with_cache(mut self, cache: Arc<ObjectCache>) -> KubeOps {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The watched objects reads are answered from, if any.
+    pub fn cache(&self) -> Option<&Arc<ObjectCache>> {
+        self.cache.as_ref()
+    }
+
+    /// The same client, counting its reads (and its clones') afresh: one step's.
+    pub fn logging_reads(&self) -> KubeOps {
+        let mut ops = self.clone();
+        ops.reads = Some(Arc::new(ReadLog::default()));
+        ops
+    }
+
+    /// The log of [`KubeOps::logging_reads`], for reads made beside this client (a peer's).
+    pub fn read_log(&self) -> Option<&Arc<ReadLog>> {
+        self.reads.as_ref()
+    }
+
+    /// Where the reads went since [`KubeOps::logging_reads`].
+    pub fn read_summary(&self) -> Option<ReadSummary> {
+        self.reads.as_ref().map(|log| log.summary())
+    }
+
+    fn read_from_cache(&self) {
+        if let Some(log) = &self.reads {
+            log.cached();
+        }
+    }
+
+    fn read_from_api(&self, request: &str) {
+        if let Some(log) = &self.reads {
+            log.api(request);
+        }
+    }
+
+    /// Keeps what a write stored, so that the next read sees it before the watch brings it.
+    fn remember(&self, stored: &Value) {
+        if let Some(cache) = &self.cache {
+            cache.wrote(stored);
         }
     }
 
@@ -89,6 +145,8 @@ impl KubeOps {
                 user: Some(user.to_string()),
             },
             kinds: self.kinds.clone(),
+            cache: self.cache.clone(),
+            reads: self.reads.clone(),
         }
     }
 
@@ -214,6 +272,11 @@ impl KubeOps {
     /// The object `resource` names.
     pub async fn get(&self, resource: &ManagedObject) -> Result<Value> {
         let request = format!("get {}", resource.kind);
+        if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
+            self.read_from_cache();
+            return Ok(object);
+        }
+        self.read_from_api(&request);
         let api = self.object_api(Access::Read, &request, resource).await?;
         let object = api
             .get(&resource.name)
@@ -225,6 +288,11 @@ impl KubeOps {
     /// The object `resource` names, or `None` when the server says it does not exist.
     pub async fn get_opt(&self, resource: &ManagedObject) -> Result<Option<Value>> {
         let request = format!("get {}", resource.kind);
+        if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
+            self.read_from_cache();
+            return Ok(Some(object));
+        }
+        self.read_from_api(&request);
         let api = self.object_api(Access::Read, &request, resource).await?;
         match api.get_opt(&resource.name).await {
             Ok(Some(object)) => to_value(&request, &object).map(Some),
@@ -243,6 +311,15 @@ impl KubeOps {
         label_selector: &str,
     ) -> Result<Vec<Value>> {
         let request = format!("list {kind}");
+        if let Some(objects) = self
+            .cache
+            .as_ref()
+            .and_then(|cache| cache.list(api_version, kind, namespace, label_selector))
+        {
+            self.read_from_cache();
+            return Ok(objects);
+        }
+        self.read_from_api(&request);
         let api = self.api(Access::Read, api_version, kind, namespace).await?;
         let list = api
             .list(&ListParams::default().labels(label_selector))
@@ -323,7 +400,11 @@ impl KubeOps {
         // A manifest copied from a live object may carry one; the server refuses it on create.
         object.metadata.resource_version = None;
         match api.create(&PostParams::default(), &object).await {
-            Ok(stored) => Ok(Created::Stored(to_value(&request, &stored)?)),
+            Ok(stored) => {
+                let stored = to_value(&request, &stored)?;
+                self.remember(&stored);
+                Ok(Created::Stored(stored))
+            }
             Err(kube::Error::Api(status))
                 if status.code == 409 && status.reason == "AlreadyExists" =>
             {
@@ -345,7 +426,9 @@ impl KubeOps {
             .replace(&target.name, &PostParams::default(), &object)
             .await
             .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &stored)
+        let stored = to_value(&request, &stored)?;
+        self.remember(&stored);
+        Ok(stored)
     }
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
@@ -371,8 +454,11 @@ impl KubeOps {
         let api = self.object_api(Access::Write, &request, resource).await?;
         api.delete(&resource.name, &DeleteParams::background())
             .await
-            .map(drop)
-            .map_err(|error| api_error(&request, error))
+            .map_err(|error| api_error(&request, error))?;
+        if let Some(cache) = &self.cache {
+            cache.removed(resource);
+        }
+        Ok(())
     }
 
     /// A JSON merge patch of the main resource; returns the patched object.
@@ -387,7 +473,9 @@ impl KubeOps {
             )
             .await
             .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &patched)
+        let patched = to_value(&request, &patched)?;
+        self.remember(&patched);
+        Ok(patched)
     }
 
     fn combs(&self, group: &str, namespace: &str) -> Api<Comb> {
@@ -400,6 +488,7 @@ impl KubeOps {
 
     /// The Comb custom resource `namespace/name` of API group `group`.
     pub async fn get_comb(&self, group: &str, namespace: &str, name: &str) -> Result<Comb> {
+        self.read_from_api("get Comb");
         self.combs(group, namespace)
             .get(name)
             .await
