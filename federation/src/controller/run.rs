@@ -61,6 +61,7 @@ impl Controller {
         config.check_pool(&pool)?;
         let mut ops_by_context: BTreeMap<String, KubeOps> = BTreeMap::new();
         let peers = Arc::new(LayerPeers::default());
+        let reads_from_watches = options.read_from_watches && options.once.is_none();
         let mut layers = Vec::new();
         for (index, layer) in config.layers.iter().enumerate() {
             let ops = match ops_by_context.get(&layer.context) {
@@ -73,7 +74,7 @@ impl Controller {
                     let mut ops = KubeOps::new(client);
                     // Steps read what the watches hold; `--once` reads the API server, as the
                     // CLI does (its run is too short for watches to pay off).
-                    if options.once.is_none() {
+                    if reads_from_watches {
                         let name_label = config.label_keys().name_label().to_string();
                         ops = ops.with_cache(Arc::new(ObjectCache::new(name_label)));
                     }
@@ -83,7 +84,7 @@ impl Controller {
             };
             let mut borrow_env = config.borrow_env(&pool, layer);
             borrow_env.classes = options.upstream_classes.clone();
-            if options.once.is_none() {
+            if reads_from_watches {
                 borrow_env.peers = Some(peers.clone());
             }
             layers.push(Arc::new(LayerRuntime::new(
