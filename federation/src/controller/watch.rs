@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::Shared;
 use super::backoff::Retries;
 use super::layer::LayerRuntime;
-use super::queue::Trigger;
+use super::queue::{CombKey, Trigger};
 use super::triggers::{Source, comb_key, owner_of};
 
 /// The kinds whose changes wake their Comb: what Combs usually deploy, the bridges' kinds, and
@@ -306,7 +306,8 @@ pub async fn watch_managed(
                 continue;
             }
         };
-        let object = match event {
+        // The cache first: the step the event wakes reads at least this change.
+        let (owner, name) = match event {
             Event::Init => {
                 if let Some(cache) = &cache {
                     cache.list_started(&api_version, &kind_name, scope.as_deref());
@@ -322,30 +323,29 @@ pub async fn watch_managed(
                 continue;
             }
             Event::InitApply(object) => {
+                let seen = owner_and_name(&object, &keys);
                 if let Some(cache) = &cache {
-                    cache.listed(&api_version, &kind_name, scope.as_deref(), object.clone());
+                    cache.listed(&api_version, &kind_name, scope.as_deref(), object);
                 }
-                object
+                seen
             }
             Event::Apply(object) => {
+                let seen = owner_and_name(&object, &keys);
                 if let Some(cache) = &cache {
-                    cache.applied(&api_version, &kind_name, object.clone());
+                    cache.applied(&api_version, &kind_name, object);
                 }
-                object
+                seen
             }
             Event::Delete(object) => {
                 if let Some(cache) = &cache {
                     cache.deleted(&api_version, &kind_name, &object);
                 }
-                object
+                owner_and_name(&object, &keys)
             }
         };
         retries.reset();
         shared.layer_answered(&layer);
-        let labels: Option<std::collections::BTreeMap<String, String>> = object
-            .pointer("/metadata/labels")
-            .and_then(|labels| serde_json::from_value(labels.clone()).ok());
-        if let Some(owner) = owner_of(labels.as_ref(), &keys)
+        if let Some(owner) = owner
             && layer.knows(&owner)
         {
             debug!(
@@ -353,15 +353,25 @@ pub async fn watch_managed(
                 namespace = %owner.namespace,
                 comb = %owner.name,
                 kind = %kind.kind,
-                object = object
-                    .pointer("/metadata/name")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or_default(),
+                object = %name,
                 "a managed resource changed"
             );
             layer.queue.enqueue(&owner, Trigger::Resource);
         }
     }
+}
+
+/// The Comb an object's labels name, and the object's name.
+fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
+    let labels: Option<std::collections::BTreeMap<String, String>> = object
+        .pointer("/metadata/labels")
+        .and_then(|labels| serde_json::from_value(labels.clone()).ok());
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    (owner_of(labels.as_ref(), keys), name)
 }
 
 #[cfg(test)]

@@ -14,9 +14,11 @@
 //! ours is dropped once the watch brings it, or after [`KEPT`] versions of the object without
 //! it (the watch passed it unseen), or when a list replaces the store.
 //!
-//! What is kept is slimmed: no `managedFields`, and no `data`/`stringData`/`binaryData` of
-//! Secrets and ConfigMaps (the engine reads only their metadata; secret values stay out of the
-//! controller's memory).
+//! What is kept is slimmed to what a step reads ([`slim`]): no `managedFields` or
+//! last-applied annotation, no `data` of Secrets and ConfigMaps (secret values stay out of the
+//! controller's memory), no Pod `spec` and no Pod template `spec` of workloads (the live status
+//! reads their status, replicas and strategies; changes are told by the applied digest). A
+//! read that needs more asks the API server.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -94,17 +96,42 @@ fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
-/// What the cache keeps of `object` of `kind`: no managed fields, no Secret or ConfigMap data.
+/// What the cache keeps of `object` of `kind`: no managed fields or last-applied annotation,
+/// no Secret or ConfigMap data, no Pod spec, no Pod template spec of a workload.
 pub fn slim(kind: &str, mut object: Value) -> Value {
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
-    }
-    if matches!(kind, "Secret" | "ConfigMap")
-        && let Some(fields) = object.as_object_mut()
-    {
-        for field in ["data", "stringData", "binaryData"] {
-            fields.remove(field);
+        if let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
         }
+    }
+    let template_spec = match kind {
+        "Secret" | "ConfigMap" => {
+            if let Some(fields) = object.as_object_mut() {
+                for field in ["data", "stringData", "binaryData"] {
+                    fields.remove(field);
+                }
+            }
+            None
+        }
+        "Pod" => {
+            if let Some(fields) = object.as_object_mut() {
+                fields.remove("spec");
+            }
+            None
+        }
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => Some("/spec/template"),
+        "CronJob" => Some("/spec/jobTemplate/spec/template"),
+        _ => None,
+    };
+    if let Some(template) = template_spec
+        .and_then(|pointer| object.pointer_mut(pointer))
+        .and_then(Value::as_object_mut)
+    {
+        template.remove("spec");
     }
     object
 }
@@ -689,8 +716,31 @@ mod tests {
             slim("ConfigMap", map),
             json!({"kind": "ConfigMap", "metadata": {"name": "c"}})
         );
-        let pod = json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": 1}});
-        assert_eq!(slim("Pod", pod.clone()), pod);
+        let pod = json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": 1},
+                         "status": {"phase": "Running"}});
+        assert_eq!(
+            slim("Pod", pod),
+            json!({"kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}})
+        );
+        let deployment = json!({"kind": "Deployment",
+            "metadata": {"name": "d", "annotations": {"a": "1",
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}"}},
+            "spec": {"replicas": 2, "template": {"metadata": {"annotations": {"r": "1"}},
+                                                 "spec": {"containers": []}}},
+            "status": {"readyReplicas": 2}});
+        assert_eq!(
+            slim("Deployment", deployment),
+            json!({"kind": "Deployment", "metadata": {"name": "d", "annotations": {"a": "1"}},
+                   "spec": {"replicas": 2, "template": {"metadata": {"annotations": {"r": "1"}}}},
+                   "status": {"readyReplicas": 2}})
+        );
+        let cron = json!({"kind": "CronJob", "spec": {"suspend": true, "jobTemplate": {"spec":
+            {"template": {"metadata": {}, "spec": {"containers": []}}}}}});
+        assert_eq!(
+            slim("CronJob", cron),
+            json!({"kind": "CronJob", "spec": {"suspend": true, "jobTemplate": {"spec":
+                {"template": {"metadata": {}}}}}})
+        );
     }
 
     #[test]

@@ -271,11 +271,17 @@ impl KubeOps {
 
     /// The object `resource` names.
     pub async fn get(&self, resource: &ManagedObject) -> Result<Value> {
-        let request = format!("get {}", resource.kind);
         if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
             self.read_from_cache();
             return Ok(object);
         }
+        self.get_from_server(resource).await
+    }
+
+    /// The object as the API server has it now, never the watch's copy: what a conflict calls
+    /// for (the watch may not have brought the version that conflicted yet).
+    async fn get_from_server(&self, resource: &ManagedObject) -> Result<Value> {
+        let request = format!("get {}", resource.kind);
         self.read_from_api(&request);
         let api = self.object_api(Access::Read, &request, resource).await?;
         let object = api
@@ -361,7 +367,7 @@ impl KubeOps {
             match self.onto_existing(&target, &body, &live).await {
                 Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
                     attempts += 1;
-                    live = self.get(&target).await?;
+                    live = self.get_from_server(&target).await?;
                 }
                 other => return other,
             }
