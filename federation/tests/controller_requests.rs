@@ -265,3 +265,72 @@ async fn a_settled_resync_reads_nothing_from_the_api_servers() {
         view[1]["combs"][0]
     );
 }
+
+/// Writes to Deployments, whatever the verb (a replace today, an apply once branch `writes`
+/// has landed).
+fn deployment_writes(requests: &BTreeMap<String, u64>) -> u64 {
+    requests
+        .iter()
+        .filter(|(request, _)| request.ends_with(" deployments.apps") && is_write(request))
+        .map(|(_, count)| count)
+        .sum()
+}
+
+/// Read-your-writes: the steps after an edit (woken by the rollout's Pods and the Deployment's
+/// status) read the Deployment as the edit's step wrote it, even before the watch brings it,
+/// so none of them applies it again.
+#[tokio::test]
+async fn an_edit_writes_the_deployment_once_though_the_steps_read_from_the_watches() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let config =
+        world.config("resync: 1h\nlayers:\n - {name: prod, context: prod, namespaces: [platform]}");
+    let running = world.run(config).await;
+    world
+        .create_comb("prod", "platform", "web-0", web("web-0"))
+        .await;
+    world
+        .wait_phase("prod", "platform", "web-0", "Running", Some("Healthy"))
+        .await;
+    world.kit.reset_requests("prod");
+    let mut edited = web("web-0");
+    edited["config"]["manifests"][0]["spec"]["template"]["spec"]["containers"][0]["image"] =
+        json!("nginx:2");
+    world.patch_spec("prod", "platform", "web-0", edited).await;
+    let handle = running.handle.clone();
+    eventually("the edit to be rolled out and the Comb settled", || {
+        let handle = handle.clone();
+        let world = &world;
+        async move {
+            let image = world
+                .kit
+                .peek("prod", "apps/v1", "Deployment", "platform", "web-0")
+                .await
+                .and_then(|d| {
+                    d.pointer("/spec/template/spec/containers/0/image")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+            let queue = handle.queue();
+            let comb = queue
+                .iter()
+                .flat_map(|layer| layer.combs.iter())
+                .find(|comb| comb.name == "web-0")
+                .cloned();
+            let settled = comb.as_ref().is_some_and(|comb| {
+                comb.state == "idle"
+                    && comb.last_phase.as_deref() == Some("Running")
+                    && comb.last_reason.as_deref() == Some("Healthy")
+            });
+            if image.as_deref() == Some("nginx:2") && settled {
+                Ok(())
+            } else {
+                Err((image, comb))
+            }
+        }
+    })
+    .await;
+    let requests = world.kit.requests("prod");
+    println!("an image edit until settled: {requests:?}");
+    assert_eq!(deployment_writes(&requests), 1, "{requests:?}");
+    running.stop().await;
+}

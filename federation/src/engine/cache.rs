@@ -435,8 +435,11 @@ impl ObjectCache {
         let version = version.to_string();
         let object = Arc::new(slim(kind, object.clone()));
         self.with_kind(api_version, kind, |store| {
-            // The watch brought it already: the store is as new or newer.
-            if store.recent_set.contains(&(key.clone(), version.clone())) {
+            // Not answered from here anyway; or the watch brought it already (the store is as
+            // new or newer).
+            if !store.covers(Some(key.0.as_str()))
+                || store.recent_set.contains(&(key.clone(), version.clone()))
+            {
                 return;
             }
             store.overlays.insert(
