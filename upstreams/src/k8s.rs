@@ -1,7 +1,8 @@
 //! `Kubernetes::Comb::Upstream::K8s` (reference §5.4): the peer Comb in another kube context.
 //!
 //! It reads the peer's custom resource and nothing else (`get` on `combs`), through the pool's
-//! client for the peer's context. Every Comb publishes its already-resolved endpoints, so a chain
+//! client for the peer's context, unless a watch already holds it ([`UpstreamContext::peers`]:
+//! the federation controller's layers), which answers without a request. Every Comb publishes its already-resolved endpoints, so a chain
 //! of any depth works without a layer knowing more than its own upstream, and `via` grows one
 //! context per hop. Unreachable peers are `reachable: false`, never an error.
 
@@ -156,6 +157,18 @@ impl K8s {
         if same_server && namespace == ctx.namespace && name == ctx.name {
             return PeerView::Failed(format!("{place} is this Comb itself"));
         }
+        // A watch that holds the peer answers without a request (its changes wake the Comb).
+        if let Some(peer) = ctx
+            .peers
+            .as_ref()
+            .and_then(|peers| peers.peer(&self.context, namespace, name))
+        {
+            return PeerView::Read {
+                place,
+                same_server,
+                status: Box::new(peer.status.unwrap_or_default()),
+            };
+        }
         let client = match ctx.pool.client(&self.context).await {
             Ok(client) => client,
             Err(error) => return failed(error.to_string()),
@@ -300,6 +313,44 @@ mod tests {
     use crate::testing::context;
     use comb_api::CombUpstreamStatus;
     use serde_json::json;
+
+    /// A watch holding one peer.
+    #[derive(Debug)]
+    struct Watched(Comb);
+
+    impl crate::PeerCombs for Watched {
+        fn peer(&self, context: &str, namespace: &str, name: &str) -> Option<Comb> {
+            (context == "prod" && namespace == "platform" && name == "db").then(|| self.0.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watched_peer_is_answered_without_a_request() {
+        // The test contexts' servers do not answer: only the watch can.
+        let mut peer = Comb::new(
+            comb_api::DEFAULT_GROUP,
+            "platform",
+            "db",
+            comb_api::CombSpec::of_class("Manifests"),
+        );
+        peer.status = Some(
+            serde_json::from_value(json!({"phase": "Running", "endpoints": [
+                {"name": "pg", "port": 5432, "external": "192.0.2.10:5432"}]}))
+            .unwrap(),
+        );
+        let mut ctx = context();
+        ctx.peers = Some(std::sync::Arc::new(Watched(peer)));
+        let upstream = K8s::new("prod");
+        let status = upstream.status(&ctx).await.unwrap();
+        assert!(status.reachable, "{status:?}");
+        assert_eq!(status.phase, Some("Running".into()));
+        let endpoints = upstream.endpoints(&ctx).await.unwrap();
+        assert_eq!(endpoints[0].cluster(), Some("192.0.2.10:5432"));
+        // A peer the watch does not hold is read from its server (here: unreachable).
+        let elsewhere = K8s::new("prod").with_name("other");
+        let status = elsewhere.status(&ctx).await.unwrap();
+        assert!(!status.reachable, "{status:?}");
+    }
 
     fn published(name: &str, cluster: Option<&str>, external: Option<&str>) -> CombEndpoint {
         CombEndpoint {

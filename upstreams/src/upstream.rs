@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{Endpoint, LabelKeys, ManagedObject, Phase};
+use comb_api::{Comb, Endpoint, LabelKeys, ManagedObject, Phase};
 use comb_kubeconfigs::ClientPool;
 
 use crate::error::Result;
@@ -73,6 +74,17 @@ pub struct UpstreamContext {
     /// `system:serviceaccount:<namespace>:<name>`); `None`: the context's own user. Reads keep
     /// the context's own user.
     pub write_as: Option<String>,
+    /// Peer Comb CRs as a watch holds them (the federation controller's layers): a K8s
+    /// upstream asks here first and reads the API server only for a peer no watch covers.
+    pub peers: Option<Arc<dyn PeerCombs>>,
+}
+
+/// Comb CRs a watch already holds, by kube context: what saves a borrowing step its read of
+/// the peer (issue 12).
+pub trait PeerCombs: Send + Sync + fmt::Debug {
+    /// The CR `namespace/name` in kube context `context`, when a watch that has listed covers
+    /// it and holds it; `None` means "read it from the API server" (the peer may still exist).
+    fn peer(&self, context: &str, namespace: &str, name: &str) -> Option<Comb>;
 }
 
 impl fmt::Debug for UpstreamContext {
@@ -84,6 +96,7 @@ impl fmt::Debug for UpstreamContext {
             .field("group", &self.group)
             .field("layers", &self.layers)
             .field("write_as", &self.write_as)
+            .field("peers", &self.peers.is_some())
             .finish_non_exhaustive()
     }
 }

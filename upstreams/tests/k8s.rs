@@ -72,6 +72,7 @@ impl Clusters {
             managed_by: "comb".into(),
             layers: BTreeMap::new(),
             write_as: None,
+            peers: None,
         }
     }
 

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod once;
 mod options;
 pub mod queue;
+mod reads;
 mod report;
 mod run;
 mod step;

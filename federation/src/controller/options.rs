@@ -53,6 +53,9 @@ pub struct ControllerOptions {
     pub upstream_classes: UpstreamClasses,
     /// Serve the validating admission webhook (every replica serves it, leading or not).
     pub webhook: Option<WebhookOptions>,
+    /// Answer the steps' reads of managed objects, Pods and peer Combs from the watches
+    /// (default); off, every read goes to the API server, as `--once` always does.
+    pub read_from_watches: bool,
 }
 
 impl Default for ControllerOptions {
@@ -74,6 +77,7 @@ impl Default for ControllerOptions {
             identity: default_identity(),
             upstream_classes: UpstreamClasses::default(),
             webhook: None,
+            read_from_watches: true,
         }
     }
 }

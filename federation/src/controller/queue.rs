@@ -5,8 +5,9 @@
 //! Such reruns are paced: the first comes at once, each further one in a row waits longer, so
 //! that a step whose own writes wake it again (an unhealthy Comb re-applies its manifests, a
 //! webhook rewrites what was applied) cannot spin. A failed step backs off exponentially. Only
-//! an urgent trigger (the CR changed) cuts a wait short. Each Comb is stepped again `resync`
-//! after its last step. The bookkeeping is
+//! an urgent trigger (the CR changed) cuts a wait short. Each Comb is stepped again about
+//! `resync` after its last step, at its own place in the period ([`resync_at`]), so that Combs
+//! that started together do not resync together. The bookkeeping is
 //! [`QueueState`], a plain state machine driven with explicit instants so that tests need no
 //! clock; [`WorkQueue`] wraps it for the workers.
 
@@ -21,6 +22,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::backoff::BackoffPolicy;
+use crate::engine::cache::ReadSummary;
 
 /// A Comb of a layer: namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -119,6 +121,8 @@ pub struct StepReport {
     /// When the step started, as wall time (for the debug view).
     pub started_at: jiff::Timestamp,
     pub duration: Duration,
+    /// Where the step's reads went (watches or the API server), when it counted them.
+    pub reads: Option<ReadSummary>,
 }
 
 #[derive(Debug)]
@@ -134,6 +138,10 @@ struct Entry {
     /// Removed from its layer while running: dropped when the step ends.
     forgotten: bool,
     next_resync: Option<Instant>,
+    /// The jitter of this Comb's resync place, drawn at its first step and kept: a jitter
+    /// drawn anew each time would let the resyncs of Combs that started together overlap
+    /// where one period's end meets the next.
+    resync_jitter: Option<f64>,
     last: Option<StepReport>,
 }
 
@@ -146,6 +154,7 @@ impl Entry {
             reruns: 0,
             forgotten: false,
             next_resync: None,
+            resync_jitter: None,
             last: None,
         }
     }
@@ -172,10 +181,62 @@ pub struct QueueState {
     ready: VecDeque<CombKey>,
     timers: BinaryHeap<Reverse<(Instant, TimerKind, CombKey)>>,
     resync: Duration,
+    /// What resync places are counted from.
+    epoch: Instant,
     backoff: BackoffPolicy,
     pacing: BackoffPolicy,
     paused: bool,
     closed: bool,
+}
+
+/// How much of the period a resync's jitter moves it at most.
+pub const RESYNC_JITTER: f64 = 0.1;
+
+/// Where `key` falls in a resync period, in `[0, 1)`: a stable hash (FNV-1a of
+/// `namespace/name`, then MurmurHash3's finalizer), the same in every process and run.
+pub fn resync_offset(key: &CombKey) -> f64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key
+        .namespace
+        .bytes()
+        .chain(std::iter::once(b'/'))
+        .chain(key.name.bytes())
+    {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // FNV mixes a name's last bytes into the low bits only: MurmurHash3's finalizer spreads
+    // them over the top bits too (without it, `comb-0`..`comb-2999` bunched into a few seconds).
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^= hash >> 33;
+    // The top 53 bits, exactly representable.
+    (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// When `key` resyncs after a step that ended at `now`: at its own place in the period
+/// (`epoch + (offset + jitter) * period + k * period`, the offset from [`resync_offset`], the
+/// jitter `jitter * RESYNC_JITTER` of the period, drawn once per Comb), the first such place
+/// at least half a period after `now`. Combs that all stepped at once (a start, a layer that came back) spread over one
+/// period; a settled Comb resyncs once a period, give or take the jitter.
+pub fn resync_at(
+    epoch: Instant,
+    now: Instant,
+    period: Duration,
+    key: &CombKey,
+    jitter: f64,
+) -> Instant {
+    let period_secs = period.as_secs_f64();
+    if period_secs <= 0.0 {
+        return now;
+    }
+    let place = (resync_offset(key) + jitter.clamp(0.0, 1.0) * RESYNC_JITTER).fract();
+    let earliest = now.saturating_duration_since(epoch).as_secs_f64() + period_secs / 2.0;
+    let periods = ((earliest / period_secs) - place).ceil().max(0.0);
+    let at = (periods + place) * period_secs;
+    epoch + Duration::try_from_secs_f64(at).unwrap_or(period)
 }
 
 impl QueueState {
@@ -187,6 +248,7 @@ impl QueueState {
             ready: VecDeque::new(),
             timers: BinaryHeap::new(),
             resync,
+            epoch: Instant::now(),
             backoff,
             pacing,
             paused: false,
@@ -295,7 +357,8 @@ impl QueueState {
             0
         };
         entry.last = Some(report);
-        let resync_at = now + self.resync;
+        let resync_jitter = *entry.resync_jitter.get_or_insert(jitter);
+        let resync_at = resync_at(self.epoch, now, self.resync, key, resync_jitter);
         entry.next_resync = Some(resync_at);
         self.timers
             .push(Reverse((resync_at, TimerKind::Resync, key.clone())));
@@ -403,6 +466,8 @@ impl QueueState {
                         last_step_millis: entry.last.as_ref().map(|last| {
                             u64::try_from(last.duration.as_millis()).unwrap_or(u64::MAX)
                         }),
+                        last_reads: entry.last.as_ref().and_then(|last| last.reads.clone()),
+                        next_resync_at: entry.next_resync.and_then(wall),
                     }
                 })
                 .collect();
@@ -442,6 +507,13 @@ pub struct QueueEntryView {
     pub last_step_at: Option<jiff::Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_step_millis: Option<u64>,
+    /// Where the last step's reads went: `cached` (answered by the watches) and `api` (sent to
+    /// the API server because no watch covers them, by request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_reads: Option<ReadSummary>,
+    /// When the periodic resync steps it next.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_resync_at: Option<jiff::Timestamp>,
 }
 
 /// [`QueueState`] behind a lock, with the wake-ups the workers wait on.

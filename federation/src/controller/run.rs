@@ -21,11 +21,13 @@ use super::graph::BorrowIndex;
 use super::layer::LayerRuntime;
 use super::once::{RunOutcome, SettleView, is_settled};
 use super::queue::WorkQueue;
+use super::reads::LayerPeers;
 use super::{
     ControllerHandle, ControllerOptions, OnceOptions, Shared, Transition, admin, leader, metrics,
     queue, step, watch,
 };
 use crate::config::Config;
+use crate::engine::cache::ObjectCache;
 use crate::engine::class::ClassRegistry;
 use crate::engine::kube_ops::KubeOps;
 use crate::error::{Error, Result};
@@ -58,6 +60,8 @@ impl Controller {
         config.check()?;
         config.check_pool(&pool)?;
         let mut ops_by_context: BTreeMap<String, KubeOps> = BTreeMap::new();
+        let peers = Arc::new(LayerPeers::default());
+        let reads_from_watches = options.read_from_watches && options.once.is_none();
         let mut layers = Vec::new();
         for (index, layer) in config.layers.iter().enumerate() {
             let ops = match ops_by_context.get(&layer.context) {
@@ -67,13 +71,22 @@ impl Controller {
                         .client(&layer.context)
                         .await
                         .map_err(|error| Error::Config(format!("layer {}: {error}", layer.name)))?;
-                    let ops = KubeOps::new(client);
+                    let mut ops = KubeOps::new(client);
+                    // Steps read what the watches hold; `--once` reads the API server, as the
+                    // CLI does (its run is too short for watches to pay off).
+                    if reads_from_watches {
+                        let name_label = config.label_keys().name_label().to_string();
+                        ops = ops.with_cache(Arc::new(ObjectCache::new(name_label)));
+                    }
                     ops_by_context.insert(layer.context.clone(), ops.clone());
                     ops
                 }
             };
             let mut borrow_env = config.borrow_env(&pool, layer);
             borrow_env.classes = options.upstream_classes.clone();
+            if reads_from_watches {
+                borrow_env.peers = Some(peers.clone());
+            }
             layers.push(Arc::new(LayerRuntime::new(
                 index,
                 layer.clone(),
@@ -83,6 +96,7 @@ impl Controller {
                 WorkQueue::new(config.resync, options.backoff, options.pacing),
             )));
         }
+        peers.set(&layers);
         let metrics = metrics::Metrics::new();
         for layer in &layers {
             metrics.set_layer_up(layer.name(), false);
@@ -316,6 +330,7 @@ async fn work(shared: Arc<Shared>, layer: Arc<LayerRuntime>) {
                 failed: true,
                 started_at: jiff::Timestamp::now(),
                 duration: Duration::ZERO,
+                reads: None,
             }
         });
         layer.queue.finish(&job.key, report);

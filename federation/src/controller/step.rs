@@ -17,7 +17,9 @@ use super::events::EventType;
 use super::graph::dependency_key;
 use super::layer::{Built, LayerRuntime, Origin};
 use super::queue::{CombKey, StepReport};
+use super::reads::StepPeers;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
+use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
@@ -33,6 +35,8 @@ struct Outcome {
     reason: Option<String>,
     /// Retry with backoff.
     failed: bool,
+    /// Where a reconcile step's reads went.
+    reads: Option<ReadSummary>,
 }
 
 impl Outcome {
@@ -47,6 +51,7 @@ impl Outcome {
                 .ready()
                 .and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
             failed,
+            reads: None,
         }
     }
 
@@ -55,6 +60,7 @@ impl Outcome {
             phase: phase.to_string(),
             reason: Some(reason.to_string()),
             failed,
+            reads: None,
         }
     }
 }
@@ -78,6 +84,7 @@ pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey
         failed: outcome.failed,
         started_at,
         duration,
+        reads: outcome.reads,
     }
 }
 
@@ -131,10 +138,11 @@ async fn reconcile_comb(
         .config
         .controlling(&layer.layer, &key.namespace, &key.name);
     let ops = match layer.comb_ops(&key.namespace).await {
-        Ok(ops) => ops,
+        Ok(ops) => ops.logging_reads(),
         Err(error) => return build_failed(shared, layer, key, &cr, error.to_string()).await,
     };
-    let resolution = borrow::resolution(&comb, &controlling, &layer.borrow_env).await;
+    let borrow_env = step_borrow_env(&layer.borrow_env, &ops);
+    let resolution = borrow::resolution(&comb, &controlling, &borrow_env).await;
     let resolver = LayerResolver { shared, layer };
     let env = StepEnv {
         ops: &ops,
@@ -157,7 +165,22 @@ async fn reconcile_comb(
         shared.metrics.api_error(layer.name(), "status");
     }
     let failed = write_failed || status.phase == Some(Phase::Error);
-    Outcome::of(&status, failed)
+    Outcome {
+        reads: ops.read_summary(),
+        ..Outcome::of(&status, failed)
+    }
+}
+
+/// The layer's borrow environment, counting the step's peer reads in the step's read log.
+fn step_borrow_env(env: &BorrowEnv, ops: &KubeOps) -> BorrowEnv {
+    let mut env = env.clone();
+    if let (Some(peers), Some(log)) = (env.peers.clone(), ops.read_log()) {
+        env.peers = Some(Arc::new(StepPeers {
+            peers,
+            log: log.clone(),
+        }));
+    }
+    env
 }
 
 /// The Comb of `cr`, built anew; or the one whose status could not be written, while uid and

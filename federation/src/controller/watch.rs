@@ -1,5 +1,7 @@
-//! The watches of a layer: its Comb CRs, and the resources Combs manage (by the managed-by
-//! label), mapped back to their Comb by the name and namespace labels.
+//! The watches of a layer: its Comb CRs, and the resources Combs manage (by the Comb name
+//! label), mapped back to their Comb by the name and namespace labels. What the resource watches
+//! bring is kept in the context's [`ObjectCache`](crate::engine::cache::ObjectCache) before the
+//! Comb is woken, so that the step it wakes reads at least that change from it.
 //!
 //! Watches resume after errors by themselves (kube's watcher re-lists after 410 Expired); we add
 //! a backoff between failed attempts and tell the layer's health about transport failures.
@@ -7,18 +9,20 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use comb_api::{Comb, MANAGED_BY_LABEL};
-use futures::StreamExt;
+use comb_api::Comb;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::core::PartialObjectMeta;
+use kube::core::{PartialObjectMeta, TypeMeta};
 use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Shared;
 use super::backoff::Retries;
 use super::layer::LayerRuntime;
-use super::queue::Trigger;
+use super::queue::{CombKey, Trigger};
 use super::triggers::{Source, comb_key, owner_of};
 
 /// The kinds whose changes wake their Comb: what Combs usually deploy, the bridges' kinds, and
@@ -185,8 +189,66 @@ pub async fn watch_combs(
     }
 }
 
-/// Watches one managed kind in one scope of `layer` and wakes the Comb of each changed or
-/// deleted object, until `cancel` (or for good when the kind is not served).
+/// Kinds whose objects the steps read only by their metadata (their data stays on the server):
+/// watched as metadata.
+pub const METADATA_KINDS: [&str; 2] = ["Secret", "ConfigMap"];
+
+/// The events of one kind's watch as JSON objects with their `apiVersion` and `kind` (list
+/// items come without), without `managedFields`.
+fn object_events(
+    client: kube::Client,
+    kind: &ApiResource,
+    scope: Option<&str>,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<Event<Value>>> {
+    let types = TypeMeta {
+        api_version: kind.api_version.clone(),
+        kind: kind.kind.clone(),
+    };
+    if METADATA_KINDS.contains(&kind.kind.as_str()) {
+        let api: Api<PartialObjectMeta<DynamicObject>> = match scope {
+            Some(namespace) => Api::namespaced_with(client, namespace, kind),
+            None => Api::all_with(client, kind),
+        };
+        watcher::watcher(api, config)
+            .map_ok(move |event| {
+                map_event(event, |mut object| {
+                    object.metadata.managed_fields = None;
+                    object.types = Some(types.clone());
+                    serde_json::to_value(object).unwrap_or_default()
+                })
+            })
+            .boxed()
+    } else {
+        let api: Api<DynamicObject> = match scope {
+            Some(namespace) => Api::namespaced_with(client, namespace, kind),
+            None => Api::all_with(client, kind),
+        };
+        watcher::watcher(api, config)
+            .map_ok(move |event| {
+                map_event(event, |mut object| {
+                    object.metadata.managed_fields = None;
+                    object.types = Some(types.clone());
+                    serde_json::to_value(object).unwrap_or_default()
+                })
+            })
+            .boxed()
+    }
+}
+
+fn map_event<K, T>(event: Event<K>, f: impl FnOnce(K) -> T) -> Event<T> {
+    match event {
+        Event::Apply(object) => Event::Apply(f(object)),
+        Event::Delete(object) => Event::Delete(f(object)),
+        Event::Init => Event::Init,
+        Event::InitApply(object) => Event::InitApply(f(object)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// Watches one managed kind in one scope of `layer`, keeps what it brings in the context's
+/// cache (when the controller keeps one) and wakes the Comb of each changed or deleted object,
+/// until `cancel` (or for good when the kind is not served).
 pub async fn watch_managed(
     shared: Arc<Shared>,
     layer: Arc<LayerRuntime>,
@@ -195,15 +257,19 @@ pub async fn watch_managed(
     cancel: CancellationToken,
 ) {
     let client = layer.ops.client().clone();
-    // Metadata only: labels are all that is looked at.
-    let api: Api<PartialObjectMeta<DynamicObject>> = match &scope {
-        Some(namespace) => Api::namespaced_with(client, namespace, &kind),
-        None => Api::all_with(client, &kind),
-    };
-    let selector = format!("{MANAGED_BY_LABEL}={}", shared.config.managed_by);
-    let stream = watcher::watcher(api, watcher::Config::default().labels(&selector));
-    futures::pin_mut!(stream);
     let keys = shared.config.label_keys();
+    // Everything that carries a Comb's name label: a superset of what the steps select by
+    // (the name label, or name and namespace labels), so the cache can answer their lists.
+    let selector = keys.name_label().to_string();
+    let stream = object_events(
+        client,
+        &kind,
+        scope.as_deref(),
+        watcher::Config::default().labels(&selector),
+    );
+    futures::pin_mut!(stream);
+    let cache = layer.ops.cache().cloned();
+    let (api_version, kind_name) = (kind.api_version.clone(), kind.kind.clone());
     let mut retries = shared.watch_retries();
     loop {
         let item = tokio::select! {
@@ -211,9 +277,8 @@ pub async fn watch_managed(
             item = stream.next() => item,
         };
         let Some(item) = item else { return };
-        let object: PartialObjectMeta<DynamicObject> = match item {
-            Ok(Event::Apply(object) | Event::InitApply(object) | Event::Delete(object)) => object,
-            Ok(Event::Init | Event::InitDone) => continue,
+        let event = match item {
+            Ok(event) => event,
             Err(error) => {
                 let failure = classify(&error);
                 if failure == Failure::NotServed {
@@ -241,9 +306,46 @@ pub async fn watch_managed(
                 continue;
             }
         };
+        // The cache first: the step the event wakes reads at least this change.
+        let (owner, name) = match event {
+            Event::Init => {
+                if let Some(cache) = &cache {
+                    cache.list_started(&api_version, &kind_name, scope.as_deref());
+                }
+                continue;
+            }
+            Event::InitDone => {
+                if let Some(cache) = &cache {
+                    cache.list_done(&api_version, &kind_name, scope.as_deref());
+                }
+                retries.reset();
+                shared.layer_answered(&layer);
+                continue;
+            }
+            Event::InitApply(object) => {
+                let seen = owner_and_name(&object, &keys);
+                if let Some(cache) = &cache {
+                    cache.listed(&api_version, &kind_name, scope.as_deref(), object);
+                }
+                seen
+            }
+            Event::Apply(object) => {
+                let seen = owner_and_name(&object, &keys);
+                if let Some(cache) = &cache {
+                    cache.applied(&api_version, &kind_name, object);
+                }
+                seen
+            }
+            Event::Delete(object) => {
+                if let Some(cache) = &cache {
+                    cache.deleted(&api_version, &kind_name, &object);
+                }
+                owner_and_name(&object, &keys)
+            }
+        };
         retries.reset();
         shared.layer_answered(&layer);
-        if let Some(owner) = owner_of(object.metadata.labels.as_ref(), &keys)
+        if let Some(owner) = owner
             && layer.knows(&owner)
         {
             debug!(
@@ -251,12 +353,25 @@ pub async fn watch_managed(
                 namespace = %owner.namespace,
                 comb = %owner.name,
                 kind = %kind.kind,
-                object = object.metadata.name.as_deref().unwrap_or_default(),
+                object = %name,
                 "a managed resource changed"
             );
             layer.queue.enqueue(&owner, Trigger::Resource);
         }
     }
+}
+
+/// The Comb an object's labels name, and the object's name.
+fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
+    let labels: Option<std::collections::BTreeMap<String, String>> = object
+        .pointer("/metadata/labels")
+        .and_then(|labels| serde_json::from_value(labels.clone()).ok());
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    (owner_of(labels.as_ref(), keys), name)
 }
 
 #[cfg(test)]

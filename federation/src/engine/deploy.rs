@@ -1,8 +1,11 @@
 //! Deploy (reference §4.3) and the execution of a prune plan (§6.7).
 
+use std::borrow::Cow;
+
 use comb_api::ManagedObject;
 use serde_json::Value;
 
+use crate::engine::cache::{AsApplied, applied_fields_hash, is_slim};
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
 use crate::engine::kube_ops::{FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by};
@@ -49,16 +52,53 @@ pub async fn deploy(
     let kept = [restart_path(labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let live_object = live.get(index).and_then(Option::as_ref);
-        if let Some(live_object) = live_object
-            && unchanged(item, live_object, labels.digest_annotation())
+        let mut live_object = live.get(index).and_then(Option::as_ref).map(Cow::Borrowed);
+        if let Some(object) = live_object.as_deref()
+            && is_slim(object)
         {
-            applied.push(live_object.clone());
+            let as_applied = ops.as_applied(&item.resource());
+            if unchanged_since_apply(
+                item,
+                object,
+                labels.digest_annotation(),
+                as_applied.as_ref(),
+            ) {
+                applied.push(object.clone());
+                continue;
+            }
+            // The watch's slimmed copy cannot tell every field (nor serve a takeover): the
+            // whole object, read once; then comb's fields are remembered as standing.
+            live_object = match ops.get_opt_from_server(&item.resource()).await {
+                Ok(whole) => whole.map(Cow::Owned),
+                Err(error) => {
+                    return Err(Error::Deploy {
+                        message: format!(
+                            "get {} {}: {}",
+                            item.kind,
+                            item.name,
+                            error.to_string().trim_end()
+                        ),
+                        applied,
+                    });
+                }
+            };
+        }
+        if let Some(object) = live_object.as_deref()
+            && unchanged(item, object, labels.digest_annotation())
+        {
+            ops.stands_as_applied(object, &item.digest);
+            applied.push(object.clone());
             continue;
         }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
-        match ops.ensure_keeping(&item.manifest, live_object, kept).await {
-            Ok(stored) => applied.push(stored),
+        match ops
+            .ensure_keeping(&item.manifest, live_object.as_deref(), kept)
+            .await
+        {
+            Ok(stored) => {
+                ops.stands_as_applied(&stored, &item.digest);
+                applied.push(stored);
+            }
             Err(error) => {
                 return Err(Error::Deploy {
                     message: format!(
@@ -90,6 +130,38 @@ fn restart_path(restart_annotation: &str) -> Vec<String> {
     .collect()
 }
 
+/// Whether the watch's slimmed copy `live` ([`is_slim`]) of `item`'s object stands as comb
+/// last knew it as rendered (`as_applied`, by applying it or finding it so): the conditions of
+/// [`unchanged`] that the copy can tell, and comb's applied fields the very set they were then.
+/// A field another manager changed since is that manager's now, so comb's set is smaller.
+pub fn unchanged_since_apply(
+    item: &RenderedItem,
+    live: &Value,
+    digest_annotation: &str,
+    as_applied: Option<&AsApplied>,
+) -> bool {
+    let Some(as_applied) = as_applied else {
+        return false;
+    };
+    as_applied.digest == item.digest
+        && stands_applied(item, live, digest_annotation)
+        && applied_fields_hash(live, FIELD_MANAGER).as_deref()
+            == Some(as_applied.fields_hash.as_str())
+}
+
+/// What [`unchanged`] asks besides the fields: the rendered digest, not a Job to create anew,
+/// applied by comb, no stop's fields.
+fn stands_applied(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
+    let digest = live
+        .pointer("/metadata/annotations")
+        .and_then(|annotations| annotations.get(digest_annotation))
+        .and_then(Value::as_str);
+    digest == Some(item.digest.as_str())
+        && existing_treatment(&item.api_version, &item.kind, live) != ExistingTreatment::Recreate
+        && applied_by(live, FIELD_MANAGER)
+        && !applied_by(live, STOP_MANAGER)
+}
+
 /// Whether `live` stands as applying `item` would leave it, so that deploy writes nothing: it
 /// carries the rendered digest, it is not a Job to create anew, comb applied it (an object an
 /// older comb replaced is applied
@@ -99,18 +171,11 @@ fn restart_path(restart_annotation: &str) -> Vec<String> {
 /// normalises differently (a quantity `1000m` stored as `1`) only costs an apply that changes
 /// nothing.
 pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
-    let digest = live
-        .pointer("/metadata/annotations")
-        .and_then(|annotations| annotations.get(digest_annotation))
-        .and_then(Value::as_str);
     let Some(manifest) = item.manifest.as_object() else {
         return false;
     };
     // A Job that failed (or never started) is created anew whatever it holds.
-    digest == Some(item.digest.as_str())
-        && existing_treatment(&item.api_version, &item.kind, live) != ExistingTreatment::Recreate
-        && applied_by(live, FIELD_MANAGER)
-        && !applied_by(live, STOP_MANAGER)
+    stands_applied(item, live, digest_annotation)
         && manifest
             .iter()
             // A listed object has no apiVersion and kind of its own: the list's are its.

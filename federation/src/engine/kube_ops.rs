@@ -19,6 +19,7 @@ use kube::core::{ApiResource, GroupVersion, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 
+use crate::engine::cache::{AsApplied, ObjectCache, ReadLog, ReadSummary, is_slim};
 use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
 use crate::error::{Error, Result};
@@ -42,6 +43,11 @@ pub struct KubeOps {
     client: Client,
     writer: Writer,
     kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
+    /// The controller's watches of this context, answering lists and gets they cover; `None`
+    /// (`comb run --once`, the CLI, the tests of the engine): every read goes to the server.
+    cache: Option<Arc<ObjectCache>>,
+    /// Where the reads of one step went ([`KubeOps::logging_reads`]).
+    reads: Option<Arc<ReadLog>>,
 }
 
 /// The client of a Comb's writes, and the user it impersonates (`None`: the controller's own).
@@ -75,6 +81,70 @@ impl KubeOps {
             },
             client,
             kinds: Arc::new(Mutex::new(HashMap::new())),
+            cache: None,
+            reads: None,
+        }
+    }
+
+    /// The same requests, with lists and gets answered from `cache` where its watches cover
+    /// them, and the results of this client's writes kept there (read-your-writes).
+    pub fn with_cache(mut self, cache: Arc<ObjectCache>) -> KubeOps {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The watched objects reads are answered from, if any.
+    pub fn cache(&self) -> Option<&Arc<ObjectCache>> {
+        self.cache.as_ref()
+    }
+
+    /// The same client, counting its reads (and its clones') afresh: one step's.
+    pub fn logging_reads(&self) -> KubeOps {
+        let mut ops = self.clone();
+        ops.reads = Some(Arc::new(ReadLog::default()));
+        ops
+    }
+
+    /// The log of [`KubeOps::logging_reads`], for reads made beside this client (a peer's).
+    pub fn read_log(&self) -> Option<&Arc<ReadLog>> {
+        self.reads.as_ref()
+    }
+
+    /// Where the reads went since [`KubeOps::logging_reads`].
+    pub fn read_summary(&self) -> Option<ReadSummary> {
+        self.reads.as_ref().map(|log| log.summary())
+    }
+
+    fn read_from_cache(&self) {
+        if let Some(log) = &self.reads {
+            log.cached();
+        }
+    }
+
+    fn read_from_api(&self, request: &str) {
+        if let Some(log) = &self.reads {
+            log.api(request);
+        }
+    }
+
+    /// Remembers that `object` (as the server returned it) stands as comb rendered it with
+    /// `digest` (see [`ObjectCache::stands_as_applied`]); nothing without a cache.
+    pub fn stands_as_applied(&self, object: &Value, digest: &str) {
+        if let Some(cache) = &self.cache {
+            cache.stands_as_applied(object, FIELD_MANAGER, digest);
+        }
+    }
+
+    /// What comb's applied fields and digest were when it last knew `resource` stood as
+    /// rendered, if a cache remembers.
+    pub fn as_applied(&self, resource: &ManagedObject) -> Option<AsApplied> {
+        self.cache.as_ref()?.as_applied(resource)
+    }
+
+    /// Keeps what a write stored, so that the next read sees it before the watch brings it.
+    fn remember(&self, stored: &Value) {
+        if let Some(cache) = &self.cache {
+            cache.wrote(stored);
         }
     }
 
@@ -89,6 +159,8 @@ impl KubeOps {
                 user: Some(user.to_string()),
             },
             kinds: self.kinds.clone(),
+            cache: self.cache.clone(),
+            reads: self.reads.clone(),
         }
     }
 
@@ -213,7 +285,18 @@ impl KubeOps {
 
     /// The object `resource` names.
     pub async fn get(&self, resource: &ManagedObject) -> Result<Value> {
+        if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
+            self.read_from_cache();
+            return Ok(object);
+        }
+        self.get_from_server(resource).await
+    }
+
+    /// The object as the API server has it now, never the watch's copy: what a conflict calls
+    /// for (the watch may not have brought the version that conflicted yet).
+    async fn get_from_server(&self, resource: &ManagedObject) -> Result<Value> {
         let request = format!("get {}", resource.kind);
+        self.read_from_api(&request);
         let api = self.object_api(Access::Read, &request, resource).await?;
         let object = api
             .get(&resource.name)
@@ -224,7 +307,18 @@ impl KubeOps {
 
     /// The object `resource` names, or `None` when the server says it does not exist.
     pub async fn get_opt(&self, resource: &ManagedObject) -> Result<Option<Value>> {
+        if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
+            self.read_from_cache();
+            return Ok(Some(object));
+        }
+        self.get_opt_from_server(resource).await
+    }
+
+    /// [`KubeOps::get_opt`] asking the API server, never the watch's copy: the whole object
+    /// (the cache keeps a slimmed one), as it is now.
+    pub async fn get_opt_from_server(&self, resource: &ManagedObject) -> Result<Option<Value>> {
         let request = format!("get {}", resource.kind);
+        self.read_from_api(&request);
         let api = self.object_api(Access::Read, &request, resource).await?;
         match api.get_opt(&resource.name).await {
             Ok(Some(object)) => to_value(&request, &object).map(Some),
@@ -243,6 +337,15 @@ impl KubeOps {
         label_selector: &str,
     ) -> Result<Vec<Value>> {
         let request = format!("list {kind}");
+        if let Some(objects) = self
+            .cache
+            .as_ref()
+            .and_then(|cache| cache.list(api_version, kind, namespace, label_selector))
+        {
+            self.read_from_cache();
+            return Ok(objects);
+        }
+        self.read_from_api(&request);
         let api = self.api(Access::Read, api_version, kind, namespace).await?;
         let list = api
             .list(&ListParams::default().labels(label_selector))
@@ -322,7 +425,18 @@ impl KubeOps {
         live: &Value,
         kept: &[Vec<String>],
     ) -> Result<()> {
-        let mut live = live.clone();
+        if applied_by(live, FIELD_MANAGER) {
+            return Ok(());
+        }
+        // The watch's copy holds comb's fields as hashes: taking over needs the sets.
+        let mut live = if is_slim(live) {
+            match self.get_opt_from_server(target).await? {
+                Some(whole) => whole,
+                None => return Ok(()),
+            }
+        } else {
+            live.clone()
+        };
         let mut attempts = 1;
         loop {
             let Some(fields) = migrated_managed_fields(&live, kept, &now_rfc3339()) else {
@@ -335,7 +449,8 @@ impl KubeOps {
             match self.merge_patch_as(target, &patch, FIELD_MANAGER).await {
                 Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
                     attempts += 1;
-                    match self.get_opt(target).await? {
+                    // The watch may not have brought the version that conflicted yet.
+                    match self.get_opt_from_server(target).await? {
                         Some(fresh) => live = fresh,
                         None => return Ok(()),
                     }
@@ -357,7 +472,9 @@ impl KubeOps {
             )
             .await
             .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &stored)
+        let stored = to_value(&request, &stored)?;
+        self.remember(&stored);
+        Ok(stored)
     }
 
     /// Deletes the object and creates it anew (a Job that failed or has not started).
@@ -386,7 +503,11 @@ impl KubeOps {
             ..PostParams::default()
         };
         match api.create(&params, &object).await {
-            Ok(stored) => Ok(Created::Stored(to_value(&request, &stored)?)),
+            Ok(stored) => {
+                let stored = to_value(&request, &stored)?;
+                self.remember(&stored);
+                Ok(Created::Stored(stored))
+            }
             Err(kube::Error::Api(status))
                 if status.code == 409 && status.reason == "AlreadyExists" =>
             {
@@ -419,8 +540,11 @@ impl KubeOps {
         let api = self.object_api(Access::Write, &request, resource).await?;
         api.delete(&resource.name, &DeleteParams::background())
             .await
-            .map(drop)
-            .map_err(|error| api_error(&request, error))
+            .map_err(|error| api_error(&request, error))?;
+        if let Some(cache) = &self.cache {
+            cache.removed(resource);
+        }
+        Ok(())
     }
 
     /// A JSON merge patch of the main resource; returns the patched object.
@@ -457,7 +581,9 @@ impl KubeOps {
             .patch(&resource.name, params, &Patch::Merge(patch))
             .await
             .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &patched)
+        let patched = to_value(&request, &patched)?;
+        self.remember(&patched);
+        Ok(patched)
     }
 
     /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
@@ -482,6 +608,7 @@ impl KubeOps {
 
     /// The Comb custom resource `namespace/name` of API group `group`.
     pub async fn get_comb(&self, group: &str, namespace: &str, name: &str) -> Result<Comb> {
+        self.read_from_api("get Comb");
         self.combs(group, namespace)
             .get(name)
             .await

@@ -29,6 +29,7 @@
 
 pub mod borrow;
 pub mod bridge;
+pub mod cache;
 pub mod class;
 pub mod context;
 pub mod deploy;

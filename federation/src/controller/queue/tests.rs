@@ -27,6 +27,7 @@ fn report(failed: bool) -> StepReport {
         failed,
         started_at: jiff::Timestamp::UNIX_EPOCH,
         duration: Duration::from_millis(5),
+        reads: None,
     }
 }
 
@@ -191,16 +192,165 @@ fn resync_follows_the_last_step_and_stale_timers_are_ignored() {
     queue.enqueue(&key("a"), Trigger::Created);
     queue.pop().unwrap();
     queue.finish(&key("a"), report(false), start, 0.0);
-    // Another step later moves the resync.
-    let later = start + Duration::from_secs(10);
+    // Another step a period later moves the resync to the next period.
+    let later = start + RESYNC;
     queue.enqueue(&key("a"), Trigger::Resource);
     queue.pop().unwrap();
     queue.finish(&key("a"), report(false), later, 0.0);
-    queue.promote_due(start + RESYNC);
+    let first = resync_at(queue.epoch, start, RESYNC, &key("a"), 0.0);
+    let second = resync_at(queue.epoch, later, RESYNC, &key("a"), 0.0);
+    assert_ne!(first, second);
+    queue.promote_due(first);
     assert_eq!(queue.pop(), None, "the first resync timer is stale");
-    assert_eq!(queue.next_timer(), Some(later + RESYNC));
-    queue.promote_due(later + RESYNC);
+    assert_eq!(queue.next_timer(), Some(second));
+    queue.promote_due(second);
     assert_eq!(queue.pop().unwrap().trigger, Trigger::Resync);
+}
+
+#[test]
+fn a_resync_comes_at_the_combs_own_place_about_a_period_later() {
+    let epoch = Instant::now();
+    for name in ["a", "b", "web", "db-0"] {
+        let key = key(name);
+        let place = resync_offset(&key);
+        assert!((0.0..1.0).contains(&place));
+        assert_eq!(place, resync_offset(&key.clone()), "stable");
+        let mut now = epoch + Duration::from_millis(1234);
+        for _ in 0..5 {
+            let at = resync_at(epoch, now, RESYNC, &key, 0.0);
+            let wait = at - now;
+            assert!(
+                wait >= RESYNC / 2 && wait <= RESYNC * 3 / 2,
+                "{name}: {wait:?}"
+            );
+            // Always the same place in the period (to float precision).
+            let into = (at - epoch).as_secs_f64() % RESYNC.as_secs_f64();
+            let expected = place * RESYNC.as_secs_f64();
+            assert!(
+                (into - expected).abs() < 1e-3,
+                "{name}: {into} vs {expected}"
+            );
+            now = at + Duration::from_millis(7);
+        }
+        // A settled Comb, stepped only by its resync, resyncs exactly once a period.
+        let once = resync_at(epoch, now, RESYNC, &key, 0.0);
+        let twice = resync_at(epoch, once, RESYNC, &key, 0.0);
+        assert_eq!(twice - once, RESYNC);
+        // The jitter moves it by at most its share of the period.
+        let jittered = resync_at(epoch, now, RESYNC, &key, 0.999);
+        let moved = (jittered.max(once) - jittered.min(once)).as_secs_f64();
+        let bound = RESYNC.as_secs_f64() * RESYNC_JITTER;
+        assert!(
+            moved <= bound + 1e-3 || (RESYNC.as_secs_f64() - moved) <= bound + 1e-3,
+            "{name}: {moved}"
+        );
+    }
+    assert_eq!(
+        resync_at(epoch, epoch, Duration::ZERO, &key("a"), 0.5),
+        epoch
+    );
+}
+
+/// The most resyncs in one second over the mean per second, for `combs` Combs that all
+/// stepped at `now` (a start), over the following `periods` periods, each resync followed by
+/// the next as a settled Comb's would be.
+fn burst_factor(combs: usize, period: Duration, periods: u32) -> (f64, usize) {
+    let epoch = Instant::now();
+    let now = epoch + Duration::from_millis(321);
+    let keys: Vec<CombKey> = (0..combs)
+        .map(|i| CombKey::new(format!("team-{}", i % 17), format!("comb-{i}")))
+        .collect();
+    let seconds = usize::try_from(period.as_secs() * u64::from(periods + 1)).unwrap();
+    let mut buckets = vec![0usize; seconds + 1];
+    let mut counted = 0;
+    // A deterministic stand-in for the queue's random jitter, drawn once per Comb.
+    let jitter = |i: usize| ((i * 7919) % 1000) as f64 / 1000.0;
+    for (i, key) in keys.iter().enumerate() {
+        let mut at = now;
+        for _ in 0..periods {
+            at = resync_at(epoch, at, period, key, jitter(i));
+            let second = usize::try_from((at - now).as_secs()).unwrap();
+            // Count whole periods after the first half period: where every Comb has its turn.
+            if second < buckets.len() {
+                buckets[second] += 1;
+                counted += 1;
+            }
+        }
+    }
+    // The window every Comb's resyncs cover evenly: from the first resync on, whole periods.
+    let first = buckets.iter().position(|&n| n > 0).unwrap();
+    let window = usize::try_from(period.as_secs() * u64::from(periods - 1)).unwrap();
+    let window = &buckets[first..first + window];
+    let mean = window.iter().sum::<usize>() as f64 / window.len() as f64;
+    let max = *window.iter().max().unwrap();
+    (max as f64 / mean, counted)
+}
+
+#[test]
+fn resyncs_of_many_combs_that_started_together_are_spread() {
+    for (combs, period) in [
+        (3_000, Duration::from_secs(60)),
+        (10_000, Duration::from_secs(60)),
+        (1_000, Duration::from_secs(30)),
+    ] {
+        let (factor, counted) = burst_factor(combs, period, 4);
+        println!("{combs} Combs at {period:?}: burst factor {factor:.2} ({counted} resyncs)");
+        assert!(
+            factor <= 2.0,
+            "{combs} Combs at {period:?}: burst factor {factor:.2}"
+        );
+    }
+}
+
+#[test]
+fn the_queue_spreads_the_resyncs_of_combs_that_stepped_at_once() {
+    let mut queue = state();
+    let now = Instant::now();
+    let keys: Vec<CombKey> = (0..3_000).map(|i| key(&format!("comb-{i}"))).collect();
+    for key in &keys {
+        queue.enqueue(key, Trigger::Created);
+    }
+    let mut i = 0;
+    while let Some(job) = queue.pop() {
+        queue.finish(&job.key, report(false), now, (i % 997) as f64 / 997.0);
+        i += 1;
+    }
+    // Step the clock one second at a time over two and a half periods and count the resyncs;
+    // each resync step ends within its second, as a settled one does.
+    let mut per_second = Vec::new();
+    for second in 1..=150u64 {
+        let at = now + Duration::from_secs(second);
+        queue.promote_due(at);
+        let mut due = 0;
+        let mut jobs = Vec::new();
+        while let Some(job) = queue.pop() {
+            assert_eq!(job.trigger, Trigger::Resync);
+            jobs.push(job);
+            due += 1;
+        }
+        for job in jobs {
+            queue.finish(&job.key, report(false), at, 0.0);
+        }
+        per_second.push(due);
+    }
+    assert_eq!(
+        per_second[..90].iter().sum::<usize>(),
+        keys.len(),
+        "each once a period"
+    );
+    assert!(
+        per_second[..29].iter().all(|&n| n == 0),
+        "none before half a period"
+    );
+    let busy = &per_second[30..150];
+    let mean = busy.iter().sum::<usize>() as f64 / busy.len() as f64;
+    let max = *busy.iter().max().unwrap();
+    let factor = max as f64 / mean;
+    println!(
+        "3000 Combs at 60s through the queue, two periods: max {max}/s, mean {mean:.1}/s, \
+         burst factor {factor:.2}"
+    );
+    assert!(factor <= 2.0, "burst factor {factor:.2}");
 }
 
 #[test]
@@ -240,7 +390,13 @@ fn the_debug_view() {
     queue.pop().unwrap(); // a runs
     queue.finish(&key("a"), report(true), now, 1.0);
     let view = queue.snapshot(now, jiff::Timestamp::UNIX_EPOCH);
-    let json = serde_json::to_value(&view).unwrap();
+    let mut json = serde_json::to_value(&view).unwrap();
+    // The next resync is at a's own place in the period, half a period away at least.
+    let next = json[0]["nextResyncAt"].take();
+    let next: jiff::Timestamp = serde_json::from_value(next).unwrap();
+    let wait = next.as_second();
+    assert!((30..=90).contains(&wait), "{next}");
+    json[0].as_object_mut().unwrap().remove("nextResyncAt");
     assert_eq!(
         json,
         serde_json::json!([

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use comb_api::UpstreamSpec;
 use comb_kubeconfigs::ClientPool;
-use comb_upstreams::{Resolved, Upstream, UpstreamClasses, UpstreamContext};
+use comb_upstreams::{PeerCombs, Resolved, Upstream, UpstreamClasses, UpstreamContext};
 
 use crate::engine::class::CombInstance;
 use crate::error::{Error, Result};
@@ -50,6 +50,8 @@ pub struct BorrowEnv {
     /// Layer name -> kube context.
     pub layers: BTreeMap<String, String>,
     pub classes: UpstreamClasses,
+    /// Peer Combs the controller's watches hold; `None`: peers are read from the API server.
+    pub peers: Option<Arc<dyn PeerCombs>>,
 }
 
 impl BorrowEnv {
@@ -60,6 +62,7 @@ impl BorrowEnv {
             context: context.into(),
             layers: BTreeMap::new(),
             classes: UpstreamClasses::default(),
+            peers: None,
         }
     }
 
@@ -76,6 +79,7 @@ impl BorrowEnv {
             managed_by: settings.managed_by.clone(),
             layers: self.layers.clone(),
             write_as: settings.tenancy.writer(comb.namespace()),
+            peers: self.peers.clone(),
         }
     }
 }
