@@ -1,0 +1,387 @@
+//! `comb run --sharded` through the binary, three replicas on three layers (either backend):
+//! every layer is held by exactly one replica; a replica killed with SIGKILL has its layer taken
+//! over by a survivor within about the Lease duration; a Comb edited while its holder was dead
+//! converges; and the request log shows that no layer was written by two replicas at once (each
+//! replica impersonates a user of its own, so every request names who made it).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Instant;
+
+use comb_api::Comb;
+use comb_sandbox::controls::LoggedRequest;
+use comb_testkit::fixtures::web;
+use comb_testkit::{Setup, World, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LAYERS: [&str; 3] = ["alpha", "beta", "gamma"];
+const REPLICAS: [&str; 3] = ["comb-replica-0", "comb-replica-1", "comb-replica-2"];
+const LEASE_SECONDS: u64 = 3;
+
+fn config(kubeconfig: &str) -> String {
+    let mut text = format!("kubeconfig: {kubeconfig}\nresync: 1h\nlayers:\n");
+    for layer in LAYERS {
+        text.push_str(&format!(
+            "  - {{name: {layer}, context: home, namespaces: [{layer}]}}\n"
+        ));
+    }
+    text
+}
+
+/// A replica: the process and its admin address.
+struct Replica {
+    id: &'static str,
+    child: Child,
+    admin: String,
+}
+
+impl Replica {
+    fn start(world: &World, dir: &Path, id: &'static str) -> Replica {
+        // Its own kubeconfig, impersonating a user of its own: the request log names it.
+        let mut kubeconfig = world.kubeconfig();
+        for named in &mut kubeconfig.auth_infos {
+            if let Some(auth) = named.auth_info.as_mut() {
+                auth.impersonate = Some(id.to_string());
+                auth.impersonate_groups = Some(vec!["system:masters".into()]);
+            }
+        }
+        let kubeconfig_path = dir.join(format!("{id}.kubeconfig"));
+        std::fs::write(
+            &kubeconfig_path,
+            serde_saphyr::to_string(&kubeconfig).expect("the kubeconfig as YAML"),
+        )
+        .unwrap();
+        let config_path = dir.join(format!("{id}.yaml"));
+        std::fs::write(&config_path, config(&format!("{id}.kubeconfig"))).unwrap();
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .to_string();
+        let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
+        let child = comb_testkit::comb()
+            .arg("--config")
+            .arg(&config_path)
+            .args(["run", "--sharded", "--replica-id", id])
+            .args(["--lease-duration", &format!("{LEASE_SECONDS}s")])
+            .args(["--admin-address", &admin])
+            .env("POD_NAMESPACE", "default")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("comb run --sharded starts");
+        Replica { id, child, admin }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("the replica ends")
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        }
+    }
+}
+
+/// `GET path` on the admin address: the status code and body, or `None` when nobody answers.
+async fn get(address: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.get(9..12)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
+}
+
+/// `/debug/shards` of a replica: layer -> its state there (`stepping`, `elsewhere`, ...).
+async fn shard_states(replica: &Replica) -> Option<BTreeMap<String, String>> {
+    let (code, body) = get(&replica.admin, "/debug/shards").await?;
+    if code != 200 {
+        return None;
+    }
+    let view: serde_json::Value = serde_json::from_str(&body).ok()?;
+    Some(
+        view["layers"]
+            .as_array()?
+            .iter()
+            .map(|layer| {
+                (
+                    layer["layer"].as_str().unwrap_or_default().to_string(),
+                    layer["state"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The holder and transitions of every layer's Lease, read as the observer.
+async fn holders(world: &World) -> BTreeMap<String, (Option<String>, i32)> {
+    let leases: Api<Lease> = Api::namespaced(world.observer("home").await, "default");
+    let mut holders = BTreeMap::new();
+    for layer in LAYERS {
+        if let Ok(Some(lease)) = leases.get_opt(&format!("comb-shard-{layer}")).await {
+            let spec = lease.spec.unwrap_or_default();
+            holders.insert(
+                layer.to_string(),
+                (
+                    spec.holder_identity.filter(|h| !h.is_empty()),
+                    spec.lease_transitions.unwrap_or(0),
+                ),
+            );
+        }
+    }
+    holders
+}
+
+/// Who steps which layer: held by the Lease and `stepping` in the holder's own view.
+async fn stepping(
+    world: &World,
+    replicas: &[&Replica],
+) -> Result<BTreeMap<String, String>, String> {
+    let holders = holders(world).await;
+    let mut by_layer = BTreeMap::new();
+    for layer in LAYERS {
+        let Some((Some(holder), _)) = holders.get(layer) else {
+            return Err(format!("{layer}: no holder in {holders:?}"));
+        };
+        let Some(replica) = replicas.iter().find(|r| r.id == holder) else {
+            return Err(format!("{layer}: held by {holder}, not a live replica"));
+        };
+        let states = shard_states(replica).await.unwrap_or_default();
+        if states.get(layer).map(String::as_str) != Some("stepping") {
+            return Err(format!("{layer}: {holder} says {states:?}"));
+        }
+        // Nobody else steps it.
+        for other in replicas.iter().filter(|r| r.id != holder) {
+            let states = shard_states(other).await.unwrap_or_default();
+            if states.get(layer).map(String::as_str) == Some("stepping") {
+                return Err(format!("{layer}: {} steps it too", other.id));
+            }
+        }
+        by_layer.insert(layer.to_string(), holder.clone());
+    }
+    Ok(by_layer)
+}
+
+/// Whether Comb `namespace/name` is Running for its current generation.
+async fn converged(world: &World, namespace: &str, name: &str) -> Result<(), String> {
+    let combs: Api<Comb> = Api::namespaced_with(
+        world.observer("home").await,
+        namespace,
+        &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+    );
+    let comb = combs.get(name).await.map_err(|error| error.to_string())?;
+    let status = comb.status.as_ref().ok_or("no status")?;
+    let phase = status.phase.as_ref().map(ToString::to_string);
+    if phase.as_deref() == Some("Running") && status.observed_generation == comb.metadata.generation
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{namespace}/{name}: {phase:?} at generation {:?} of {:?}",
+            status.observed_generation, comb.metadata.generation
+        ))
+    }
+}
+
+/// The writers of each layer's namespace in the order they wrote (the replicas' writes but
+/// their Leases'), with runs of one writer merged: `[a]`, or `[a, b]` after a takeover.
+fn writers(log: &[LoggedRequest]) -> BTreeMap<String, Vec<String>> {
+    let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for request in log {
+        let Some(user) = &request.user else { continue };
+        if !REPLICAS.contains(&user.as_str())
+            || !matches!(
+                request.verb.as_str(),
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
+            || request.resource.starts_with("leases")
+            || !LAYERS.contains(&request.namespace.as_str())
+        {
+            continue;
+        }
+        let run = runs.entry(request.namespace.clone()).or_default();
+        if run.last() != Some(user) {
+            run.push(user.clone());
+        }
+    }
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_the_layers_and_take_over_a_killed_one() {
+    let mut setup = Setup::clusters(["home"]);
+    for layer in LAYERS {
+        setup = setup.namespace("home", layer);
+    }
+    let world = setup.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The binary is built before the clock of any wait starts.
+    let _ = comb_testkit::bin::comb_path();
+    let mut replicas: Vec<Replica> = REPLICAS
+        .iter()
+        .map(|id| Replica::start(&world, dir.path(), id))
+        .collect();
+
+    // Every layer held by exactly one replica, one layer each.
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let held = wait_until("every layer stepped by one replica, one each", async || {
+        let held = stepping(&world, &all).await?;
+        let mut owners: Vec<&String> = held.values().collect();
+        owners.sort();
+        owners.dedup();
+        if owners.len() == 3 {
+            Ok(held)
+        } else {
+            Err(format!("not balanced yet: {held:?}"))
+        }
+    })
+    .await;
+    world.reset_requests("home");
+
+    for layer in LAYERS {
+        for name in ["web-0", "web-1"] {
+            world
+                .create_comb("home", layer, name, web(name, "nginx:1"))
+                .await;
+        }
+    }
+    for layer in LAYERS {
+        for name in ["web-0", "web-1"] {
+            wait_until(format!("{layer}/{name} Running"), async || {
+                converged(&world, layer, name).await
+            })
+            .await;
+        }
+    }
+    let (code, metrics) = get(&replicas[0].admin, "/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("comb_shard_members 3"), "{metrics}");
+    assert!(metrics.contains("comb_shard_held{layer="), "{metrics}");
+
+    // Kill the holder of alpha, and edit one of its Combs while nobody steps it.
+    let victim_id = held["alpha"].clone();
+    let transitions_before = holders(&world).await["alpha"].1;
+    let victim = replicas
+        .iter()
+        .position(|r| r.id == victim_id)
+        .expect("the holder is a replica");
+    let mut victim = replicas.remove(victim);
+    victim.kill();
+    let killed_at = Instant::now();
+    world
+        .patch_comb_spec("home", "alpha", "web-0", web("web-0", "nginx:2"))
+        .await;
+
+    let survivors: Vec<&Replica> = replicas.iter().collect();
+    let after = wait_until("alpha taken over by a survivor", async || {
+        let held = stepping(&world, &survivors).await?;
+        if held["alpha"] == victim_id {
+            return Err("still the victim".to_string());
+        }
+        Ok(held)
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    println!(
+        "takeover of layer alpha after SIGKILL of {victim_id}: {} ms (Lease duration {LEASE_SECONDS} s) on {:?}",
+        takeover.as_millis(),
+        world.backend()
+    );
+    // The other layers stayed where they were.
+    for layer in ["beta", "gamma"] {
+        assert_eq!(after[layer], held[layer], "{layer} did not move");
+    }
+    let (_, transitions_after) = holders(&world).await["alpha"].clone();
+    assert!(
+        transitions_after > transitions_before,
+        "the takeover is a new transition (fencing token): {transitions_before} -> {transitions_after}"
+    );
+
+    // Nothing lost: the edit made while the holder was dead converges, and the rest stays.
+    wait_until("alpha/web-0 runs nginx:2", async || {
+        let deployment = world
+            .peek("home", "apps/v1", "Deployment", "alpha", "web-0")
+            .await;
+        let image = deployment
+            .as_ref()
+            .and_then(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
+            .map(str::to_string);
+        if image.as_deref() == Some("nginx:2") {
+            converged(&world, "alpha", "web-0").await
+        } else {
+            Err(format!("image {image:?}"))
+        }
+    })
+    .await;
+    for layer in LAYERS {
+        for name in ["web-0", "web-1"] {
+            wait_until(format!("{layer}/{name} Running"), async || {
+                converged(&world, layer, name).await
+            })
+            .await;
+        }
+    }
+
+    // The request log: every layer written by its holder only; alpha by the victim, then by
+    // the taker, never by both in turns.
+    let log = world.controls("home").request_log();
+    let runs = writers(&log);
+    for layer in ["beta", "gamma"] {
+        assert_eq!(runs[layer], vec![held[layer].clone()], "{layer}'s writers");
+    }
+    assert_eq!(
+        runs["alpha"],
+        vec![victim_id.clone(), after["alpha"].clone()],
+        "alpha's writers, in order"
+    );
+    println!(
+        "request log: {} requests; writers by layer {runs:?}",
+        log.len()
+    );
+
+    // A graceful stop releases the Leases: the last survivor takes everything at once.
+    let mut leaving = replicas.remove(0);
+    let status = leaving.stop();
+    assert!(status.success(), "{status:?}");
+    let last: Vec<&Replica> = replicas.iter().collect();
+    let left_at = Instant::now();
+    wait_until("the last replica steps every layer", async || {
+        let held = stepping(&world, &last).await?;
+        if held.values().all(|holder| holder == last[0].id) {
+            Ok(())
+        } else {
+            Err(format!("{held:?}"))
+        }
+    })
+    .await;
+    println!(
+        "handover after a graceful stop: {} ms",
+        left_at.elapsed().as_millis()
+    );
+    let status = replicas[0].stop();
+    assert!(status.success(), "{status:?}");
+    drop(replicas);
+    world.shutdown().await;
+}
