@@ -53,14 +53,15 @@ impl Replica {
             &kubeconfig_path,
             serde_saphyr::to_string(&kubeconfig).expect("the kubeconfig as YAML"),
         )
-        .unwrap();
+        .expect("the replica's kubeconfig is written");
         let config_path = dir.join(format!("{id}.yaml"));
-        std::fs::write(&config_path, config(&format!("{id}.kubeconfig"))).unwrap();
+        std::fs::write(&config_path, config(&format!("{id}.kubeconfig")))
+            .expect("the replica's configuration is written");
         let admin = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .to_string();
-        let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
+        let log = std::fs::File::create(dir.join(format!("{id}.log"))).expect("a log file");
         let child = comb_testkit::comb()
             .arg("--config")
             .arg(&config_path)
