@@ -154,12 +154,18 @@ pub fn stable_hash(text: &str) -> u64 {
     hash ^ (hash >> 31)
 }
 
-/// Which member holds each layer: rendezvous hashing with bounded loads. Every (member, layer)
-/// pair has a score; pairs are taken best first, and a member takes a layer while it holds fewer
-/// than `ceil(layers / members)`. Each member's share is then within one of the others', and a
-/// change of members moves few layers: a layer stays with its best-scoring member unless that
-/// member is full.
-pub fn assign(layers: &[String], members: &[String]) -> BTreeMap<String, String> {
+/// Which member holds each layer, given who holds them now (`holders`: layer -> member, from
+/// the shard Leases). Each member's share is `layers / members` rounded down, or one more while
+/// fewer members than the remainder have one more, so shares are within one of each other.
+/// Layers first stay with their current holder while it has room (so a membership change moves
+/// only what balance needs: a leaver's layers, a joiner's share); the rest go by rendezvous
+/// hashing with bounded loads: every (member, layer) pair has a score, pairs are taken best
+/// first while the member has room. Every replica computes the same from the same view.
+pub fn assign(
+    layers: &[String],
+    members: &[String],
+    holders: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     let mut members: Vec<&String> = members.iter().collect();
     members.sort();
     members.dedup();
@@ -167,31 +173,45 @@ pub fn assign(layers: &[String], members: &[String]) -> BTreeMap<String, String>
     if members.is_empty() {
         return assignment;
     }
-    let cap = layers.len().div_ceil(members.len());
+    let score = |member: &str, layer: &str| stable_hash(&format!("{member}\u{0}{layer}"));
+    // Best score first; ties (never in practice) by name.
+    let by_score = |a: &(u64, &String, &String), b: &(u64, &String, &String)| {
+        b.0.cmp(&a.0).then(a.1.cmp(b.1)).then(a.2.cmp(b.2))
+    };
+    let mut kept: Vec<(u64, &String, &String)> = layers
+        .iter()
+        .filter_map(|layer| {
+            let holder = members.iter().find(|m| Some(**m) == holders.get(layer))?;
+            Some((score(holder, layer), *holder, layer))
+        })
+        .collect();
+    kept.sort_by(by_score);
     let mut pairs: Vec<(u64, &String, &String)> = members
         .iter()
         .flat_map(|member| {
-            layers.iter().map(move |layer| {
-                (
-                    stable_hash(&format!("{member}\u{0}{layer}")),
-                    *member,
-                    layer,
-                )
-            })
+            layers
+                .iter()
+                .map(move |layer| (score(member, layer), *member, layer))
         })
         .collect();
-    // Best score first; ties (never in practice) by name, so every replica agrees.
-    pairs.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)).then(a.2.cmp(b.2)));
+    pairs.sort_by(by_score);
+    let floor = layers.len() / members.len();
+    let mut extras = layers.len() % members.len();
     let mut load: HashMap<&String, usize> = HashMap::new();
-    for (_, member, layer) in pairs {
+    for (_, member, layer) in kept.into_iter().chain(pairs) {
         if assignment.contains_key(layer) {
             continue;
         }
         let held = load.entry(member).or_default();
-        if *held < cap {
-            *held += 1;
-            assignment.insert(layer.clone(), member.clone());
+        let room = *held < floor || (*held == floor && extras > 0);
+        if !room {
+            continue;
         }
+        if *held == floor {
+            extras -= 1;
+        }
+        *held += 1;
+        assignment.insert(layer.clone(), member.clone());
     }
     assignment
 }
@@ -462,7 +482,7 @@ impl Coordinator {
         self.renew_member(now).await;
         self.observe().await;
         let members = self.live_members(Instant::now());
-        let assignment = assign(&self.layer_names(), &members);
+        let assignment = assign(&self.layer_names(), &members, &self.holders());
         for name in self.layer_names() {
             let mine = assignment.get(&name) == Some(&self.sharding.identity);
             self.tend(&name, mine).await;
@@ -542,6 +562,25 @@ impl Coordinator {
                 );
             }
         }
+    }
+
+    /// Who holds each layer's Lease now: this replica's own, else as observed.
+    fn holders(&self) -> BTreeMap<String, String> {
+        self.layer_names()
+            .into_iter()
+            .filter_map(|layer| {
+                let holder = match self.held.get(&layer) {
+                    Some(held) if held.draining.is_some() || held.lost => return None,
+                    Some(_) => self.sharding.identity.clone(),
+                    None => self
+                        .observed
+                        .get(&self.sharding.shard_lease(&layer))?
+                        .holder()?
+                        .to_string(),
+                };
+                Some((layer, holder))
+            })
+            .collect()
     }
 
     /// The members whose Lease changed within its duration (this replica always counts).
@@ -951,7 +990,7 @@ mod tests {
         ] {
             let layers = names("layer-", layers);
             let members = names("comb-", members);
-            let assignment = assign(&layers, &members);
+            let assignment = assign(&layers, &members, &BTreeMap::new());
             assert_eq!(assignment.len(), layers.len(), "{layers:?} on {members:?}");
             assert!(assignment.values().all(|member| members.contains(member)));
             let loads = loads(&assignment, &members);
@@ -960,47 +999,54 @@ mod tests {
             // Every replica computes the same from the same members, in any order.
             let mut reversed = members.clone();
             reversed.reverse();
-            assert_eq!(assign(&layers, &reversed), assignment);
+            assert_eq!(assign(&layers, &reversed, &BTreeMap::new()), assignment);
+            // Once held as assigned, it stays.
+            assert_eq!(assign(&layers, &members, &assignment), assignment);
         }
-        assert!(assign(&names("layer-", 3), &[]).is_empty());
+        assert!(assign(&names("layer-", 3), &[], &BTreeMap::new()).is_empty());
     }
 
     #[test]
-    fn a_membership_change_moves_few_layers() {
-        // (layers, members before, members after, most layers that may move)
-        for (layer_count, before, after, at_most) in [
-            // One of three leaves: its share moves, and little else.
-            (3, 3, 2, 2),
-            (12, 3, 2, 6),
-            (30, 5, 4, 9),
-            // One joins: it takes its share, and little else.
-            (3, 2, 3, 2),
-            (12, 3, 4, 5),
-            (30, 4, 5, 9),
+    fn a_membership_change_moves_only_what_balance_needs() {
+        // (layers, members before, members after, layers that must move)
+        for (layer_count, before, after, needed) in [
+            // One of three leaves: its share moves, nothing else.
+            (3, 3, 2, 1),
+            (12, 3, 2, 4),
+            (30, 5, 4, 6),
+            // One joins: it takes its share from the others, nothing else.
+            (3, 2, 3, 1),
+            (12, 3, 4, 3),
+            (30, 4, 5, 6),
+            (7, 1, 2, 3),
         ] {
             let layers = names("layer-", layer_count);
-            let members_before = names("comb-", before);
+            let old = assign(&layers, &names("comb-", before), &BTreeMap::new());
+            // The new view, while the old holders still hold (a leaver's Leases are gone).
             let members_after = names("comb-", after);
-            let old = assign(&layers, &members_before);
-            let new = assign(&layers, &members_after);
-            let count = moved(&old, &new);
-            assert!(
-                count <= at_most,
-                "{layer_count} layers, {before} -> {after} members: {count} moved"
+            let holders: BTreeMap<String, String> = old
+                .iter()
+                .filter(|(_, member)| members_after.contains(member))
+                .map(|(layer, member)| (layer.clone(), member.clone()))
+                .collect();
+            let new = assign(&layers, &members_after, &holders);
+            let loads = loads(&new, &members_after);
+            let (min, max) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+            assert!(max - min <= 1, "{loads:?}");
+            assert_eq!(
+                moved(&old, &new),
+                needed,
+                "{layer_count} layers, {before} -> {after} members"
             );
-            if after < before {
-                // Whatever the leaver held moved, necessarily.
-                let leaver = &members_before[before - 1];
-                let held = old.values().filter(|m| *m == leaver).count();
-                assert!(count >= held);
-            }
         }
-        // The same members: nothing moves.
-        let layers = names("layer-", 10);
-        let members = names("comb-", 3);
-        assert_eq!(
-            moved(&assign(&layers, &members), &assign(&layers, &members)),
-            0
+        // A holder that is not a member any more does not count.
+        let layers = names("layer-", 2);
+        let holders = BTreeMap::from([("layer-0".to_string(), "gone".to_string())]);
+        let assignment = assign(&layers, &names("comb-", 2), &holders);
+        assert!(
+            assignment
+                .values()
+                .all(|member| member.starts_with("comb-"))
         );
     }
 
