@@ -1106,6 +1106,47 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_fence_drops_a_step_at_its_hard_deadline_unless_a_renewal_moved_it() {
+        let start = Instant::now();
+        let seconds = Duration::from_secs;
+        let fence = Fence::until((start + seconds(2), start + seconds(3)));
+        let expired = tokio::spawn(fence_expired(fence.subscribe(), CancellationToken::new()));
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        // A renewal before the hard deadline moves it.
+        fence.extend((start + seconds(4), start + seconds(5)));
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            !expired.is_finished(),
+            "past the old deadline, before the new"
+        );
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        tokio::task::yield_now().await;
+        assert!(expired.is_finished(), "past the new deadline");
+
+        // Without a limit only the abort ends it.
+        let abort = CancellationToken::new();
+        let unlimited = Fence::unlimited();
+        let expired = tokio::spawn(fence_expired(unlimited.subscribe(), abort.clone()));
+        tokio::time::sleep(seconds(3_600)).await;
+        tokio::task::yield_now().await;
+        assert!(!expired.is_finished());
+        abort.cancel();
+        expired.await.unwrap();
+
+        // A fence dropped keeps its last deadline.
+        let fence = Fence::until((start, Instant::now() + seconds(1)));
+        let expired = tokio::spawn(fence_expired(fence.subscribe(), CancellationToken::new()));
+        drop(fence);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::task::yield_now().await;
+        assert!(!expired.is_finished());
+        tokio::time::sleep(seconds(1)).await;
+        tokio::task::yield_now().await;
+        assert!(expired.is_finished());
+    }
+
     #[test]
     fn lease_names_are_valid_and_distinct() {
         assert_eq!(lease_name("comb", "shard", "prod"), "comb-shard-prod");
