@@ -2,7 +2,9 @@
 //! every layer is held by exactly one replica; a replica killed with SIGKILL has its layer taken
 //! over by a survivor within about the Lease duration; a Comb edited while its holder was dead
 //! converges; and the request log shows that no layer was written by two replicas at once (each
-//! replica impersonates a user of its own, so every request names who made it).
+//! replica impersonates a user of its own, so every request names who made it). And a holder
+//! whose renewals fail holds its layer's steps back before its Lease could expire, and takes it
+//! anew once it can write it again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -384,5 +386,129 @@ async fn three_replicas_share_the_layers_and_take_over_a_killed_one() {
     let status = replicas[0].stop();
     assert!(status.success(), "{status:?}");
     drop(replicas);
+    world.shutdown().await;
+}
+
+/// The image of Deployment `namespace/name`, as the observer reads it.
+async fn image(world: &World, namespace: &str, name: &str) -> Option<String> {
+    world
+        .peek("home", "apps/v1", "Deployment", namespace, name)
+        .await
+        .and_then(|d| {
+            d["spec"]["template"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .map(str::to_string)
+        })
+}
+
+/// The state of `layer` in the replica's `/debug/shards`.
+async fn state_of(replica: &Replica, layer: &str) -> Option<String> {
+    shard_states(replica).await?.get(layer).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_renew_stops_stepping_before_its_lease_ends() {
+    let mut setup = Setup::clusters(["home"]);
+    for layer in LAYERS {
+        setup = setup.namespace("home", layer);
+    }
+    let world = setup.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _ = comb_testkit::bin::comb_path();
+    let mut replica = Replica::start(&world, dir.path(), REPLICAS[0]);
+    wait_until("the only replica steps every layer", async || {
+        stepping(&world, &[&replica]).await
+    })
+    .await;
+    for layer in ["alpha", "beta"] {
+        world
+            .create_comb("home", layer, "web-0", web("web-0", "nginx:1"))
+            .await;
+        wait_until(format!("{layer}/web-0 Running"), async || {
+            converged(&world, layer, "web-0").await
+        })
+        .await;
+    }
+    let transitions_before = holders(&world).await["alpha"].1;
+
+    // Every write of alpha's Lease fails from now on: the holder cannot renew it (nor could
+    // anyone take it).
+    let controls = world.controls("home");
+    controls.inject(comb_sandbox::controls::Fault::status(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/comb-shard-alpha",
+        503,
+        1_000_000,
+    ));
+    let faulted_at = Instant::now();
+    wait_until("alpha held back", async || {
+        let state = state_of(&replica, "alpha").await;
+        match state.as_deref() {
+            Some("holding-back" | "waiting") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    println!(
+        "held back {} ms after the renewals began to fail (Lease duration {LEASE_SECONDS} s)",
+        faulted_at.elapsed().as_millis()
+    );
+    let held_back_from = controls.request_log().last().map_or(0, |r| r.seq);
+
+    // Edits now: beta's is stepped as usual, alpha's waits for the Lease.
+    for layer in ["alpha", "beta"] {
+        world
+            .patch_comb_spec("home", layer, "web-0", web("web-0", "nginx:2"))
+            .await;
+    }
+    wait_until("beta/web-0 runs nginx:2", async || {
+        if image(&world, "beta", "web-0").await.as_deref() == Some("nginx:2") {
+            converged(&world, "beta", "web-0").await
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    wait_until("alpha's Lease given up", async || {
+        state_of(&replica, "alpha").await.as_deref() == Some("waiting")
+    })
+    .await;
+    println!(
+        "gave alpha up {} ms after the renewals began to fail",
+        faulted_at.elapsed().as_millis()
+    );
+    let log = controls.request_log();
+    let written: Vec<&LoggedRequest> = log
+        .iter()
+        .filter(|r| r.seq > held_back_from && r.namespace == "alpha")
+        .filter(|r| r.user.as_deref() == Some(REPLICAS[0]))
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .collect();
+    assert!(
+        written.is_empty(),
+        "alpha written while held back: {written:?}"
+    );
+    assert_eq!(
+        image(&world, "alpha", "web-0").await.as_deref(),
+        Some("nginx:1")
+    );
+
+    // The Lease writable again: taken anew (a new transition), and the edit converges.
+    controls.clear_faults();
+    wait_until("alpha/web-0 runs nginx:2", async || {
+        if image(&world, "alpha", "web-0").await.as_deref() == Some("nginx:2") {
+            converged(&world, "alpha", "web-0").await
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    assert_eq!(
+        state_of(&replica, "alpha").await.as_deref(),
+        Some("stepping")
+    );
+    assert!(holders(&world).await["alpha"].1 > transitions_before);
+    let status = replica.stop();
+    assert!(status.success(), "{status:?}");
     world.shutdown().await;
 }
