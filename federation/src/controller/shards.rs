@@ -84,6 +84,11 @@ impl Sharding {
         self.duration() / 3
     }
 
+    /// The longest one Lease request may take.
+    fn request_limit(&self) -> Duration {
+        self.duration() / 2
+    }
+
     /// How far before its expiry a Lease that could not be renewed holds its steps back.
     fn soft_margin(&self) -> Duration {
         self.duration() / 3
@@ -418,6 +423,64 @@ impl Held {
     }
 }
 
+/// One Lease request, bounded by `limit` (half the Lease duration): a request that hangs must
+/// not hold up the renewals of the other Leases, which the same loop makes.
+async fn bounded<T>(
+    limit: Duration,
+    request: impl std::future::Future<Output = kube::Result<T>>,
+) -> kube::Result<T> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {limit:?}"),
+        )))),
+    }
+}
+
+/// A Lease of this replica's: held by it, renewed now; `previous` (if any) gives the
+/// resourceVersion the write is conditional on.
+fn lease_object(
+    sharding: &Sharding,
+    name: &str,
+    role: &str,
+    layer: Option<&str>,
+    previous: Option<&Lease>,
+    transitions: i32,
+) -> Lease {
+    let now = MicroTime(jiff::Timestamp::now());
+    let mut labels = BTreeMap::new();
+    labels.insert(sharding.role_label(), role.to_string());
+    labels.insert(sharding.of_label(), sharding.managed_by.clone());
+    let annotations =
+        layer.map(|layer| BTreeMap::from([(sharding.layer_annotation(), layer.to_string())]));
+    let acquire_time = match (role, previous) {
+        ("member", Some(previous)) => previous
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.acquire_time.clone()),
+        _ => None,
+    };
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(sharding.namespace.clone()),
+            labels: Some(labels),
+            annotations,
+            resource_version: previous.and_then(|p| p.metadata.resource_version.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(sharding.identity.clone()),
+            lease_duration_seconds: Some(sharding.duration_seconds()),
+            acquire_time: acquire_time.or_else(|| Some(now.clone())),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
 /// The coordinator's state between ticks.
 struct Coordinator {
     shared: Arc<Shared>,
@@ -425,7 +488,6 @@ struct Coordinator {
     api: Api<Lease>,
     observed: HashMap<String, Observed>,
     held: BTreeMap<String, Held>,
-    member_renewed: Option<Instant>,
 }
 
 /// Holds the layers the assignment gives this replica until `shutdown`, then stops their work,
@@ -453,8 +515,13 @@ pub(super) async fn coordinate(
         api,
         observed: HashMap::new(),
         held: BTreeMap::new(),
-        member_renewed: None,
     };
+    let leaving = CancellationToken::new();
+    let membership = tokio::spawn(keep_membership(
+        coordinator.api.clone(),
+        coordinator.sharding.clone(),
+        leaving.clone(),
+    ));
     let mut tick = tokio::time::interval(coordinator.sharding.tick());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -463,8 +530,46 @@ pub(super) async fn coordinate(
             _ = tick.tick() => coordinator.step().await,
         }
     }
+    // Out of the membership first, so that the others are assigned this replica's layers and
+    // take each the moment it is released.
+    leaving.cancel();
+    let _ = membership.await;
     coordinator.leave().await;
     Ok(())
+}
+
+/// Renews this replica's member Lease every renewal interval, in a task of its own so that slow
+/// work on the shard Leases never makes the others count it gone; at `leaving`, removes it.
+async fn keep_membership(api: Api<Lease>, sharding: Sharding, leaving: CancellationToken) {
+    let name = sharding.member_lease();
+    let limit = sharding.request_limit();
+    let mut last: Option<Lease> = None;
+    let mut tick = tokio::time::interval(sharding.renew_every());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = leaving.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let lease = lease_object(&sharding, &name, "member", None, last.as_ref(), 0);
+        let written = match &last {
+            Some(_) => bounded(limit, api.replace(&name, &PostParams::default(), &lease)).await,
+            None => bounded(limit, api.create(&PostParams::default(), &lease)).await,
+        };
+        match written {
+            Ok(written) => last = Some(written),
+            // There already (a restart under the same name) or changed since: go on from the
+            // current one.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                last = bounded(limit, api.get_opt(&name)).await.ok().flatten();
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => last = None,
+            Err(error) => warn!(lease = %name, %error, "renewing the member Lease failed"),
+        }
+    }
+    if let Err(error) = bounded(limit, api.delete(&name, &DeleteParams::default())).await {
+        warn!(lease = %name, %error, "removing the member Lease failed");
+    }
 }
 
 impl Coordinator {
@@ -476,10 +581,8 @@ impl Coordinator {
             .collect()
     }
 
-    /// One tick: renew the membership, look at the Leases, hold what is assigned here.
+    /// One tick: look at the Leases, hold what is assigned here.
     async fn step(&mut self) {
-        let now = Instant::now();
-        self.renew_member(now).await;
         self.observe().await;
         let members = self.live_members(Instant::now());
         let assignment = assign(&self.layer_names(), &members, &self.holders());
@@ -490,44 +593,14 @@ impl Coordinator {
         self.publish(&members, &assignment);
     }
 
-    async fn renew_member(&mut self, now: Instant) {
-        if self
-            .member_renewed
-            .is_some_and(|at| now.saturating_duration_since(at) < self.sharding.renew_every())
-        {
-            return;
-        }
-        let name = self.sharding.member_lease();
-        let existing = self.observed.get(&name).map(|o| o.lease.clone());
-        let lease = self.lease_object(&name, "member", None, existing.as_ref(), 0);
-        let written = match existing {
-            Some(_) => {
-                self.api
-                    .replace(&name, &PostParams::default(), &lease)
-                    .await
-            }
-            None => self.api.create(&PostParams::default(), &lease).await,
-        };
-        match written {
-            Ok(written) => {
-                self.member_renewed = Some(now);
-                self.remember(written);
-            }
-            Err(error) => {
-                // A stale resourceVersion (409) or an existing Lease (create): the next list
-                // brings the current one.
-                warn!(lease = %name, %error, "renewing the member Lease failed");
-                self.observed.remove(&name);
-            }
-        }
-    }
-
     /// Lists the federation's Leases and records which changed.
     async fn observe(&mut self) {
-        let listed = self
-            .api
-            .list(&ListParams::default().labels(&self.sharding.selector()))
-            .await;
+        let listed = bounded(
+            self.sharding.request_limit(),
+            self.api
+                .list(&ListParams::default().labels(&self.sharding.selector())),
+        )
+        .await;
         let leases = match listed {
             Ok(list) => list.items,
             Err(error) => {
@@ -677,11 +750,20 @@ impl Coordinator {
         };
         let sent = Instant::now();
         let written = match decision {
-            Claim::Create => self.api.create(&PostParams::default(), &lease).await,
+            Claim::Create => {
+                bounded(
+                    self.sharding.request_limit(),
+                    self.api.create(&PostParams::default(), &lease),
+                )
+                .await
+            }
             _ => {
-                self.api
-                    .replace(&lease_name, &PostParams::default(), &lease)
-                    .await
+                bounded(
+                    self.sharding.request_limit(),
+                    self.api
+                        .replace(&lease_name, &PostParams::default(), &lease),
+                )
+                .await
             }
         };
         let written = match written {
@@ -757,10 +839,11 @@ impl Coordinator {
             spec.lease_duration_seconds = Some(self.sharding.duration_seconds());
         }
         let sent = Instant::now();
-        let written = self
-            .api
-            .replace(&name, &PostParams::default(), &lease)
-            .await;
+        let written = bounded(
+            self.sharding.request_limit(),
+            self.api.replace(&name, &PostParams::default(), &lease),
+        )
+        .await;
         match written {
             Ok(written) => {
                 let deadlines = self.deadlines(sent);
@@ -772,11 +855,41 @@ impl Coordinator {
                 self.remember(written);
             }
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
-                warn!(
-                    layer,
-                    "the layer's Lease was taken or removed by another: dropping its running steps"
-                );
-                self.lose(layer);
+                // A renewal whose answer was lost (it timed out here) may have landed: then the
+                // Lease is still ours, same holder and transitions, at a newer version. Taking
+                // it would have bumped the transitions.
+                let current = bounded(self.sharding.request_limit(), self.api.get_opt(&name))
+                    .await
+                    .ok()
+                    .flatten();
+                let ours =
+                    self.held
+                        .get(layer)
+                        .zip(current.as_ref())
+                        .is_some_and(|(held, current)| {
+                            holder_of(current) == Some(self.sharding.identity.as_str())
+                                && current
+                                    .spec
+                                    .as_ref()
+                                    .and_then(|spec| spec.lease_transitions)
+                                    == Some(held.transitions())
+                        });
+                match current {
+                    Some(current) if ours => {
+                        // Renewed by then, but not known when: the fence stays where it is
+                        // until the next renewal.
+                        if let Some(held) = self.held.get_mut(layer) {
+                            held.lease = current;
+                        }
+                    }
+                    _ => {
+                        warn!(
+                            layer,
+                            "the layer's Lease was taken or removed by another: dropping its running steps"
+                        );
+                        self.lose(layer);
+                    }
+                }
             }
             Err(error) => {
                 let expired = self
@@ -811,10 +924,11 @@ impl Coordinator {
             spec.holder_identity = None;
             spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
         }
-        match self
-            .api
-            .replace(&name, &PostParams::default(), &lease)
-            .await
+        match bounded(
+            self.sharding.request_limit(),
+            self.api.replace(&name, &PostParams::default(), &lease),
+        )
+        .await
         {
             Ok(written) => {
                 info!(layer, "released the layer's Lease");
@@ -824,8 +938,8 @@ impl Coordinator {
         }
     }
 
-    /// Stops every layer's work, waits for the running steps, releases the Leases and removes
-    /// the member Lease, so that the others take over at once.
+    /// Stops every layer's work, waits for the running steps and releases the Leases, so that
+    /// the others take over at once.
     async fn leave(&mut self) {
         let layers: Vec<String> = self.held.keys().cloned().collect();
         for layer in &layers {
@@ -845,18 +959,12 @@ impl Coordinator {
                 self.release(&layer, held.lease).await;
             }
         }
-        let name = self.sharding.member_lease();
-        if let Err(error) = self.api.delete(&name, &DeleteParams::default()).await {
-            warn!(lease = %name, %error, "removing the member Lease failed");
-        }
     }
 
     fn set_held_metric(&self, layer: &str, held: bool) {
         self.shared.metrics.set_shard_held(layer, held);
     }
 
-    /// A Lease of this replica's: held by it, renewed now; `previous` (if any) gives the
-    /// resourceVersion the write is conditional on.
     fn lease_object(
         &self,
         name: &str,
@@ -865,37 +973,7 @@ impl Coordinator {
         previous: Option<&Lease>,
         transitions: i32,
     ) -> Lease {
-        let now = MicroTime(jiff::Timestamp::now());
-        let mut labels = BTreeMap::new();
-        labels.insert(self.sharding.role_label(), role.to_string());
-        labels.insert(self.sharding.of_label(), self.sharding.managed_by.clone());
-        let annotations = layer
-            .map(|layer| BTreeMap::from([(self.sharding.layer_annotation(), layer.to_string())]));
-        let acquire_time = match (role, previous) {
-            ("member", Some(previous)) => previous
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.acquire_time.clone()),
-            _ => None,
-        };
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some(self.sharding.namespace.clone()),
-                labels: Some(labels),
-                annotations,
-                resource_version: previous.and_then(|p| p.metadata.resource_version.clone()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(self.sharding.identity.clone()),
-                lease_duration_seconds: Some(self.sharding.duration_seconds()),
-                acquire_time: acquire_time.or_else(|| Some(now.clone())),
-                renew_time: Some(now),
-                lease_transitions: Some(transitions),
-                ..LeaseSpec::default()
-            }),
-        }
+        lease_object(&self.sharding, name, role, layer, previous, transitions)
     }
 
     fn publish(&self, members: &[String], assignment: &BTreeMap<String, String>) {
