@@ -13,11 +13,6 @@ use comb_federation::engine::class::ClassRegistry;
 use controller_support::{World, eventually, test_options};
 use serde_json::{Value, json};
 
-/// Branch `writes` ends the no-op writes of a settled step (the status PUT, the bridge's POST
-/// 409 and PUT); the lead turns this on once it has landed, and the test then also fails on any
-/// write of a settled resync.
-const SETTLED_RESYNC_WRITES_NOTHING: bool = false;
-
 const COMBS: usize = 3;
 
 /// A web Comb (Deployment and Service) whose endpoint other clusters can reach.
@@ -233,16 +228,14 @@ async fn a_settled_resync_reads_nothing_from_the_api_servers() {
             "a settled resync in {cluster} read from the API server: {reads:?} (all: {:?})",
             cached.requests[cluster]
         );
-        if SETTLED_RESYNC_WRITES_NOTHING {
-            let writes: BTreeMap<&String, &u64> = cached.requests[cluster]
-                .iter()
-                .filter(|(request, _)| is_write(request))
-                .collect();
-            assert!(
-                writes.is_empty(),
-                "a settled resync in {cluster} wrote: {writes:?}"
-            );
-        }
+        let writes: BTreeMap<&String, &u64> = cached.requests[cluster]
+            .iter()
+            .filter(|(request, _)| is_write(request))
+            .collect();
+        assert!(
+            writes.is_empty(),
+            "a settled resync in {cluster} wrote: {writes:?}"
+        );
     }
     // `/debug/queue` says where each Comb's last step read: all from the watches.
     for layer in &cached.queue {

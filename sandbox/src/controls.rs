@@ -311,8 +311,29 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     response
 }
 
+/// One API request as [`Controls::request_log`] keeps it: in arrival order, who made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggedRequest {
+    /// Its place in the order of arrival, from 0 at the last reset.
+    pub seq: u64,
+    /// The user it impersonated (`Impersonate-User`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    pub verb: String,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The most requests the log keeps (the oldest go first).
+const LOG_LIMIT: usize = 200_000;
+
 struct State {
     requests: BTreeMap<String, u64>,
+    /// Every request in order of arrival, bounded by [`LOG_LIMIT`].
+    log: std::collections::VecDeque<LoggedRequest>,
+    next_seq: u64,
     /// The counts of the requests with `Impersonate-User`, by that user.
     impersonated: BTreeMap<String, BTreeMap<String, u64>>,
     faults: Vec<Fault>,
@@ -344,6 +365,8 @@ impl Controls {
         Controls {
             state: Arc::new(Mutex::new(State {
                 requests: BTreeMap::new(),
+                log: std::collections::VecDeque::new(),
+                next_seq: 0,
                 impersonated: BTreeMap::new(),
                 faults: Vec::new(),
             })),
@@ -387,10 +410,18 @@ impl Controls {
             .unwrap_or_default()
     }
 
-    /// Zeroes every count, impersonated ones included.
+    /// The API requests since the last reset, in the order they arrived (at most the last
+    /// 200,000), each with the user it impersonated: who wrote what, and before whom.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.lock().log.iter().cloned().collect()
+    }
+
+    /// Zeroes every count, impersonated ones included, and empties the log.
     pub fn reset_requests(&self) {
         let mut state = self.lock();
         state.requests.clear();
+        state.log.clear();
+        state.next_seq = 0;
         state.impersonated.clear();
     }
 
@@ -435,6 +466,19 @@ impl Controls {
     fn count(&self, info: &RequestInfo, impersonated: Option<&str>) {
         let mut state = self.lock();
         *state.requests.entry(info.key()).or_default() += 1;
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        if state.log.len() >= LOG_LIMIT {
+            state.log.pop_front();
+        }
+        state.log.push_back(LoggedRequest {
+            seq,
+            user: impersonated.map(str::to_string),
+            verb: info.verb.clone(),
+            resource: info.resource.clone(),
+            namespace: info.namespace.clone(),
+            name: info.name.clone(),
+        });
         if let Some(user) = impersonated {
             *state
                 .impersonated

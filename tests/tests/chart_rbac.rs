@@ -367,3 +367,38 @@ fn secrets_are_writable_only_where_a_layer_replicates_them() {
         "{every_namespace}"
     );
 }
+
+/// `sharding.enabled` runs `comb run --sharded` (no leader election), gives every replica its
+/// pod name as identity, and lets it list the Leases and delete its member Lease; without it
+/// the Lease grant stays what leader election needs.
+#[test]
+fn sharding_runs_the_sharded_mode_with_the_lease_grants_it_needs() {
+    if !available_or_skip(
+        "chart_rbac::sharding_runs_the_sharded_mode_with_the_lease_grants_it_needs",
+    ) {
+        return;
+    }
+    let sharded = helm_template([
+        "--values",
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../charts/comb/ci/sharded-values.yaml"
+        ),
+    ]);
+    assert!(sharded.contains("replicas: 3\n"), "{sharded}");
+    assert!(sharded.contains("- --sharded\n"), "{sharded}");
+    assert!(sharded.contains("- --lease-duration=10s\n"), "{sharded}");
+    assert!(!sharded.contains("--leader-elect"), "{sharded}");
+    assert!(sharded.contains("fieldPath: metadata.name"), "{sharded}");
+    assert!(
+        sharded.contains("verbs: [get, list, create, update, patch, delete]"),
+        "{sharded}"
+    );
+    let elected = helm_template(["--set", "replicas=2"]);
+    assert!(elected.contains("- --leader-elect\n"), "{elected}");
+    assert!(!elected.contains("--sharded"), "{elected}");
+    assert!(
+        elected.contains("resources: [leases]\n    verbs: [get, create, update, patch]\n"),
+        "{elected}"
+    );
+}

@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::common::{GlobalArgs, block_on};
 use crate::config::{Config, duration_arg};
 use crate::controller::{
-    Controller, ControllerOptions, LeaderElection, OnceOptions, RunOutcome, default_identity,
+    Controller, ControllerOptions, LeaderElection, OnceOptions, RunOutcome, Sharding,
+    default_identity,
 };
 use crate::engine::class::ClassRegistry;
 use crate::webhook::{Certificates, ServiceName, WebhookOptions};
@@ -32,8 +33,22 @@ pub struct RunArgs {
     admin_address: Option<SocketAddr>,
     /// Reconcile only while holding the Lease `<managedBy>-controller` in $POD_NAMESPACE
     /// (else `default`) of the first layer's cluster.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sharded")]
     leader_elect: bool,
+    /// Share the layers with the other replicas run so: each layer is stepped by the one
+    /// replica holding its Lease `<managedBy>-shard-<layer>`, balanced over the live replicas
+    /// (each renews `<managedBy>-member-<id>`), in $POD_NAMESPACE (else `default`) of the first
+    /// layer's cluster. A replica that dies is taken over after the Lease duration.
+    #[arg(long, conflicts_with = "once")]
+    sharded: bool,
+    /// With --leader-elect or --sharded: how long a Lease holds without renewal (whole
+    /// seconds, at least 2).
+    #[arg(long, value_parser = duration_arg, default_value = "15s", value_name = "DURATION")]
+    lease_duration: Duration,
+    /// This replica's identity in Leases and Events (default: $POD_NAME, else $HOSTNAME, else
+    /// comb-<pid>).
+    #[arg(long, value_name = "NAME")]
+    replica_id: Option<String>,
     /// Combs stepped at once in each layer.
     #[arg(long, default_value_t = 8, value_name = "N")]
     workers: usize,
@@ -117,14 +132,23 @@ pub fn run(
 }
 
 fn options(args: &RunArgs, config: &Config) -> ControllerOptions {
-    let identity = default_identity();
+    let identity = args.replica_id.clone().unwrap_or_else(default_identity);
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".to_string());
     ControllerOptions {
         workers_per_layer: args.workers,
         admin_address: args.admin_address,
-        leader_election: args.leader_elect.then(|| {
-            let namespace =
-                std::env::var("POD_NAMESPACE").unwrap_or_else(|_| "default".to_string());
-            LeaderElection::new(&namespace, &config.managed_by, &identity)
+        leader_election: args.leader_elect.then(|| LeaderElection {
+            duration_seconds: args.lease_duration.as_secs(),
+            ..LeaderElection::new(&namespace, &config.managed_by, &identity)
+        }),
+        sharding: args.sharded.then(|| Sharding {
+            lease_duration: args.lease_duration,
+            ..Sharding::new(
+                &namespace,
+                &config.managed_by,
+                &config.label_prefix,
+                &identity,
+            )
         }),
         once: args.once.then_some(OnceOptions {
             settle: args.settle,

@@ -1,5 +1,5 @@
 //! The admin HTTP server: `/` (the federation's status page), `/metrics`, `/healthz`, `/readyz`,
-//! `/debug/queue`, `/debug/layers`.
+//! `/debug/queue`, `/debug/layers`, `/debug/shards`.
 
 use axum::Router;
 use axum::extract::State;
@@ -20,6 +20,7 @@ pub fn router(handle: ControllerHandle) -> Router {
         .route("/readyz", get(readyz))
         .route("/debug/queue", get(queue))
         .route("/debug/layers", get(layers))
+        .route("/debug/shards", get(shards))
         .with_state(handle)
 }
 
@@ -85,4 +86,16 @@ async fn queue(State(handle): State<ControllerHandle>) -> Response {
 
 async fn layers(State(handle): State<ControllerHandle>) -> Response {
     axum::Json(handle.layers()).into_response()
+}
+
+/// Who holds which layer, as this replica sees it; 404 when the run is not sharded.
+async fn shards(State(handle): State<ControllerHandle>) -> Response {
+    match handle.shards() {
+        Some(view) => axum::Json(view).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "not sharded: this replica steps every layer (comb run --sharded shares them)\n",
+        )
+            .into_response(),
+    }
 }

@@ -145,6 +145,11 @@ impl ControllerHandle {
         self.shared.outcomes()
     }
 
+    /// With sharding, who holds which layer as this replica saw it last (`/debug/shards`).
+    pub fn shards(&self) -> Option<super::ShardsView> {
+        self.shared.shards_view()
+    }
+
     /// Every transition from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
         self.shared.transitions.subscribe()

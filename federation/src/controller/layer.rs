@@ -2,6 +2,7 @@
 //! queue, its dependency graph and whether its API server answers.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use comb_api::{Comb, CombStatus};
@@ -159,6 +160,9 @@ pub struct LayerRuntime {
     store: Mutex<HashMap<CombKey, CombEntry>>,
     graph: Mutex<Graph>,
     health: Mutex<Health>,
+    /// Whether this replica steps the layer (always, but with sharding while it holds the
+    /// layer's Lease): what only the stepping replica does (Events of cycles) asks it.
+    holding: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -191,7 +195,16 @@ impl LayerRuntime {
                 error: None,
                 listed_scopes: HashSet::new(),
             }),
+            holding: AtomicBool::new(true),
         }
+    }
+
+    pub fn is_holding(&self) -> bool {
+        self.holding.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_holding(&self, holding: bool) {
+        self.holding.store(holding, Ordering::SeqCst);
     }
 
     pub fn name(&self) -> &str {

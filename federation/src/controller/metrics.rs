@@ -44,6 +44,9 @@ pub struct Metrics {
     queue_depth: Family<LayerLabels, Gauge>,
     api_errors: Family<ApiErrorLabels, Counter>,
     layer_up: Family<LayerLabels, Gauge>,
+    shard_held: Family<LayerLabels, Gauge>,
+    shard_acquisitions: Family<LayerLabels, Counter>,
+    shard_members: Gauge,
 }
 
 impl Default for Metrics {
@@ -85,6 +88,24 @@ impl Metrics {
             "1 while the layer's API server answers, else 0",
             layer_up.clone(),
         );
+        let shard_held = Family::<LayerLabels, Gauge>::default();
+        registry.register(
+            "shard_held",
+            "1 while this replica holds the layer's shard Lease and steps its Combs (sharded runs)",
+            shard_held.clone(),
+        );
+        let shard_acquisitions = Family::<LayerLabels, Counter>::default();
+        registry.register(
+            "shard_acquisitions",
+            "Times this replica took a layer's shard Lease",
+            shard_acquisitions.clone(),
+        );
+        let shard_members = Gauge::default();
+        registry.register(
+            "shard_members",
+            "Live replicas sharing the layers, as this replica sees them",
+            shard_members.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -92,7 +113,31 @@ impl Metrics {
             queue_depth,
             api_errors,
             layer_up,
+            shard_held,
+            shard_acquisitions,
+            shard_members,
         }
+    }
+
+    pub fn set_shard_held(&self, layer: &str, held: bool) {
+        self.shard_held
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .set(i64::from(held));
+    }
+
+    pub fn shard_acquired(&self, layer: &str) {
+        self.shard_acquisitions
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_shard_members(&self, members: usize) {
+        self.shard_members
+            .set(i64::try_from(members).unwrap_or(i64::MAX));
     }
 
     /// Counts a step of `layer` that recorded `phase`, and how long it took.
@@ -158,6 +203,9 @@ mod tests {
         metrics.set_layer_up("dev", false);
         metrics.set_layer_up("prod", true);
         metrics.set_queue_depth("prod", 4);
+        metrics.set_shard_held("prod", true);
+        metrics.shard_acquired("prod");
+        metrics.set_shard_members(3);
         let text = metrics.encode().unwrap();
         for line in [
             r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,
@@ -166,6 +214,9 @@ mod tests {
             r#"comb_api_errors_total{layer="dev",operation="watch"} 1"#,
             r#"comb_layer_up{layer="dev"} 0"#,
             r#"comb_layer_up{layer="prod"} 1"#,
+            r#"comb_shard_held{layer="prod"} 1"#,
+            r#"comb_shard_acquisitions_total{layer="prod"} 1"#,
+            "comb_shard_members 3",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

@@ -46,6 +46,7 @@ pub mod queue;
 mod reads;
 mod report;
 mod run;
+pub mod shards;
 mod step;
 pub mod transition;
 pub mod triggers;
@@ -66,6 +67,7 @@ pub use once::{CombOutcome, RunOutcome};
 pub use options::{ControllerOptions, OnceOptions, default_identity};
 pub use queue::{CombKey, QueueEntryView, Trigger};
 pub use run::Controller;
+pub use shards::{ShardView, Sharding, ShardsView};
 pub use transition::{PhaseReason, Transition};
 
 use crate::config::Config;
@@ -88,6 +90,24 @@ pub(crate) struct Shared {
     stopping: CancellationToken,
     /// Reconciling (false while waiting for the Lease).
     active: AtomicBool,
+    /// With sharding, who holds what, as the coordinator saw it last.
+    shards: Mutex<Option<shards::ShardsView>>,
     admin_address: OnceLock<SocketAddr>,
     webhook_address: OnceLock<SocketAddr>,
+}
+
+impl Shared {
+    pub(crate) fn set_shards_view(&self, view: shards::ShardsView) {
+        *self
+            .shards
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
+    }
+
+    pub(crate) fn shards_view(&self) -> Option<shards::ShardsView> {
+        self.shards
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }

@@ -8,6 +8,7 @@ use comb_upstreams::UpstreamClasses;
 
 use super::backoff::BackoffPolicy;
 use super::leader::LeaderElection;
+use super::shards::Sharding;
 use crate::webhook::WebhookOptions;
 
 /// `--once`: stop when every Comb is settled, or at the timeout.
@@ -45,6 +46,8 @@ pub struct ControllerOptions {
     pub admin_address: Option<SocketAddr>,
     /// Compete for a Lease and reconcile only while holding it.
     pub leader_election: Option<LeaderElection>,
+    /// Share the layers with the other replicas by Leases; each steps the layers it holds.
+    pub sharding: Option<Sharding>,
     /// Stop when every Comb is settled.
     pub once: Option<OnceOptions>,
     /// This replica's name in Events.
@@ -73,6 +76,7 @@ impl Default for ControllerOptions {
             },
             admin_address: None,
             leader_election: None,
+            sharding: None,
             once: None,
             identity: default_identity(),
             upstream_classes: UpstreamClasses::default(),

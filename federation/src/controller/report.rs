@@ -19,6 +19,10 @@ impl Shared {
         layer: &Arc<LayerRuntime>,
         cycles: Vec<Vec<CombKey>>,
     ) {
+        if !layer.is_holding() {
+            // Another replica steps the layer and reports its cycles.
+            return;
+        }
         let shared = self.clone();
         let layer = layer.clone();
         tokio::spawn(async move { shared.report_cycles(&layer, cycles).await });

@@ -24,6 +24,7 @@ use super::backoff::Retries;
 use super::layer::LayerRuntime;
 use super::queue::{CombKey, Trigger};
 use super::triggers::{Source, comb_key, owner_of};
+use crate::engine::cache::ObjectCache;
 
 /// The kinds whose changes wake their Comb: what Combs usually deploy, the bridges' kinds, and
 /// Pods (a crash loop shows there first).
@@ -246,6 +247,21 @@ fn map_event<K, T>(event: Event<K>, f: impl FnOnce(K) -> T) -> Event<T> {
     }
 }
 
+/// Tells the cache, when dropped, that a watch of its scope ended.
+struct Unwatched {
+    cache: Arc<ObjectCache>,
+    api_version: String,
+    kind: String,
+    scope: Option<String>,
+}
+
+impl Drop for Unwatched {
+    fn drop(&mut self) {
+        self.cache
+            .unwatched(&self.api_version, &self.kind, self.scope.as_deref());
+    }
+}
+
 /// Watches one managed kind in one scope of `layer`, keeps what it brings in the context's
 /// cache (when the controller keeps one) and wakes the Comb of each changed or deleted object,
 /// until `cancel` (or for good when the kind is not served).
@@ -270,6 +286,13 @@ pub async fn watch_managed(
     futures::pin_mut!(stream);
     let cache = layer.ops.cache().cloned();
     let (api_version, kind_name) = (kind.api_version.clone(), kind.kind.clone());
+    // However the watch ends, what it kept is no longer kept current.
+    let _unwatched = cache.clone().map(|cache| Unwatched {
+        cache,
+        api_version: api_version.clone(),
+        kind: kind_name.clone(),
+        scope: scope.clone(),
+    });
     let mut retries = shared.watch_retries();
     loop {
         let item = tokio::select! {

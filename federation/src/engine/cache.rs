@@ -355,6 +355,17 @@ impl ObjectCache {
         });
     }
 
+    /// The watch of `kind` in `scope` ended (its layer was stopped or handed to another
+    /// replica, or the kind is not served): the scope is no longer answered from here, since
+    /// nothing keeps it current; a new watch lists it again.
+    pub fn unwatched(&self, api_version: &str, kind: &str, scope: Option<&str>) {
+        self.with_kind(api_version, kind, |store| {
+            let scope = scope.map(str::to_string);
+            store.synced.remove(&scope);
+            store.listing.remove(&scope);
+        });
+    }
+
     /// An object the list of `scope` brought.
     pub fn listed(&self, api_version: &str, kind: &str, scope: Option<&str>, object: Value) {
         let Some(key) = key_of(&object) else { return };

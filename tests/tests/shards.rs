@@ -1,0 +1,530 @@
+//! `comb run --sharded` through the binary, three replicas on three layers (either backend):
+//! every layer is held by exactly one replica; a replica killed with SIGKILL has its layer taken
+//! over by a survivor within about the Lease duration; a Comb edited while its holder was dead
+//! converges; and the request log shows that no layer was written by two replicas at once (each
+//! replica impersonates a user of its own, so every request names who made it). And a holder
+//! whose renewals fail holds its layer's steps back before its Lease could expire, and takes it
+//! anew once it can write it again.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Instant;
+
+use comb_api::Comb;
+use comb_sandbox::controls::LoggedRequest;
+use comb_testkit::fixtures::web;
+use comb_testkit::{Setup, World, wait_until};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const LAYERS: [&str; 3] = ["alpha", "beta", "gamma"];
+const REPLICAS: [&str; 3] = ["comb-replica-0", "comb-replica-1", "comb-replica-2"];
+const LEASE_SECONDS: u64 = 3;
+
+fn config(kubeconfig: &str) -> String {
+    let mut text = format!("kubeconfig: {kubeconfig}\nresync: 1h\nlayers:\n");
+    for layer in LAYERS {
+        text.push_str(&format!(
+            "  - {{name: {layer}, context: home, namespaces: [{layer}]}}\n"
+        ));
+    }
+    text
+}
+
+/// A replica: the process and its admin address.
+struct Replica {
+    id: &'static str,
+    child: Child,
+    admin: String,
+}
+
+impl Replica {
+    fn start(world: &World, dir: &Path, id: &'static str) -> Replica {
+        // Its own kubeconfig, impersonating a user of its own: the request log names it.
+        let mut kubeconfig = world.kubeconfig();
+        for named in &mut kubeconfig.auth_infos {
+            if let Some(auth) = named.auth_info.as_mut() {
+                auth.impersonate = Some(id.to_string());
+                auth.impersonate_groups = Some(vec!["system:masters".into()]);
+            }
+        }
+        let kubeconfig_path = dir.join(format!("{id}.kubeconfig"));
+        std::fs::write(
+            &kubeconfig_path,
+            serde_saphyr::to_string(&kubeconfig).expect("the kubeconfig as YAML"),
+        )
+        .expect("the replica's kubeconfig is written");
+        let config_path = dir.join(format!("{id}.yaml"));
+        std::fs::write(&config_path, config(&format!("{id}.kubeconfig")))
+            .expect("the replica's configuration is written");
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .to_string();
+        let log = std::fs::File::create(dir.join(format!("{id}.log"))).expect("a log file");
+        let child = comb_testkit::comb()
+            .arg("--config")
+            .arg(&config_path)
+            .args(["run", "--sharded", "--replica-id", id])
+            .args(["--lease-duration", &format!("{LEASE_SECONDS}s")])
+            .args(["--admin-address", &admin])
+            .env("POD_NAMESPACE", "default")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("comb run --sharded starts");
+        Replica { id, child, admin }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("the replica ends")
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        }
+    }
+}
+
+/// `GET path` on the admin address: the status code and body, or `None` when nobody answers.
+async fn get(address: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.get(9..12)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((code, body))
+}
+
+/// `/debug/shards` of a replica: layer -> its state there (`stepping`, `elsewhere`, ...).
+async fn shard_states(replica: &Replica) -> Option<BTreeMap<String, String>> {
+    let (code, body) = get(&replica.admin, "/debug/shards").await?;
+    if code != 200 {
+        return None;
+    }
+    let view: serde_json::Value = serde_json::from_str(&body).ok()?;
+    Some(
+        view["layers"]
+            .as_array()?
+            .iter()
+            .map(|layer| {
+                (
+                    layer["layer"].as_str().unwrap_or_default().to_string(),
+                    layer["state"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The holder and transitions of every layer's Lease, read as the observer.
+async fn holders(world: &World) -> BTreeMap<String, (Option<String>, i32)> {
+    let leases: Api<Lease> = Api::namespaced(world.observer("home").await, "default");
+    let mut holders = BTreeMap::new();
+    for layer in LAYERS {
+        if let Ok(Some(lease)) = leases.get_opt(&format!("comb-shard-{layer}")).await {
+            let spec = lease.spec.unwrap_or_default();
+            holders.insert(
+                layer.to_string(),
+                (
+                    spec.holder_identity.filter(|h| !h.is_empty()),
+                    spec.lease_transitions.unwrap_or(0),
+                ),
+            );
+        }
+    }
+    holders
+}
+
+/// Who steps which layer: held by the Lease and `stepping` in the holder's own view.
+async fn stepping(
+    world: &World,
+    replicas: &[&Replica],
+) -> Result<BTreeMap<String, String>, String> {
+    let holders = holders(world).await;
+    let mut by_layer = BTreeMap::new();
+    for layer in LAYERS {
+        let Some((Some(holder), _)) = holders.get(layer) else {
+            return Err(format!("{layer}: no holder in {holders:?}"));
+        };
+        let Some(replica) = replicas.iter().find(|r| r.id == holder) else {
+            return Err(format!("{layer}: held by {holder}, not a live replica"));
+        };
+        let states = shard_states(replica).await.unwrap_or_default();
+        if states.get(layer).map(String::as_str) != Some("stepping") {
+            return Err(format!("{layer}: {holder} says {states:?}"));
+        }
+        // Nobody else steps it.
+        for other in replicas.iter().filter(|r| r.id != holder) {
+            let states = shard_states(other).await.unwrap_or_default();
+            if states.get(layer).map(String::as_str) == Some("stepping") {
+                return Err(format!("{layer}: {} steps it too", other.id));
+            }
+        }
+        by_layer.insert(layer.to_string(), holder.clone());
+    }
+    Ok(by_layer)
+}
+
+/// Whether Comb `namespace/name` is Running for its current generation.
+async fn converged(world: &World, namespace: &str, name: &str) -> Result<(), String> {
+    let combs: Api<Comb> = Api::namespaced_with(
+        world.observer("home").await,
+        namespace,
+        &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+    );
+    let comb = combs.get(name).await.map_err(|error| error.to_string())?;
+    let status = comb.status.as_ref().ok_or("no status")?;
+    let phase = status.phase.as_ref().map(ToString::to_string);
+    if phase.as_deref() == Some("Running") && status.observed_generation == comb.metadata.generation
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{namespace}/{name}: {phase:?} at generation {:?} of {:?}",
+            status.observed_generation, comb.metadata.generation
+        ))
+    }
+}
+
+/// The writers of each layer's namespace in the order they wrote (the replicas' writes but
+/// their Leases'), with runs of one writer merged: `[a]`, or `[a, b]` after a takeover.
+fn writers(log: &[LoggedRequest]) -> BTreeMap<String, Vec<String>> {
+    let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for request in log {
+        let Some(user) = &request.user else { continue };
+        if !REPLICAS.contains(&user.as_str())
+            || !matches!(
+                request.verb.as_str(),
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
+            || request.resource.starts_with("leases")
+            || !LAYERS.contains(&request.namespace.as_str())
+        {
+            continue;
+        }
+        let run = runs.entry(request.namespace.clone()).or_default();
+        if run.last() != Some(user) {
+            run.push(user.clone());
+        }
+    }
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_the_layers_and_take_over_a_killed_one() {
+    let mut setup = Setup::clusters(["home"]);
+    for layer in LAYERS {
+        setup = setup.namespace("home", layer);
+    }
+    let world = setup.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The binary is built before the clock of any wait starts.
+    let _ = comb_testkit::bin::comb_path();
+    let mut replicas: Vec<Replica> = REPLICAS
+        .iter()
+        .map(|id| Replica::start(&world, dir.path(), id))
+        .collect();
+
+    // Every layer held by exactly one replica, one layer each.
+    let all: Vec<&Replica> = replicas.iter().collect();
+    let balanced = async || {
+        wait_until("every layer stepped by one replica, one each", async || {
+            let held = stepping(&world, &all).await?;
+            let mut owners: Vec<&String> = held.values().collect();
+            owners.sort();
+            owners.dedup();
+            if owners.len() == 3 {
+                Ok(held)
+            } else {
+                Err(format!("not balanced yet: {held:?}"))
+            }
+        })
+        .await
+    };
+    balanced().await;
+    world.reset_requests("home");
+    let at_reset = holders(&world).await;
+
+    for layer in LAYERS {
+        for name in ["web-0", "web-1"] {
+            world
+                .create_comb("home", layer, name, web(name, "nginx:1"))
+                .await;
+        }
+    }
+    for layer in LAYERS {
+        for name in ["web-0", "web-1"] {
+            wait_until(format!("{layer}/{name} Running"), async || {
+                converged(&world, layer, name).await
+            })
+            .await;
+        }
+    }
+    let (code, metrics) = get(&replicas[0].admin, "/metrics").await.expect("metrics");
+    assert_eq!(code, 200);
+    assert!(metrics.contains("comb_shard_members 3"), "{metrics}");
+    assert!(metrics.contains("comb_shard_held{layer="), "{metrics}");
+
+    // Kill the holder of alpha (as it is now), and edit one of its Combs while nobody steps it.
+    let held = balanced().await;
+    let before_kill = holders(&world).await;
+    let victim_id = held["alpha"].clone();
+    let victim = replicas
+        .iter()
+        .position(|r| r.id == victim_id)
+        .expect("the holder is a replica");
+    let mut victim = replicas.remove(victim);
+    victim.kill();
+    let killed_at = Instant::now();
+    world
+        .patch_comb_spec("home", "alpha", "web-0", web("web-0", "nginx:2"))
+        .await;
+
+    let survivors: Vec<&Replica> = replicas.iter().collect();
+    let after = wait_until("alpha taken over by a survivor", async || {
+        let held = stepping(&world, &survivors).await?;
+        if held["alpha"] == victim_id {
+            return Err("still the victim".to_string());
+        }
+        Ok(held)
+    })
+    .await;
+    let takeover = killed_at.elapsed();
+    println!(
+        "takeover of layer alpha after SIGKILL of {victim_id}: {} ms (Lease duration {LEASE_SECONDS} s) on {:?}",
+        takeover.as_millis(),
+        world.backend()
+    );
+    let after_takeover = holders(&world).await;
+    assert!(
+        after_takeover["alpha"].1 > before_kill["alpha"].1,
+        "the takeover is a new transition (fencing token): {before_kill:?} -> {after_takeover:?}"
+    );
+    // The other layers stayed where they were (unless their Leases changed hands meanwhile: a
+    // replica starved of CPU for a Lease duration counts as gone, rightly).
+    for layer in ["beta", "gamma"] {
+        if after_takeover[layer].1 == before_kill[layer].1 {
+            assert_eq!(after[layer], held[layer], "{layer} did not move");
+        }
+    }
+
+    // Nothing lost: the edit made while the holder was dead converges, and the rest stays.
+    wait_until("alpha/web-0 runs nginx:2", async || {
+        if image(&world, "alpha", "web-0").await.as_deref() == Some("nginx:2") {
+            converged(&world, "alpha", "web-0").await
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    for layer in LAYERS {
+        for name in ["web-0", "web-1"] {
+            wait_until(format!("{layer}/{name} Running"), async || {
+                converged(&world, layer, name).await
+            })
+            .await;
+        }
+    }
+
+    // The request log: the writers of a layer change only when its Lease changes hands (the
+    // fencing token), never in turns; without other moves, each layer was written by its
+    // holder alone, and alpha by the victim, then by the taker.
+    let log = world.controls("home").request_log();
+    let runs = writers(&log);
+    let at_end = holders(&world).await;
+    let mut moves = 0;
+    for layer in LAYERS {
+        let switches = runs[layer].len() - 1;
+        let transitions = at_end[layer].1 - at_reset[layer].1;
+        assert!(
+            i32::try_from(switches).unwrap() <= transitions,
+            "{layer}: writers {:?} switched {switches} times over {transitions} Lease transitions",
+            runs[layer]
+        );
+        moves += transitions;
+    }
+    if moves == 1 {
+        for layer in ["beta", "gamma"] {
+            assert_eq!(runs[layer], vec![held[layer].clone()], "{layer}'s writers");
+        }
+        assert_eq!(
+            runs["alpha"],
+            vec![victim_id.clone(), after["alpha"].clone()],
+            "alpha's writers, in order"
+        );
+    }
+    println!(
+        "request log: {} requests; writers by layer {runs:?}; Lease transitions since the Combs were created: {moves}",
+        log.len()
+    );
+
+    // A graceful stop releases the Leases: the last survivor takes everything at once.
+    let mut leaving = replicas.remove(0);
+    let status = leaving.stop();
+    assert!(status.success(), "{status:?}");
+    let last: Vec<&Replica> = replicas.iter().collect();
+    let left_at = Instant::now();
+    wait_until("the last replica steps every layer", async || {
+        let held = stepping(&world, &last).await?;
+        if held.values().all(|holder| holder == last[0].id) {
+            Ok(())
+        } else {
+            Err(format!("{held:?}"))
+        }
+    })
+    .await;
+    println!(
+        "handover after a graceful stop: {} ms",
+        left_at.elapsed().as_millis()
+    );
+    let status = replicas[0].stop();
+    assert!(status.success(), "{status:?}");
+    drop(replicas);
+    world.shutdown().await;
+}
+
+/// The image of Deployment `namespace/name`, as the observer reads it.
+async fn image(world: &World, namespace: &str, name: &str) -> Option<String> {
+    world
+        .peek("home", "apps/v1", "Deployment", namespace, name)
+        .await
+        .and_then(|d| {
+            d["spec"]["template"]["spec"]["containers"][0]["image"]
+                .as_str()
+                .map(str::to_string)
+        })
+}
+
+/// The state of `layer` in the replica's `/debug/shards`.
+async fn state_of(replica: &Replica, layer: &str) -> Option<String> {
+    shard_states(replica).await?.get(layer).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_cannot_renew_stops_stepping_before_its_lease_ends() {
+    let mut setup = Setup::clusters(["home"]);
+    for layer in LAYERS {
+        setup = setup.namespace("home", layer);
+    }
+    let world = setup.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _ = comb_testkit::bin::comb_path();
+    let mut replica = Replica::start(&world, dir.path(), REPLICAS[0]);
+    wait_until("the only replica steps every layer", async || {
+        stepping(&world, &[&replica]).await
+    })
+    .await;
+    for layer in ["alpha", "beta"] {
+        world
+            .create_comb("home", layer, "web-0", web("web-0", "nginx:1"))
+            .await;
+        wait_until(format!("{layer}/web-0 Running"), async || {
+            converged(&world, layer, "web-0").await
+        })
+        .await;
+    }
+    let transitions_before = holders(&world).await["alpha"].1;
+
+    // Every write of alpha's Lease fails from now on: the holder cannot renew it (nor could
+    // anyone take it).
+    let controls = world.controls("home");
+    controls.inject(comb_sandbox::controls::Fault::status(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/comb-shard-alpha",
+        503,
+        1_000_000,
+    ));
+    let faulted_at = Instant::now();
+    wait_until("alpha held back", async || {
+        let state = state_of(&replica, "alpha").await;
+        match state.as_deref() {
+            Some("holding-back" | "waiting") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    println!(
+        "held back {} ms after the renewals began to fail (Lease duration {LEASE_SECONDS} s)",
+        faulted_at.elapsed().as_millis()
+    );
+    let held_back_from = controls.request_log().last().map_or(0, |r| r.seq);
+
+    // Edits now: beta's is stepped as usual, alpha's waits for the Lease.
+    for layer in ["alpha", "beta"] {
+        world
+            .patch_comb_spec("home", layer, "web-0", web("web-0", "nginx:2"))
+            .await;
+    }
+    wait_until("beta/web-0 runs nginx:2", async || {
+        if image(&world, "beta", "web-0").await.as_deref() == Some("nginx:2") {
+            converged(&world, "beta", "web-0").await
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    wait_until("alpha's Lease given up", async || {
+        state_of(&replica, "alpha").await.as_deref() == Some("waiting")
+    })
+    .await;
+    println!(
+        "gave alpha up {} ms after the renewals began to fail",
+        faulted_at.elapsed().as_millis()
+    );
+    let log = controls.request_log();
+    let written: Vec<&LoggedRequest> = log
+        .iter()
+        .filter(|r| r.seq > held_back_from && r.namespace == "alpha")
+        .filter(|r| r.user.as_deref() == Some(REPLICAS[0]))
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .collect();
+    assert!(
+        written.is_empty(),
+        "alpha written while held back: {written:?}"
+    );
+    assert_eq!(
+        image(&world, "alpha", "web-0").await.as_deref(),
+        Some("nginx:1")
+    );
+
+    // The Lease writable again: taken anew (a new transition), and the edit converges.
+    controls.clear_faults();
+    wait_until("alpha/web-0 runs nginx:2", async || {
+        if image(&world, "alpha", "web-0").await.as_deref() == Some("nginx:2") {
+            converged(&world, "alpha", "web-0").await
+        } else {
+            Err("not yet".to_string())
+        }
+    })
+    .await;
+    assert_eq!(
+        state_of(&replica, "alpha").await.as_deref(),
+        Some("stepping")
+    );
+    assert!(holders(&world).await["alpha"].1 > transitions_before);
+    let status = replica.stop();
+    assert!(status.success(), "{status:?}");
+    world.shutdown().await;
+}
