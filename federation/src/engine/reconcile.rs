@@ -109,6 +109,7 @@ pub async fn reconcile(
             ),
         }
     };
+    comb.set_prune_notes(record.notes.clone());
     let recorded = AssertUnwindSafe(async {
         let mut record = record;
         publish_endpoints(&mut record, comb, previous.is_none(), resolved_local).await;
@@ -523,6 +524,7 @@ impl Step<'_> {
                 r.managed = Some(managed);
                 r.established = Some(established);
                 r.finish(phase, reason, with_notes(message, &notes));
+                r.notes = notes;
             }
             Applied::Failed { managed, message } => {
                 r.managed = Some(managed);
