@@ -57,7 +57,7 @@ fn quiet(handle: &ControllerHandle) -> bool {
 async fn phases_until_running(
     handle: &ControllerHandle,
     transitions: &mut broadcast::Receiver<Transition>,
-) -> BTreeMap<String, Vec<String>> {
+) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
     let deadline = tokio::time::Instant::now() + comb_testkit::deadline();
     let mut phases: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut log = Vec::new();
@@ -73,7 +73,7 @@ async fn phases_until_running(
             while let Ok(transition) = transitions.try_recv() {
                 record(&mut phases, &mut log, &transition);
             }
-            return phases;
+            return (phases, log);
         }
         let poll = (tokio::time::Instant::now() + comb_testkit::POLL).min(deadline);
         match tokio::time::timeout_at(poll, transitions.recv()).await {
@@ -131,7 +131,8 @@ async fn one_pending_per_comb_for_an_image_edit(kind: &str) {
             json!({"config": workload(kind, "nginx:2")["config"]}),
         )
         .await;
-    let phases = phases_until_running(&handle, &mut running.transitions).await;
+    let (phases, log) = phases_until_running(&handle, &mut running.transitions).await;
+    eprintln!("{kind}, one image edit:\n{}", log.join("\n"));
     let once: Vec<String> = vec!["Pending".into(), "Running".into()];
     let expected: BTreeMap<String, Vec<String>> = ["dev", "prod", "staging"]
         .iter()

@@ -331,8 +331,9 @@ impl Step<'_> {
         let applied = format!("applied {} resource(s)", items.len());
         // A rollout the workload controllers are still carrying out: applying again changes
         // nothing but the annotations they write (the deployment controller's revision), and
-        // every such write is a new generation for them to catch up with.
-        if status.reason == Some(Reason::RolloutInProgress)
+        // every such write is a new generation for them to catch up with. The Pods it starts
+        // may be the first problems; the rollout is still what the Comb waits for.
+        if status.rolling_out
             && self.nothing_to_apply(&items, &live, borrowed)
             && !record_differs(self.previous_managed(), &items)
         {
