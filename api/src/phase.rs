@@ -130,6 +130,9 @@ words! {
         ReplicationFailed,
         Borrowed,
         UpstreamNotRunning,
+        /// Pending while the upstream rolls out (it is Pending `Deployed` or
+        /// `RolloutInProgress`, or its own upstream rolls out).
+        UpstreamRollingOut,
         EndpointsFailed,
         ReconcileFailed,
         // Conditions other than Ready.

@@ -6,8 +6,10 @@ mod controller_support;
 use comb_sandbox::controls::Fault;
 use controller_support::World;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event, Namespace, PersistentVolumeClaim, Secret, Service,
+};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 
 /// db writes a Namespace, which the layer has to allow.
@@ -115,6 +117,32 @@ async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
     assert!(
         namespaces.get_opt("db-extra").await.unwrap().is_some(),
         "cluster-scoped, never deleted"
+    );
+    // What the cleanup left in place is an Event on the Comb, once, though the cleanup ran
+    // three times.
+    let events: Vec<Event> = Api::<Event>::namespaced(world.client("prod").await, "platform")
+        .list(&ListParams::default())
+        .await
+        .expect("the Events list")
+        .items
+        .into_iter()
+        .filter(|event| event.involved_object.name.as_deref() == Some("db"))
+        .collect();
+    let said = |reason: &str, message: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason) && e.message.as_deref() == Some(message)
+            })
+            .count()
+    };
+    assert_eq!(
+        said(
+            "PruneSkipped",
+            "left Namespace db-extra in place: cluster-scoped, never deleted"
+        ),
+        1,
+        "{events:?}"
     );
     assert_eq!(
         world

@@ -3,10 +3,15 @@
 
 mod controller_support;
 
-use controller_support::{World, eventually, web};
+use std::time::Duration;
+
+use comb_federation::controller::{ControllerHandle, ControllerOptions, Transition};
+use comb_federation::engine::class::ClassRegistry;
+use controller_support::{World, eventually, test_options, web};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
+use tokio::sync::broadcast;
 
 const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";
 
@@ -139,5 +144,133 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
         ),
         "{blocked:?}"
     );
+    running.stop().await;
+}
+
+/// How long a dependent may stay Blocked after its dependency records Running (issue 11).
+const WAKE_BOUND: Duration = Duration::from_secs(1);
+
+/// Stop/start rounds, the same on both backends (a round takes about a second on each).
+const ROUNDS: usize = 50;
+
+/// Whether `name`'s step is over and nothing is queued for it: no step of it can record an
+/// older verdict after this.
+fn settled(handle: &ControllerHandle, name: &str) -> bool {
+    handle
+        .queue()
+        .iter()
+        .flat_map(|layer| layer.combs.iter())
+        .find(|comb| comb.name == name)
+        .is_some_and(|comb| comb.state == "idle" && comb.pending.is_none())
+}
+
+/// The next transition, `None` at `deadline`.
+async fn next_transition(
+    transitions: &mut broadcast::Receiver<Transition>,
+    deadline: tokio::time::Instant,
+) -> Option<Transition> {
+    match tokio::time::timeout_at(deadline, transitions.recv()).await {
+        Ok(Ok(transition)) => Some(transition),
+        Ok(Err(error)) => panic!("the transitions: {error}"),
+        Err(_) => None,
+    }
+}
+
+/// Sets the image of db's Deployment (its Comb's spec).
+async fn set_db_image(world: &World, image: &str) {
+    let db = web("db", image);
+    world
+        .patch_spec("prod", "platform", "db", json!({"config": db["config"]}))
+        .await;
+}
+
+/// A dependent is never left Blocked behind its dependency (issue 11, no lost wake-ups): db is
+/// stopped and started 50 times, and api, which depends on it, is never still Blocked a second
+/// after db records Running again.
+///
+/// What api's dependency check observes is db's live health. `comb stop` while the controller
+/// runs is undone by db's next step before api could look (the emulator does not even get to
+/// delete the Pod), so each round stops db's service by rolling it out to a crash-looping image
+/// (db Error, api Blocked) and starts it again by rolling back (db Running, and api must follow
+/// at once). Each round waits for api to be Blocked, so that every one tests the wake-up.
+#[tokio::test]
+async fn no_wake_up_is_lost_over_fifty_stops_and_starts_of_a_dependency() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    // The pacing of reruns as shipped (up to 10 s): a wake-up must not wait behind it.
+    let options = ControllerOptions {
+        pacing: ControllerOptions::default().pacing,
+        ..test_options()
+    };
+    let mut running = world
+        .run_with(
+            world.config(CONFIG),
+            ClassRegistry::with_builtins(),
+            options,
+        )
+        .await;
+    world
+        .create_comb("prod", "platform", "db", web("db", "postgres:16"))
+        .await;
+    world
+        .create_comb(
+            "prod",
+            "platform",
+            "api",
+            depending(web("api", "api:1"), &["db"]),
+        )
+        .await;
+    world
+        .wait_phase("prod", "platform", "api", "Running", None)
+        .await;
+    let handle = running.handle.clone();
+    let mut api_phase = "Running".to_string();
+    for round in 0..ROUNDS {
+        // Stopped: api finds db unhealthy.
+        set_db_image(&world, &format!("crashloop:{round}")).await;
+        let deadline = tokio::time::Instant::now() + comb_testkit::deadline();
+        while api_phase != "Blocked" {
+            let Some(transition) = next_transition(&mut running.transitions, deadline).await else {
+                panic!("round {round}: api was not Blocked by db's stop (api is {api_phase})");
+            };
+            if transition.name == "api" {
+                api_phase = transition.new.phase.clone();
+            }
+        }
+        // Started again: from db's Running on, api has WAKE_BOUND to leave Blocked.
+        set_db_image(&world, "postgres:16").await;
+        let db_running_at = loop {
+            let Some(transition) = next_transition(&mut running.transitions, deadline).await else {
+                panic!("round {round}: db did not run again");
+            };
+            match transition.name.as_str() {
+                "api" => api_phase = transition.new.phase.clone(),
+                "db" if transition.new.phase == "Running" => break transition.at,
+                _ => {}
+            }
+        };
+        let bound = db_running_at + WAKE_BOUND;
+        let left = Duration::try_from(bound.duration_since(jiff::Timestamp::now()))
+            .unwrap_or(Duration::ZERO);
+        let wake_deadline = tokio::time::Instant::now() + left;
+        // api's verdicts in between are read as they come, a late Blocked included.
+        loop {
+            if api_phase != "Blocked" && settled(&handle, "api") {
+                break;
+            }
+            let poll = (tokio::time::Instant::now() + comb_testkit::POLL).min(wake_deadline);
+            match next_transition(&mut running.transitions, poll).await {
+                Some(transition) if transition.name == "api" => {
+                    api_phase = transition.new.phase.clone();
+                }
+                Some(_) => {}
+                None if tokio::time::Instant::now() < wake_deadline => {}
+                None if api_phase == "Blocked" => panic!(
+                    "round {round}: api still Blocked {WAKE_BOUND:?} after db was Running again"
+                ),
+                // Not Blocked at the bound, though a step of it runs: the next round looks on.
+                None => break,
+            }
+        }
+    }
     running.stop().await;
 }

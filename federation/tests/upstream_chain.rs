@@ -41,7 +41,8 @@ async fn three_layers_prod_staging_dev() {
         json!({"class": "K8s", "layer": "staging", "namespace": "staging"}),
     );
 
-    // prod deploys; while it is not Running, staging bridges to it but does not run.
+    // prod deploys; while it is not Running, staging bridges to it but does not run: prod is
+    // rolling out (Pending, Deployed).
     let first = layers.step("prod", &mut prod, &local).await;
     assert_eq!(
         (verdict(&first).0.as_str(), verdict(&first).1.as_str()),
@@ -52,8 +53,8 @@ async fn three_layers_prod_staging_dev() {
         verdict(&status),
         (
             "Pending".into(),
-            "UpstreamNotRunning".into(),
-            format!("{K8S} (context prod) is Pending")
+            "UpstreamRollingOut".into(),
+            format!("{K8S} (context prod) is rolling out")
         )
     );
     // dev is on another server, and nothing up the chain publishes an external address yet.

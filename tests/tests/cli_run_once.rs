@@ -145,3 +145,49 @@ async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
         "{stderr}"
     );
 }
+
+/// A crash-looping image through the binary: the Comb ends `Error (CrashLoopBackOff)`, named on
+/// stdout, and `comb run --once` exits 1, so a CI gate fails the broken rollout.
+#[tokio::test]
+async fn a_crash_loop_exits_1() {
+    let world = Setup::clusters(["prod"])
+        .namespace("prod", "platform")
+        .start()
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    world.write_kubeconfig(&dir.path().join("kubeconfig.yaml"));
+    let config = dir.path().join("comb.yaml");
+    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n")).unwrap();
+    world
+        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
+        .await;
+    let output = tokio::task::spawn_blocking(move || {
+        comb_testkit::comb()
+            .args([
+                "run",
+                "--once",
+                "--settle",
+                "2s",
+                "--timeout",
+                "120s",
+                "--config",
+            ])
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.starts_with("prod:platform/web Error (CrashLoopBackOff): "),
+        "{stdout}"
+    );
+}

@@ -210,6 +210,7 @@ fn status_of(context: &str, view: &PeerView) -> UpstreamStatus {
             via: Some(vec![context.to_string()]),
             context: Some(context.to_string()),
             message: Some(message.clone()),
+            reason: None,
         },
         PeerView::Read {
             place,
@@ -249,6 +250,7 @@ fn status_of(context: &str, view: &PeerView) -> UpstreamStatus {
                 via: Some(via),
                 context: Some(context.to_string()),
                 message,
+                reason: status.ready().and_then(|ready| ready.reason.clone()),
             }
         }
     }
@@ -405,10 +407,21 @@ mod tests {
                 via: Some(vec!["staging".into(), "prod".into(), "vendor".into()]),
                 context: Some("staging".into()),
                 message: None,
+                reason: None,
             }
         );
         let local_peer = read(true, json!({"phase": "Pending"}));
         assert_eq!(status_of("prod", &local_peer).via.unwrap(), ["prod"]);
+        // The peer's Ready reason goes along: it tells a rollout from other Pendings.
+        let rolling = read(
+            true,
+            json!({"phase": "Pending", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "RolloutInProgress"}]}),
+        );
+        assert_eq!(
+            status_of("prod", &rolling).reason,
+            Some(comb_api::Reason::RolloutInProgress)
+        );
         let fresh_peer = read(false, json!({}));
         assert_eq!(
             status_of("prod", &fresh_peer),
@@ -418,6 +431,7 @@ mod tests {
                 via: Some(vec!["prod".into()]),
                 context: Some("prod".into()),
                 message: None,
+                reason: None,
             },
             "a peer that has not reconciled yet: reachable, no phase"
         );
@@ -443,6 +457,7 @@ mod tests {
                 via: Some(vec!["qa".into()]),
                 context: Some("qa".into()),
                 message: Some("reading Comb platform/db in context qa failed: x".into()),
+                reason: None,
             }
         );
         assert_eq!(

@@ -2,7 +2,7 @@
 //! for services outside any Comb (a managed database, a vendor API) and for tests.
 
 use async_trait::async_trait;
-use comb_api::{Endpoint, Phase, name_problem};
+use comb_api::{Endpoint, Phase, Reason, name_problem};
 use serde_json::{Map, Value};
 
 use crate::args::{Args, check_keys, describe};
@@ -33,6 +33,7 @@ impl Static {
                 via: Some(Vec::new()),
                 context: None,
                 message: None,
+                reason: None,
             },
         }
     }
@@ -52,6 +53,12 @@ impl Static {
     /// The same upstream, reachable or not.
     pub fn with_reachable(mut self, reachable: bool) -> Static {
         self.status.reachable = reachable;
+        self
+    }
+
+    /// The same upstream in its phase for `reason`.
+    pub fn with_reason(mut self, reason: impl Into<Reason>) -> Static {
+        self.status.reason = Some(reason.into());
         self
     }
 
@@ -186,6 +193,7 @@ mod tests {
                 via: Some(vec![]),
                 context: None,
                 message: None,
+                reason: None,
             }
         );
         assert!(upstream.endpoints(&context()).await.unwrap().is_empty());
@@ -218,6 +226,7 @@ mod tests {
                 via: Some(vec!["static".into()]),
                 context: None,
                 message: Some("vendor down".into()),
+                reason: None,
             }
         );
         let endpoints = upstream.endpoints(&context()).await.unwrap();

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{Comb, Endpoint, LabelKeys, ManagedObject, Phase};
+use comb_api::{Comb, Endpoint, LabelKeys, ManagedObject, Phase, Reason};
 use comb_kubeconfigs::ClientPool;
 
 use crate::error::Result;
@@ -49,6 +49,9 @@ pub struct UpstreamStatus {
     pub context: Option<String>,
     /// Why it is unreachable, or what else the Comb should say about it.
     pub message: Option<String>,
+    /// Why it is in its phase (a peer Comb's Ready reason): tells a rollout (`Deployed`,
+    /// `RolloutInProgress`) from an upstream that is Pending for other reasons.
+    pub reason: Option<Reason>,
 }
 
 /// What an upstream needs to know about the Comb that borrows and where it runs.

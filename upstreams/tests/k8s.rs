@@ -120,6 +120,7 @@ async fn a_peer_on_another_api_server_offers_its_external_addresses() -> Result<
                  API server, and Comb platform/db in context prod publishes no external address"
                     .into()
             ),
+            reason: None,
         }
     );
     assert_eq!(

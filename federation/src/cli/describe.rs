@@ -233,6 +233,7 @@ mod tests {
                 message: None,
                 pods: Vec::new(),
                 upstream: None,
+                rolling_out: false,
             }),
             build_error: None,
         };

@@ -106,6 +106,7 @@ mod tests {
                 message: None,
             }],
             upstream: None,
+            rolling_out: false,
         };
         assert_eq!(
             render("prod:platform/nats", &local),
@@ -132,6 +133,7 @@ mod tests {
                 via: Some(vec!["prod".into()]),
                 observed_at: None,
             }),
+            rolling_out: false,
         };
         assert_eq!(
             render("staging:staging/db", &borrowed),

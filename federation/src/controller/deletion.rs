@@ -70,6 +70,17 @@ pub struct CleanupReport {
     pub kept: Vec<String>,
     /// Requests that failed; the cleanup is retried while there are any.
     pub failures: Vec<String>,
+    /// What was left in place and why (`left Namespace team in place: cluster-scoped, never
+    /// deleted`): each becomes an Event on the Comb.
+    pub notes: Vec<String>,
+}
+
+impl CleanupReport {
+    /// Logs `note` and keeps it for the Events.
+    fn note(&mut self, object: &str, note: String) {
+        info!(object = %object, "orphan: {note}");
+        self.notes.push(note);
+    }
 }
 
 impl CleanupReport {
@@ -113,7 +124,7 @@ pub async fn cleanup(
         {
             let what = format!("{} {object_namespace}/{}", resource.kind, resource.name);
             let why = tenancy.disallowed_namespace(object_namespace);
-            info!(object = %what, "orphan: left {what} in place: {why}");
+            report.note(&what, format!("left {what} in place: {why}"));
             continue;
         }
         cleanup_recorded(ops, resource, keys, namespace, name, &mut report).await;
@@ -134,7 +145,10 @@ async fn cleanup_recorded(
 ) {
     let what = format!("{} {}", resource.kind, resource.name);
     let Some(object_namespace) = resource.namespace.as_deref() else {
-        info!(object = %what, "orphan: left {what} in place: cluster-scoped, never deleted");
+        report.note(
+            &what,
+            format!("left {what} in place: cluster-scoped, never deleted"),
+        );
         return;
     };
     match ops
@@ -142,7 +156,10 @@ async fn cleanup_recorded(
         .await
     {
         Ok(kind) if !kind.namespaced => {
-            info!(object = %what, "orphan: left {what} in place: cluster-scoped, never deleted");
+            report.note(
+                &what,
+                format!("left {what} in place: cluster-scoped, never deleted"),
+            );
             return;
         }
         Ok(_) => {}
@@ -188,7 +205,7 @@ async fn act_on(
             info!(object = %what, "orphan: kept {what}: annotated keep");
             report.kept.push(what);
         }
-        Verdict::Skip(why) => info!(object = %what, "orphan: left {what} alone: {why}"),
+        Verdict::Skip(why) => report.note(&what, format!("left {what} alone: {why}")),
     }
 }
 
@@ -400,6 +417,7 @@ mod tests {
             deleted: vec!["Deployment db".into(), "Service db".into()],
             kept: vec!["PersistentVolumeClaim data-db-0".into()],
             failures: vec![],
+            notes: vec![],
         };
         assert_eq!(
             report.summary(),

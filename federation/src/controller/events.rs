@@ -1,5 +1,11 @@
-//! Kubernetes Events (core/v1) on Comb CRs: phase transitions, dependency cycles, cleanup.
-//! An Event that cannot be written is logged and counted, never a failed step.
+//! Kubernetes Events (core/v1) on Comb CRs: phase transitions, dependency cycles, prune notes,
+//! cleanup. An Event that cannot be written is logged and counted, never a failed step.
+//!
+//! Events say what changed, once: [`Announced`] remembers per Comb what was said, so that the
+//! same Event is not written again by every step (a cleanup that keeps failing, a transition
+//! seen twice through a stale record) and each prune note is told the first time it comes.
+
+use std::collections::VecDeque;
 
 use comb_api::{Comb, KIND, VERSION};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -79,6 +85,64 @@ pub fn event_for(
     }
 }
 
+/// How many prune notes a Comb remembers having announced: more than a step makes (each note
+/// is one orphan), and few enough to be nothing next to the Comb itself.
+const NOTES_KEPT: usize = 32;
+
+/// What was announced about one Comb by this run: the last Event, and the prune notes told.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    last: Option<(String, String)>,
+    notes: VecDeque<String>,
+}
+
+impl Announced {
+    /// Whether the Event `reason`/`message` says something new: not what the last Event of
+    /// the Comb said. Records it as the last.
+    pub fn is_news(&mut self, reason: &str, message: &str) -> bool {
+        let event = (reason.to_string(), message.to_string());
+        if self.last.as_ref() == Some(&event) {
+            return false;
+        }
+        self.last = Some(event);
+        true
+    }
+
+    /// The notes of a step that were not announced before, in order, now recorded as announced.
+    /// A note in `previous_message` (the Ready message recorded before the step) was announced
+    /// when it came, by this run or the one before it.
+    pub fn new_notes(&mut self, notes: &[String], previous_message: Option<&str>) -> Vec<String> {
+        let recorded = |note: &str| {
+            previous_message.is_some_and(|message| message.split("; ").any(|part| part == note))
+        };
+        let mut fresh = Vec::new();
+        for note in notes {
+            if self.notes.contains(note) {
+                continue;
+            }
+            if self.notes.len() == NOTES_KEPT {
+                self.notes.pop_front();
+            }
+            self.notes.push_back(note.clone());
+            if !recorded(note) {
+                fresh.push(note.clone());
+            }
+        }
+        fresh
+    }
+}
+
+/// The Event a prune note becomes: its type and reason. Something left in place is a
+/// decision (`Normal`, `PruneSkipped`); a delete or a check that failed needs a look
+/// (`Warning`, `PruneFailed`), and is tried again by the next step.
+pub fn note_event(note: &str) -> (EventType, &'static str) {
+    if note.starts_with("left ") {
+        (EventType::Normal, "PruneSkipped")
+    } else {
+        (EventType::Warning, "PruneFailed")
+    }
+}
+
 /// Writes `event`; the error says what failed, for the caller to log.
 pub async fn publish(client: kube::Client, event: &Event) -> Result<(), String> {
     let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
@@ -137,6 +201,104 @@ mod tests {
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert_eq!(event.reason.as_deref(), Some("Healthy"));
         assert_eq!(EventType::for_phase("Blocked"), EventType::Warning);
+    }
+
+    #[test]
+    fn the_same_event_is_not_said_twice_in_a_row() {
+        let mut announced = Announced::default();
+        let steps = [
+            ("CleanupFailed", "deleted 0 object(s); failed: x", true),
+            ("CleanupFailed", "deleted 0 object(s); failed: x", false),
+            ("CleanupFailed", "deleted 0 object(s); failed: y", true),
+            (
+                "Healthy",
+                "Pending (Deployed) -> Running (Healthy): healthy",
+                true,
+            ),
+            (
+                "Deployed",
+                "Running (Healthy) -> Pending (Deployed): applied",
+                true,
+            ),
+            // A real transition again, after another one: said again.
+            (
+                "Healthy",
+                "Pending (Deployed) -> Running (Healthy): healthy",
+                true,
+            ),
+            (
+                "Healthy",
+                "Pending (Deployed) -> Running (Healthy): healthy",
+                false,
+            ),
+        ];
+        for (reason, message, news) in steps {
+            assert_eq!(
+                announced.is_news(reason, message),
+                news,
+                "{reason}: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_note_is_announced_once() {
+        let left =
+            "left Service old alone: it no longer carries comb.internal/comb=web".to_string();
+        let failed = "deleting Service stuck failed: 500 boom".to_string();
+        let scoped =
+            "left Namespace team in place: cluster-scoped, never pruned automatically".to_string();
+        let mut announced = Announced::default();
+        assert_eq!(
+            announced.new_notes(&[left.clone(), failed.clone()], Some("healthy")),
+            [left.clone(), failed.clone()]
+        );
+        // The failed delete is tried and noted again by every step: told once.
+        assert!(
+            announced
+                .new_notes(std::slice::from_ref(&failed), None)
+                .is_empty()
+        );
+        // A note the record already carries was told by the run that recorded it.
+        let mut restarted = Announced::default();
+        let previous = format!("applied 2 resource(s); {scoped}");
+        assert!(
+            restarted
+                .new_notes(std::slice::from_ref(&scoped), Some(&previous))
+                .is_empty()
+        );
+        // Memory stays bounded; the oldest notes go first.
+        let many: Vec<String> = (0..NOTES_KEPT + 5)
+            .map(|i| format!("left Pod p{i} alone"))
+            .collect();
+        assert_eq!(announced.new_notes(&many, None).len(), NOTES_KEPT + 5);
+        assert_eq!(announced.notes.len(), NOTES_KEPT);
+        assert_eq!(announced.new_notes(&many[..1], None).len(), 1);
+    }
+
+    #[test]
+    fn notes_become_events_by_what_they_say() {
+        let cases = [
+            (
+                "left Service x alone: it no longer carries comb.internal/comb=a",
+                (EventType::Normal, "PruneSkipped"),
+            ),
+            (
+                "left ClusterRole r in place: cluster-scoped, never pruned automatically",
+                (EventType::Normal, "PruneSkipped"),
+            ),
+            (
+                "deleting Service x failed: Kubernetes API error (delete Service): 500 boom",
+                (EventType::Warning, "PruneFailed"),
+            ),
+            (
+                "could not check Service x for pruning: 503",
+                (EventType::Warning, "PruneFailed"),
+            ),
+        ];
+        for (note, event) in cases {
+            assert_eq!(note_event(note), event, "{note}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use comb_api::{Comb, CombStatus};
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::events::Announced;
 use super::graph::{DependencyGraph, dependency_key};
 use super::queue::{CombKey, Trigger, WorkQueue};
 use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_signature};
@@ -36,6 +37,8 @@ pub struct CombEntry {
     versions: Versions,
     /// When the recorded status last changed in a way others react to.
     pub changed_at: Instant,
+    /// What its Events said (a new uid starts over).
+    pub announced: Announced,
 }
 
 impl CombEntry {
@@ -58,6 +61,7 @@ impl CombEntry {
             build_failure: None,
             stepped: false,
             changed_at: Instant::now(),
+            announced: Announced::default(),
         }
     }
 }

@@ -5,9 +5,11 @@
 //! Such reruns are paced: the first comes at once, each further one in a row waits longer, so
 //! that a step whose own writes wake it again (an unhealthy Comb re-applies its manifests, a
 //! webhook rewrites what was applied) cannot spin. A failed step backs off exponentially. Only
-//! an urgent trigger (the CR changed) cuts a wait short. Each Comb is stepped again about
-//! `resync` after its last step, at its own place in the period ([`resync_at`]), so that Combs
-//! that started together do not resync together. The bookkeeping is
+//! an urgent trigger (the CR changed) cuts a wait short, and a wake from another Comb (a
+//! dependency or upstream changed status) cuts pacing short: it is news the step could not have
+//! caused itself, and a dependent must not sit Blocked behind its own pacing. Each Comb is
+//! stepped again about `resync` after its last step, at its own place in the period
+//! ([`resync_at`]), so that Combs that started together do not resync together. The bookkeeping is
 //! [`QueueState`], a plain state machine driven with explicit instants so that tests need no
 //! clock; [`WorkQueue`] wraps it for the workers.
 
@@ -78,6 +80,12 @@ impl Trigger {
             self,
             Trigger::Created | Trigger::Changed | Trigger::Deleting
         )
+    }
+
+    /// Whether the trigger is news from another Comb (a dependency or the upstream peer changed
+    /// status): it ends pacing, since the Comb's own writes cannot have caused it.
+    pub fn from_elsewhere(self) -> bool {
+        matches!(self, Trigger::Dependency | Trigger::Upstream)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -282,6 +290,14 @@ impl QueueState {
                 self.ready.push_back(key.clone());
                 true
             }
+            Activity::Paced { .. }
+                if trigger.from_elsewhere() && entry.reruns <= ELSEWHERE_RERUNS =>
+            {
+                entry.activity = Activity::Queued;
+                merge(&mut entry.pending, trigger);
+                self.ready.push_back(key.clone());
+                true
+            }
             Activity::Paced { .. } => {
                 merge(&mut entry.pending, trigger);
                 false
@@ -369,12 +385,14 @@ impl QueueState {
         } else {
             0
         };
+        let elsewhere =
+            again.is_some_and(Trigger::from_elsewhere) && entry.reruns <= ELSEWHERE_RERUNS;
         let (activity, timer) = if urgent {
             (Activity::Queued, None)
         } else if entry.failures > 0 {
             let until = now + self.backoff.delay(entry.failures, jitter);
             (Activity::Backoff { until }, Some(TimerKind::Retry))
-        } else if again.is_some() && entry.reruns > 1 {
+        } else if again.is_some() && entry.reruns > 1 && !elsewhere {
             let until = now + self.pacing.delay(entry.reruns - 1, jitter);
             (Activity::Paced { until }, Some(TimerKind::Paced))
         } else if again.is_some() {
@@ -476,10 +494,25 @@ impl QueueState {
     }
 }
 
-/// Keeps the more urgent of two triggers (an urgent one must not be lost to a resync).
+/// How many reruns in a row a wake from another Comb starts at once. Only a loop of status
+/// changes between Combs could go beyond it (each such step changes its status again); from
+/// there on it is paced like any rerun.
+const ELSEWHERE_RERUNS: u32 = 16;
+
+/// Keeps the more urgent of two triggers (an urgent one must not be lost to a resync), and a
+/// wake from another Comb over the Comb's own (it decides whether a rerun is paced).
 fn merge(pending: &mut Option<Trigger>, trigger: Trigger) {
+    let rank = |trigger: Trigger| {
+        if trigger.urgent() {
+            2
+        } else if trigger.from_elsewhere() {
+            1
+        } else {
+            0
+        }
+    };
     match pending {
-        Some(existing) if existing.urgent() || !trigger.urgent() => {}
+        Some(existing) if rank(*existing) >= rank(trigger) => {}
         _ => *pending = Some(trigger),
     }
 }

@@ -11,6 +11,7 @@ use super::graph::describe_cycles;
 use super::layer::LayerRuntime;
 use super::once::CombOutcome;
 use super::queue::CombKey;
+use super::triggers::comb_key;
 use super::{Shared, Transition};
 
 impl Shared {
@@ -89,7 +90,35 @@ impl Shared {
         let _ = self.transitions.send(transition);
     }
 
-    /// Writes an Event about `cr`; a failure is logged and counted.
+    /// Announces the prune notes of a step of `cr` that were not announced before, each as an
+    /// Event; `previous` is the status recorded before the step.
+    pub(crate) async fn announce_notes(
+        &self,
+        layer: &LayerRuntime,
+        cr: &Comb,
+        notes: &[String],
+        previous: Option<&CombStatus>,
+    ) {
+        let Some(key) = comb_key(cr).filter(|_| !notes.is_empty()) else {
+            return;
+        };
+        let previous_message = previous
+            .and_then(CombStatus::ready)
+            .and_then(|ready| ready.message.as_deref());
+        let fresh = layer
+            .with_entry(&key, |entry| {
+                entry.announced.new_notes(notes, previous_message)
+            })
+            .unwrap_or_default();
+        for note in fresh {
+            let (kind, reason) = events::note_event(&note);
+            info!("{note}");
+            self.event(layer, cr, kind, reason, &note).await;
+        }
+    }
+
+    /// Writes an Event about `cr`, unless it is the one written last about that Comb; a
+    /// failure is logged and counted.
     pub(crate) async fn event(
         &self,
         layer: &LayerRuntime,
@@ -98,6 +127,14 @@ impl Shared {
         reason: &str,
         message: &str,
     ) {
+        let repeated = comb_key(cr)
+            .and_then(|key| {
+                layer.with_entry(&key, |entry| !entry.announced.is_news(reason, message))
+            })
+            .unwrap_or(false);
+        if repeated {
+            return;
+        }
         let event = events::event_for(
             &self.config.group,
             cr,

@@ -151,6 +151,7 @@ async fn reconcile_comb(
     let status = reconcile(&mut comb, env, resolution).await;
     let write_failed = status.condition(STATUS_WRITTEN).is_some();
     let stored = comb.cr().clone();
+    let notes = comb.prune_notes().to_vec();
     layer.with_entry(key, |entry| {
         entry.unwritten = write_failed.then(|| Built { comb, origin });
         entry.build_failure = None;
@@ -160,6 +161,9 @@ async fn reconcile_comb(
     shared.own_write(layer, key, stored.clone());
     shared
         .after_status(layer, &stored, previous.as_ref(), &status)
+        .await;
+    shared
+        .announce_notes(layer, &stored, &notes, previous.as_ref())
         .await;
     if write_failed {
         shared.metrics.api_error(layer.name(), "status");
@@ -360,6 +364,7 @@ async fn delete(
             &layer.settings.tenancy,
         )
         .await;
+        shared.announce_notes(layer, &cr, &report.notes, None).await;
         if !report.failures.is_empty() {
             shared.metrics.api_error(layer.name(), "cleanup");
             let summary = report.summary();

@@ -334,6 +334,7 @@ impl ClassRegistry {
             class,
             ctx,
             cr: cr.clone(),
+            notes: Vec::new(),
         })
     }
 }
@@ -368,6 +369,8 @@ pub struct CombInstance {
     class: Arc<dyn CombClass>,
     ctx: CombContext,
     cr: Comb,
+    /// The prune notes of its last reconcile step.
+    notes: Vec<String>,
 }
 
 impl fmt::Debug for CombInstance {
@@ -414,6 +417,14 @@ impl CombInstance {
     /// against it).
     pub fn keep_status(&mut self, status: CombStatus) {
         self.cr.status = Some(status);
+    }
+    /// What pruning noted in its last reconcile step (`left Service x alone: ...`): what it left
+    /// in place or failed to delete.
+    pub fn prune_notes(&self) -> &[String] {
+        &self.notes
+    }
+    pub(crate) fn set_prune_notes(&mut self, notes: Vec<String>) {
+        self.notes = notes;
     }
     /// `status` of the CR: what the Comb last recorded. Reads nothing from a cluster.
     pub fn recorded_status(&self) -> Option<&CombStatus> {

@@ -96,6 +96,11 @@ pub struct LiveStatus {
     /// `status.upstream` as this observation would record it; only while borrowing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<CombUpstreamStatus>,
+    /// A workload controller is rolling out the current spec (a `RolloutInProgress` problem,
+    /// and no error): the Pods it is starting may come first among the problems, so the reason
+    /// alone does not tell.
+    #[serde(skip)]
+    pub rolling_out: bool,
 }
 
 impl LiveStatus {
@@ -108,6 +113,7 @@ impl LiveStatus {
             message: Some(message.to_string()),
             pods,
             upstream: None,
+            rolling_out: false,
         }
     }
 
@@ -132,6 +138,10 @@ impl LiveStatus {
             }),
             pods,
             upstream: None,
+            rolling_out: first_error.is_none()
+                && problems
+                    .iter()
+                    .any(|p| p.reason == Reason::RolloutInProgress),
         }
     }
 }
@@ -1012,6 +1022,25 @@ mod tests {
             &[deployment(None), service()],
             &[Some(json!({})), None]
         ));
+    }
+
+    #[test]
+    fn a_rollout_is_told_even_behind_the_pods_it_starts() {
+        let starting = Problem::pending(Reason::from("Pending"), "Pod web-x: Pending".into());
+        let rollout = Problem::pending(
+            Reason::RolloutInProgress,
+            "Deployment web: 1 of 2 updated, 3 ready".into(),
+        );
+        let crashing = Problem {
+            severity: Severity::Error,
+            reason: Reason::from("CrashLoopBackOff"),
+            message: "Pod web-x: CrashLoopBackOff".into(),
+        };
+        let status = LiveStatus::from_problems(&[starting.clone(), rollout.clone()], Vec::new());
+        assert_eq!(status.reason, Some(Reason::from("Pending")));
+        assert!(status.rolling_out);
+        assert!(!LiveStatus::from_problems(&[starting], Vec::new()).rolling_out);
+        assert!(!LiveStatus::from_problems(&[crashing, rollout], Vec::new()).rolling_out);
     }
 
     #[test]

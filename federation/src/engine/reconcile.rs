@@ -109,6 +109,7 @@ pub async fn reconcile(
             ),
         }
     };
+    comb.set_prune_notes(record.notes.clone());
     let recorded = AssertUnwindSafe(async {
         let mut record = record;
         publish_endpoints(&mut record, comb, previous.is_none(), resolved_local).await;
@@ -330,8 +331,9 @@ impl Step<'_> {
         let applied = format!("applied {} resource(s)", items.len());
         // A rollout the workload controllers are still carrying out: every item stands as
         // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
-        // verdict says the controllers are at it rather than "not healthy yet".
-        if status.reason == Some(Reason::RolloutInProgress)
+        // verdict says the controllers are at it rather than "not healthy yet". The Pods it
+        // starts may be the first problems; the rollout is still what the Comb waits for.
+        if status.rolling_out
             && self.nothing_to_apply(&items, &live, borrowed)
             && !record_differs(self.previous_managed(), &items)
         {
@@ -523,6 +525,7 @@ impl Step<'_> {
                 r.managed = Some(managed);
                 r.established = Some(established);
                 r.finish(phase, reason, with_notes(message, &notes));
+                r.notes = notes;
             }
             Applied::Failed { managed, message } => {
                 r.managed = Some(managed);

@@ -57,6 +57,9 @@ pub struct StepRecord {
     pub upstream: Option<CombUpstreamStatus>,
     /// What the step established; `None` carries endpoints and upstream forward.
     pub established: Option<Established>,
+    /// The prune notes of the step's apply (also in the Ready message): the controller makes
+    /// each an Event the first time it comes.
+    pub notes: Vec<String>,
 }
 
 impl StepRecord {
@@ -71,6 +74,7 @@ impl StepRecord {
             endpoints: None,
             upstream: None,
             established: None,
+            notes: Vec::new(),
         }
     }
 

@@ -171,6 +171,52 @@ fn an_urgent_trigger_ends_pacing() {
 }
 
 #[test]
+fn a_wake_from_another_comb_is_never_paced() {
+    // A dependent that its own writes keep waking is paced; the news that its dependency (or
+    // upstream) changed status must still reach it at once, or it sits Blocked behind the wait.
+    let mut queue = state();
+    let now = Instant::now();
+    queue.enqueue(&key("api"), Trigger::Created);
+    for _ in 0..2 {
+        queue.pop().unwrap();
+        queue.enqueue(&key("api"), Trigger::Resource);
+        queue.finish(&key("api"), report(false), now, 0.0);
+    }
+    assert!(matches!(
+        queue.activity(&key("api")),
+        Some(Activity::Paced { .. })
+    ));
+    assert!(queue.enqueue(&key("api"), Trigger::Dependency));
+    assert_eq!(queue.pop().unwrap().trigger, Trigger::Dependency);
+    // Woken from elsewhere while it runs (after its own resources woke it): it runs again at
+    // once, not paced, and for that reason.
+    queue.enqueue(&key("api"), Trigger::Resource);
+    queue.enqueue(&key("api"), Trigger::Upstream);
+    queue.finish(&key("api"), report(false), now, 0.0);
+    assert_eq!(queue.activity(&key("api")), Some(Activity::Queued));
+    assert_eq!(queue.pop().unwrap().trigger, Trigger::Upstream);
+    // An urgent trigger still wins over it.
+    queue.enqueue(&key("api"), Trigger::Dependency);
+    queue.enqueue(&key("api"), Trigger::Changed);
+    queue.enqueue(&key("api"), Trigger::Dependency);
+    queue.finish(&key("api"), report(false), now, 0.0);
+    assert_eq!(queue.pop().unwrap().trigger, Trigger::Changed);
+    // Only a loop of status changes between Combs goes on beyond the limit: then it is paced.
+    for _ in 0..=ELSEWHERE_RERUNS {
+        queue.enqueue(&key("api"), Trigger::Dependency);
+        queue.finish(&key("api"), report(false), now, 0.0);
+        if queue.activity(&key("api")) != Some(Activity::Queued) {
+            break;
+        }
+        queue.pop().unwrap();
+    }
+    assert!(matches!(
+        queue.activity(&key("api")),
+        Some(Activity::Paced { .. })
+    ));
+}
+
+#[test]
 fn a_failed_step_with_a_pending_trigger_still_backs_off() {
     let mut queue = state();
     let now = Instant::now();

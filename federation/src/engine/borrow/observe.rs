@@ -86,7 +86,9 @@ impl UpstreamObservation {
     }
 
     /// The verdict of a step whose bridge stands (reference `_borrowed_verdict`): Running /
-    /// `Borrowed` while the upstream runs, else Pending / `UpstreamNotRunning`.
+    /// `Borrowed` while the upstream runs; Pending / `UpstreamRollingOut` while it rolls out
+    /// (one message for the whole rollout, so that a borrower does not change with every step
+    /// of the upstream's); else Pending / `UpstreamNotRunning`.
     pub fn verdict(&self) -> Stop {
         let label = self.label();
         let status = self.status.as_ref();
@@ -105,6 +107,11 @@ impl UpstreamObservation {
                     format!("borrowed from {label}{through}"),
                 )
             }
+            Some(Phase::Pending) if status.is_some_and(rolls_out) => Stop::new(
+                Phase::Pending,
+                Reason::UpstreamRollingOut,
+                format!("{label} is rolling out"),
+            ),
             _ => Stop::new(
                 Phase::Pending,
                 Reason::UpstreamNotRunning,
@@ -116,6 +123,16 @@ impl UpstreamObservation {
             ),
         }
     }
+}
+
+/// Whether a Pending upstream is rolling out: it deployed a change and waits for it
+/// (`Deployed`), its workload controllers are carrying it out (`RolloutInProgress`), or it is
+/// itself a borrower whose upstream rolls out.
+fn rolls_out(status: &UpstreamStatus) -> bool {
+    matches!(
+        status.reason,
+        Some(Reason::Deployed | Reason::RolloutInProgress | Reason::UpstreamRollingOut)
+    )
 }
 
 /// `upstream <Class>`, plus ` (context <ctx>)` when the status named one.

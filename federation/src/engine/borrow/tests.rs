@@ -356,6 +356,51 @@ async fn verdicts_name_the_phase_and_what_the_upstream_says() {
                 "upstream Kubernetes::Comb::Upstream::Static is Pending: starting",
             ),
         ),
+        // Mid-rollout, and a borrower whose own upstream rolls out: one message throughout,
+        // whatever the upstream says of its progress.
+        (
+            Static::new(vec![])
+                .with_phase("Pending")
+                .with_reason("RolloutInProgress")
+                .with_message("Deployment web: 1 of 2 updated, 1 ready"),
+            (
+                "Pending",
+                "UpstreamRollingOut",
+                "upstream Kubernetes::Comb::Upstream::Static is rolling out",
+            ),
+        ),
+        (
+            Static::new(vec![])
+                .with_phase("Pending")
+                .with_reason("Deployed"),
+            (
+                "Pending",
+                "UpstreamRollingOut",
+                "upstream Kubernetes::Comb::Upstream::Static is rolling out",
+            ),
+        ),
+        (
+            Static::new(vec![])
+                .with_phase("Pending")
+                .with_reason("UpstreamRollingOut"),
+            (
+                "Pending",
+                "UpstreamRollingOut",
+                "upstream Kubernetes::Comb::Upstream::Static is rolling out",
+            ),
+        ),
+        // Pending for another reason is not a rollout.
+        (
+            Static::new(vec![])
+                .with_phase("Pending")
+                .with_reason("ReplicasNotReady")
+                .with_message("Deployment web: 0 of 1 ready"),
+            (
+                "Pending",
+                "UpstreamNotRunning",
+                "upstream Kubernetes::Comb::Upstream::Static is Pending: Deployment web: 0 of 1 ready",
+            ),
+        ),
     ];
     for (upstream, (phase, reason, message)) in cases {
         let observed = observe(&comb, &upstream).await;

@@ -1,0 +1,156 @@
+//! What one image edit looks like along a chain prod <- staging <- dev (issue 11): the edited
+//! Comb and each borrower go Pending once and are Running again once the rollout is over, for a
+//! Deployment and for a StatefulSet, with the real workload controllers' timing on the real
+//! backend. Phases are counted as the controller records them (its transitions: one per
+//! status write that changes the phase or the Ready reason).
+
+mod controller_support;
+
+use std::collections::BTreeMap;
+
+use comb_federation::controller::{ControllerHandle, Transition};
+use controller_support::World;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// prod and staging (namespace staging) share a server, as in the demo; dev is another one and
+/// reaches the upstream by its external address.
+const CONFIG: &str = "resync: 1h
+layers:
+ - {name: prod, context: prod, namespaces: [platform]}
+ - {name: staging, context: prod, namespaces: [staging], borrow: {from: prod, namespace: platform}}
+ - {name: dev, context: dev, namespaces: [platform], borrow: {from: staging, namespace: staging}}";
+
+/// `kind` (Deployment or StatefulSet) `web` running `image`, with a Service and an endpoint
+/// that other servers can reach.
+fn workload(kind: &str, image: &str) -> Value {
+    let mut spec = json!({"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "web", "image": image}]}}});
+    if kind == "StatefulSet" {
+        spec["serviceName"] = json!("web");
+    }
+    json!({
+        "class": "Manifests",
+        "config": {
+            "manifests": [
+                {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "web"}, "spec": spec},
+                {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                 "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": 80}]}}
+            ],
+            "endpoints": [{"name": "http", "port": 80, "external": "192.0.2.20:80"}]
+        }
+    })
+}
+
+/// Whether every Comb's step is over and nothing is queued: no transition is on its way.
+fn quiet(handle: &ControllerHandle) -> bool {
+    handle
+        .queue()
+        .iter()
+        .flat_map(|layer| layer.combs.iter())
+        .all(|comb| comb.state == "idle" && comb.pending.is_none())
+}
+
+/// The phases each layer's `web` records from now until all three are Running and the
+/// controller is quiet.
+async fn phases_until_running(
+    handle: &ControllerHandle,
+    transitions: &mut broadcast::Receiver<Transition>,
+) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
+    let deadline = tokio::time::Instant::now() + comb_testkit::deadline();
+    let mut phases: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut log = Vec::new();
+    loop {
+        let running = ["prod", "staging", "dev"].iter().all(|layer| {
+            phases
+                .get(*layer)
+                .and_then(|seen| seen.last())
+                .is_some_and(|phase| phase == "Running")
+        });
+        if running && quiet(handle) {
+            // What came in meanwhile counts too.
+            while let Ok(transition) = transitions.try_recv() {
+                record(&mut phases, &mut log, &transition);
+            }
+            return (phases, log);
+        }
+        let poll = (tokio::time::Instant::now() + comb_testkit::POLL).min(deadline);
+        match tokio::time::timeout_at(poll, transitions.recv()).await {
+            Ok(Ok(transition)) => record(&mut phases, &mut log, &transition),
+            Ok(Err(error)) => panic!("the transitions: {error}"),
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                panic!(
+                    "not all Running again; transitions so far:\n{}",
+                    log.join("\n")
+                )
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn record(phases: &mut BTreeMap<String, Vec<String>>, log: &mut Vec<String>, t: &Transition) {
+    log.push(t.to_string());
+    let seen = phases.entry(t.layer.clone()).or_default();
+    // A new Ready reason in the same phase is no phase change.
+    if seen.last() != Some(&t.new.phase) {
+        seen.push(t.new.phase.clone());
+    }
+}
+
+async fn one_pending_per_comb_for_an_image_edit(kind: &str) {
+    let world = World::start(
+        &["prod", "dev"],
+        &[],
+        &[
+            ("prod", "platform"),
+            ("prod", "staging"),
+            ("dev", "platform"),
+        ],
+    )
+    .await;
+    let mut running = world.run(world.config(CONFIG)).await;
+    for (context, namespace) in [
+        ("prod", "platform"),
+        ("prod", "staging"),
+        ("dev", "platform"),
+    ] {
+        world
+            .create_comb(context, namespace, "web", workload(kind, "nginx:1"))
+            .await;
+    }
+    let handle = running.handle.clone();
+    phases_until_running(&handle, &mut running.transitions).await;
+
+    world
+        .patch_spec(
+            "prod",
+            "platform",
+            "web",
+            json!({"config": workload(kind, "nginx:2")["config"]}),
+        )
+        .await;
+    let (phases, log) = phases_until_running(&handle, &mut running.transitions).await;
+    eprintln!("{kind}, one image edit:\n{}", log.join("\n"));
+    let once: Vec<String> = vec!["Pending".into(), "Running".into()];
+    let expected: BTreeMap<String, Vec<String>> = ["dev", "prod", "staging"]
+        .iter()
+        .map(|layer| (layer.to_string(), once.clone()))
+        .collect();
+    assert_eq!(
+        phases, expected,
+        "{kind}: the phases each layer's web recorded"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_edit_of_a_deployment_is_one_pending_along_the_chain() {
+    one_pending_per_comb_for_an_image_edit("Deployment").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_edit_of_a_statefulset_is_one_pending_along_the_chain() {
+    one_pending_per_comb_for_an_image_edit("StatefulSet").await;
+}
