@@ -463,6 +463,59 @@ mod tests {
     }
 
     #[test]
+    fn a_watched_copy_is_unchanged_only_while_combs_applied_fields_stand() {
+        let item = item();
+        let whole = live(&item);
+        let watched = crate::engine::cache::slim("Deployment", whole.clone());
+        assert!(is_slim(&watched) && !is_slim(&whole));
+        // The copy lacks the Pod template's spec: the fields alone cannot tell.
+        assert!(!unchanged(&item, &watched, DIGEST));
+        let as_applied = AsApplied {
+            digest: item.digest.clone(),
+            fields_hash: applied_fields_hash(&whole, FIELD_MANAGER).expect("comb applied it"),
+        };
+        let edited_by_hand = {
+            let mut whole = whole.clone();
+            whole["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:metadata": {}});
+            crate::engine::cache::slim("Deployment", whole)
+        };
+        let stopped = {
+            let mut whole = whole.clone();
+            whole["metadata"]["managedFields"] =
+                managed(&[("comb", "Apply"), ("comb-stop", "Apply")]);
+            crate::engine::cache::slim("Deployment", whole)
+        };
+        let other_digest = AsApplied {
+            digest: "sha256:older".to_string(),
+            ..as_applied.clone()
+        };
+        let cases = [
+            ("as comb applied it", &watched, Some(&as_applied), true),
+            ("nothing remembered (a restart)", &watched, None, false),
+            (
+                "remembered for another digest",
+                &watched,
+                Some(&other_digest),
+                false,
+            ),
+            (
+                "a field comb applied changed hands",
+                &edited_by_hand,
+                Some(&as_applied),
+                false,
+            ),
+            ("a stop holds fields", &stopped, Some(&as_applied), false),
+        ];
+        for (what, live, remembered, unchanged_now) in cases {
+            assert_eq!(
+                unchanged_since_apply(&item, live, DIGEST, remembered),
+                unchanged_now,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
     fn a_failed_job_is_never_unchanged() {
         let ctx = test_context("nats", "platform", json!({}));
         let manifest = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "init"},
