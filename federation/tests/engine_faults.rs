@@ -14,7 +14,7 @@ const COMB_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats";
 #[tokio::test]
 async fn a_deploy_that_fails_half_way_prunes_nothing() {
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
+    let comb = cluster
         .settled(
             "nats",
             vec![

@@ -126,7 +126,7 @@ async fn logs_of_the_pods() {
         return;
     }
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
+    let comb = cluster
         .settled("nats", vec![deployment("nats", "nats:2")])
         .await;
     cluster

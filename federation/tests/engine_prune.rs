@@ -34,7 +34,7 @@ fn healthy_after_the_edit(note: &str) -> (String, String, String) {
 #[tokio::test]
 async fn a_dropped_resource_is_pruned() {
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
+    let comb = cluster
         .settled(
             "nats",
             vec![
@@ -65,7 +65,7 @@ async fn a_dropped_resource_is_pruned() {
 #[tokio::test]
 async fn a_resource_that_lost_its_labels_is_left_alone() {
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
+    let comb = cluster
         .settled(
             "nats",
             vec![

@@ -307,7 +307,7 @@ async fn a_comb_deploys_then_runs_healthy() {
 #[tokio::test]
 async fn a_changed_manifest_is_redeployed() {
     let cluster = Cluster::start().await;
-    let mut comb = cluster
+    let comb = cluster
         .settled(
             "nats",
             vec![deployment("nats", "nats:2"), service("nats", 4222)],

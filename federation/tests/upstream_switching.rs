@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use comb_api::managed_fields::{FIELD_MANAGER, applied_by};
 use comb_api::{CombStatus, UpstreamSpec};
 use comb_federation::engine::borrow::Controlling;
+use comb_federation::engine::class::CombInstance;
 use comb_sandbox::controls::Fault;
 use comb_testkit::fixtures::expect;
 use k8s_openapi::ByteString;
@@ -166,10 +167,36 @@ async fn local_then_borrowed_then_local_again() {
     assert_eq!(status.upstream, None);
 }
 
+/// Prod's db, settled (a running upstream), and dev's db with the borrow of layer dev from
+/// it, copying `replicate` (`[{kind, name}]`).
+async fn dev_db_replicating_from_prod(
+    layers: &Layers,
+    replicate: Value,
+) -> (CombInstance, Controlling) {
+    let mut prod = layers
+        .comb(
+            "prod",
+            "platform",
+            "db",
+            db_spec("ClusterIP", Some("192.0.2.10:5432")),
+        )
+        .await;
+    layers
+        .settle("prod", &mut prod, &Controlling::none(), running_healthy)
+        .await;
+    let dev = layers
+        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
+        .await;
+    let replicating = borrow(
+        "dev",
+        json!({"class": "K8s", "layer": "prod", "replicate": replicate}),
+    );
+    (dev, replicating)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_follows_the_upstream_and_ends_with_borrowing() {
     let layers = Layers::start().await;
-    let none = Controlling::none();
     let prod_secrets: Api<Secret> = Api::namespaced(layers.client("prod").await, "platform");
     let dev_secrets: Api<Secret> = Api::namespaced(layers.client("dev").await, "platform");
     let secret = |password: &[u8]| -> Secret {
@@ -183,26 +210,11 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
         .create(&PostParams::default(), &secret(b"s3cret"))
         .await
         .unwrap();
-    let mut prod = layers
-        .comb(
-            "prod",
-            "platform",
-            "db",
-            db_spec("ClusterIP", Some("192.0.2.10:5432")),
-        )
-        .await;
-    layers
-        .settle("prod", &mut prod, &none, running_healthy)
-        .await;
-
-    let mut dev = layers
-        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
-        .await;
-    let replicating = borrow(
-        "dev",
-        json!({"class": "K8s", "layer": "prod",
-               "replicate": [{"kind": "Secret", "name": "db-credentials"}]}),
-    );
+    let (mut dev, replicating) = dev_db_replicating_from_prod(
+        &layers,
+        json!([{"kind": "Secret", "name": "db-credentials"}]),
+    )
+    .await;
     let status = layers.step("dev", &mut dev, &replicating).await;
     assert_eq!(
         verdict(&status),
@@ -306,7 +318,6 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_an_older_comb_wrote_is_taken_over_and_follows_its_source() {
     let layers = Layers::start().await;
-    let none = Controlling::none();
     let prod_configs: Api<ConfigMap> = Api::namespaced(layers.client("prod").await, "platform");
     let dev_configs: Api<ConfigMap> = Api::namespaced(layers.client("dev").await, "platform");
     let config_map = |object: Value| -> ConfigMap { serde_json::from_value(object).unwrap() };
@@ -331,25 +342,9 @@ async fn a_copy_an_older_comb_wrote_is_taken_over_and_follows_its_source() {
         )
         .await
         .unwrap();
-    let mut prod = layers
-        .comb(
-            "prod",
-            "platform",
-            "db",
-            db_spec("ClusterIP", Some("192.0.2.10:5432")),
-        )
-        .await;
-    layers
-        .settle("prod", &mut prod, &none, running_healthy)
-        .await;
-    let mut dev = layers
-        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
-        .await;
-    let replicating = borrow(
-        "dev",
-        json!({"class": "K8s", "layer": "prod",
-               "replicate": [{"kind": "ConfigMap", "name": "db-config"}]}),
-    );
+    let (mut dev, replicating) =
+        dev_db_replicating_from_prod(&layers, json!([{"kind": "ConfigMap", "name": "db-config"}]))
+            .await;
     let copy = async || serde_json::to_value(dev_configs.get("db-config").await.unwrap()).unwrap();
 
     let status = layers.step("dev", &mut dev, &replicating).await;
