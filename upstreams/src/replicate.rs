@@ -218,9 +218,11 @@ fn plan_write(
 
 /// Hands what an older comb wrote of the copy `live` to [`FIELD_MANAGER`] as applied (one
 /// merge patch of `managedFields`, conditional on the resourceVersion read; a conflict reads
-/// the copy again, a few times). Nothing when comb applied it before.
+/// the copy again, a few times). Nothing when comb applied it before. The patch goes through
+/// `writer` (the copies' writes), a read again through `reader` (the context's own user).
 async fn take_over(
-    api: &Api<DynamicObject>,
+    reader: &Api<DynamicObject>,
+    writer: &Api<DynamicObject>,
     name: &str,
     live: &Value,
     place: &str,
@@ -234,9 +236,9 @@ async fn take_over(
         let Some(patch) = takeover_patch(&live, &[], &now_rfc3339()) else {
             return Ok(());
         };
-        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+        match writer.patch(name, &params, &Patch::Merge(&patch)).await {
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_ATTEMPTS => {
-                let Some(fresh) = api.get_opt(name).await? else {
+                let Some(fresh) = reader.get_opt(name).await? else {
                     return Ok(());
                 };
                 live = match serde_json::to_value(&fresh) {
@@ -357,7 +359,9 @@ pub(crate) async fn replicate(
             (Write::Keep, _) => Ok(()),
             (Write::Apply, live) => {
                 let taken_over = match live {
-                    Some(live) => take_over(&writer_api, name, live, &target_place).await,
+                    Some(live) => {
+                        take_over(&target_api, &writer_api, name, live, &target_place).await
+                    }
                     None => Ok(()),
                 };
                 // No resourceVersion: a write between the read and the apply costs no 409.
