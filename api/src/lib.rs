@@ -8,13 +8,15 @@
 //! - [`Endpoint`] with [`name_problem`], and [`Address`] for `host:port`;
 //! - [`LabelKeys`]: every label and annotation key from one prefix;
 //! - [`CombRef`]: references of the form `LAYER:NAMESPACE/NAME` (layer and namespace optional);
-//! - [`crd()`]: the CustomResourceDefinition for a group.
+//! - [`crd()`]: the CustomResourceDefinition for a group;
+//! - [`managed_fields`]: comb's field manager and the takeover of older combs' writes.
 
 mod comb;
 mod crd;
 mod endpoint;
 mod error;
 mod labels;
+pub mod managed_fields;
 mod phase;
 mod reference;
 mod status;

@@ -4,22 +4,10 @@
 mod controller_support;
 
 use comb_federation::controller::LayerState;
-use controller_support::{World, eventually, web};
+use controller_support::{World, deployment_image as image, eventually, web};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-
-fn image(deployment: Option<&Deployment>) -> Option<String> {
-    deployment?
-        .spec
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .image
-        .clone()
-}
 
 #[tokio::test]
 async fn a_partitioned_layer_is_down_while_another_keeps_reconciling() {

@@ -3,24 +3,12 @@
 
 mod controller_support;
 
-use controller_support::{World, web};
+use controller_support::{World, deployment_image as image, web};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";
-
-fn image(deployment: Option<&Deployment>) -> Option<String> {
-    deployment?
-        .spec
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .image
-        .clone()
-}
 
 #[tokio::test]
 async fn a_deployment_deleted_by_hand_comes_back_at_once() {

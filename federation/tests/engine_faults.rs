@@ -14,16 +14,15 @@ const COMB_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats";
 #[tokio::test]
 async fn a_deploy_that_fails_half_way_prunes_nothing() {
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
-        .comb(
+    let comb = cluster
+        .settled(
             "nats",
-            manifests_spec(vec![
+            vec![
                 config_map("nats-a", json!({})),
                 config_map("nats-old", json!({})),
-            ]),
+            ],
         )
         .await;
-    cluster.settle(&mut comb).await;
 
     let mut comb = cluster
         .edit(
@@ -91,9 +90,8 @@ async fn outdated(cluster: &Cluster, comb: &mut CombInstance) -> CombStatus {
 async fn status_written_false_after_two_failed_writes_then_dropped() {
     let cluster = Cluster::start_own().await;
     let mut comb = cluster
-        .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
+        .settled("nats", vec![config_map("nats", json!({}))])
         .await;
-    cluster.settle(&mut comb).await;
     let settled = outdated(&cluster, &mut comb).await;
 
     cluster.fail("PUT", STATUS_PATH, 500, 2, "etcd is down");
@@ -133,9 +131,8 @@ async fn status_written_false_after_two_failed_writes_then_dropped() {
 async fn a_failed_reread_means_no_second_write() {
     let cluster = Cluster::start_own().await;
     let mut comb = cluster
-        .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
+        .settled("nats", vec![config_map("nats", json!({}))])
         .await;
-    cluster.settle(&mut comb).await;
     outdated(&cluster, &mut comb).await;
 
     cluster.fail("PUT", STATUS_PATH, 500, 1, "etcd is down");
@@ -157,9 +154,8 @@ async fn a_failed_reread_means_no_second_write() {
 async fn a_status_conflict_is_retried_on_a_fresh_read() {
     let cluster = Cluster::start_own().await;
     let mut comb = cluster
-        .comb("nats", manifests_spec(vec![config_map("nats", json!({}))]))
+        .settled("nats", vec![config_map("nats", json!({}))])
         .await;
-    cluster.settle(&mut comb).await;
     outdated(&cluster, &mut comb).await;
     // Someone else changes the CR: the Comb's resourceVersion is stale now.
     cluster

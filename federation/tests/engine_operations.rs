@@ -24,16 +24,15 @@ async fn stop_then_reconcile_redeploys() {
             "restartPolicy": "OnFailure", "containers": [{"name": "backup", "image": "backup:1"}]}}}}}
     });
     let mut comb = cluster
-        .comb(
+        .settled(
             "nats",
-            manifests_spec(vec![
+            vec![
                 deployment("nats", "nats:2"),
                 service("nats", 4222),
                 cron_job,
-            ]),
+            ],
         )
         .await;
-    cluster.settle(&mut comb).await;
 
     let stopped = stop(&cluster.ops, comb.context()).await.unwrap();
     assert_eq!(stopped, ["Deployment/nats", "CronJob/nats-backup"]);
@@ -76,12 +75,8 @@ async fn a_restart_is_kept_across_a_deploy_and_triggers_none() {
             "containers": [{"name": "init", "image": "init:1"}]}}}
     });
     let mut comb = cluster
-        .comb(
-            "nats",
-            manifests_spec(vec![deployment("nats", "nats:2"), job]),
-        )
+        .settled("nats", vec![deployment("nats", "nats:2"), job])
         .await;
-    cluster.settle(&mut comb).await;
 
     let restarted = restart(&cluster.ops, comb.context()).await.unwrap();
     assert_eq!(restarted, ["Deployment/nats", "Job/nats-init"]);
@@ -118,10 +113,7 @@ async fn a_restart_is_kept_across_a_deploy_and_triggers_none() {
         )
     );
     let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
-    assert_eq!(
-        live["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nats:2.10"
-    );
+    assert_eq!(*first_image(&live), "nats:2.10");
     assert_eq!(restarted_at(&live).as_deref(), Some(stamp.as_str()));
 }
 
@@ -134,10 +126,9 @@ async fn logs_of_the_pods() {
         return;
     }
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
-        .comb("nats", manifests_spec(vec![deployment("nats", "nats:2")]))
+    let comb = cluster
+        .settled("nats", vec![deployment("nats", "nats:2")])
         .await;
-    cluster.settle(&mut comb).await;
     cluster
         .wait_until("the container logged", async |cluster| {
             cluster

@@ -4,6 +4,7 @@
 
 mod engine_support;
 
+use comb_federation::engine::class::CombInstance;
 use comb_federation::engine::tenancy::GroupKind;
 use engine_support::*;
 use serde_json::json;
@@ -12,34 +13,42 @@ fn namespace(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 }
 
+/// The Comb edited down to its Deployment (what the tests' Combs render first, with more), as
+/// the controller builds it from the new spec.
+async fn down_to_the_deployment(cluster: &Cluster, comb: &CombInstance) -> CombInstance {
+    cluster
+        .edit(comb, manifests_spec(vec![deployment("nats", "nats:2")]))
+        .await
+}
+
+/// The verdict of the step after [`down_to_the_deployment`]: healthy, the record differed,
+/// the Deployment applied, and `note` on what prune did not delete (empty: nothing).
+fn healthy_after_the_edit(note: &str) -> (String, String, String) {
+    expect(
+        "Running",
+        "Healthy",
+        &format!("healthy; the record differed from the manifests: applied 1 resource(s){note}"),
+    )
+}
+
 #[tokio::test]
 async fn a_dropped_resource_is_pruned() {
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
-        .comb(
+    let comb = cluster
+        .settled(
             "nats",
-            manifests_spec(vec![
+            vec![
                 deployment("nats", "nats:2"),
                 config_map("nats-extra", json!({"a": "1"})),
-            ]),
+            ],
         )
         .await;
-    cluster.settle(&mut comb).await;
     assert!(cluster.get("v1", "ConfigMap", "nats-extra").await.is_some());
 
-    let mut comb = cluster
-        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
-        .await;
+    let mut comb = down_to_the_deployment(&cluster, &comb).await;
     cluster.reset_requests();
     let status = cluster.reconcile(&mut comb).await;
-    assert_eq!(
-        verdict(&status),
-        expect(
-            "Running",
-            "Healthy",
-            "healthy; the record differed from the manifests: applied 1 resource(s)"
-        )
-    );
+    assert_eq!(verdict(&status), healthy_after_the_edit(""));
     assert_eq!(managed(&status), ["Deployment/nats"]);
     assert!(
         cluster
@@ -56,16 +65,15 @@ async fn a_dropped_resource_is_pruned() {
 #[tokio::test]
 async fn a_resource_that_lost_its_labels_is_left_alone() {
     let cluster = Cluster::start_own().await;
-    let mut comb = cluster
-        .comb(
+    let comb = cluster
+        .settled(
             "nats",
-            manifests_spec(vec![
+            vec![
                 deployment("nats", "nats:2"),
                 config_map("nats-extra", json!({"a": "1"})),
-            ]),
+            ],
         )
         .await;
-    cluster.settle(&mut comb).await;
     // Someone took it over: our labels are gone.
     cluster
         .ops
@@ -76,16 +84,12 @@ async fn a_resource_that_lost_its_labels_is_left_alone() {
         .await
         .unwrap();
 
-    let mut comb = cluster
-        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
-        .await;
+    let mut comb = down_to_the_deployment(&cluster, &comb).await;
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
         verdict(&status),
-        expect(
-            "Running",
-            "Healthy",
-            "healthy; the record differed from the manifests: applied 1 resource(s); left ConfigMap nats-extra alone: \
+        healthy_after_the_edit(
+            "; left ConfigMap nats-extra alone: \
              it no longer carries comb.internal/comb=nats,comb.internal/comb-namespace=platform"
         )
     );
@@ -116,17 +120,13 @@ async fn a_cluster_scoped_resource_is_left_in_place() {
         .unwrap();
     assert_eq!(recorded.namespace, None);
 
-    let mut comb = cluster
-        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
-        .await;
+    let mut comb = down_to_the_deployment(&cluster, &comb).await;
     cluster.reset_requests();
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
         verdict(&status),
-        expect(
-            "Running",
-            "Healthy",
-            "healthy; the record differed from the manifests: applied 1 resource(s); left Namespace nats-team in place: \
+        healthy_after_the_edit(
+            "; left Namespace nats-team in place: \
              cluster-scoped, never pruned automatically"
         )
     );
@@ -206,16 +206,12 @@ async fn a_cluster_scoped_custom_resource_is_recorded_without_namespace_and_neve
         "discovery says ClusterWidget is cluster-scoped"
     );
 
-    let mut comb = cluster
-        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
-        .await;
+    let mut comb = down_to_the_deployment(&cluster, &comb).await;
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
         verdict(&status),
-        expect(
-            "Running",
-            "Healthy",
-            "healthy; the record differed from the manifests: applied 1 resource(s); left ClusterWidget shared in place: \
+        healthy_after_the_edit(
+            "; left ClusterWidget shared in place: \
              cluster-scoped, never pruned automatically"
         )
     );
@@ -246,9 +242,7 @@ async fn a_record_that_gives_a_cluster_scoped_object_a_namespace_still_never_del
         }
     }
 
-    let mut comb = cluster
-        .edit(&comb, manifests_spec(vec![deployment("nats", "nats:2")]))
-        .await;
+    let mut comb = down_to_the_deployment(&cluster, &comb).await;
     comb.keep_status(settled);
     cluster.reset_requests();
     let status = cluster.reconcile(&mut comb).await;

@@ -307,13 +307,12 @@ async fn a_comb_deploys_then_runs_healthy() {
 #[tokio::test]
 async fn a_changed_manifest_is_redeployed() {
     let cluster = Cluster::start().await;
-    let mut comb = cluster
-        .comb(
+    let comb = cluster
+        .settled(
             "nats",
-            manifests_spec(vec![deployment("nats", "nats:2"), service("nats", 4222)]),
+            vec![deployment("nats", "nats:2"), service("nats", 4222)],
         )
         .await;
-    cluster.settle(&mut comb).await;
 
     let mut comb = cluster
         .edit(
@@ -331,10 +330,7 @@ async fn a_changed_manifest_is_redeployed() {
         )
     );
     let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
-    assert_eq!(
-        live["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nats:2.10"
-    );
+    assert_eq!(*first_image(&live), "nats:2.10");
     assert_eq!(
         verdict(&cluster.settle(&mut comb).await),
         expect("Running", "Healthy", "healthy")
@@ -345,12 +341,8 @@ async fn a_changed_manifest_is_redeployed() {
 async fn an_object_applied_without_a_digest_is_redeployed() {
     let cluster = Cluster::start().await;
     let mut comb = cluster
-        .comb(
-            "nats",
-            manifests_spec(vec![config_map("nats", json!({"a": "1"}))]),
-        )
+        .settled("nats", vec![config_map("nats", json!({"a": "1"}))])
         .await;
-    cluster.settle(&mut comb).await;
     // Someone replaced it by hand, keeping our labels but not the digest.
     let mut live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
     live["metadata"]["annotations"] = json!({});
@@ -443,10 +435,7 @@ async fn maintenance_applies_and_prunes_nothing() {
     );
     assert!(cluster.get("v1", "ConfigMap", "nats").await.is_some());
     let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
-    assert_eq!(
-        live["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nats:2"
-    );
+    assert_eq!(*first_image(&live), "nats:2");
     assert_eq!(status.managed(), settled.managed());
     assert_eq!(status.endpoints, settled.endpoints);
 

@@ -38,6 +38,18 @@ fn cluster_role(name: &str) -> Value {
            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})
 }
 
+/// The verdict on a Comb of layer `dev` whose manifests put `what` in namespace `other`.
+fn refused_in_other(what: &str) -> (String, String, String) {
+    expect(
+        "Error",
+        "ManifestForbidden",
+        &format!(
+            "{what} is in namespace other, not platform; layer dev does not allow it \
+             (add other to layers[1].allowNamespaces)"
+        ),
+    )
+}
+
 #[tokio::test]
 async fn a_manifest_for_another_namespace_is_refused_before_anything_is_written() {
     let mut cluster = Cluster::start_own().await;
@@ -54,20 +66,8 @@ async fn a_manifest_for_another_namespace_is_refused_before_anything_is_written(
         .await;
     cluster.reset_requests();
     let status = cluster.reconcile(&mut comb).await;
-    assert_eq!(
-        verdict(&status),
-        expect(
-            "Error",
-            "ManifestForbidden",
-            "ConfigMap other/cfg is in namespace other, not platform; layer dev does not allow it \
-             (add other to layers[1].allowNamespaces)"
-        )
-    );
-    assert!(
-        cluster.writes_but_status().is_empty(),
-        "nothing but the status is written: {:?}",
-        cluster.requests()
-    );
+    assert_eq!(verdict(&status), refused_in_other("ConfigMap other/cfg"));
+    cluster.assert_only_status_written();
     assert!(
         cluster
             .peek("apps/v1", "Deployment", "nats")
@@ -133,11 +133,7 @@ async fn a_cluster_role_is_refused_until_the_layer_allows_cluster_roles() {
              (add ClusterRole to layers[1].allowClusterScoped)"
         )
     );
-    assert!(
-        cluster.writes_but_status().is_empty(),
-        "{:?}",
-        cluster.requests()
-    );
+    cluster.assert_only_status_written();
     assert!(
         cluster
             .peek("rbac.authorization.k8s.io/v1", "ClusterRole", "admin-all")
@@ -185,11 +181,7 @@ async fn a_namespace_is_refused_by_default_with_every_refusal_named() {
              (add kube-system to Settings.tenancy.allow_namespaces)"
         )
     );
-    assert!(
-        cluster.writes_but_status().is_empty(),
-        "{:?}",
-        cluster.requests()
-    );
+    cluster.assert_only_status_written();
     assert!(cluster.peek("v1", "Namespace", "team").await.is_none());
 }
 
@@ -233,20 +225,8 @@ async fn a_bridge_manifest_is_held_to_the_same_rule() {
         .await;
     cluster.reset_requests();
     let status = cluster.reconcile_resolved(&mut comb).await;
-    assert_eq!(
-        verdict(&status),
-        expect(
-            "Error",
-            "ManifestForbidden",
-            "ConfigMap other/bridge is in namespace other, not platform; layer dev does not allow it \
-             (add other to layers[1].allowNamespaces)"
-        )
-    );
-    assert!(
-        cluster.writes_but_status().is_empty(),
-        "{:?}",
-        cluster.requests()
-    );
+    assert_eq!(verdict(&status), refused_in_other("ConfigMap other/bridge"));
+    cluster.assert_only_status_written();
     assert!(
         cluster
             .peek_in("v1", "ConfigMap", "other", "bridge")

@@ -5,11 +5,14 @@ mod upstream_support;
 
 use std::collections::BTreeMap;
 
+use comb_api::managed_fields::{FIELD_MANAGER, applied_by};
 use comb_api::{CombStatus, UpstreamSpec};
 use comb_federation::engine::borrow::Controlling;
+use comb_federation::engine::class::CombInstance;
 use comb_sandbox::controls::Fault;
+use comb_testkit::fixtures::expect;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
@@ -52,10 +55,10 @@ async fn local_then_borrowed_then_local_again() {
     let status = layers.step("dev", &mut db, &none).await;
     assert_eq!(
         verdict(&status),
-        (
-            "Running".into(),
-            "Borrowed".into(),
-            format!("borrowed from {STATIC} via vendor")
+        expect(
+            "Running",
+            "Borrowed",
+            &format!("borrowed from {STATIC} via vendor")
         )
     );
     assert_eq!(
@@ -164,10 +167,36 @@ async fn local_then_borrowed_then_local_again() {
     assert_eq!(status.upstream, None);
 }
 
+/// Prod's db, settled (a running upstream), and dev's db with the borrow of layer dev from
+/// it, copying `replicate` (`[{kind, name}]`).
+async fn dev_db_replicating_from_prod(
+    layers: &Layers,
+    replicate: Value,
+) -> (CombInstance, Controlling) {
+    let mut prod = layers
+        .comb(
+            "prod",
+            "platform",
+            "db",
+            db_spec("ClusterIP", Some("192.0.2.10:5432")),
+        )
+        .await;
+    layers
+        .settle("prod", &mut prod, &Controlling::none(), running_healthy)
+        .await;
+    let dev = layers
+        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
+        .await;
+    let replicating = borrow(
+        "dev",
+        json!({"class": "K8s", "layer": "prod", "replicate": replicate}),
+    );
+    (dev, replicating)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_follows_the_upstream_and_ends_with_borrowing() {
     let layers = Layers::start().await;
-    let none = Controlling::none();
     let prod_secrets: Api<Secret> = Api::namespaced(layers.client("prod").await, "platform");
     let dev_secrets: Api<Secret> = Api::namespaced(layers.client("dev").await, "platform");
     let secret = |password: &[u8]| -> Secret {
@@ -181,33 +210,18 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
         .create(&PostParams::default(), &secret(b"s3cret"))
         .await
         .unwrap();
-    let mut prod = layers
-        .comb(
-            "prod",
-            "platform",
-            "db",
-            db_spec("ClusterIP", Some("192.0.2.10:5432")),
-        )
-        .await;
-    layers
-        .settle("prod", &mut prod, &none, running_healthy)
-        .await;
-
-    let mut dev = layers
-        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
-        .await;
-    let replicating = borrow(
-        "dev",
-        json!({"class": "K8s", "layer": "prod",
-               "replicate": [{"kind": "Secret", "name": "db-credentials"}]}),
-    );
+    let (mut dev, replicating) = dev_db_replicating_from_prod(
+        &layers,
+        json!([{"kind": "Secret", "name": "db-credentials"}]),
+    )
+    .await;
     let status = layers.step("dev", &mut dev, &replicating).await;
     assert_eq!(
         verdict(&status),
-        (
-            "Running".into(),
-            "Borrowed".into(),
-            format!(
+        expect(
+            "Running",
+            "Borrowed",
+            &format!(
                 "borrowed from {K8S} (context prod) via prod; replicated Secret db-credentials"
             )
         )
@@ -250,10 +264,10 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
     let failed = layers.step("dev", &mut dev, &missing).await;
     assert_eq!(
         verdict(&failed),
-        (
-            "Error".into(),
-            "ReplicationFailed".into(),
-            format!(
+        expect(
+            "Error",
+            "ReplicationFailed",
+            &format!(
                 "replicating from {K8S} (context prod) failed: reading ConfigMap nope in namespace \
                  platform of context prod failed: 404 NotFound: configmaps \"nope\" not found"
             )
@@ -298,6 +312,67 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
     );
 }
 
+/// A copy an older comb wrote (by create, without a field manager) is taken over on the next
+/// borrowing step: comb applies it from then on, so a key its source drops leaves it too; a
+/// copy that stands as its source is not written at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_an_older_comb_wrote_is_taken_over_and_follows_its_source() {
+    let layers = Layers::start().await;
+    let prod_configs: Api<ConfigMap> = Api::namespaced(layers.client("prod").await, "platform");
+    let dev_configs: Api<ConfigMap> = Api::namespaced(layers.client("dev").await, "platform");
+    let config_map = |object: Value| -> ConfigMap { serde_json::from_value(object).unwrap() };
+    prod_configs
+        .create(
+            &PostParams::default(),
+            &config_map(json!({"metadata": {"name": "db-config"}, "data": {"a": "1", "b": "2"}})),
+        )
+        .await
+        .unwrap();
+    // What an older comb left: the Comb's labels and origin, and a key the source has dropped.
+    dev_configs
+        .create(
+            &PostParams::default(),
+            &config_map(json!({
+                "metadata": {"name": "db-config",
+                    "labels": {"app.kubernetes.io/managed-by": "comb", "comb.internal/comb": "db",
+                               "comb.internal/comb-namespace": "platform"},
+                    "annotations": {"comb.internal/replicated-from": "prod/platform/db-config"}},
+                "data": {"a": "1", "stale": "x"}
+            })),
+        )
+        .await
+        .unwrap();
+    let (mut dev, replicating) =
+        dev_db_replicating_from_prod(&layers, json!([{"kind": "ConfigMap", "name": "db-config"}]))
+            .await;
+    let copy = async || serde_json::to_value(dev_configs.get("db-config").await.unwrap()).unwrap();
+
+    let status = layers.step("dev", &mut dev, &replicating).await;
+    assert_eq!(verdict(&status).1, "Borrowed", "{status:?}");
+    let taken_over = copy().await;
+    assert_eq!(taken_over["data"], json!({"a": "1", "b": "2"}));
+    assert!(applied_by(&taken_over, FIELD_MANAGER), "{taken_over}");
+
+    // Dropped at the source: it leaves the copy too.
+    let mut source = prod_configs.get("db-config").await.unwrap();
+    source.data = Some(BTreeMap::from([("a".to_string(), "1".to_string())]));
+    prod_configs
+        .replace("db-config", &PostParams::default(), &source)
+        .await
+        .unwrap();
+    let status = layers.step("dev", &mut dev, &replicating).await;
+    assert_eq!(verdict(&status).1, "Borrowed", "{status:?}");
+    let followed = copy().await;
+    assert_eq!(followed["data"], json!({"a": "1"}));
+
+    // Standing as its source: not written again.
+    layers.step("dev", &mut dev, &replicating).await;
+    assert_eq!(
+        copy().await["metadata"]["resourceVersion"],
+        followed["metadata"]["resourceVersion"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_names_and_ips_behind_one_service_cannot_be_bridged() {
     let layers = Layers::start().await;
@@ -317,12 +392,11 @@ async fn host_names_and_ips_behind_one_service_cannot_be_bridged() {
     let status = layers.step("dev", &mut db, &none).await;
     assert_eq!(
         verdict(&status),
-        (
-            "Blocked".into(),
-            "BridgeImpossible".into(),
+        expect(
+            "Blocked",
+            "BridgeImpossible",
             "the upstream cannot be bridged: Service db: its endpoints point at both host names and \
              IP addresses (postgres at db.example.com, replica at 10.0.0.1), one Service cannot bridge both"
-                .into()
         )
     );
     assert_eq!(
@@ -361,12 +435,11 @@ async fn errors_of_the_upstream_path() {
     let status = layers.step("dev", &mut broken, &none).await;
     assert_eq!(
         verdict(&status),
-        (
-            "Error".into(),
-            "UpstreamFailed".into(),
+        expect(
+            "Error",
+            "UpstreamFailed",
             "resolving the upstream failed: spec.upstream: unknown upstream class 'Probe' (known: K8s, \
              Kubernetes::Comb::Upstream::K8s, Kubernetes::Comb::Upstream::Static, Static)"
-                .into()
         )
     );
     assert!(
@@ -412,11 +485,7 @@ async fn errors_of_the_upstream_path() {
     let status = layers.step("dev", &mut db, &upstream).await;
     assert_eq!(
         verdict(&status),
-        (
-            "Running".into(),
-            "Borrowed".into(),
-            format!("borrowed from {STATIC}")
-        )
+        expect("Running", "Borrowed", &format!("borrowed from {STATIC}"))
     );
     let bridge = layers
         .peek("dev", "v1", "Service", "platform", "db")

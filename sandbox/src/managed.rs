@@ -432,78 +432,52 @@ mod tests {
         })
     }
 
+    /// `manager`'s apply of `config` onto the Deployment `live` (its main resource).
+    fn apply_deployment(
+        live: Option<&Value>,
+        config: &Value,
+        manager: &str,
+        force: bool,
+    ) -> Result<Value, ApiError> {
+        let rt = builtin("apps", "Deployment").expect("deployments");
+        apply(live, config, manager, &rt, Subresource::Main, force)
+    }
+
     #[test]
     fn apply_creates_then_conflicts_with_another_manager() {
-        let rt = builtin("apps", "Deployment").expect("deployments");
-        let created = apply(
-            None,
-            &deployment(1, "nginx"),
-            "alice",
-            &rt,
-            Subresource::Main,
-            false,
-        )
-        .expect("create");
+        let created =
+            apply_deployment(None, &deployment(1, "nginx"), "alice", false).expect("create");
         assert_eq!(created["metadata"]["managedFields"][0]["manager"], "alice");
         assert_eq!(
             created["metadata"]["managedFields"][0]["operation"],
             "Apply"
         );
         // Same values by another manager: shared ownership, no conflict.
-        let shared = apply(
-            Some(&created),
-            &deployment(1, "nginx"),
-            "bob",
-            &rt,
-            Subresource::Main,
-            false,
-        )
-        .expect("shared");
+        let shared = apply_deployment(Some(&created), &deployment(1, "nginx"), "bob", false)
+            .expect("shared");
         assert_eq!(
             shared["metadata"]["managedFields"].as_array().map(Vec::len),
             Some(2)
         );
-        let error = apply(
-            Some(&shared),
-            &deployment(3, "nginx"),
-            "bob",
-            &rt,
-            Subresource::Main,
-            false,
-        )
-        .expect_err("conflict");
+        let error = apply_deployment(Some(&shared), &deployment(3, "nginx"), "bob", false)
+            .expect_err("conflict");
         assert_eq!(error.code, 409);
         assert_eq!(
             error.message,
             r#"Apply failed with 1 conflict: conflict with "alice": .spec.replicas"#
         );
-        let forced = apply(
-            Some(&shared),
-            &deployment(3, "nginx"),
-            "bob",
-            &rt,
-            Subresource::Main,
-            true,
-        )
-        .expect("forced");
+        let forced =
+            apply_deployment(Some(&shared), &deployment(3, "nginx"), "bob", true).expect("forced");
         assert_eq!(forced["spec"]["replicas"], 3);
     }
 
     #[test]
     fn apply_removes_what_the_manager_stopped_applying() {
-        let rt = builtin("apps", "Deployment").expect("deployments");
         let mut first = deployment(1, "nginx");
         first["metadata"]["labels"] = json!({"tier": "front"});
-        let live = apply(None, &first, "alice", &rt, Subresource::Main, false).expect("create");
-        let next = apply(
-            Some(&live),
-            &deployment(1, "nginx"),
-            "alice",
-            &rt,
-            Subresource::Main,
-            false,
-        )
-        .expect("apply");
+        let live = apply_deployment(None, &first, "alice", false).expect("create");
+        let next =
+            apply_deployment(Some(&live), &deployment(1, "nginx"), "alice", false).expect("apply");
         assert!(
             next["metadata"]
                 .get("labels")
@@ -514,15 +488,7 @@ mod tests {
     #[test]
     fn updates_take_ownership_of_changed_fields() {
         let rt = builtin("apps", "Deployment").expect("deployments");
-        let live = apply(
-            None,
-            &deployment(1, "nginx"),
-            "alice",
-            &rt,
-            Subresource::Main,
-            false,
-        )
-        .expect("create");
+        let live = apply_deployment(None, &deployment(1, "nginx"), "alice", false).expect("create");
         let mut scaled = live.clone();
         scaled["spec"]["replicas"] = json!(5);
         record_update(
@@ -537,15 +503,8 @@ mod tests {
             .map(|e| e.iter().filter_map(|e| e["manager"].as_str()).collect())
             .unwrap_or_default();
         assert_eq!(managers, ["alice", "kubectl-scale"]);
-        let error = apply(
-            Some(&scaled),
-            &deployment(1, "nginx"),
-            "alice",
-            &rt,
-            Subresource::Main,
-            false,
-        )
-        .expect_err("conflict");
+        let error = apply_deployment(Some(&scaled), &deployment(1, "nginx"), "alice", false)
+            .expect_err("conflict");
         assert!(error.message.contains("kubectl-scale"), "{}", error.message);
     }
 }

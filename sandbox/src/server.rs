@@ -654,10 +654,11 @@ async fn serve_resource(
             }
             let warnings = validate_fields(rt, &object, &query)?;
             let existed = store.get(rt, ns, name).is_ok();
-            let updated = match sub {
-                Some("status") => store.update_status_with(rt, ns, object, &options)?,
-                _ => store.update_with(rt, ns, object, &options)?,
+            let subresource = match sub {
+                Some("status") => Subresource::Status,
+                _ => Subresource::Main,
             };
+            let updated = store.update_with(rt, ns, object, subresource, &options)?;
             let status = if existed {
                 StatusCode::OK
             } else {

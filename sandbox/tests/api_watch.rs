@@ -22,6 +22,16 @@ fn named(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}})).expect("config map")
 }
 
+/// The resourceVersion of a list of the ConfigMaps: where a watch from "now" starts.
+async fn list_version(api: &Api<ConfigMap>) -> String {
+    api.list(&ListParams::default())
+        .await
+        .expect("list")
+        .metadata
+        .resource_version
+        .expect("rv")
+}
+
 fn name_of(cm: &ConfigMap) -> String {
     cm.metadata.name.clone().unwrap_or_default()
 }
@@ -159,13 +169,7 @@ async fn a_resource_version_older_than_the_history_is_expired() {
     };
     let sandbox = start(options).await;
     let api: Api<ConfigMap> = Api::namespaced(client(&sandbox, "w").await, "default");
-    let from = api
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let from = list_version(&api).await;
     for i in 0..10 {
         api.create(&PostParams::default(), &named(&format!("c{i}")))
             .await
@@ -306,13 +310,7 @@ async fn bookmarks_and_timeouts() {
     };
     let sandbox = start(options).await;
     let api: Api<ConfigMap> = Api::namespaced(client(&sandbox, "w").await, "default");
-    let current = api
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .metadata
-        .resource_version
-        .expect("rv");
+    let current = list_version(&api).await;
     let mut stream = api
         .watch(
             &WatchParams {

@@ -111,6 +111,19 @@ fn patch(path: &str, content_type: &'static str, body: Value) -> Step {
     }
 }
 
+/// A workload of `kind` (apps/v1) named `annotated`, at zero replicas.
+fn annotated_workload(kind: &str) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "annotated"},
+           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "annotated"}},
+                    "template": {"metadata": {"labels": {"app": "annotated"}},
+                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+}
+
+/// A JSON merge patch (`application/merge-patch+json`), what most probes patch with.
+fn merge_patch(path: &str, body: Value) -> Step {
+    patch(path, "application/merge-patch+json", body)
+}
+
 fn apply(path: &str, manager: &str, body: Value) -> Step {
     let separator = if path.contains('?') { '&' } else { '?' };
     patch(
@@ -315,27 +328,23 @@ fn probes() -> Vec<Probe> {
             "comb generation",
             vec![
                 post(COMBS, comb("comb-gen", "Stub")).view(generations),
-                patch(
+                merge_patch(
                     &format!("{COMBS}/comb-gen"),
-                    "application/merge-patch+json",
                     json!({"metadata": {"labels": {"a": "b"}}}),
                 )
                 .view(generations),
-                patch(
+                merge_patch(
                     &format!("{COMBS}/comb-gen"),
-                    "application/merge-patch+json",
                     json!({"spec": {"class": "Other"}}),
                 )
                 .view(generations),
-                patch(
+                merge_patch(
                     &format!("{COMBS}/comb-gen/status"),
-                    "application/merge-patch+json",
                     json!({"status": {"phase": "Ready"}}),
                 )
                 .view(generations),
-                patch(
+                merge_patch(
                     &format!("{COMBS}/comb-gen"),
-                    "application/merge-patch+json",
                     json!({"spec": {"class": "Other"}}),
                 )
                 .view(generations),
@@ -363,9 +372,8 @@ fn probes() -> Vec<Probe> {
                     json!({"apiVersion": "comb.internal/v1", "kind": "Comb", "metadata": {"name": "comb-ssa", "labels": {"x": "y"}}}),
                 )
                 .view(managed_fields),
-                patch(
+                merge_patch(
                     &format!("{COMBS}/comb-ssa?fieldManager=carol"),
-                    "application/merge-patch+json",
                     json!({"spec": {"dependsOn": ["a"]}}),
                 )
                 .view(managed_fields),
@@ -539,9 +547,8 @@ fn probes() -> Vec<Probe> {
                            "metadata": {"name": "cm-put", "labels": {"x": "y"}},
                            "data": {"a": "1", "b": "2"}}),
                 ),
-                patch(
+                merge_patch(
                     &format!("{CM}/cm-put?fieldManager=patcher"),
-                    "application/merge-patch+json",
                     json!({"metadata": {"annotations": {"n": "m"}}, "data": {"b": "3"}}),
                 ),
             ],
@@ -555,9 +562,8 @@ fn probes() -> Vec<Probe> {
                            "metadata": {"name": "cm-fin", "finalizers": ["example.com/hold"]}}),
                 ),
                 delete(&format!("{CM}/cm-fin")),
-                patch(
+                merge_patch(
                     &format!("{CM}/cm-fin"),
-                    "application/merge-patch+json",
                     json!({"metadata": {"finalizers": null}}),
                 ),
                 get(&format!("{CM}/cm-fin")).view(code_only),
@@ -621,9 +627,8 @@ fn probes() -> Vec<Probe> {
                             .map(|c| json!({"name": c["name"], "env": c["env"]})).collect::<Vec<_>>(),
                     })
                 }),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/smp",
-                    "application/merge-patch+json",
                     json!({"metadata": {"finalizers": null}}),
                 )
                 .view(code_only),
@@ -633,9 +638,8 @@ fn probes() -> Vec<Probe> {
             "strict and typed patch errors",
             vec![
                 post(COMBS, comb("comb-strict", "Stub")).view(code_only),
-                patch(
+                merge_patch(
                     &format!("{COMBS}/comb-strict?fieldValidation=Strict"),
-                    "application/merge-patch+json",
                     json!({"spec": {"bogus": 1}}),
                 )
                 .view(patch_error),
@@ -647,15 +651,13 @@ fn probes() -> Vec<Probe> {
                                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
                 )
                 .view(code_only),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/typo?fieldValidation=Strict",
-                    "application/merge-patch+json",
                     json!({"spec": {"replica": 3}}),
                 )
                 .view(patch_error),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/typo",
-                    "application/merge-patch+json",
                     json!({"spec": {"replicas": "three"}}),
                 )
                 .view(patch_error_code),
@@ -711,9 +713,8 @@ fn probes() -> Vec<Probe> {
                 // (Only kind and spec: the deployment controller writes the status meanwhile.)
                 get("/apis/apps/v1/namespaces/{ns}/deployments/scaled/scale")
                     .view(|v| json!({"kind": v["kind"], "apiVersion": v["apiVersion"], "spec": v["spec"]})),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/scaled/scale",
-                    "application/merge-patch+json",
                     json!({"spec": {"replicas": 2}}),
                 )
                 .view(|v| json!({"kind": v["kind"], "spec": v["spec"]})),
@@ -761,9 +762,8 @@ fn probes() -> Vec<Probe> {
                            "metadata": {"name": "cm-own", "labels": {"x": "y"}, "annotations": {"mine": "1"}},
                            "data": {"a": "1", "b": "2"}}),
                 ),
-                patch(
+                merge_patch(
                     &format!("{CM}/cm-own?fieldManager=comb-restart"),
-                    "application/merge-patch+json",
                     json!({"metadata": {"annotations": {"restartedAt": "now"}}, "data": {"c": "3"}}),
                 ),
                 apply(
@@ -789,9 +789,8 @@ fn probes() -> Vec<Probe> {
             "managedFields handed over by a patch, then applied",
             vec![
                 post(CM, configmap("cm-legacy", json!({"a": "1", "b": "2"}))).view(managed_fields),
-                patch(
+                merge_patch(
                     &format!("{CM}/cm-legacy"),
-                    "application/merge-patch+json",
                     json!({"metadata": {"managedFields": [{
                         "manager": "comb", "operation": "Apply", "apiVersion": "v1",
                         "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
@@ -844,9 +843,8 @@ fn probes() -> Vec<Probe> {
                                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
                 )
                 .view(template_and_generation),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/restarted?fieldManager=comb-restart",
-                    "application/merge-patch+json",
                     json!({"spec": {"template": {"metadata": {"annotations": {"restartedAt": "now"}}}}}),
                 )
                 .view(template_and_generation),
@@ -886,41 +884,31 @@ fn probes() -> Vec<Probe> {
             vec![
                 post(
                     "/apis/apps/v1/namespaces/{ns}/deployments",
-                    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "annotated"},
-                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "annotated"}},
-                                    "template": {"metadata": {"labels": {"app": "annotated"}},
-                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                    annotated_workload("Deployment"),
                 )
                 .view(generation_and_note),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/annotated",
-                    "application/merge-patch+json",
                     json!({"metadata": {"annotations": {"note": "1"}}}),
                 )
                 .view(generation_and_note),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/annotated",
-                    "application/merge-patch+json",
                     json!({"metadata": {"labels": {"tier": "x"}}}),
                 )
                 .view(generation_and_note),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/deployments/annotated/status",
-                    "application/merge-patch+json",
                     json!({"metadata": {"annotations": {"note": "2"}, "labels": {"tier": "y"}}}),
                 )
                 .view(generation_and_note),
                 post(
                     "/apis/apps/v1/namespaces/{ns}/statefulsets",
-                    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "annotated"},
-                           "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "annotated"}},
-                                    "template": {"metadata": {"labels": {"app": "annotated"}},
-                                                 "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+                    annotated_workload("StatefulSet"),
                 )
                 .view(generation_and_note),
-                patch(
+                merge_patch(
                     "/apis/apps/v1/namespaces/{ns}/statefulsets/annotated",
-                    "application/merge-patch+json",
                     json!({"metadata": {"annotations": {"note": "1"}}}),
                 )
                 .view(generation_and_note),

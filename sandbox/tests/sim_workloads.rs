@@ -637,6 +637,22 @@ async fn the_node_is_registered_and_ready() {
     );
 }
 
+/// The Endpoints of Service `shop`, with how many addresses it and its EndpointSlice list, once
+/// both exist.
+fn shop_endpoints(c: &Cluster) -> Option<(Value, usize, usize)> {
+    let endpoints = c.get("", "Endpoints", "shop")?;
+    let slice = c
+        .list(
+            "discovery.k8s.io",
+            "EndpointSlice",
+            Some("kubernetes.io/service-name=shop"),
+        )
+        .pop()?;
+    let addresses = endpoints["subsets"][0]["addresses"].as_array()?.len();
+    let slice_endpoints = slice["endpoints"].as_array()?.len();
+    Some((endpoints, addresses, slice_endpoints))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_selector_service_lists_its_ready_pods() {
     let Some(cluster) = Cluster::start() else {
@@ -652,17 +668,8 @@ async fn a_selector_service_lists_its_ready_pods() {
     }));
     let endpoints = cluster
         .wait_for("two ready addresses", |c| {
-            let e = c.get("", "Endpoints", "shop")?;
-            let slice = c
-                .list(
-                    "discovery.k8s.io",
-                    "EndpointSlice",
-                    Some("kubernetes.io/service-name=shop"),
-                )
-                .pop()?;
-            let two = e["subsets"][0]["addresses"].as_array()?.len() == 2
-                && slice["endpoints"].as_array()?.len() == 2;
-            two.then_some(e)
+            let (e, addresses, slice_endpoints) = shop_endpoints(c)?;
+            (addresses == 2 && slice_endpoints == 2).then_some(e)
         })
         .await;
     assert_eq!(
@@ -686,17 +693,8 @@ async fn a_selector_service_lists_its_ready_pods() {
         .expect("scaled");
     cluster
         .wait_for("one address", |c| {
-            let e = c.get("", "Endpoints", "shop")?;
-            let slice = c
-                .list(
-                    "discovery.k8s.io",
-                    "EndpointSlice",
-                    Some("kubernetes.io/service-name=shop"),
-                )
-                .pop()?;
-            let one = e["subsets"][0]["addresses"].as_array()?.len() == 1
-                && slice["endpoints"].as_array()?.len() == 1;
-            one.then_some(())
+            let (_, addresses, slice_endpoints) = shop_endpoints(c)?;
+            (addresses == 1 && slice_endpoints == 1).then_some(())
         })
         .await;
 

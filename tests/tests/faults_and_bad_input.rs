@@ -266,41 +266,23 @@ async fn faults_and_bad_input_end_converged_with_nothing_lost_and_no_secret_anyw
     // converge), prod answers 500s on writes, 409s on status writes, slowly, and expires its
     // watches; dev's writes fail once it is back.
     world.sandbox.controls("dev").unwrap().partition();
-    fault(
-        &world,
-        "prod",
-        json!({"method": "PATCH", "status": 500, "count": 3}),
-    );
-    fault(
-        &world,
-        "prod",
-        json!({"method": "POST", "status": 500, "count": 2}),
-    );
-    fault(
-        &world,
-        "prod",
-        json!({"method": "PUT", "path": "*/status", "status": 409, "count": 3}),
-    );
-    fault(
-        &world,
-        "prod",
-        json!({"method": "GET", "delayMs": 300, "count": 3}),
-    );
-    fault(
-        &world,
-        "prod",
-        json!({"verb": "watch", "status": 410, "count": 4}),
-    );
-    fault(
-        &world,
-        "dev",
-        json!({"method": "PATCH", "status": 500, "count": 4}),
-    );
-    fault(
-        &world,
-        "dev",
-        json!({"method": "POST", "status": 500, "count": 2}),
-    );
+    for (cluster, rule) in [
+        (
+            "prod",
+            json!({"method": "PATCH", "status": 500, "count": 3}),
+        ),
+        ("prod", json!({"method": "POST", "status": 500, "count": 2})),
+        (
+            "prod",
+            json!({"method": "PUT", "path": "*/status", "status": 409, "count": 3}),
+        ),
+        ("prod", json!({"method": "GET", "delayMs": 300, "count": 3})),
+        ("prod", json!({"verb": "watch", "status": 410, "count": 4})),
+        ("dev", json!({"method": "PATCH", "status": 500, "count": 4})),
+        ("dev", json!({"method": "POST", "status": 500, "count": 2})),
+    ] {
+        fault(&world, cluster, rule);
+    }
 
     let admin = TcpListener::bind("127.0.0.1:0").unwrap();
     let admin_address = admin.local_addr().unwrap();

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use comb_testkit::cli::ConvergedDemo;
+use comb_testkit::cli::{ConvergedDemo, row};
 
 fn kubectl_or_skip(test: &str) -> bool {
     if Command::new("kubectl")
@@ -40,22 +40,6 @@ fn kubectl(kubeconfig: &Path, context: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
-}
-
-/// The cells of the line whose first cells are `leading`, split on runs of 2+ spaces (cells
-/// like `staging,prod` or a message hold single spaces).
-fn row(table: &str, leading: &[&str]) -> Vec<String> {
-    table
-        .lines()
-        .map(|line| {
-            line.split("  ")
-                .map(str::trim)
-                .filter(|cell| !cell.is_empty())
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .find(|cells| cells.iter().zip(leading).all(|(cell, want)| cell == want))
-        .unwrap_or_else(|| panic!("no row {leading:?} in\n{table}"))
 }
 
 #[test]

@@ -3,10 +3,16 @@
 //!
 //! Opt-in per object, never implicit. Messages name objects, never their values. An object of
 //! that name in the Comb's namespace that is not the Comb's is never overwritten.
+//!
+//! Copies are written as comb writes a Comb's resources (README, "How comb writes"): a forced
+//! server-side apply as field manager [`FIELD_MANAGER`], only when the copy differs, and a copy
+//! an older comb created or replaced is first taken over ([`takeover_patch`]), so that a key
+//! the source no longer has leaves the copy too.
 
 use comb_api::ManagedObject;
+use comb_api::managed_fields::{FIELD_MANAGER, now_rfc3339, takeover_patch};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::ApiResource;
 use serde_json::{Map, Value, json};
 
@@ -153,12 +159,15 @@ fn replicated_from_key(ctx: &UpstreamContext) -> String {
 /// What to do with the Comb's copy.
 #[derive(Debug, PartialEq)]
 enum Write {
-    Create,
-    /// Replace the object last stored with this resourceVersion.
-    Replace(Option<String>),
+    /// Apply the desired copy (it is missing or differs).
+    Apply,
     /// It is up to date.
     Keep,
 }
+
+/// How many times a takeover is tried on a fresh read when someone else wrote the copy between
+/// the read and the takeover (409), as client-go's RetryOnConflict.
+const CONFLICT_ATTEMPTS: usize = 3;
 
 /// Compares the live copy with the desired one. A live object without the Comb's labels is
 /// someone else's: an error, never overwritten.
@@ -169,7 +178,7 @@ fn plan_write(
     what: &str,
 ) -> Result<Write> {
     let Some(live) = live else {
-        return Ok(Write::Create);
+        return Ok(Write::Apply);
     };
     let label = |object: &Value, key: &str| {
         object
@@ -204,15 +213,53 @@ fn plan_write(
     if labels_kept && annotation(live) == annotation(desired) && content_same {
         return Ok(Write::Keep);
     }
-    let resource_version = live
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    Ok(Write::Replace(resource_version))
+    Ok(Write::Apply)
+}
+
+/// Hands what an older comb wrote of the copy `live` to [`FIELD_MANAGER`] as applied (one
+/// merge patch of `managedFields`, conditional on the resourceVersion read; a conflict reads
+/// the copy again, a few times). Nothing when comb applied it before. The patch goes through
+/// `writer` (the copies' writes), a read again through `reader` (the context's own user).
+async fn take_over(
+    reader: &Api<DynamicObject>,
+    writer: &Api<DynamicObject>,
+    name: &str,
+    live: &Value,
+    place: &str,
+) -> std::result::Result<(), kube::Error> {
+    let mut live = live.clone();
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    for attempt in 1.. {
+        let Some(patch) = takeover_patch(&live, &[], &now_rfc3339()) else {
+            return Ok(());
+        };
+        match writer.patch(name, &params, &Patch::Merge(&patch)).await {
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_ATTEMPTS => {
+                let Some(fresh) = reader.get_opt(name).await? else {
+                    return Ok(());
+                };
+                live = match serde_json::to_value(&fresh) {
+                    Ok(fresh) => fresh,
+                    // Unreadable as JSON: the apply that follows says what is wrong.
+                    Err(_) => return Ok(()),
+                };
+                tracing::debug!(
+                    place,
+                    attempt,
+                    "taking over the copy again after a conflict"
+                );
+            }
+            other => return other.map(drop),
+        }
+    }
+    Ok(())
 }
 
 /// Copies `replicas` from `from_namespace` in kube context `from_context` into the Comb's
-/// namespace in its own context, creating or replacing each copy that differs, in order; the
+/// namespace in its own context, applying each copy that differs, in order; the
 /// first failure stops. Returns the copies, for the Comb's managed resources.
 pub(crate) async fn replicate(
     ctx: &UpstreamContext,
@@ -308,22 +355,24 @@ pub(crate) async fn replicate(
             // Names only: the content of a Secret never goes into a log line.
             tracing::info!(kind, name, from = %source_place, to = %target_place, "replicating");
         }
-        let written = match write {
-            Write::Keep => Ok(()),
-            Write::Create => {
-                let object = from_value(&desired, &target_place)?;
-                writer_api
-                    .create(&PostParams::default(), &object)
-                    .await
-                    .map(drop)
-            }
-            Write::Replace(resource_version) => {
-                let mut object = from_value(&desired, &target_place)?;
-                object.metadata.resource_version = resource_version;
-                writer_api
-                    .replace(name, &PostParams::default(), &object)
-                    .await
-                    .map(drop)
+        let written = match (write, &live) {
+            (Write::Keep, _) => Ok(()),
+            (Write::Apply, live) => {
+                let taken_over = match live {
+                    Some(live) => {
+                        take_over(&target_api, &writer_api, name, live, &target_place).await
+                    }
+                    None => Ok(()),
+                };
+                // No resourceVersion: a write between the read and the apply costs no 409.
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                match taken_over {
+                    Ok(()) => writer_api
+                        .patch(name, &params, &Patch::Apply(&desired))
+                        .await
+                        .map(drop),
+                    Err(error) => Err(error),
+                }
             }
         };
         written.map_err(|e| {
@@ -345,12 +394,6 @@ pub(crate) async fn replicate(
 fn to_value(object: &DynamicObject, place: &str) -> Result<Value> {
     serde_json::to_value(object)
         .map_err(|error| Error::Replication(format!("{place} is not an object: {error}")))
-}
-
-fn from_value(value: &Value, place: &str) -> Result<DynamicObject> {
-    serde_json::from_value(value.clone()).map_err(|error| {
-        Error::Replication(format!("the copy of {place} is not an object: {error}"))
-    })
 }
 
 #[cfg(test)]
@@ -461,7 +504,7 @@ mod tests {
         let what = "Secret db-credentials in namespace platform of context dev";
         assert_eq!(
             plan_write(None, &desired, &ctx, what).unwrap(),
-            Write::Create
+            Write::Apply
         );
 
         let mut live = desired.clone();
@@ -476,13 +519,13 @@ mod tests {
         changed["data"]["password"] = json!("bmV3");
         assert_eq!(
             plan_write(Some(&changed), &desired, &ctx, what).unwrap(),
-            Write::Replace(Some("42".into()))
+            Write::Apply
         );
         let mut relabelled = live.clone();
         relabelled["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("helm");
         assert_eq!(
             plan_write(Some(&relabelled), &desired, &ctx, what).unwrap(),
-            Write::Replace(Some("42".into()))
+            Write::Apply
         );
 
         let mut foreign = live.clone();

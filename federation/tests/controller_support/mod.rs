@@ -285,6 +285,21 @@ pub fn test_options() -> ControllerOptions {
     }
 }
 
+/// The image of a Deployment's first container, if the Deployment is there.
+pub fn deployment_image(
+    deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
+) -> Option<String> {
+    deployment?
+        .spec
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .image
+        .clone()
+}
+
 pub use comb_testkit::fixtures::web;
 /// The kit's one wait: polls until the condition holds, failing the test after its deadline.
 pub use comb_testkit::wait_until as eventually;

@@ -193,6 +193,13 @@ impl Cluster {
         .await
     }
 
+    /// The Comb `name` of `manifests` ([`Cluster::comb`]), settled ([`Cluster::settle`]).
+    pub async fn settled(&self, name: &str, manifests: Vec<Value>) -> CombInstance {
+        let mut comb = self.comb(name, manifests_spec(manifests)).await;
+        self.settle(&mut comb).await;
+        comb
+    }
+
     /// Waits until `check` holds, with the kit's deadline.
     pub async fn wait_until(&self, what: &str, check: impl AsyncFn(&Cluster) -> bool) {
         comb_testkit::wait_until(what, async || check(self).await).await
@@ -267,6 +274,16 @@ impl Cluster {
             .collect()
     }
 
+    /// Fails the test, naming the requests, if anything but Comb status was written since the
+    /// counts were reset.
+    pub fn assert_only_status_written(&self) {
+        assert!(
+            self.writes_but_status().is_empty(),
+            "nothing but the status is written: {:?}",
+            self.requests()
+        );
+    }
+
     /// Counted API requests so far, by `<verb> <resource>`, but for the test's own reads.
     pub fn requests(&self) -> BTreeMap<String, u64> {
         self.world.requests("test")
@@ -297,6 +314,11 @@ pub fn resource(api_version: &str, kind: &str, name: &str) -> ManagedObject {
 pub use comb_testkit::fixtures::{config_map, deployment, expect, managed, service, verdict};
 
 /// The spec of a `Manifests` Comb with these manifests and a `client` endpoint on 4222.
+/// The image of the first container of a workload's pod template (a Deployment's).
+pub fn first_image(workload: &Value) -> &Value {
+    &workload["spec"]["template"]["spec"]["containers"][0]["image"]
+}
+
 pub fn manifests_spec(manifests: Vec<Value>) -> Value {
     json!({"class": "Manifests", "config": {
         "manifests": manifests,

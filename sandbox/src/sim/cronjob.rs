@@ -195,16 +195,6 @@ mod tests {
             .collect()
     }
 
-    fn deleted(plan: &Plan) -> Vec<String> {
-        plan.actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Delete { name, .. } => Some(name.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
     #[test]
     fn jobs_start_on_schedule_unless_suspended() {
         let first_run = at("2024-01-01T00:05:00Z").as_second() / 60;
@@ -320,7 +310,7 @@ mod tests {
             &[&running],
             at("2024-01-01T00:05:00Z"),
         );
-        assert_eq!(deleted(&p), ["backup-1"]);
+        assert_eq!(p.deleted_names(), ["backup-1"]);
 
         let done: Vec<Value> = (1..=5)
             .map(|i| job_named(&format!("backup-{i}"), Some("Complete")))
@@ -330,6 +320,6 @@ mod tests {
             .collect();
         let jobs: Vec<&Value> = done.iter().chain(&failed).collect();
         let p = plan(&cronjob(json!({})), &jobs, at("2024-01-01T00:04:00Z"));
-        assert_eq!(deleted(&p), ["backup-1", "backup-2", "backup-6"]);
+        assert_eq!(p.deleted_names(), ["backup-1", "backup-2", "backup-6"]);
     }
 }

@@ -208,6 +208,18 @@ impl Plan {
             (a, b) => a.or(b),
         };
     }
+
+    /// The names of the objects the plan deletes, in order (what controllers' tests check).
+    #[cfg(test)]
+    fn deleted_names(&self) -> Vec<String> {
+        self.actions
+            .iter()
+            .filter_map(|action| match action {
+                Action::Delete { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// One write a controller wants made. Objects carry their own namespace and name.

@@ -143,16 +143,6 @@ mod tests {
             .count()
     }
 
-    fn deleted(plan: &Plan) -> Vec<String> {
-        plan.actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Delete { name, .. } => Some(name.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
     #[test]
     fn scales_pods_to_replicas() {
         let ready_old = pod("a", "Running", true, "2024-01-01T00:00:00Z");
@@ -177,7 +167,7 @@ mod tests {
         for (replicas, pods, create, delete) in cases {
             let plan = plan(&rs(replicas), &pods, now());
             assert_eq!(creates(&plan), create, "replicas {replicas}");
-            assert_eq!(deleted(&plan), delete, "replicas {replicas}");
+            assert_eq!(plan.deleted_names(), delete, "replicas {replicas}");
         }
     }
 

@@ -74,16 +74,11 @@ impl Store {
     /// namespace, which removes it.
     pub fn finalize_namespace(&self, name: &str) -> Result<(), ApiError> {
         let mut state = self.lock();
-        let namespaces = state
-            .registry
-            .by_kind("", "Namespace")
-            .ok_or_else(|| ApiError::internal("namespaces are not served"))?;
-        let Some(namespace) = state.get(&namespaces, "", name).cloned() else {
+        let Some((namespaces, namespace)) =
+            state.terminating(("", "Namespace", "namespaces"), name)?
+        else {
             return Ok(());
         };
-        if !meta::is_deleting(&namespace) {
-            return Ok(());
-        }
         if meta::finalizers(&namespace).is_empty() {
             state.remove(&namespaces, "", name);
         } else {
@@ -98,16 +93,13 @@ impl Store {
     /// drop its cleanup finalizer.
     pub fn finalize_crd(&self, name: &str) -> Result<(), ApiError> {
         let mut state = self.lock();
-        let crds = state
-            .registry
-            .by_kind("apiextensions.k8s.io", "CustomResourceDefinition")
-            .ok_or_else(|| ApiError::internal("CRDs are not served"))?;
-        let Some(crd_object) = state.get(&crds, "", name).cloned() else {
+        let Some((crds, crd_object)) = state.terminating(
+            ("apiextensions.k8s.io", "CustomResourceDefinition", "CRDs"),
+            name,
+        )?
+        else {
             return Ok(());
         };
-        if !meta::is_deleting(&crd_object) {
-            return Ok(());
-        }
         if let Some(types) = state
             .registry
             .custom_types(name)
@@ -144,5 +136,25 @@ impl Store {
             .custom_types(crd_name)
             .map(<[ResourceType]>::to_vec)
             .unwrap_or_default()
+    }
+}
+
+impl State {
+    /// The cluster-scoped object `name` of `(group, kind, plural for messages)` and its type,
+    /// if it exists and is being deleted: what a finalizing controller works on.
+    fn terminating(
+        &self,
+        (group, kind, plural): (&str, &str, &str),
+        name: &str,
+    ) -> Result<Option<(ResourceType, Value)>, ApiError> {
+        let rt = self
+            .registry
+            .by_kind(group, kind)
+            .ok_or_else(|| ApiError::internal(format!("{plural} are not served")))?;
+        Ok(self
+            .get(&rt, "", name)
+            .filter(|object| meta::is_deleting(object))
+            .cloned()
+            .map(|object| (rt, object)))
     }
 }

@@ -194,23 +194,12 @@ impl Store {
         namespace: Option<&str>,
         object: Value,
     ) -> Result<Value, ApiError> {
-        self.update_with(rt, namespace, object, &WriteOptions::default())
-    }
-
-    pub fn update_with(
-        &self,
-        rt: &ResourceType,
-        namespace: Option<&str>,
-        object: Value,
-        options: &WriteOptions,
-    ) -> Result<Value, ApiError> {
-        Self::update_locked(
-            &mut self.lock(),
+        self.update_with(
             rt,
             namespace,
             object,
             Subresource::Main,
-            options,
+            &WriteOptions::default(),
         )
     }
 
@@ -221,14 +210,22 @@ impl Store {
         namespace: Option<&str>,
         object: Value,
     ) -> Result<Value, ApiError> {
-        self.update_status_with(rt, namespace, object, &WriteOptions::default())
+        self.update_with(
+            rt,
+            namespace,
+            object,
+            Subresource::Status,
+            &WriteOptions::default(),
+        )
     }
 
-    pub fn update_status_with(
+    /// A PUT of the main resource or of `status`, as the request's `options` say.
+    pub fn update_with(
         &self,
         rt: &ResourceType,
         namespace: Option<&str>,
         object: Value,
+        subresource: Subresource,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
         Self::update_locked(
@@ -236,7 +233,7 @@ impl Store {
             rt,
             namespace,
             object,
-            Subresource::Status,
+            subresource,
             options,
         )
     }
