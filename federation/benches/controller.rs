@@ -926,8 +926,11 @@ fn per(n: u64, of: usize) -> String {
         "0".to_string()
     } else if value >= 10.0 {
         format!("{value:.1}")
-    } else {
+    } else if value >= 0.1 {
         format!("{value:.2}")
+    } else {
+        // The startup's one list and watch per kind and layer, spread over every Comb.
+        format!("{value:.3}")
     }
 }
 
