@@ -895,9 +895,10 @@ async fn memory_phase(settings: &Settings, figures: &mut Figures) -> Result<()> 
             .await?;
         let (rss, hwm) = controller.memory()?;
         eprintln!(
-            "memory: {size} Combs, VmRSS {} MiB, VmHWM {} MiB",
-            rss / 1024,
-            hwm / 1024
+            "memory: {size} Combs, VmRSS {:.1} MiB, VmHWM {:.1} MiB, converged in {}",
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0,
+            seconds(converged)
         );
         figures.memory.push((size, rss, hwm, converged));
         controller.stop(&format!("rss-{size}")).await?;
