@@ -1,42 +1,265 @@
-//! What the federation controller costs on sandbox clusters (DESIGN.md §10), measured, never
-//! asserted:
+//! What the federation controller costs, measured from outside (DESIGN.md §10, issue 12), never
+//! asserted. The controller is the `comb run` binary of this workspace, a process of its own:
+//! its requests are counted by the API servers' request logs (the sandbox's test controls, in
+//! front of the emulator or of a real kube-apiserver), its memory read from /proc/PID/status.
+//! Nothing here looks inside the controller, so the figures stay comparable as it changes.
 //!
-//! - reaction: a Comb's spec edited (its image) until the API server has the new Deployment,
-//!   as a watch sees it, over `COMB_BENCH_EDITS` edits (default 50): median, p90, max;
-//! - convergence: `COMB_BENCH_COMBS` Combs (default 100) on each of three layers (prod; staging,
-//!   a namespace layer on prod's server borrowing from prod; dev, on its own server, borrowing
-//!   from staging) from creation until all record their final phase, beside the time a plain
-//!   client takes to write the same Deployments and Services and see them ready;
-//! - a settled resync: requests per Comb and resync while nothing changes.
+//! Every phase runs on fresh clusters of the same shape: prod and dev, and staging, a namespace
+//! of prod's server. Three layers: prod (`platform` on prod), staging (`staging` on prod,
+//! borrowing from prod) and dev (`platform` on dev, borrowing from staging). Each Comb is the
+//! kit's web Comb (a Deployment and a Service, endpoint `http` published as 192.0.2.10:80), so a
+//! borrowing Comb deploys a bridge (a selector-less Service and an EndpointSlice).
 //!
-//! `cargo bench --profile dev -p comb-federation --bench controller` (a debug build, as the team
-//! builds; drop `--profile dev` for an optimized one).
+//! 1. **Edit.** `COMB_BENCH_EDIT_COMBS` Combs per layer, resync 1 h (so that nothing else runs);
+//!    `COMB_BENCH_EDITS` times an image of a prod Comb is edited: the time until a watch sees
+//!    the Deployment with the new image (reaction), and every request along the three layers
+//!    until the chain is quiet again.
+//! 2. **Convergence.** `COMB_BENCH_COMBS` Combs per layer created, then the controller started
+//!    (resync `COMB_BENCH_RESYNC`): requests and time until every Comb is Running.
+//! 3. **Settled resync.** `COMB_BENCH_SETTLE` later, one resync period of the same controller:
+//!    requests per Comb, and the burst factor (the busiest 1 s of the period against its mean).
+//! 4. **Plain client.** On fresh clusters, the objects comb deployed in phase 2 (read back from
+//!    the Combs' `managedResources`) created once each by a plain client, `COMB_BENCH_WORKERS`
+//!    at a time per layer as the controller steps Combs, until the Deployments are ready.
+//! 5. **Memory.** For each size of `COMB_BENCH_RSS` (Combs in all, a third per layer): Combs
+//!    created up to that size, a fresh controller started, and `COMB_BENCH_SETTLE` after all
+//!    are Running, its VmRSS and VmHWM; first with no Comb at all.
+//!
+//! What the bench itself does (creating and editing Combs, watching for the outcome) it does as
+//! the kit's observer, whose requests the counts leave out.
+//!
+//! ```text
+//! cargo bench -p comb-federation --bench controller                       # the emulator
+//! COMB_TEST_BACKEND=kube cargo bench -p comb-federation --bench controller # real servers
+//! ```
+//!
+//! Defaults (emulator / kube): COMB_BENCH_COMBS 300 / 50 (1000 for the issue's 3x1,000),
+//! COMB_BENCH_RESYNC 60s, COMB_BENCH_SETTLE 10s / 30s, COMB_BENCH_EDITS 20 / 5,
+//! COMB_BENCH_EDIT_COMBS 20 / 5, COMB_BENCH_WORKERS 8, COMB_BENCH_RSS `1000,3000` / `150` (add
+//! 10000 for the issue's figure; empty for none), COMB_BENCH_PHASES `edit,converge,plain,rss`
+//! (any subset; plain needs converge). COMB_BENCH_LOGS=DIR keeps each controller's log there,
+//! COMB_BENCH_RUST_LOG sets its RUST_LOG (default `warn`).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use comb_api::{Comb, CombSpec, DEFAULT_GROUP};
-use comb_federation::config::Config;
-use comb_federation::controller::{BackoffPolicy, Controller, ControllerOptions};
-use comb_federation::engine::class::ClassRegistry;
-use comb_kubeconfigs::ClientPool;
+use comb_sandbox::controls::{LoggedRequest, epoch_micros};
+use comb_testkit::{Backend, OBSERVER, Setup, World};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{GroupVersionKind, TypeMeta};
 use kube::runtime::watcher::{self, Event};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-const WRITERS: usize = 8;
+/// The Comb CRs the bench creates at once.
+const CREATORS: usize = 16;
 
-fn env_number(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
+/// The three layers: name, context, cluster, namespace.
+const LAYERS: [(&str, &str, &str, &str); 3] = [
+    ("prod", "prod", "prod", "platform"),
+    ("staging", "staging", "prod", "staging"),
+    ("dev", "dev", "dev", "platform"),
+];
+
+const CONFIG: &str = "
+kubeconfig: KUBECONFIG
+resync: RESYNC
+layers:
+  - {name: prod, context: prod, namespaces: [platform]}
+  - {name: staging, context: staging, namespaces: [staging], borrow: {from: prod, namespace: platform}}
+  - {name: dev, context: dev, namespaces: [platform], borrow: {from: staging, namespace: staging}}
+";
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+
+struct Settings {
+    backend: Backend,
+    combs: usize,
+    resync: Duration,
+    settle: Duration,
+    edits: usize,
+    edit_combs: usize,
+    workers: usize,
+    rss_sizes: Vec<usize>,
+    phases: Vec<String>,
+    /// How long the API servers must see no request of the controller to call it quiet.
+    quiet: Duration,
+    /// The longest any wait may take.
+    deadline: Duration,
 }
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn env_number(name: &str, default: usize) -> Result<usize> {
+    env_or(name, &default.to_string())
+        .trim()
+        .parse()
+        .with_context(|| format!("{name} is not a number"))
+}
+
+fn env_duration(name: &str, default: &str) -> Result<Duration> {
+    let text = env_or(name, default);
+    comb_federation::config::parse_positive_duration(&text)
+        .map_err(|message| anyhow::anyhow!("{name}: {message}"))
+}
+
+impl Settings {
+    fn from_env() -> Result<Settings> {
+        let backend = Backend::from_env();
+        let kube = backend == Backend::Kube;
+        let pick = |emulator: &'static str, real: &'static str| if kube { real } else { emulator };
+        let rss_sizes = env_or("COMB_BENCH_RSS", pick("1000,3000", "150"))
+            .split(',')
+            .map(str::trim)
+            .filter(|size| !size.is_empty())
+            .map(|size| {
+                size.parse()
+                    .context("COMB_BENCH_RSS: sizes separated by commas")
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        Ok(Settings {
+            backend,
+            combs: env_number("COMB_BENCH_COMBS", if kube { 50 } else { 300 })?,
+            resync: env_duration("COMB_BENCH_RESYNC", "60s")?,
+            settle: env_duration("COMB_BENCH_SETTLE", pick("10s", "30s"))?,
+            edits: env_number("COMB_BENCH_EDITS", if kube { 5 } else { 20 })?,
+            edit_combs: env_number("COMB_BENCH_EDIT_COMBS", if kube { 5 } else { 20 })?.max(1),
+            workers: env_number("COMB_BENCH_WORKERS", 8)?.max(1),
+            rss_sizes,
+            phases: env_or("COMB_BENCH_PHASES", "edit,converge,plain,rss")
+                .split(',')
+                .map(|phase| phase.trim().to_string())
+                .collect(),
+            quiet: if kube {
+                Duration::from_secs(3)
+            } else {
+                Duration::from_secs(1)
+            },
+            deadline: Duration::from_secs(if kube { 900 } else { 1800 }),
+        })
+    }
+
+    fn runs(&self, phase: &str) -> bool {
+        self.phases.iter().any(|p| p == phase)
+    }
+
+    fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Emulator => "emulator",
+            Backend::Kube => "kube (real kube-apiserver, kwok)",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clusters and the controller process
+
+/// Fresh clusters of the benchmark's shape, recording every request if `record`.
+async fn clusters(settings: &Settings, record: bool) -> World {
+    let world = Setup::clusters(["prod", "dev"])
+        .on(settings.backend)
+        .context("staging", "prod", "staging")
+        .namespace("prod", "platform")
+        .namespace("prod", "staging")
+        .namespace("dev", "platform")
+        .start()
+        .await;
+    for cluster in ["prod", "dev"] {
+        world.controls(cluster).record_requests(record);
+    }
+    world
+}
+
+/// `comb run` on the benchmark's layers, a process of its own.
+struct ControllerProcess {
+    child: tokio::process::Child,
+    stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ControllerProcess {
+    async fn start(world: &World, resync: Duration, workers: usize) -> Result<ControllerProcess> {
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        world.write_kubeconfig(&kubeconfig);
+        let config = dir.path().join("comb.yaml");
+        std::fs::write(
+            &config,
+            CONFIG
+                .replace("KUBECONFIG", &kubeconfig.display().to_string())
+                .replace("RESYNC", &format!("{}ms", resync.as_millis())),
+        )?;
+        let stderr = dir.path().join("comb.log");
+        let mut command = tokio::process::Command::from(comb_testkit::comb());
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .arg("--workers")
+            .arg(workers.to_string())
+            .env("RUST_LOG", env_or("COMB_BENCH_RUST_LOG", "warn"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr)?)
+            .kill_on_drop(true);
+        let child = command.spawn().context("starting comb run")?;
+        Ok(ControllerProcess {
+            child,
+            stderr,
+            _dir: dir,
+        })
+    }
+
+    /// Resident and peak resident memory (VmRSS, VmHWM) in KiB.
+    fn memory(&self) -> Result<(u64, u64)> {
+        let pid = self.child.id().context("comb run has exited")?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|kib| kib.parse::<u64>().ok())
+                .with_context(|| format!("no {name} in /proc/{pid}/status"))
+        };
+        Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    /// Runs `work` while watching the process: it failing ends the wait with its last words.
+    async fn guard<T>(&mut self, work: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::select! {
+            outcome = work => outcome,
+            exited = self.child.wait() => {
+                let log = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                bail!("comb run exited ({:?}):\n{}", exited?, tail.join("\n"))
+            }
+        }
+    }
+
+    /// Stops the process; its log (warnings and errors) is kept in `$COMB_BENCH_LOGS/<name>.log`
+    /// if that is set.
+    async fn stop(mut self, name: &str) -> Result<()> {
+        self.child.kill().await?;
+        if let Ok(dir) = std::env::var("COMB_BENCH_LOGS") {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::copy(&self.stderr, Path::new(&dir).join(format!("{name}.log")))?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Combs
 
 /// The Deployment and Service `name` of the kit's web Comb.
 fn manifests(name: &str, image: &str) -> Value {
@@ -53,102 +276,671 @@ fn spec(name: &str, image: &str) -> Result<CombSpec> {
     }))?)
 }
 
-/// The kit's clusters on the emulator: prod and dev, and staging, a namespace of prod.
-struct World {
-    kit: comb_testkit::World,
-    pool: ClientPool,
+fn comb_name(index: usize) -> String {
+    format!("c{index:05}")
 }
 
-impl World {
-    async fn start() -> Result<World> {
-        let kit = comb_testkit::Setup::clusters(["prod", "dev"])
-            .on(comb_testkit::Backend::Emulator)
-            .context("staging", "prod", "staging")
-            .namespace("prod", "platform")
-            .namespace("prod", "staging")
-            .namespace("dev", "platform")
-            .namespace("dev", "bench")
-            .start()
-            .await;
-        Ok(World {
-            pool: kit.pool.clone(),
-            kit,
-        })
-    }
+/// The Combs of a layer as the observer reads and writes them.
+async fn observed_combs(world: &World, context: &str, namespace: &str) -> Api<Comb> {
+    Api::namespaced_with(
+        world.observer(context).await,
+        namespace,
+        &comb_api::api_resource(DEFAULT_GROUP),
+    )
+}
 
-    async fn combs(&self, context: &str, namespace: &str) -> Result<Api<Comb>> {
-        Ok(self.kit.combs(context, namespace).await)
-    }
-
-    fn requests(&self, cluster: &str) -> BTreeMap<String, u64> {
-        self.kit.requests(cluster)
-    }
-
-    fn reset_requests(&self) {
-        for cluster in ["prod", "dev"] {
-            self.kit.reset_requests(cluster);
+/// Creates Combs `from..to` in every layer (as the observer). A real kube-apiserver answers 503
+/// for a moment after a CRD is installed: such a create is tried again.
+async fn create_combs(world: &World, from: &[usize; 3], to: &[usize; 3]) -> Result<()> {
+    let mut creates = Vec::new();
+    for (layer, (_, context, _, namespace)) in LAYERS.iter().enumerate() {
+        let api = observed_combs(world, context, namespace).await;
+        for index in from[layer]..to[layer] {
+            creates.push((api.clone(), namespace.to_string(), comb_name(index)));
         }
     }
-}
-
-const CONFIG: &str = "
-resync: RESYNC
-layers:
-  - {name: prod, context: prod, namespaces: [platform]}
-  - {name: staging, context: staging, namespaces: [staging], borrow: {from: prod, namespace: platform}}
-  - {name: dev, context: dev, namespaces: [platform], borrow: {from: staging, namespace: staging}}
-";
-
-fn options() -> ControllerOptions {
-    ControllerOptions {
-        workers_per_layer: 8,
-        backoff: BackoffPolicy {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(2),
-        },
-        ..ControllerOptions::default()
-    }
-}
-
-/// Waits until every Comb of `api` records `phase`; returns how many there are.
-async fn wait_all(api: &Api<Comb>, count: usize, phase: &str, deadline: Instant) -> Result<()> {
-    loop {
-        let list = api.list(&ListParams::default()).await?;
-        let done = list
-            .items
-            .iter()
-            .filter(|comb| {
-                comb.status
-                    .as_ref()
-                    .and_then(|s| s.phase.as_ref().map(|p| p.as_str()))
-                    == Some(phase)
-            })
-            .count();
-        if done == count {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{done} of {count} Combs reached {phase} before the deadline");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn create_combs(api: &Api<Comb>, namespace: &str, count: usize) -> Result<()> {
-    stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let name = format!("c{i:04}");
-                let comb = Comb::new(DEFAULT_GROUP, namespace, &name, spec(&name, "nginx:1")?);
-                api.create(&PostParams::default(), &comb).await?;
-                Ok::<_, anyhow::Error>(())
+    stream::iter(creates)
+        .map(|(api, namespace, name)| async move {
+            let comb = Comb::new(DEFAULT_GROUP, &namespace, &name, spec(&name, "nginx:1")?);
+            let mut tries = 0;
+            loop {
+                match api.create(&PostParams::default(), &comb).await {
+                    Ok(_) => return Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 503 && tries < 50 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(error) => {
+                        return Err(anyhow::Error::from(error))
+                            .with_context(|| format!("creating Comb {namespace}/{name}"));
+                    }
+                }
             }
         })
-        .buffer_unordered(WRITERS)
+        .buffer_unordered(CREATORS)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+fn phase_of(comb: &Comb) -> Option<&str> {
+    comb.status.as_ref()?.phase.as_ref().map(|p| p.as_str())
+}
+
+/// Watches `api` (as the observer) until `count` of its objects satisfy `done`.
+async fn watch_until<K>(api: Api<K>, count: usize, done: impl Fn(&K) -> bool) -> Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut satisfied: BTreeMap<String, bool> = BTreeMap::new();
+    let mut relisted: BTreeMap<String, bool> = BTreeMap::new();
+    let mut held = 0;
+    let events = watcher::watcher(api, watcher::Config::default());
+    futures::pin_mut!(events);
+    while held < count {
+        let Some(event) = events.try_next().await? else {
+            bail!("the watch ended");
+        };
+        match event {
+            Event::Apply(object) => {
+                satisfied.insert(
+                    object.meta().name.clone().unwrap_or_default(),
+                    done(&object),
+                );
+            }
+            Event::Delete(object) => {
+                satisfied.remove(object.meta().name.as_deref().unwrap_or_default());
+            }
+            Event::Init => relisted.clear(),
+            Event::InitApply(object) => {
+                relisted.insert(
+                    object.meta().name.clone().unwrap_or_default(),
+                    done(&object),
+                );
+            }
+            Event::InitDone => satisfied = std::mem::take(&mut relisted),
+        }
+        held = satisfied.values().filter(|ok| **ok).count();
+    }
+    Ok(())
+}
+
+/// Waits until every Comb of the layers (`counts` of them each) is Running.
+async fn all_running(world: &World, counts: &[usize; 3]) -> Result<()> {
+    let mut waits = Vec::new();
+    for (layer, (_, context, _, namespace)) in LAYERS.iter().enumerate() {
+        let api = observed_combs(world, context, namespace).await;
+        waits.push(watch_until(api, counts[layer], |comb| {
+            phase_of(comb) == Some("Running")
+        }));
+    }
+    futures::future::try_join_all(waits).await?;
+    Ok(())
+}
+
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, work)
+        .await
+        .with_context(|| format!("{what}: not within {} s", limit.as_secs()))?
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests, from the API servers' logs
+
+/// Which layer a request went to, by its server and namespace.
+fn layer_of(cluster: &str, namespace: &str) -> &'static str {
+    LAYERS
+        .iter()
+        .find(|(_, _, c, n)| *c == cluster && *n == namespace)
+        .map(|(layer, ..)| *layer)
+        .unwrap_or("cluster-wide")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Write,
+    Read,
+    Watch,
+}
+
+fn class_of(verb: &str) -> Class {
+    match verb {
+        "watch" => Class::Watch,
+        "create" | "update" | "patch" | "delete" | "deletecollection" => Class::Write,
+        // get, list, and non-resource requests (discovery, /version)
+        _ => Class::Read,
+    }
+}
+
+/// The requests of everyone but the observer, with the layer each went to.
+#[derive(Default, Clone)]
+struct Requests {
+    entries: Vec<(&'static str, LoggedRequest)>,
+}
+
+impl Requests {
+    /// What both clusters logged since the last [`reset`].
+    fn collect(world: &World) -> Requests {
+        let mut entries = Vec::new();
+        for cluster in ["prod", "dev"] {
+            for request in world.controls(cluster).request_log() {
+                if request.user.as_deref() != Some(OBSERVER) {
+                    entries.push((layer_of(cluster, &request.namespace), request));
+                }
+            }
+        }
+        entries.sort_by_key(|(_, request)| request.at_micros);
+        Requests { entries }
+    }
+
+    fn count(&self, class: Class) -> u64 {
+        self.entries
+            .iter()
+            .filter(|(_, request)| class_of(&request.verb) == class)
+            .count() as u64
+    }
+
+    fn in_layer(&self, layer: &str) -> Requests {
+        Requests {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(l, _)| *l == layer)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    fn by_key(&self) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for (_, request) in &self.entries {
+            *counts.entry(request.key()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Answers of 400 and above, by status code.
+    fn failures(&self) -> BTreeMap<u16, u64> {
+        let mut counts = BTreeMap::new();
+        for (_, request) in &self.entries {
+            if request.code >= 400 {
+                *counts.entry(request.code).or_default() += 1;
+            }
+        }
+        counts
+    }
+
+    /// Requests (watches left out) per 1 s from `start` over `length`.
+    fn buckets(&self, start: SystemTime, length: Duration) -> Vec<u64> {
+        let start = epoch_micros(start);
+        let seconds = length.as_secs().max(1) as usize;
+        let mut buckets = vec![0u64; seconds];
+        for (_, request) in &self.entries {
+            if class_of(&request.verb) == Class::Watch || request.at_micros < start {
+                continue;
+            }
+            let second = ((request.at_micros - start) / 1_000_000) as usize;
+            if let Some(bucket) = buckets.get_mut(second) {
+                *bucket += 1;
+            }
+        }
+        buckets
+    }
+}
+
+fn reset(world: &World) {
+    for cluster in ["prod", "dev"] {
+        world.reset_requests(cluster);
+    }
+}
+
+/// Requests so far of everyone but the observer (from the counts: no log needed).
+fn request_total(world: &World) -> u64 {
+    ["prod", "dev"]
+        .iter()
+        .map(|cluster| {
+            let controls = world.controls(cluster);
+            let observer: u64 = controls.requests_as(OBSERVER).values().sum();
+            controls.total_requests().saturating_sub(observer)
+        })
+        .sum()
+}
+
+/// Waits until the controller has sent no request for `quiet` (watches opening count too).
+async fn quiet(world: &World, quiet: Duration) -> Result<()> {
+    let mut seen = u64::MAX;
+    let mut since = Instant::now();
+    loop {
+        let now = request_total(world);
+        if now != seen {
+            seen = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The phases
+
+#[derive(Default)]
+struct Figures {
+    reaction: Vec<Duration>,
+    /// The requests of every edit, one after the other.
+    edits: Vec<Requests>,
+    convergence: Option<(Requests, Duration)>,
+    settled: Option<Settled>,
+    plain: Option<(Requests, Duration, usize)>,
+    /// `(Combs, VmRSS KiB, VmHWM KiB, time to converge)`.
+    memory: Vec<(usize, u64, u64, Duration)>,
+    /// VmRSS and VmHWM of phase 2's controller after its settled resync.
+    converged_memory: Option<(u64, u64)>,
+}
+
+struct Settled {
+    requests: Requests,
+    buckets: Vec<u64>,
+}
+
+async fn edit_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
+    let world = clusters(settings, true).await;
+    let count = settings.edit_combs;
+    create_combs(&world, &[0; 3], &[count; 3]).await?;
+    let mut controller =
+        ControllerProcess::start(&world, Duration::from_secs(3600), settings.workers).await?;
+    controller
+        .guard(within(
+            settings.deadline,
+            "the edit phase's Combs Running",
+            all_running(&world, &[count; 3]),
+        ))
+        .await?;
+    controller.guard(quiet(&world, settings.quiet)).await?;
+    let prod = observed_combs(&world, "prod", "platform").await;
+    let deployments: Api<Deployment> = Api::namespaced(world.observer("prod").await, "platform");
+    for edit in 0..settings.edits {
+        let name = comb_name(edit % count);
+        let image = format!("nginx:edit-{edit}");
+        let watch = watcher::watcher(
+            deployments.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        );
+        futures::pin_mut!(watch);
+        // The watch has listed before the edit, so that only the edit's effect is timed.
+        while let Some(event) = watch.try_next().await? {
+            if matches!(event, Event::InitDone) {
+                break;
+            }
+        }
+        reset(&world);
+        let started = Instant::now();
+        let edited = prod
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"config": {"manifests": manifests(&name, &image)}}})),
+            )
+            .await?;
+        let generation = edited.metadata.generation.unwrap_or_default();
+        let applied = controller
+            .guard(within(Duration::from_secs(60), "the edit applied", async {
+                while let Some(event) = watch.try_next().await? {
+                    if let Event::Apply(deployment) = event {
+                        let image_now = deployment
+                            .spec
+                            .template
+                            .spec
+                            .as_ref()
+                            .and_then(|spec| spec.containers.first())
+                            .and_then(|container| container.image.as_deref());
+                        if image_now == Some(image.as_str()) {
+                            return Ok(started.elapsed());
+                        }
+                    }
+                }
+                bail!("the watch ended")
+            }))
+            .await?;
+        figures.reaction.push(applied);
+        // The chain is done when prod's Comb records the edit Running and nobody writes more.
+        controller
+            .guard(within(
+                Duration::from_secs(120),
+                "the edit settled",
+                async {
+                    loop {
+                        let comb = prod.get(&name).await?;
+                        let observed = comb
+                            .status
+                            .as_ref()
+                            .and_then(|status| status.observed_generation)
+                            .unwrap_or_default();
+                        if observed >= generation && phase_of(&comb) == Some("Running") {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    quiet(&world, settings.quiet).await
+                },
+            ))
+            .await?;
+        figures.edits.push(Requests::collect(&world));
+    }
+    controller.stop("edit").await?;
+    world.shutdown().await;
+    Ok(())
+}
+
+/// An object comb deployed, as a plain client would write it: what the server added dropped.
+fn as_written(mut object: Value) -> Value {
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.retain(|key, _| matches!(key.as_str(), "name" | "labels" | "annotations"));
+        if let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.retain(|key, _| {
+                key != "deployment.kubernetes.io/revision"
+                    && key != "kubectl.kubernetes.io/last-applied-configuration"
+            });
+        }
+    }
+    if let Some(object) = object.as_object_mut() {
+        object.remove("status");
+    }
+    if object["kind"] == "Service"
+        && let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut)
+    {
+        // Allocated by the server; another server allocates its own.
+        spec.remove("clusterIP");
+        spec.remove("clusterIPs");
+    }
+    object
+}
+
+async fn api_resource(client: &kube::Client, api_version: &str, kind: &str) -> Result<ApiResource> {
+    let gvk = GroupVersionKind::try_from(&TypeMeta {
+        api_version: api_version.into(),
+        kind: kind.into(),
+    })?;
+    Ok(kube::discovery::pinned_kind(client, &gvk).await?.0)
+}
+
+/// What comb deployed, per layer: every object the Combs record in `managedResources`.
+async fn deployed_objects(world: &World) -> Result<Vec<Vec<(ApiResource, Value)>>> {
+    let mut layers = Vec::new();
+    for (_, context, _, namespace) in LAYERS {
+        let client = world.observer(context).await;
+        let combs = observed_combs(world, context, namespace).await;
+        let mut wanted: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for comb in combs.list(&ListParams::default()).await?.items {
+            let recorded = comb.status.and_then(|status| status.managed_resources);
+            for object in recorded.unwrap_or_default() {
+                wanted
+                    .entry((object.api_version, object.kind))
+                    .or_default()
+                    .push(object.name);
+            }
+        }
+        let mut objects = Vec::new();
+        for ((api_version, kind), names) in wanted {
+            let resource = api_resource(&client, &api_version, &kind).await?;
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            let live: BTreeMap<String, DynamicObject> = api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .map(|object| (object.metadata.name.clone().unwrap_or_default(), object))
+                .collect();
+            let labelled = live
+                .values()
+                .filter(|object| {
+                    object
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|labels| labels.get("app.kubernetes.io/managed-by"))
+                        .is_some_and(|by| by == "comb")
+                })
+                .count();
+            if labelled != names.len() {
+                eprintln!(
+                    "warning: {namespace} holds {labelled} {kind}s labelled as comb's, the Combs record {}",
+                    names.len()
+                );
+            }
+            eprintln!(
+                "plain client's objects: {context}/{namespace} {} {kind}",
+                names.len()
+            );
+            for name in names {
+                let object = live
+                    .get(&name)
+                    .with_context(|| format!("{kind} {namespace}/{name} recorded but not there"))?;
+                objects.push((resource.clone(), as_written(serde_json::to_value(object)?)));
+            }
+        }
+        layers.push(objects);
+    }
+    Ok(layers)
+}
+
+async fn converge_phase(
+    settings: &Settings,
+    figures: &mut Figures,
+) -> Result<Vec<Vec<(ApiResource, Value)>>> {
+    let world = clusters(settings, true).await;
+    let count = settings.combs;
+    create_combs(&world, &[0; 3], &[count; 3]).await?;
+    reset(&world);
+    let started = Instant::now();
+    let mut controller =
+        ControllerProcess::start(&world, settings.resync, settings.workers).await?;
+    controller
+        .guard(within(
+            settings.deadline,
+            "every Comb Running",
+            all_running(&world, &[count; 3]),
+        ))
+        .await?;
+    let converged = started.elapsed();
+    figures.convergence = Some((Requests::collect(&world), converged));
+    eprintln!(
+        "converged: {} Combs in {:.2} s",
+        3 * count,
+        converged.as_secs_f64()
+    );
+
+    controller
+        .guard(async {
+            tokio::time::sleep(settings.settle).await;
+            Ok(())
+        })
+        .await?;
+    reset(&world);
+    let window_start = SystemTime::now();
+    controller
+        .guard(async {
+            tokio::time::sleep(settings.resync).await;
+            Ok(())
+        })
+        .await?;
+    let requests = Requests::collect(&world);
+    let buckets = requests.buckets(window_start, settings.resync);
+    figures.settled = Some(Settled { requests, buckets });
+    let (rss, hwm) = controller.memory()?;
+    figures.converged_memory = Some((rss, hwm));
+
+    let objects = if settings.runs("plain") {
+        deployed_objects(&world).await?
+    } else {
+        Vec::new()
+    };
+    controller.stop("converge").await?;
+    world.shutdown().await;
+    Ok(objects)
+}
+
+async fn plain_phase(
+    settings: &Settings,
+    figures: &mut Figures,
+    objects: Vec<Vec<(ApiResource, Value)>>,
+) -> Result<()> {
+    let world = clusters(settings, true).await;
+    let total = objects.iter().map(Vec::len).sum();
+    let deployments: Vec<usize> = objects
+        .iter()
+        .map(|objects| {
+            objects
+                .iter()
+                .filter(|(r, _)| r.kind == "Deployment")
+                .count()
+        })
+        .collect();
+    // The API resources come from phase 2's discovery: the plain client only creates.
+    reset(&world);
+    let started = Instant::now();
+    let mut writers = Vec::new();
+    for ((_, context, _, namespace), objects) in LAYERS.iter().zip(objects) {
+        let client = world.client(context).await;
+        let workers = settings.workers;
+        writers.push(async move {
+            stream::iter(objects)
+                .map(|(resource, object)| {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), namespace, &resource);
+                    async move {
+                        let object: DynamicObject = serde_json::from_value(object)?;
+                        api.create(&PostParams::default(), &object).await?;
+                        Ok::<_, anyhow::Error>(())
+                    }
+                })
+                .buffer_unordered(workers)
+                .try_collect::<Vec<()>>()
+                .await
+        });
+    }
+    within(settings.deadline, "the plain client's writes", async {
+        futures::future::try_join_all(writers).await
+    })
+    .await?;
+    let mut ready = Vec::new();
+    for (layer, (_, context, _, namespace)) in LAYERS.iter().enumerate() {
+        let api: Api<Deployment> = Api::namespaced(world.observer(context).await, namespace);
+        let wanted_count = deployments.get(layer).copied().unwrap_or(0);
+        ready.push(watch_until(api, wanted_count, |deployment| {
+            let wanted = deployment.spec.replicas.unwrap_or(1);
+            deployment
+                .status
+                .as_ref()
+                .and_then(|status| status.ready_replicas)
+                .unwrap_or_default()
+                >= wanted
+        }));
+    }
+    within(
+        settings.deadline,
+        "the plain client's Deployments ready",
+        async { futures::future::try_join_all(ready).await },
+    )
+    .await?;
+    figures.plain = Some((Requests::collect(&world), started.elapsed(), total));
+    world.shutdown().await;
+    Ok(())
+}
+
+/// A third of `size` per layer, prod taking what does not divide.
+fn split(size: usize) -> [usize; 3] {
+    let third = size / 3;
+    [size - 2 * third, third, third]
+}
+
+async fn memory_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
+    let mut sizes = settings.rss_sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes.insert(0, 0);
+    let world = clusters(settings, false).await;
+    let mut created = [0; 3];
+    for size in sizes {
+        let target = split(size);
+        create_combs(&world, &created, &target).await?;
+        created = target;
+        let started = Instant::now();
+        // The usual resync: a Comb Blocked by a slow answer (the controller's requests time out
+        // after 5 s) is stepped again at its resync.
+        let mut controller =
+            ControllerProcess::start(&world, settings.resync, settings.workers).await?;
+        controller
+            .guard(within(
+                settings.deadline,
+                "every Comb Running",
+                all_running(&world, &target),
+            ))
+            .await?;
+        let converged = started.elapsed();
+        controller
+            .guard(async {
+                tokio::time::sleep(settings.settle).await;
+                Ok(())
+            })
+            .await?;
+        let (rss, hwm) = controller.memory()?;
+        eprintln!(
+            "memory: {size} Combs, VmRSS {:.1} MiB, VmHWM {:.1} MiB, converged in {}",
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0,
+            seconds(converged)
+        );
+        figures.memory.push((size, rss, hwm, converged));
+        controller.stop(&format!("rss-{size}")).await?;
+    }
+    world.shutdown().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report
+
+fn ratio(a: f64, b: f64) -> String {
+    if b == 0.0 {
+        "-".to_string()
+    } else {
+        format!("{:.2}x", a / b)
+    }
+}
+
+fn per(n: u64, of: usize) -> String {
+    if of == 0 {
+        return "-".to_string();
+    }
+    let value = n as f64 / of as f64;
+    if n == 0 {
+        "0".to_string()
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else if value >= 0.1 {
+        format!("{value:.2}")
+    } else {
+        // The startup's one list and watch per kind and layer, spread over every Comb.
+        format!("{value:.3}")
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{:.2} s", duration.as_secs_f64())
+}
+
+fn millis(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -156,239 +948,356 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(index).copied().unwrap_or_default()
 }
 
-fn millis(duration: Duration) -> String {
-    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
-async fn reaction(world: &World, edits: usize) -> Result<()> {
-    let config = Config::from_yaml(&CONFIG.replace("RESYNC", "1h"), "bench", None)?;
-    let controller = Controller::with_pool(
-        config,
-        world.pool.clone(),
-        ClassRegistry::with_builtins(),
-        options(),
-    )
-    .await?;
-    let handle = controller.handle();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(controller.run(shutdown.clone()));
-    let combs = world.combs("prod", "platform").await?;
-    create_combs(&combs, "platform", 20).await?;
-    wait_all(
-        &combs,
-        20,
-        "Running",
-        Instant::now() + Duration::from_secs(120),
-    )
-    .await?;
+fn failures(requests: &Requests) -> String {
+    let failures = requests.failures();
+    if failures.is_empty() {
+        return "none".to_string();
+    }
+    failures
+        .iter()
+        .map(|(code, n)| format!("{n}x {code}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
-    let deployments: Api<Deployment> =
-        Api::namespaced(world.pool.client("prod").await?, "platform");
-    let mut latencies = Vec::new();
-    for edit in 0..edits {
-        let name = format!("c{:04}", edit % 20);
-        let image = format!("nginx:edit-{edit}");
-        let watch = watcher::watcher(
-            deployments.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
+fn all_edits(edits: &[Requests]) -> Requests {
+    Requests {
+        entries: edits
+            .iter()
+            .flat_map(|edit| edit.entries.iter().cloned())
+            .collect(),
+    }
+}
+
+fn report(settings: &Settings, figures: &Figures) {
+    let combs = 3 * settings.combs;
+    println!();
+    println!(
+        "## comb controller benchmark: {}, 3 layers (prod <- staging <- dev), {} Combs per layer, resync {} s, {} workers per layer",
+        settings.backend_name(),
+        settings.combs,
+        settings.resync.as_secs_f64(),
+        settings.workers
+    );
+    println!();
+
+    // Convergence against the plain client.
+    if let Some((comb, comb_time)) = &figures.convergence {
+        println!(
+            "| convergence of {} Combs | comb | plain client | comb / plain |",
+            thousands(combs as u64)
         );
-        futures::pin_mut!(watch);
-        // Wait for the watch to have listed, so that only the edit's effect is timed.
-        while let Some(event) = watch.try_next().await? {
-            if matches!(event, Event::InitDone) {
-                break;
-            }
+        println!("|---|---|---|---|");
+        let plain = figures.plain.as_ref();
+        let plain_count = |class| plain.map(|(p, ..)| p.count(class));
+        let cell = |n: Option<u64>| n.map_or("-".to_string(), thousands);
+        for (what, class) in [
+            ("writes", Class::Write),
+            ("reads (get, list)", Class::Read),
+            ("watches opened", Class::Watch),
+        ] {
+            println!(
+                "| {what} | {} | {} | {} |",
+                thousands(comb.count(class)),
+                cell(plain_count(class)),
+                plain_count(class).map_or("-".to_string(), |p| ratio(
+                    comb.count(class) as f64,
+                    p as f64
+                ))
+            );
         }
-        let started = Instant::now();
-        combs
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"config": {"manifests": manifests(&name, &image)}}})),
+        println!(
+            "| time | {} | {} | {} |",
+            seconds(*comb_time),
+            plain.map_or("-".to_string(), |(_, time, _)| seconds(*time)),
+            plain.map_or("-".to_string(), |(_, time, _)| ratio(
+                comb_time.as_secs_f64(),
+                time.as_secs_f64()
+            ))
+        );
+        if let Some((_, _, objects)) = plain {
+            println!(
+                "| objects | {} deployed | {} created | |",
+                thousands(*objects as u64),
+                thousands(*objects as u64)
+            );
+        }
+        println!(
+            "| answers >= 400 | {} | {} | |",
+            failures(comb),
+            plain.map_or("-".to_string(), |(p, ..)| failures(p))
+        );
+        println!();
+    }
+
+    // Requests by verb and resource.
+    let settled = figures.settled.as_ref();
+    let edits = all_edits(&figures.edits);
+    let edit_count = figures.edits.len();
+    let columns: Vec<(String, BTreeMap<String, u64>, usize)> = [
+        figures
+            .convergence
+            .as_ref()
+            .map(|(r, _)| ("convergence, per Comb".to_string(), r.by_key(), combs)),
+        figures
+            .plain
+            .as_ref()
+            .map(|(r, ..)| ("plain client, per Comb".to_string(), r.by_key(), combs)),
+        settled.map(|s| {
+            (
+                "settled resync, per Comb".to_string(),
+                s.requests.by_key(),
+                combs,
             )
-            .await?;
-        let applied = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(event) = watch.try_next().await? {
-                if let Event::Apply(deployment) = event {
-                    let now = deployment
-                        .spec
-                        .template
-                        .spec
-                        .as_ref()
-                        .and_then(|spec| spec.containers.first())
-                        .and_then(|container| container.image.as_deref())
-                        == Some(image.as_str());
-                    if now {
-                        return Ok::<_, anyhow::Error>(started.elapsed());
-                    }
-                }
-            }
-            bail!("the watch ended")
-        })
-        .await
-        .context("the edit was not applied within 30 s")??;
-        latencies.push(applied);
-    }
-    latencies.sort();
-    println!(
-        "reaction (CR edit -> Deployment updated, {edits} edits): median {}, p90 {}, max {}",
-        millis(percentile(&latencies, 0.5)),
-        millis(percentile(&latencies, 0.9)),
-        millis(percentile(&latencies, 1.0)),
-    );
-    let metrics = handle.metrics_text()?;
-    let stat = |name: &str| {
-        metrics
-            .lines()
-            .find(|line| line.starts_with(name) && line.contains(r#"layer="prod""#))
-            .and_then(|line| line.rsplit(' ').next())
-            .and_then(|value| value.parse::<f64>().ok())
-            .unwrap_or_default()
-    };
-    println!(
-        "reaction: {} steps on prod, {:.1} ms each on average",
-        stat("comb_step_duration_seconds_count"),
-        1000.0 * stat("comb_step_duration_seconds_sum") / stat("comb_step_duration_seconds_count")
-    );
-    // Leave prod empty for the convergence run: the controller cleans up as the CRs go.
-    combs
-        .delete_collection(&Default::default(), &ListParams::default())
-        .await?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !combs.list(&ListParams::default()).await?.items.is_empty() {
-        if Instant::now() > deadline {
-            bail!("the reaction run's Combs were not cleaned up");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    shutdown.cancel();
-    task.await??;
-    Ok(())
-}
-
-async fn convergence(world: &World, count: usize) -> Result<()> {
-    let config = Config::from_yaml(&CONFIG.replace("RESYNC", "5s"), "bench", None)?;
-    let layers = [
-        ("prod", "prod", "platform", "Running"),
-        ("staging", "staging", "staging", "Running"),
-        ("dev", "dev", "platform", "Running"),
-    ];
-    let controller = Controller::with_pool(
-        config,
-        world.pool.clone(),
-        ClassRegistry::with_builtins(),
-        options(),
-    )
-    .await?;
-    let handle = controller.handle();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(controller.run(shutdown.clone()));
-    world.reset_requests();
-    let started = Instant::now();
-    for (_, context, namespace, _) in layers {
-        create_combs(&world.combs(context, namespace).await?, namespace, count).await?;
-    }
-    let deadline = Instant::now() + Duration::from_secs(600);
-    for (layer, context, namespace, phase) in layers {
-        wait_all(
-            &world.combs(context, namespace).await?,
-            count,
-            phase,
-            deadline,
-        )
-        .await?;
+        }),
+        (edit_count > 0).then(|| {
+            (
+                "one prod image edit, whole chain".to_string(),
+                edits.by_key(),
+                edit_count,
+            )
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !columns.is_empty() {
+        let mut keys: Vec<&String> = columns.iter().flat_map(|(_, c, _)| c.keys()).collect();
+        keys.sort_by_key(|key| {
+            let (verb, resource) = key.split_once(' ').unwrap_or((key, ""));
+            let order = match class_of(verb) {
+                Class::Write => 0,
+                Class::Read => 1,
+                Class::Watch => 2,
+            };
+            (order, resource.to_string(), verb.to_string())
+        });
+        keys.dedup();
         println!(
-            "convergence: {layer} ({count} Combs) {} after the first create",
-            millis(started.elapsed())
+            "| requests by verb and resource | {} |",
+            columns
+                .iter()
+                .map(|(name, ..)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        println!("|---|{}", "---|".repeat(columns.len()));
+        for key in &keys {
+            println!(
+                "| {key} | {} |",
+                columns
+                    .iter()
+                    .map(|(_, counts, of)| per(counts.get(*key).copied().unwrap_or(0), *of))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+        }
+        for (what, class) in [
+            ("**writes**", Class::Write),
+            ("**reads**", Class::Read),
+            ("**watches**", Class::Watch),
+        ] {
+            println!(
+                "| {what} | {} |",
+                columns
+                    .iter()
+                    .map(|(_, counts, of)| {
+                        let n: u64 = counts
+                            .iter()
+                            .filter(|(key, _)| {
+                                class_of(key.split(' ').next().unwrap_or_default()) == class
+                            })
+                            .map(|(_, n)| n)
+                            .sum();
+                        format!("**{}**", per(n, *of))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
+        }
+        println!();
+    }
+
+    // Per layer: writes / reads.
+    let mut rows: Vec<(String, Requests, usize)> = Vec::new();
+    if let Some((r, _)) = &figures.convergence {
+        rows.push(("convergence, per Comb".into(), r.clone(), settings.combs));
+    }
+    if let Some(s) = settled {
+        rows.push((
+            "settled resync, per Comb".into(),
+            s.requests.clone(),
+            settings.combs,
+        ));
+    }
+    if edit_count > 0 {
+        rows.push((
+            format!("one prod image edit (mean of {edit_count})"),
+            edits.clone(),
+            edit_count,
+        ));
+    }
+    if !rows.is_empty() {
+        println!("| writes / reads by layer | prod | staging | dev | cluster-wide |");
+        println!("|---|---|---|---|---|");
+        for (what, requests, of) in &rows {
+            let cells: Vec<String> = ["prod", "staging", "dev", "cluster-wide"]
+                .iter()
+                .map(|layer| {
+                    let in_layer = requests.in_layer(layer);
+                    let of = if *layer == "cluster-wide" && what.contains("per Comb") {
+                        *of * 3
+                    } else {
+                        *of
+                    };
+                    format!(
+                        "{} / {}",
+                        per(in_layer.count(Class::Write), of),
+                        per(in_layer.count(Class::Read), of)
+                    )
+                })
+                .collect();
+            println!("| {what} | {} |", cells.join(" | "));
+        }
+        println!();
+    }
+
+    // The resync, reaction and memory.
+    println!("| figure | value |");
+    println!("|---|---|");
+    if let Some(settled) = settled {
+        let total: u64 = settled.buckets.iter().sum();
+        let busy = settled.buckets.iter().filter(|n| **n > 0).count();
+        let max = settled.buckets.iter().copied().max().unwrap_or(0);
+        let mean = total as f64 / settled.buckets.len().max(1) as f64;
+        println!(
+            "| settled resync of {} Combs ({} s window) | {} requests ({} writes), {} of {} seconds busy, answers >= 400: {} |",
+            thousands(combs as u64),
+            settled.buckets.len(),
+            thousands(total),
+            thousands(settled.requests.count(Class::Write)),
+            busy,
+            settled.buckets.len(),
+            failures(&settled.requests)
+        );
+        println!(
+            "| resync burst factor (busiest 1 s / mean) | {} (max {max}/s, mean {mean:.1}/s) |",
+            if total == 0 {
+                "- (no requests)".to_string()
+            } else {
+                format!("{:.1}", max as f64 / mean)
+            }
         );
     }
-    let converged = started.elapsed();
-    let total = |cluster: &str| world.requests(cluster).values().sum::<u64>();
-    println!(
-        "convergence: {} Combs on 3 layers in {:.2} s; requests: prod {}, dev {}",
-        3 * count,
-        converged.as_secs_f64(),
-        total("prod"),
-        total("dev")
-    );
-
-    // Settled: what one resync of every Comb costs.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    world.reset_requests();
-    let window = Duration::from_secs(10);
-    tokio::time::sleep(window).await;
-    let resyncs = window.as_secs_f64() / 5.0;
-    for cluster in ["prod", "dev"] {
-        let requests = world.requests(cluster);
-        let combs = if cluster == "prod" { 2 * count } else { count };
-        let per: Vec<String> = requests
+    if edit_count > 0 {
+        let writes: Vec<u64> = figures
+            .edits
             .iter()
-            .filter(|(key, _)| !key.starts_with("watch"))
-            .map(|(key, n)| format!("{key} {:.2}", *n as f64 / combs as f64 / resyncs))
+            .map(|e| e.count(Class::Write))
             .collect();
+        let reads: Vec<u64> = figures.edits.iter().map(|e| e.count(Class::Read)).collect();
         println!(
-            "settled resync on {cluster} ({combs} Combs), requests per Comb and resync: {}",
-            per.join(", ")
+            "| one prod image edit along the chain ({edit_count} edits, {} Combs per layer) | writes mean {}, max {}; reads mean {}, max {}; answers >= 400: {} |",
+            settings.edit_combs,
+            per(writes.iter().sum(), edit_count),
+            writes.iter().max().copied().unwrap_or(0),
+            per(reads.iter().sum(), edit_count),
+            reads.iter().max().copied().unwrap_or(0),
+            failures(&edits)
         );
     }
-    let queue_depth: usize = handle.queue().iter().map(|layer| layer.depth).sum();
-    println!("queue depth when settled: {queue_depth}");
-    shutdown.cancel();
-    task.await??;
-    Ok(())
-}
-
-/// The floor: the same Deployments and Services written by a plain client, until all are ready.
-async fn plain_client(world: &World, count: usize) -> Result<()> {
-    let client = world.pool.client("dev").await?;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "bench");
-    let services: Api<Service> = Api::namespaced(client, "bench");
-    let started = Instant::now();
-    stream::iter(0..count)
-        .map(|i| {
-            let (deployments, services) = (deployments.clone(), services.clone());
-            async move {
-                let name = format!("p{i:04}");
-                let objects = manifests(&name, "nginx:1");
-                let deployment: Deployment = serde_json::from_value(objects[0].clone())?;
-                let service: Service = serde_json::from_value(objects[1].clone())?;
-                deployments
-                    .create(&PostParams::default(), &deployment)
-                    .await?;
-                services.create(&PostParams::default(), &service).await?;
-                Ok::<_, anyhow::Error>(())
-            }
-        })
-        .buffer_unordered(WRITERS)
-        .try_collect::<Vec<()>>()
-        .await?;
-    loop {
-        let ready = deployments
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|d| d.status.as_ref().and_then(|s| s.ready_replicas) == Some(1))
-            .count();
-        if ready == count {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if !figures.reaction.is_empty() {
+        let mut sorted = figures.reaction.clone();
+        sorted.sort();
+        println!(
+            "| reaction (CR edit -> watch sees the Deployment) | median {}, p90 {}, max {} |",
+            millis(percentile(&sorted, 0.5)),
+            millis(percentile(&sorted, 0.9)),
+            millis(percentile(&sorted, 1.0))
+        );
     }
-    println!(
-        "plain client: {count} Deployments and Services written and ready in {:.2} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    if let Some((rss, hwm)) = figures.converged_memory {
+        println!(
+            "| RSS of `comb run` after convergence and a settled resync of {} Combs | {:.1} MiB (peak {:.1} MiB) |",
+            thousands(combs as u64),
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0
+        );
+    }
+    let baseline = figures
+        .memory
+        .iter()
+        .find(|(size, ..)| *size == 0)
+        .map(|(_, rss, ..)| *rss);
+    let mut memory = figures.memory.clone();
+    memory.sort_by_key(|(size, ..)| *size);
+    for (size, rss, hwm, converged) in memory {
+        let each = match baseline {
+            Some(base) if size > 0 => format!(
+                ", {:.1} KiB per Comb over the idle process",
+                rss.saturating_sub(base) as f64 / size as f64
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "| RSS of `comb run` at {} Combs | {:.1} MiB (peak {:.1} MiB{each}; converged in {}) |",
+            thousands(size as u64),
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0,
+            seconds(converged)
+        );
+    }
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let edits = env_number("COMB_BENCH_EDITS", 50);
-    let count = env_number("COMB_BENCH_COMBS", 100);
-    let world = World::start().await?;
-    reaction(&world, edits).await?;
-    convergence(&world, count).await?;
-    plain_client(&world, 3 * count).await?;
+async fn run(settings: &Settings) -> Result<Figures> {
+    let mut figures = Figures::default();
+    if settings.runs("edit") && settings.edits > 0 {
+        edit_phase(settings, &mut figures).await?;
+        eprintln!("edit phase done");
+    }
+    if settings.runs("converge") {
+        let objects = converge_phase(settings, &mut figures).await?;
+        eprintln!("convergence phase done");
+        if settings.runs("plain") {
+            plain_phase(settings, &mut figures, objects).await?;
+            eprintln!("plain client phase done");
+        }
+    }
+    if settings.runs("rss") && !settings.rss_sizes.is_empty() {
+        memory_phase(settings, &mut figures).await?;
+        eprintln!("memory phase done");
+    }
+    Ok(figures)
+}
+
+fn main() -> Result<()> {
+    // Cargo runs a bench binary with `--bench`; a filter or other flags mean nothing here.
+    let settings = Settings::from_env()?;
+    // Built (by cargo, as the tests build it) before any cluster runs.
+    let comb = comb_testkit::bin::comb_path();
+    eprintln!("controller: {}", comb.display());
+    // Two threads: the emulator (or the kube proxies) and the bench share the machine with
+    // the controller process.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let started = Instant::now();
+    let figures = runtime.block_on(run(&settings))?;
+    report(&settings, &figures);
+    println!();
+    println!("(bench ran {})", seconds(started.elapsed()));
     Ok(())
 }

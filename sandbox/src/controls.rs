@@ -5,7 +5,10 @@
 //! |---|---|
 //! | `GET /_sandbox/requests` | API requests counted by verb and resource: `{"list deployments.apps": 3, "get /version": 1}` |
 //! | `GET /_sandbox/requests/impersonated` | the same counts of the requests that carried `Impersonate-User`, by that user: `{"system:serviceaccount:apps:deployer": {"create configmaps": 1}}` |
-//! | `POST /_sandbox/requests/reset` | zeroes the counts |
+//! | `POST /_sandbox/requests/reset` | zeroes the counts (and empties the request log) |
+//! | `POST /_sandbox/requests/log` | starts recording every API request (time, verb, resource, namespace, name, impersonated user, status code) |
+//! | `GET /_sandbox/requests/log` | the recorded requests: `[{"atMicros": 1764590000000000, "verb": "list", "resource": "pods", "namespace": "apps", "code": 200}]` |
+//! | `DELETE /_sandbox/requests/log` | stops recording and drops the log |
 //! | `POST /_sandbox/faults` | `{"method": "GET", "path": "/apis/apps/v1/*", "verb": "list", "status": 500, "count": 2, "delayMs": 100}`: the next `count` matching API requests are delayed and/or answered with `status` as a `metav1.Status` |
 //! | `GET /_sandbox/faults` | the faults still armed |
 //! | `DELETE /_sandbox/faults` | disarms every fault |
@@ -18,6 +21,10 @@
 //! `/version`, `/openapi/v3`) count as `<verb> <path>`. Requests to `/_sandbox/` are not API
 //! requests: never counted, faulted or refused.
 //!
+//! The log is off unless asked for (it grows with every request): benchmarks turn it on to see
+//! when requests came (a resync's burst) and where they went (a layer's namespace), which the
+//! counts do not tell.
+//!
 //! The API server accepts `Impersonate-User` and serves the request as usual: the sandbox has no
 //! authorization, so the header is only counted, for tests that check who a client writes as.
 
@@ -26,7 +33,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::Body;
@@ -311,32 +318,54 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     response
 }
 
-/// One API request as [`Controls::request_log`] keeps it: in arrival order, who made it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One API request as the request log records it ([`Controls::record_requests`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoggedRequest {
-    /// Its place in the order of arrival, from 0 at the last reset.
+    /// Its place in the order the requests were answered, from 0 when recording started or at
+    /// the last reset.
     pub seq: u64,
-    /// The user it impersonated (`Impersonate-User`), if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
+    /// When it arrived, in microseconds since the Unix epoch (comparable across processes).
+    pub at_micros: u64,
+    /// As in the counts: `list`, `watch`, `update`, ... (for a non-resource request the method).
     pub verb: String,
+    /// As in the counts: `deployments.apps`, `combs.comb.internal/status`, or the path.
     pub resource: String,
+    /// Empty for a cluster-wide or non-resource request.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    /// Empty for a list, a collection watch or a create.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// The `Impersonate-User` it carried, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The HTTP status answered (a watch: the one it opened with).
+    pub code: u16,
 }
 
-/// The most requests the log keeps (the oldest go first).
-const LOG_LIMIT: usize = 200_000;
+impl LoggedRequest {
+    /// The counter key: `list deployments.apps`.
+    pub fn key(&self) -> String {
+        format!("{} {}", self.verb, self.resource)
+    }
+}
+
+/// Microseconds since the Unix epoch at `at`, the request log's clock.
+pub fn epoch_micros(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|since| u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
 
 struct State {
     requests: BTreeMap<String, u64>,
-    /// Every request in order of arrival, bounded by [`LOG_LIMIT`].
-    log: std::collections::VecDeque<LoggedRequest>,
     next_seq: u64,
     /// The counts of the requests with `Impersonate-User`, by that user.
     impersonated: BTreeMap<String, BTreeMap<String, u64>>,
     faults: Vec<Fault>,
+    /// The request log while recording.
+    log: Option<Vec<LoggedRequest>>,
 }
 
 /// The controls of one cluster; clones share them.
@@ -365,10 +394,10 @@ impl Controls {
         Controls {
             state: Arc::new(Mutex::new(State {
                 requests: BTreeMap::new(),
-                log: std::collections::VecDeque::new(),
                 next_seq: 0,
                 impersonated: BTreeMap::new(),
                 faults: Vec::new(),
+                log: None,
             })),
             partition: Arc::new(watch::Sender::new(false)),
         }
@@ -410,19 +439,36 @@ impl Controls {
             .unwrap_or_default()
     }
 
-    /// The API requests since the last reset, in the order they arrived (at most the last
-    /// 200,000), each with the user it impersonated: who wrote what, and before whom.
-    pub fn request_log(&self) -> Vec<LoggedRequest> {
-        self.lock().log.iter().cloned().collect()
-    }
-
-    /// Zeroes every count, impersonated ones included, and empties the log.
+    /// Zeroes every count, impersonated ones included, and empties the request log (recording
+    /// goes on if it was on).
     pub fn reset_requests(&self) {
         let mut state = self.lock();
         state.requests.clear();
-        state.log.clear();
         state.next_seq = 0;
         state.impersonated.clear();
+        if let Some(log) = state.log.as_mut() {
+            log.clear();
+        }
+    }
+
+    /// Starts recording every API request in the request log (already recording: it goes on
+    /// with what it has), or stops and drops the log.
+    pub fn record_requests(&self, on: bool) {
+        let mut state = self.lock();
+        match (on, state.log.is_some()) {
+            (true, false) => {
+                state.log = Some(Vec::new());
+                state.next_seq = 0;
+            }
+            (false, _) => state.log = None,
+            (true, true) => {}
+        }
+    }
+
+    /// The requests recorded since recording started or the last [`Controls::reset_requests`],
+    /// in the order they were answered; empty when not recording.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.lock().log.clone().unwrap_or_default()
     }
 
     /// Arms a fault; faults are tried in the order they were armed.
@@ -466,19 +512,6 @@ impl Controls {
     fn count(&self, info: &RequestInfo, impersonated: Option<&str>) {
         let mut state = self.lock();
         *state.requests.entry(info.key()).or_default() += 1;
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        if state.log.len() >= LOG_LIMIT {
-            state.log.pop_front();
-        }
-        state.log.push_back(LoggedRequest {
-            seq,
-            user: impersonated.map(str::to_string),
-            verb: info.verb.clone(),
-            resource: info.resource.clone(),
-            namespace: info.namespace.clone(),
-            name: info.name.clone(),
-        });
         if let Some(user) = impersonated {
             *state
                 .impersonated
@@ -486,6 +519,24 @@ impl Controls {
                 .or_default()
                 .entry(info.key())
                 .or_default() += 1;
+        }
+    }
+
+    fn log(&self, info: &RequestInfo, impersonated: Option<&str>, at: SystemTime, code: u16) {
+        let mut state = self.lock();
+        let seq = state.next_seq;
+        if let Some(log) = state.log.as_mut() {
+            log.push(LoggedRequest {
+                seq,
+                at_micros: epoch_micros(at),
+                verb: info.verb.clone(),
+                resource: info.resource.clone(),
+                namespace: info.namespace.clone(),
+                name: info.name.clone(),
+                user: impersonated.map(str::to_string),
+                code,
+            });
+            state.next_seq += 1;
         }
     }
 
@@ -521,6 +572,17 @@ impl Controls {
             (Method::POST, "requests/reset") => {
                 self.reset_requests();
                 json_response(StatusCode::OK, &json!({}))
+            }
+            (Method::GET, "requests/log") => {
+                json_response(StatusCode::OK, &json!(self.request_log()))
+            }
+            (Method::POST, "requests/log") => {
+                self.record_requests(true);
+                json_response(StatusCode::OK, &json!({"recording": true}))
+            }
+            (Method::DELETE, "requests/log") => {
+                self.record_requests(false);
+                json_response(StatusCode::OK, &json!({"recording": false}))
             }
             (Method::GET, "faults") => json_response(StatusCode::OK, &json!(self.faults())),
             (Method::POST, "faults") => {
@@ -562,7 +624,7 @@ impl Controls {
                 404,
                 "NotFound",
                 format!(
-                    "no sandbox control {method} {PREFIX}{other}; there are GET requests, GET requests/impersonated, POST requests/reset, GET|POST|DELETE faults, POST partition, POST heal"
+                    "no sandbox control {method} {PREFIX}{other}; there are GET requests, GET requests/impersonated, POST requests/reset, GET|POST|DELETE requests/log, GET|POST|DELETE faults, POST partition, POST heal"
                 ),
             )),
         }
@@ -586,8 +648,10 @@ impl Controls {
         let impersonated = request
             .headers()
             .get(IMPERSONATE_USER)
-            .and_then(|value| value.to_str().ok());
-        self.count(&info, impersonated);
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_string);
+        let arrived = SystemTime::now();
+        self.count(&info, impersonated.as_deref());
         if let Some(fault) = self.take_fault(&method, &path, &info) {
             if let Some(delay) = fault.delay_ms {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -600,6 +664,7 @@ impl Controls {
                         .headers_mut()
                         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 }
+                self.log(&info, impersonated.as_deref(), arrived, code);
                 return response;
             }
         }
@@ -607,6 +672,12 @@ impl Controls {
             Ok(response) => response,
             Err(never) => match never {},
         };
+        self.log(
+            &info,
+            impersonated.as_deref(),
+            arrived,
+            response.status().as_u16(),
+        );
         if info.verb != "watch" {
             return response;
         }

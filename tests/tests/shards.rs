@@ -264,6 +264,7 @@ async fn three_replicas_share_the_layers_and_take_over_a_killed_one() {
         .await
     };
     balanced().await;
+    world.controls("home").record_requests(true);
     world.reset_requests("home");
     let at_reset = holders(&world).await;
 
@@ -450,6 +451,7 @@ async fn a_holder_that_cannot_renew_stops_stepping_before_its_lease_ends() {
     // Every write of alpha's Lease fails from now on: the holder cannot renew it (nor could
     // anyone take it).
     let controls = world.controls("home");
+    controls.record_requests(true);
     controls.inject(comb_sandbox::controls::Fault::status(
         "PUT",
         "/apis/coordination.k8s.io/v1/namespaces/default/leases/comb-shard-alpha",

@@ -442,3 +442,60 @@ async fn unknown_controls_say_what_exists() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body.contains("POST partition"), "{body}");
 }
+
+#[tokio::test]
+async fn the_request_log_records_requests_only_while_asked() {
+    let controls = Controls::new();
+    let router = controls.wrap(api());
+    call(&router, Method::GET, "/api/v1/namespaces/apps/pods", "").await;
+    assert!(controls.request_log().is_empty(), "off by default");
+
+    let (status, _) = call(&router, Method::POST, "/_sandbox/requests/log", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let before = epoch_micros(std::time::SystemTime::now());
+    let request = Request::builder()
+        .method(Method::PUT)
+        .uri("/apis/apps/v1/namespaces/apps/deployments/web/status")
+        .header("Impersonate-User", "observer")
+        .body(Body::from("{}"))
+        .expect("a request");
+    router.clone().oneshot(request).await.expect("infallible");
+    controls.inject(Fault::status("GET", "/api/v1/nodes", 503, 1));
+    call(&router, Method::GET, "/api/v1/nodes", "").await;
+    let log = controls.request_log();
+    assert_eq!(
+        log.iter()
+            .map(|r| (
+                r.key(),
+                r.namespace.as_str(),
+                r.name.as_str(),
+                r.user.as_deref(),
+                r.code
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                "update deployments.apps/status".to_string(),
+                "apps",
+                "web",
+                Some("observer"),
+                200
+            ),
+            ("list nodes".to_string(), "", "", None, 503),
+        ]
+    );
+    assert!(log.iter().all(|r| r.at_micros >= before));
+    let (status, body) = call(&router, Method::GET, "/_sandbox/requests/log", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let served: Vec<LoggedRequest> = serde_json::from_str(&body).expect("json");
+    assert_eq!(served, log);
+
+    controls.reset_requests();
+    assert!(controls.request_log().is_empty(), "reset empties it");
+    call(&router, Method::GET, "/version", "").await;
+    assert_eq!(controls.request_log().len(), 1, "and recording goes on");
+    let (status, _) = call(&router, Method::DELETE, "/_sandbox/requests/log", "").await;
+    assert_eq!(status, StatusCode::OK);
+    call(&router, Method::GET, "/version", "").await;
+    assert!(controls.request_log().is_empty());
+}
