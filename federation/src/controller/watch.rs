@@ -213,8 +213,9 @@ fn object_events(
         };
         watcher::watcher(api, config)
             .map_ok(move |event| {
+                // managedFields stay: the cache keeps them as one hash per manager, which tells
+                // deploy that comb's applied fields still stand.
                 map_event(event, |mut object| {
-                    object.metadata.managed_fields = None;
                     object.types = Some(types.clone());
                     serde_json::to_value(object).unwrap_or_default()
                 })
@@ -227,8 +228,9 @@ fn object_events(
         };
         watcher::watcher(api, config)
             .map_ok(move |event| {
+                // managedFields stay: the cache keeps them as one hash per manager, which tells
+                // deploy that comb's applied fields still stand.
                 map_event(event, |mut object| {
-                    object.metadata.managed_fields = None;
                     object.types = Some(types.clone());
                     serde_json::to_value(object).unwrap_or_default()
                 })
