@@ -195,7 +195,8 @@ pub async fn watch_combs(
 pub const METADATA_KINDS: [&str; 2] = ["Secret", "ConfigMap"];
 
 /// The events of one kind's watch as JSON objects with their `apiVersion` and `kind` (list
-/// items come without), without `managedFields`.
+/// items come without). `managedFields` stay: the cache keeps them as one hash per manager,
+/// which tells deploy that comb's applied fields still stand.
 fn object_events(
     client: kube::Client,
     kind: &ApiResource,
@@ -211,32 +212,40 @@ fn object_events(
             Some(namespace) => Api::namespaced_with(client, namespace, kind),
             None => Api::all_with(client, kind),
         };
-        watcher::watcher(api, config)
-            .map_ok(move |event| {
-                // managedFields stay: the cache keeps them as one hash per manager, which tells
-                // deploy that comb's applied fields still stand.
-                map_event(event, |mut object| {
-                    object.types = Some(types.clone());
-                    serde_json::to_value(object).unwrap_or_default()
-                })
-            })
-            .boxed()
+        json_events(api, config, types, |object| &mut object.types)
     } else {
         let api: Api<DynamicObject> = match scope {
             Some(namespace) => Api::namespaced_with(client, namespace, kind),
             None => Api::all_with(client, kind),
         };
-        watcher::watcher(api, config)
-            .map_ok(move |event| {
-                // managedFields stay: the cache keeps them as one hash per manager, which tells
-                // deploy that comb's applied fields still stand.
-                map_event(event, |mut object| {
-                    object.types = Some(types.clone());
-                    serde_json::to_value(object).unwrap_or_default()
-                })
-            })
-            .boxed()
+        json_events(api, config, types, |object| &mut object.types)
     }
+}
+
+/// A watch of `api` whose objects become JSON carrying `types` (set through `types_of`).
+fn json_events<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    types: TypeMeta,
+    types_of: fn(&mut K) -> &mut Option<TypeMeta>,
+) -> BoxStream<'static, watcher::Result<Event<Value>>>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    watcher::watcher(api, config)
+        .map_ok(move |event| {
+            map_event(event, |mut object| {
+                *types_of(&mut object) = Some(types.clone());
+                serde_json::to_value(object).unwrap_or_default()
+            })
+        })
+        .boxed()
 }
 
 fn map_event<K, T>(event: Event<K>, f: impl FnOnce(K) -> T) -> Event<T> {
