@@ -8,6 +8,7 @@ use comb_api::DEFAULT_GROUP;
 use comb_federation::config::Config;
 use comb_federation::engine::class::ClassRegistry;
 use comb_federation::webhook::{Certificates, Webhook, WebhookOptions};
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -348,8 +349,7 @@ fn the_charts_generated_certificate_is_served_and_its_ca_is_the_ca_bundle() {
         .args(["template", "comb"])
         .arg(&chart)
         .args(["--set", "webhook.enabled=true"])
-        .output()
-        .expect("helm runs");
+        .output_within(COMMAND_DEADLINE);
     assert!(
         output.status.success(),
         "{}",

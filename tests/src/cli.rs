@@ -1,11 +1,14 @@
 //! Running the `comb` binary in the end-to-end tests, and a converged demo to run it against.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 pub use crate::bin::comb;
+use crate::process::{
+    COMMAND_DEADLINE, OutputWithin as _, STOP_DEADLINE, stop_within, wait_within,
+};
 
 /// The longest a test waits for the demo to print something.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -24,7 +27,7 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
         status,
         stdout,
         stderr,
-    } = comb().args(args).output().expect("comb runs");
+    } = comb().args(args).output_within(COMMAND_DEADLINE);
     (
         status.code().unwrap_or(-1),
         String::from_utf8_lossy(&stdout).into_owned(),
@@ -175,9 +178,10 @@ impl ConvergedDemo {
         self.child.id()
     }
 
-    /// Waits for the demo to end (after it was interrupted).
+    /// Waits for the demo to end (after it was interrupted); fails after a deadline.
     pub fn wait(&mut self) -> std::process::ExitStatus {
-        self.child.wait().expect("the demo ends")
+        wait_within(&mut self.child, STOP_DEADLINE)
+            .unwrap_or_else(|| panic!("the demo did not end within {STOP_DEADLINE:?}"))
     }
 
     /// Reads the demo's output until a line contains `text`; fails after a deadline.
@@ -214,15 +218,8 @@ impl ConvergedDemo {
 
 impl Drop for ConvergedDemo {
     fn drop(&mut self) {
-        // Only a demo still running is interrupted: an ended one's id may belong to another
-        // process by now.
-        if !matches!(self.child.try_wait(), Ok(None)) {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        // Interrupted, so that it stops its clusters; killed if that takes too long.
+        stop_within(&mut self.child, "INT", STOP_DEADLINE);
     }
 }
 

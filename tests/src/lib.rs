@@ -22,6 +22,7 @@
 pub mod bin;
 pub mod cli;
 pub mod fixtures;
+pub mod process;
 pub mod shared;
 
 use std::collections::BTreeMap;

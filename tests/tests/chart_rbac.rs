@@ -11,6 +11,7 @@ use std::time::Duration;
 use comb_federation::cli::demo::DemoWorld;
 use comb_sandbox::Backend;
 use comb_sandbox::real::{available_or_skip, default_bin_dir};
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 
 const RELEASE_NAMESPACE: &str = "comb-system";
 
@@ -113,8 +114,7 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
             .arg("--kubeconfig")
             .arg(&admin)
             .args(values(cluster))
-            .output()
-            .expect("helm runs");
+            .output_within(COMMAND_DEADLINE);
         let notes = String::from_utf8_lossy(&installed.stdout);
         assert!(
             installed.status.success(),
@@ -281,8 +281,7 @@ fn helm_template<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -
     let rendered = Command::new(default_bin_dir().join("helm"))
         .args(["template", "comb", CHART, "--namespace", RELEASE_NAMESPACE])
         .args(args)
-        .output()
-        .expect("helm runs");
+        .output_within(COMMAND_DEADLINE);
     assert!(
         rendered.status.success(),
         "{}",
@@ -298,8 +297,7 @@ fn comb_cli(config: &Path, args: &[&str]) -> String {
         .arg("--config")
         .arg(config)
         .args(args)
-        .output()
-        .expect("comb runs");
+        .output_within(COMMAND_DEADLINE);
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 

@@ -7,6 +7,9 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use comb_testkit::cli::{ConvergedDemo, comb};
+use comb_testkit::process::{
+    COMMAND_DEADLINE, KillOnDrop, OutputWithin as _, STOP_DEADLINE, stop_within,
+};
 
 fn names(table: &str) -> Vec<String> {
     table
@@ -54,12 +57,14 @@ fn get_takes_references_selectors_and_name_output() {
 #[test]
 fn get_watch_prints_a_line_per_change() {
     let demo = ConvergedDemo::start();
-    let mut child = comb()
-        .args(["--config", &demo.config, "get", "-w", "staging:nats"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("comb get -w starts");
-    let stdout = child.stdout.take().expect("piped");
+    let mut watching = KillOnDrop(
+        comb()
+            .args(["--config", &demo.config, "get", "-w", "staging:nats"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("comb get -w starts"),
+    );
+    let stdout = watching.0.stdout.take().expect("piped");
     let (send, lines) = channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -76,9 +81,10 @@ fn get_watch_prints_a_line_per_change() {
     assert!(next("header").starts_with("LAYER"));
     assert!(next("first row").contains(" Running "));
     demo.ok(&["stop", "staging:nats"]);
-    // Every change shows, without the header, until it runs again.
+    // Every change shows, without the header, until it runs again (a stop makes a handful).
     let mut seen = Vec::new();
     loop {
+        assert!(seen.len() < 50, "it never runs again: {seen:#?}");
         let line = next("change");
         assert!(line.starts_with("staging "), "{line}");
         let running = line.contains(" Running ");
@@ -91,8 +97,11 @@ fn get_watch_prints_a_line_per_change() {
         seen.iter().any(|line| line.contains(" Pending ")),
         "{seen:#?}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    // SIGINT ends it cleanly.
+    assert_eq!(
+        stop_within(&mut watching.0, "INT", STOP_DEADLINE).and_then(|status| status.code()),
+        Some(0)
+    );
 }
 
 /// A command that never reads the configuration refuses `--config` instead of ignoring it.
@@ -108,7 +117,7 @@ fn config_is_refused_where_it_is_not_read() {
             "comb: comb demo writes and reads a configuration of its own, not --config; leave it out\n",
         ),
     ] {
-        let output = comb().args(args).output().expect("comb runs");
+        let output = comb().args(args).output_within(COMMAND_DEADLINE);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         assert_eq!(String::from_utf8_lossy(&output.stderr), says);
     }
@@ -116,7 +125,6 @@ fn config_is_refused_where_it_is_not_read() {
     let output = comb()
         .env("COMB_CONFIG", "mine.yaml")
         .arg("crd")
-        .output()
-        .unwrap();
+        .output_within(COMMAND_DEADLINE);
     assert!(output.status.success());
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use comb_federation::cli::demo::DemoWorld;
 use comb_testkit::Setup;
 use comb_testkit::fixtures::web;
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 use serde_json::json;
 use tokio::process::Command;
 
@@ -91,8 +92,7 @@ async fn the_binary_exits_0_then_1() {
                 ])
                 .arg(config)
                 .env("RUST_LOG", "warn")
-                .output()
-                .unwrap()
+                .output_within(COMMAND_DEADLINE)
         })
     };
     let output = run(config.clone()).await.unwrap();
@@ -130,8 +130,7 @@ async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
         comb_testkit::comb()
             .args(["run", "--once", "--config"])
             .arg(&config)
-            .output()
-            .unwrap()
+            .output_within(COMMAND_DEADLINE)
     })
     .await
     .unwrap();
@@ -174,8 +173,7 @@ async fn a_crash_loop_exits_1() {
             ])
             .arg(config)
             .env("RUST_LOG", "warn")
-            .output()
-            .unwrap()
+            .output_within(COMMAND_DEADLINE)
     })
     .await
     .unwrap();

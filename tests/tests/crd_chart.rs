@@ -1,6 +1,7 @@
 //! The Helm chart ships the CRD that `comb crd` prints; this test fails when they drift.
 //! Regenerate with `cargo run -- crd > charts/comb/crds/comb.yaml`.
 
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 use std::process::Command;
 
 const CHART_CRD: &str = include_str!("../../charts/comb/crds/comb.yaml");
@@ -9,8 +10,7 @@ fn comb_crd(args: &[&str]) -> std::process::Output {
     Command::new(comb_testkit::bin::comb_path())
         .arg("crd")
         .args(args)
-        .output()
-        .expect("the command runs")
+        .output_within(COMMAND_DEADLINE)
 }
 
 #[test]

@@ -5,6 +5,7 @@
 use std::process::Command;
 
 use comb_testkit::cli::{ConvergedDemo, comb, row};
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 
 /// Whether `line` reads `HH:MM:SS layer:ns/name: <old> -> <Phase> (<Reason>)[: message]`.
 fn is_transition(line: &str) -> bool {
@@ -46,8 +47,7 @@ fn the_demo_converges_with_the_expected_via_chains() {
             "--timeout",
             "180s",
         ])
-        .output()
-        .expect("comb demo runs");
+        .output_within(COMMAND_DEADLINE);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -231,8 +231,7 @@ fn the_demo_fails_with_the_reasons_when_its_time_is_up() {
     // machine is (a 300ms delay raced the 1ms deadline on a loaded CI machine).
     let output = comb()
         .args(["demo", "--timeout", "1ms", "--pod-ready-delay", "1h"])
-        .output()
-        .expect("comb demo runs");
+        .output_within(COMMAND_DEADLINE);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -15,6 +15,7 @@ use base64::Engine as _;
 use comb_api::Comb;
 use comb_federation::cli::demo::DemoWorld;
 use comb_sandbox::Backend;
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -64,8 +65,7 @@ fn comb_cli(world: &DemoWorld, args: &[&str]) -> String {
         .arg("--config")
         .arg(world.config_path())
         .args(args)
-        .output()
-        .expect("comb runs");
+        .output_within(COMMAND_DEADLINE);
     format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
 
 use comb_testkit::cli::{ConvergedDemo, backend, comb};
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 
 /// `GET path` on `address`, the whole answer (status line, headers, body) as text.
 fn http_get(address: &str, path: &str) -> String {
@@ -56,8 +57,7 @@ fn chromium(args: &[&str], page: &Path) -> std::process::Output {
         .args(["--window-size=1200,520"])
         .args(args)
         .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("chromium runs")
+        .output_within(COMMAND_DEADLINE)
 }
 
 #[test]
@@ -179,8 +179,7 @@ fn the_graph_shows_every_layer_comb_and_borrow() {
     let text = Command::new("pdftotext")
         .arg(&pdf)
         .arg("-")
-        .output()
-        .expect("pdftotext runs");
+        .output_within(COMMAND_DEADLINE);
     let text = String::from_utf8_lossy(&text.stdout);
     for name in LAYERS.iter().chain(&COMBS) {
         assert!(

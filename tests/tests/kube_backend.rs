@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 
 use comb_sandbox::real::{KUBE_VERSION, available_or_skip};
 use comb_testkit::cli::{comb, row};
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> (bool, String) {
     let output = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(args)
-        .output()
-        .expect("kubectl runs");
+        .output_within(COMMAND_DEADLINE);
     (
         output.status.success(),
         format!(
@@ -150,8 +150,7 @@ fn the_demo_converges_on_the_real_backend_with_the_same_via_chains() {
     }
     let output = comb()
         .args(["demo", "--backend", "kube", "--timeout", "180s"])
-        .output()
-        .expect("comb demo runs");
+        .output_within(COMMAND_DEADLINE);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use comb_testkit::cli::{ConvergedDemo, row};
+use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 
 fn kubectl_or_skip(test: &str) -> bool {
     if Command::new("kubectl")
@@ -31,8 +32,7 @@ fn kubectl(kubeconfig: &Path, context: &str, args: &[&str]) -> String {
         .arg(kubeconfig)
         .args(["--context", context])
         .args(args)
-        .output()
-        .expect("kubectl runs");
+        .output_within(COMMAND_DEADLINE);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -100,8 +100,7 @@ fn kubectl_lists_combs_by_short_name_and_category_with_wide_columns() {
     let output = Command::new("kubectl")
         .env("PATH", path)
         .args(["comb", "--config", &demo.config, "get"])
-        .output()
-        .expect("kubectl runs");
+        .output_within(COMMAND_DEADLINE);
     let table = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -14,6 +14,7 @@ use std::time::Instant;
 use comb_api::Comb;
 use comb_sandbox::controls::LoggedRequest;
 use comb_testkit::fixtures::web;
+use comb_testkit::process::STOP_DEADLINE;
 use comb_testkit::{Setup, World, wait_until};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
@@ -84,12 +85,10 @@ impl Replica {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, then the exit status.
+    /// SIGTERM, then the exit status; fails if it does not end within a deadline.
     fn stop(&mut self) -> std::process::ExitStatus {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        self.child.wait().expect("the replica ends")
+        comb_testkit::process::stop_within(&mut self.child, "TERM", STOP_DEADLINE)
+            .unwrap_or_else(|| panic!("replica {} did not end on SIGTERM", self.id))
     }
 }
 

@@ -44,6 +44,36 @@ where
         .block_on(body)
 }
 
+/// SIGINT and SIGTERM, listened for from the moment this is made until it is dropped.
+///
+/// One value per command, polled as often as needed: tokio hands a signal only to the listeners
+/// that exist when it comes, so a `tokio::signal::ctrl_c()` made anew on each turn of a loop loses
+/// a Ctrl-C that lands between two turns (the command then runs on, and whoever waits for it
+/// waits forever).
+pub struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Starts listening; needs the runtime.
+    pub fn listen() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT failed")?,
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM failed")?,
+        })
+    }
+
+    /// Waits for the next SIGINT or SIGTERM (at once for one that came since the last call).
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
 /// The configuration and one client per context: everything a command needs to reach the layers.
 #[derive(Clone, Debug)]
 pub struct Federation {

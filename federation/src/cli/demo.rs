@@ -33,7 +33,7 @@ use jiff::tz::TimeZone;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::common::{Federation, block_on};
+use crate::cli::common::{Federation, StopSignals, block_on};
 use crate::cli::endpoints::{self, Published};
 use crate::cli::get::{self, CombRow};
 use crate::config::{Config, Layer};
@@ -377,6 +377,8 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
     block_on(async move {
         let started = Instant::now();
         let zone = TimeZone::system();
+        // From the start: a Ctrl-C while the story plays still shuts the clusters down.
+        let mut stop_signals = StopSignals::listen()?;
         let world = DemoWorld::start_on(
             args.backend.backend,
             args.backend.kube_bin.clone(),
@@ -414,6 +416,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
         let mut rows = Vec::new();
         let mut missing = shortfalls(&rows);
         let mut next_check = tokio::time::Instant::now();
+        let mut interrupted = false;
         while !missing.is_empty() {
             let may_be_complete = EXPECTED.iter().all(|expected| {
                 let key = format!(
@@ -428,6 +431,10 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                 // The deadline first: a steady stream of transitions must not outlast it.
                 biased;
                 () = tokio::time::sleep_until(deadline) => break,
+                () = stop_signals.recv() => {
+                    interrupted = true;
+                    break;
+                }
                 received = transitions.recv() => match received {
                     Ok(transition) => {
                         println!("{}", transition_line(&transition, &zone));
@@ -447,6 +454,12 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                     next_check = tokio::time::Instant::now() + CHECK_EVERY;
                 }
             }
+        }
+        if interrupted {
+            shutdown.cancel();
+            let _ = running.await;
+            world.sandbox.shutdown().await;
+            anyhow::bail!("interrupted before every Comb reached its expected phase");
         }
         rows = read_rows(&federation).await?;
         missing = shortfalls(&rows);
@@ -493,10 +506,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                         }
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
-                    stopped = tokio::signal::ctrl_c() => {
-                        stopped.context("waiting for Ctrl-C failed")?;
-                        break;
-                    }
+                    () = stop_signals.recv() => break,
                 }
             }
         }

@@ -1,12 +1,14 @@
 //! `comb get`: every Comb of every layer, one row each.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::ExitCode;
 
 use comb_api::{Comb, CombEndpoint, CombRef, CombStatus, Phase, Reason};
 use jiff::Timestamp;
+use kube::runtime::watcher;
 use serde::Serialize;
 
-use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::common::{Federation, GlobalArgs, StopSignals, block_on};
 use crate::cli::output::{DataFormat, Table, human_duration, list, serialize};
 use crate::config::Layer;
 
@@ -66,6 +68,9 @@ pub fn run(global: &GlobalArgs, args: GetArgs) -> anyhow::Result<ExitCode> {
         if args.watch && matches!(args.output, Some(GetFormat::Json | GetFormat::Yaml)) {
             anyhow::bail!("--watch prints table lines; use -o wide, -o name or no -o with it");
         }
+        if args.watch {
+            return watch(&federation, &layers, &args).await;
+        }
         let selector = args.selector.as_deref();
         let (rows, failures) =
             collect_rows(&federation, &layers, args.namespace.as_deref(), selector).await;
@@ -73,23 +78,14 @@ pub fn run(global: &GlobalArgs, args: GetArgs) -> anyhow::Result<ExitCode> {
             .into_iter()
             .filter(|row| row.is_selected_by(&args.references))
             .collect();
-        let wide = args.output == Some(GetFormat::Wide);
         let text = match args.output {
-            None | Some(GetFormat::Wide) => table(&rows, wide, Timestamp::now()),
-            Some(GetFormat::Name) => rows
-                .iter()
-                .map(|row| format!("{}\n", row.reference()))
-                .collect(),
+            None | Some(GetFormat::Wide | GetFormat::Name) => first_lines(&rows, args.output),
             Some(GetFormat::Json) => serialize(&RowList { items: &rows }, DataFormat::Json)?,
             Some(GetFormat::Yaml) => serialize(&RowList { items: &rows }, DataFormat::Yaml)?,
         };
         print!("{text}");
         for failure in &failures {
             eprintln!("comb: {failure}");
-        }
-        if args.watch {
-            let name_only = args.output == Some(GetFormat::Name);
-            watch(&federation, &layers, &args, rows, wide, name_only).await?;
         }
         Ok(if failures.is_empty() {
             ExitCode::SUCCESS
@@ -99,97 +95,251 @@ pub fn run(global: &GlobalArgs, args: GetArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `get -w`: watches the Combs of `layers` and prints a row (without the header) whenever what
-/// the table shows of one changes, or it is deleted (`PHASE` then reads `<deleted>`).
+/// `get -w`: the table of the Combs of `layers`, then a row (without the header) whenever what
+/// the table shows of one changes, or it is deleted (`PHASE` then reads `<deleted>`), until
+/// interrupted. The table is what the watches list when they start, not a list read before
+/// them: a change made between such a list and the watch would never show (the way kubectl
+/// watches from its list's resourceVersion).
 async fn watch(
     federation: &Federation,
     layers: &[&Layer],
     args: &GetArgs,
-    shown: Vec<CombRow>,
-    wide: bool,
-    name_only: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<ExitCode> {
     use futures::StreamExt as _;
-    use kube::runtime::watcher;
+    use kube::runtime::WatchStreamExt as _;
 
-    let mut last: std::collections::HashMap<String, CombRow> = shown
-        .into_iter()
-        .map(|row| (row.reference(), row))
-        .collect();
+    let name_only = args.output == Some(GetFormat::Name);
+    let mut stop_signals = StopSignals::listen()?;
+    let mut config = watcher::Config::default();
+    if let Some(selector) = &args.selector {
+        config = config.labels(selector);
+    }
+    let mut watches = Vec::new();
     let mut streams = Vec::new();
-    for layer in layers {
-        let layer = (*layer).clone();
-        let mut config = watcher::Config::default();
-        if let Some(selector) = &args.selector {
-            config = config.labels(selector);
-        }
+    for (layer_index, layer) in layers.iter().enumerate() {
         for api in federation
-            .comb_apis(&layer, args.namespace.as_deref())
+            .comb_apis(layer, args.namespace.as_deref())
             .await?
         {
-            let layer = layer.clone();
+            let index = watches.len();
+            watches.push(Watch::new(layer_index, layer));
             streams.push(
                 watcher(api, config.clone())
-                    .map(move |event| (layer.clone(), event))
+                    .default_backoff()
+                    .map(move |event| (index, event))
                     .boxed(),
             );
         }
     }
     let mut events = futures::stream::select_all(streams);
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
+    let mut combs = WatchedCombs::default();
+    let mut failures = Vec::new();
+    // Until every watch listed once (or failed to), changes only build the table.
+    let mut table_printed = false;
     loop {
-        let (layer, event) = tokio::select! {
-            _ = &mut interrupted => return Ok(()),
+        if !table_printed && watches.iter().all(|watch| watch.listed_once) {
+            table_printed = true;
+            let rows: Vec<CombRow> = combs
+                .rows()
+                .filter(|row| row.is_selected_by(&args.references))
+                .cloned()
+                .collect();
+            print!("{}", first_lines(&rows, args.output));
+            for failure in &failures {
+                eprintln!("comb: {failure}");
+            }
+            combs.shown = rows.into_iter().map(|row| (row.reference(), row)).collect();
+            flush_stdout();
+        }
+        let (index, event) = tokio::select! {
+            () = stop_signals.recv() => break,
             next = events.next() => match next {
                 Some(next) => next,
-                None => return Ok(()),
+                None => break,
             },
         };
-        let changed: Vec<CombRow> = match event {
-            Ok(watcher::Event::Apply(comb) | watcher::Event::InitApply(comb)) => {
-                vec![CombRow::of(&layer, &comb)]
+        let watch = &mut watches[index];
+        let changed = match event {
+            Ok(event) => {
+                watch.failing = false;
+                combs.apply(watch, event)
             }
-            Ok(watcher::Event::Delete(comb)) => {
-                let mut row = CombRow::of(&layer, &comb);
-                row.phase = Some("<deleted>".to_string());
-                vec![row]
-            }
-            Ok(_) => Vec::new(),
-            // The watcher retries by itself; say why once per failure, as `get` does.
             Err(error) => {
-                eprintln!(
-                    "comb: watching the Combs of layer {} failed: {error}",
-                    layer.name
-                );
+                let said = describe_watch_error(&error);
+                if !watch.listed_once {
+                    // The table waits for no layer that cannot be read; the watch retries.
+                    watch.listed_once = true;
+                    failures.push(format!(
+                        "listing the Combs of layer {} (context {}) failed: {said}",
+                        watch.layer.name, watch.layer.context
+                    ));
+                } else if !watch.failing {
+                    // Once per failure, not per retry.
+                    eprintln!(
+                        "comb: watching the Combs of layer {} failed: {said}",
+                        watch.layer.name
+                    );
+                }
+                watch.failing = true;
                 Vec::new()
             }
         };
+        if !table_printed {
+            continue;
+        }
         for row in changed {
             if !row.is_selected_by(&args.references) {
                 continue;
             }
             let key = row.reference();
-            if last.get(&key).is_some_and(|before| before.shows_as(&row)) {
+            let deleted = row.phase.as_deref() == Some(DELETED);
+            let nothing_new = match combs.shown.get(&key) {
+                Some(before) => !deleted && before.shows_as(&row),
+                // A Comb never shown is not shown deleted.
+                None => deleted,
+            };
+            if nothing_new {
                 continue;
             }
-            if name_only {
-                println!("{key}");
+            let lines = first_lines(std::slice::from_ref(&row), args.output);
+            // The header aligned the first table; a watch line keeps only the row.
+            let skip = usize::from(!name_only);
+            print!(
+                "{}",
+                lines
+                    .lines()
+                    .skip(skip)
+                    .map(|l| format!("{l}\n"))
+                    .collect::<String>()
+            );
+            flush_stdout();
+            if deleted {
+                combs.shown.remove(&key);
             } else {
-                let table = table(std::slice::from_ref(&row), wide, Timestamp::now());
-                // The header aligned the first table; a watch line keeps only the row.
-                print!(
-                    "{}",
-                    table
-                        .lines()
-                        .skip(1)
-                        .map(|l| format!("{l}\n"))
-                        .collect::<String>()
-                );
+                combs.shown.insert(key, row);
             }
-            use std::io::Write as _;
-            let _ = std::io::stdout().flush();
-            last.insert(key, row);
+        }
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// What `get -w` prints for a deleted Comb in the PHASE column.
+const DELETED: &str = "<deleted>";
+
+/// The table (`-o wide`: with the messages; `-o name`: the references) of `rows`.
+fn first_lines(rows: &[CombRow], output: Option<GetFormat>) -> String {
+    match output {
+        Some(GetFormat::Name) => rows
+            .iter()
+            .map(|row| format!("{}\n", row.reference()))
+            .collect(),
+        _ => table(rows, output == Some(GetFormat::Wide), Timestamp::now()),
+    }
+}
+
+fn flush_stdout() {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+}
+
+/// One watch of `get -w`: a layer's Combs, in one namespace or all it manages.
+struct Watch<'a> {
+    /// The layer's place in the table's order.
+    layer_index: usize,
+    layer: &'a Layer,
+    /// Its first list came in, or failed.
+    listed_once: bool,
+    /// Its last event was an error (said once until an event comes again).
+    failing: bool,
+    /// The Combs it holds, and those of a list coming in: a relist after a lost watch does not
+    /// say which Combs were deleted meanwhile, the difference does.
+    listed: BTreeSet<CombKey>,
+    relisting: Option<BTreeSet<CombKey>>,
+}
+
+impl<'a> Watch<'a> {
+    fn new(layer_index: usize, layer: &'a Layer) -> Watch<'a> {
+        Watch {
+            layer_index,
+            layer,
+            listed_once: false,
+            failing: false,
+            listed: BTreeSet::new(),
+            relisting: None,
+        }
+    }
+}
+
+/// A watch's failure in the API server's words.
+fn describe_watch_error(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(error)
+        | watcher::Error::WatchStartFailed(error)
+        | watcher::Error::WatchFailed(error) => comb_kubeconfigs::describe_error(error),
+        other => other.to_string(),
+    }
+}
+
+/// A Comb's place in the table: its layer's, then namespace and name.
+type CombKey = (usize, String, String);
+
+/// The Combs the watches of `get -w` hold, in table order, and the rows printed last.
+#[derive(Default)]
+struct WatchedCombs {
+    rows: BTreeMap<CombKey, CombRow>,
+    /// By reference: the row printed last of each Comb shown.
+    shown: HashMap<String, CombRow>,
+}
+
+impl WatchedCombs {
+    fn rows(&self) -> impl Iterator<Item = &CombRow> {
+        self.rows.values()
+    }
+
+    /// Takes in one event of `watch`: the rows it changed (a deleted Comb's with PHASE
+    /// `<deleted>`).
+    fn apply(&mut self, watch: &mut Watch<'_>, event: watcher::Event<Comb>) -> Vec<CombRow> {
+        let key_of = |row: &CombRow| (watch.layer_index, row.namespace.clone(), row.name.clone());
+        match event {
+            watcher::Event::Init => {
+                watch.relisting = Some(BTreeSet::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(comb) | watcher::Event::Apply(comb) => {
+                let row = CombRow::of(watch.layer, &comb);
+                let key = key_of(&row);
+                if let Some(relisting) = &mut watch.relisting {
+                    relisting.insert(key.clone());
+                }
+                watch.listed.insert(key.clone());
+                self.rows.insert(key, row.clone());
+                vec![row]
+            }
+            watcher::Event::Delete(comb) => {
+                let mut row = CombRow::of(watch.layer, &comb);
+                let key = key_of(&row);
+                watch.listed.remove(&key);
+                self.rows.remove(&key);
+                row.phase = Some(DELETED.to_string());
+                vec![row]
+            }
+            watcher::Event::InitDone => {
+                watch.listed_once = true;
+                let relisted = watch.relisting.take().unwrap_or_default();
+                let gone: Vec<CombKey> = watch.listed.difference(&relisted).cloned().collect();
+                watch.listed = relisted;
+                gone.iter()
+                    .filter_map(|key| self.rows.remove(key))
+                    .map(|mut row| {
+                        row.phase = Some(DELETED.to_string());
+                        row
+                    })
+                    .collect()
+            }
         }
     }
 }
@@ -451,5 +601,59 @@ mod tests {
         assert!(
             wide.contains("5m30s   borrowed from upstream K8s (context staging) via staging, prod")
         );
+    }
+
+    #[test]
+    fn a_watch_relist_says_which_combs_went_while_it_was_lost() {
+        let layer =
+            crate::config::Config::from_yaml("layers: [{name: dev, context: dev}]", "test", None)
+                .unwrap()
+                .layers
+                .remove(0);
+        let named = |name: &str, phase: &str| {
+            comb(json!({
+                "metadata": {"name": name, "namespace": "platform"},
+                "spec": {"class": "Manifests"},
+                "status": {"phase": phase}
+            }))
+        };
+        let phases = |rows: Vec<CombRow>| -> Vec<(String, String)> {
+            rows.into_iter()
+                .map(|row| (row.name, row.phase.unwrap_or_default()))
+                .collect()
+        };
+        let mut combs = WatchedCombs::default();
+        let mut watch = Watch::new(0, &layer);
+        let mut take = |combs: &mut WatchedCombs, event| phases(combs.apply(&mut watch, event));
+        take(&mut combs, watcher::Event::Init);
+        take(
+            &mut combs,
+            watcher::Event::InitApply(named("db", "Pending")),
+        );
+        take(
+            &mut combs,
+            watcher::Event::InitApply(named("nats", "Running")),
+        );
+        assert_eq!(take(&mut combs, watcher::Event::InitDone), []);
+        assert_eq!(
+            take(&mut combs, watcher::Event::Apply(named("db", "Running"))),
+            [("db".to_string(), "Running".to_string())]
+        );
+        // The watch was lost; nats went meanwhile, and the relist alone does not say so.
+        take(&mut combs, watcher::Event::Init);
+        take(
+            &mut combs,
+            watcher::Event::InitApply(named("db", "Running")),
+        );
+        assert_eq!(
+            take(&mut combs, watcher::Event::InitDone),
+            [("nats".to_string(), DELETED.to_string())]
+        );
+        assert_eq!(
+            take(&mut combs, watcher::Event::Delete(named("db", "Running"))),
+            [("db".to_string(), DELETED.to_string())]
+        );
+        assert_eq!(combs.rows().count(), 0);
+        assert!(watch.listed_once && watch.listed.is_empty());
     }
 }

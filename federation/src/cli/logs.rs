@@ -4,7 +4,7 @@
 
 use std::process::ExitCode;
 
-use crate::cli::common::{Federation, GlobalArgs, block_on};
+use crate::cli::common::{Federation, GlobalArgs, StopSignals, block_on};
 use crate::cli::via::{End, walk_federation};
 use crate::engine::class::ClassRegistry;
 use crate::engine::operations::{follow_logs, logs};
@@ -65,9 +65,10 @@ pub fn run(
                 container,
                 |line| println!("{line}"),
             );
+            let mut stop_signals = StopSignals::listen()?;
             tokio::select! {
                 followed = follow => followed?,
-                _ = tokio::signal::ctrl_c() => {}
+                () = stop_signals.recv() => {}
             }
         } else {
             print!(

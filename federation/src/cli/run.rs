@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::common::{GlobalArgs, block_on};
+use crate::cli::common::{GlobalArgs, StopSignals, block_on};
 use crate::config::{Config, duration_arg};
 use crate::controller::{
     Controller, ControllerOptions, LeaderElection, OnceOptions, RunOutcome, Sharding,
@@ -116,9 +116,11 @@ pub fn run(
     let config = Config::load(&global.config)?;
     block_on(async move {
         let options = options(&args, &config);
+        // Listening before the controller starts: a signal during its start is not lost.
+        let stop_signals = StopSignals::listen()?;
         let controller = Controller::new(config, registry.clone(), options).await?;
         let shutdown = CancellationToken::new();
-        tokio::spawn(stop_on_signal(shutdown.clone()));
+        tokio::spawn(stop_on_signal(stop_signals, shutdown.clone()));
         let outcome = controller.run(shutdown).await?;
         if args.once {
             print_outcome(&outcome);
@@ -177,23 +179,8 @@ fn init_logging(json: bool) {
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM; running steps finish, then `run` returns.
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = interrupt => {}
-        () = terminate => {}
-    }
+async fn stop_on_signal(mut stop_signals: StopSignals, shutdown: CancellationToken) {
+    stop_signals.recv().await;
     tracing::info!("signal received: stopping");
     shutdown.cancel();
 }

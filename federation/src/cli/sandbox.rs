@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 
-use super::common::block_on;
+use super::common::{StopSignals, block_on};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -107,6 +107,8 @@ pub fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    // Before anything starts: a signal while the clusters come up still shuts them down.
+    let mut stop_signals = StopSignals::listen()?;
     let options = SandboxOptions {
         https: args.https,
         pod_ready_delay: args.pod_ready_delay,
@@ -136,7 +138,7 @@ async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     drop(out);
 
-    wait_for_stop_signal().await?;
+    stop_signals.recv().await;
     eprintln!("comb sandbox: stopping");
     sandbox.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -154,16 +156,6 @@ pub async fn create_context_namespaces(
                 .await
                 .with_context(|| format!("creating the namespace of context {}", context.name))?;
         }
-    }
-    Ok(())
-}
-
-async fn wait_for_stop_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM failed")?;
-    tokio::select! {
-        interrupted = tokio::signal::ctrl_c() => interrupted.context("listening for SIGINT failed")?,
-        _ = terminate.recv() => {}
     }
     Ok(())
 }
