@@ -409,20 +409,35 @@ impl ClusterSetup {
     }
 
     async fn start(self, shutdown: CancellationToken) -> Result<Started> {
-        std::fs::create_dir_all(&self.dir).map_err(self.io("creating the data directory"))?;
-        let mut components = Vec::new();
-        let outcome = self.start_components(&mut components, shutdown).await;
-        match outcome {
-            Ok((cluster, proxy)) => Ok(Started {
-                cluster,
-                components,
-                proxy,
-            }),
-            Err(error) => {
-                for component in &mut components {
-                    component.stop_and_wait(Duration::from_secs(10)).await;
+        let mut attempt = 1;
+        loop {
+            std::fs::create_dir_all(&self.dir).map_err(self.io("creating the data directory"))?;
+            let mut components = Vec::new();
+            let outcome = self
+                .start_components(&mut components, shutdown.clone())
+                .await;
+            match outcome {
+                Ok((cluster, proxy)) => {
+                    return Ok(Started {
+                        cluster,
+                        components,
+                        proxy,
+                    });
                 }
-                Err(error)
+                Err(error) => {
+                    for component in &mut components {
+                        component.stop_and_wait(Duration::from_secs(10)).await;
+                    }
+                    // The free ports are found by binding and releasing them, so another
+                    // process may take one before the component binds it: start again on
+                    // fresh ports, from an empty directory.
+                    if attempt < START_ATTEMPTS && lost_a_port(&error) {
+                        attempt += 1;
+                        let _ = std::fs::remove_dir_all(&self.dir);
+                        continue;
+                    }
+                    return Err(error);
+                }
             }
         }
     }
@@ -776,6 +791,14 @@ async fn plain_get(url: &str) -> Option<(StatusCode, Value)> {
         .await
         .ok()
         .flatten()
+}
+
+/// How often a cluster starts before a port taken meanwhile fails it.
+const START_ATTEMPTS: u32 = 3;
+
+/// Whether a component failed because a port it was given was taken before it bound it.
+fn lost_a_port(error: &Error) -> bool {
+    matches!(error, Error::ComponentFailed { message, .. } if message.contains("address already in use"))
 }
 
 /// Three free ports on 127.0.0.1 (bound, then released, for the components to take).
