@@ -32,6 +32,8 @@ pub struct CombEntry {
     pub build_failure: Option<(Origin, String)>,
     /// Stepped at least once by this run.
     pub stepped: bool,
+    /// When this run last wrote its status (a rollout's progress alone waits a while after).
+    pub status_written_at: Option<std::time::Instant>,
     signature: StatusSignature,
     /// Which resourceVersion of the CR is the latest, by the watch's order.
     versions: Versions,
@@ -60,6 +62,7 @@ impl CombEntry {
             unwritten: None,
             build_failure: None,
             stepped: false,
+            status_written_at: None,
             changed_at: Instant::now(),
             announced: Announced::default(),
         }

@@ -131,6 +131,9 @@ pub struct StepReport {
     pub duration: Duration,
     /// Where the step's reads went (watches or the API server), when it counted them.
     pub reads: Option<ReadSummary>,
+    /// Step again this soon, whatever else comes (its held-back progress is due then): the
+    /// next resync comes early.
+    pub again_after: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -372,9 +375,13 @@ impl QueueState {
         } else {
             0
         };
+        let again_after = report.again_after;
         entry.last = Some(report);
         let resync_jitter = *entry.resync_jitter.get_or_insert(jitter);
-        let resync_at = resync_at(self.epoch, now, self.resync, key, resync_jitter);
+        let mut resync_at = resync_at(self.epoch, now, self.resync, key, resync_jitter);
+        if let Some(after) = again_after {
+            resync_at = resync_at.min(now + after);
+        }
         entry.next_resync = Some(resync_at);
         self.timers
             .push(Reverse((resync_at, TimerKind::Resync, key.clone())));

@@ -473,6 +473,7 @@ async fn work(
                     started_at,
                     duration: Duration::ZERO,
                     reads: None,
+                    again_after: None,
                 }
             }
             None => {
@@ -484,6 +485,7 @@ async fn work(
                     started_at,
                     duration: Duration::ZERO,
                     reads: None,
+                    again_after: None,
                 }
             }
         };

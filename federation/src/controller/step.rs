@@ -37,6 +37,8 @@ struct Outcome {
     failed: bool,
     /// Where a reconcile step's reads went.
     reads: Option<ReadSummary>,
+    /// Step again this soon (the progress it held back is due then).
+    again_after: Option<std::time::Duration>,
 }
 
 impl Outcome {
@@ -52,6 +54,7 @@ impl Outcome {
                 .and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
             failed,
             reads: None,
+            again_after: None,
         }
     }
 
@@ -61,6 +64,7 @@ impl Outcome {
             reason: Some(reason.to_string()),
             failed,
             reads: None,
+            again_after: None,
         }
     }
 }
@@ -85,6 +89,7 @@ pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey
         started_at,
         duration,
         reads: outcome.reads,
+        again_after: outcome.again_after,
     }
 }
 
@@ -148,11 +153,19 @@ async fn reconcile_comb(
         ops: &ops,
         resolver: Some(&resolver),
     };
+    // Built anew for most steps: when the status was last written lives in the layer's entry.
+    comb.set_status_written_at(
+        layer
+            .with_entry(key, |entry| entry.status_written_at)
+            .flatten(),
+    );
     let status = reconcile(&mut comb, env, resolution).await;
     let write_failed = status.condition(STATUS_WRITTEN).is_some();
     let stored = comb.cr().clone();
     let notes = comb.prune_notes().to_vec();
+    let progress_due = comb.progress_due();
     layer.with_entry(key, |entry| {
+        entry.status_written_at = comb.status_written_at();
         entry.unwritten = write_failed.then(|| Built { comb, origin });
         entry.build_failure = None;
         entry.stepped = true;
@@ -171,6 +184,8 @@ async fn reconcile_comb(
     let failed = write_failed || status.phase == Some(Phase::Error);
     Outcome {
         reads: ops.read_summary(),
+        again_after: progress_due
+            .map(|due| due.saturating_duration_since(std::time::Instant::now())),
         ..Outcome::of(&status, failed)
     }
 }

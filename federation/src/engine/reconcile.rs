@@ -10,6 +10,7 @@ use std::any::Any;
 use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use comb_api::{
@@ -333,16 +334,33 @@ impl Step<'_> {
         // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
         // verdict says the controllers are at it rather than "not healthy yet". The Pods it
         // starts may be the first problems; the rollout is still what the Comb waits for.
+        // After comb's own deploy the verdict stays that deploy's, `Pending (Deployed)` with
+        // the progress in its message, as the steps after it that find the Pods not ready yet
+        // say too: one transition in, one out, not Deployed, RolloutInProgress, Deployed with
+        // a status write and an Event each.
         if status.rolling_out
             && self.nothing_to_apply(&items, &live, borrowed)
             && !record_differs(self.previous_managed(), &items)
         {
             r.established = Some(Established::Local);
-            r.finish(
-                Phase::Pending,
-                Reason::RolloutInProgress,
-                status.message.clone().unwrap_or_default(),
-            );
+            if self.previous.is_some_and(|previous| {
+                previous.phase == Some(Phase::Pending)
+                    && previous
+                        .ready()
+                        .is_some_and(|ready| ready.reason == Some(Reason::Deployed))
+            }) {
+                r.finish(
+                    Phase::Pending,
+                    Reason::Deployed,
+                    not_healthy_yet(&applied, &status),
+                );
+            } else {
+                r.finish(
+                    Phase::Pending,
+                    Reason::RolloutInProgress,
+                    status.message.clone().unwrap_or_default(),
+                );
+            }
             return ControlFlow::Break(());
         }
         if let Some(verdict) = self.live_error(&items, &live, &status, borrowed) {
@@ -354,13 +372,7 @@ impl Step<'_> {
             return ControlFlow::Break(());
         }
         if !status.healthy {
-            let detail = match (&status.message, &status.phase) {
-                (Some(message), phase) if *phase != Phase::NotDeployed => {
-                    format!(" ({message})")
-                }
-                _ => String::new(),
-            };
-            let message = format!("{applied}, not healthy yet{detail}");
+            let message = not_healthy_yet(&applied, &status);
             return self
                 .apply_local(
                     r,
@@ -598,6 +610,17 @@ async fn dependency_problem(
     }
 }
 
+/// `applied N resource(s), not healthy yet`, with what the live status says in parentheses
+/// once there is something live to speak of.
+fn not_healthy_yet(applied: &str, status: &LiveStatus) -> String {
+    match &status.message {
+        Some(message) if status.phase != Phase::NotDeployed => {
+            format!("{applied}, not healthy yet ({message})")
+        }
+        _ => format!("{applied}, not healthy yet"),
+    }
+}
+
 /// `message` with each note appended after `"; "`.
 fn with_notes(message: String, notes: &[String]) -> String {
     std::iter::once(message)
@@ -644,6 +667,20 @@ async fn record_status(
     let generation = comb.cr().metadata.generation;
     let now = Timestamp::now();
     let status = build_status(record, previous, generation, None, now);
+    comb.set_progress_due(None);
+    if let Some(previous) = previous
+        && only_progress(previous, &status)
+        && let Some(due) = comb
+            .status_written_at()
+            .map(|written| written + PROGRESS_EVERY)
+            .filter(|due| *due > Instant::now())
+    {
+        // A rollout's progress alone (`1 of 3 ready`, then `2 of 3`): written at most every
+        // PROGRESS_EVERY, so a fast rollout costs its two transitions and no more; the caller
+        // steps the Comb again when it is due, so the newest message is written then.
+        comb.set_progress_due(Some(due));
+        return previous.clone();
+    }
     match write_status(comb, ops, &status).await {
         Ok(stored) => stored,
         Err(failure) => {
@@ -660,6 +697,30 @@ async fn record_status(
     }
 }
 
+/// How often the condition messages alone of a Pending or Blocked Comb are written (see
+/// [`only_progress`]).
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether `status` differs from `previous` in condition messages only, both Pending or both
+/// Blocked: what a rollout's progress changes (`1 of 3 ready`), or a wait for dependencies
+/// (one fewer not healthy), while a transition (phase, a reason, a condition's status) or any
+/// other field differs in more.
+fn only_progress(previous: &CombStatus, status: &CombStatus) -> bool {
+    let waiting =
+        |status: &CombStatus| matches!(status.phase, Some(Phase::Pending | Phase::Blocked));
+    let without_message = |status: &CombStatus| {
+        let mut status = status.clone();
+        for condition in status.conditions.iter_mut().flatten() {
+            condition.message = None;
+        }
+        status
+    };
+    waiting(previous)
+        && previous.phase == status.phase
+        && previous != status
+        && without_message(previous) == without_message(status)
+}
+
 /// Writes `status` through [`KubeOps::write_comb_status`] and adopts what the server stored
 /// (or, when writing failed, the CR it read again). The error is the message of the last failure.
 async fn write_status(
@@ -669,9 +730,13 @@ async fn write_status(
 ) -> std::result::Result<CombStatus, String> {
     let group = comb.settings().group.clone();
     let mut cr = comb.cr().clone();
+    let unchanged = cr.status.as_ref() == Some(status);
     let written = ops.write_comb_status(&group, &mut cr, status).await;
     comb.adopt_cr(cr);
     let stored = written.map_err(|error| error.to_string())?;
+    if !unchanged {
+        comb.set_status_written_at(Some(Instant::now()));
+    }
     let recorded = stored.status.clone().unwrap_or_else(|| status.clone());
     comb.adopt_cr(stored);
     Ok(recorded)
@@ -685,5 +750,52 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
         format!("panicked: {text}")
     } else {
         "panicked".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(phase: &str, reason: &str, message: &str, deps: &str) -> CombStatus {
+        serde_json::from_value(json!({
+            "phase": phase,
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": reason, "message": message,
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "DependenciesReady", "status": "False", "reason": "DependencyNotReady",
+                 "message": deps, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            ]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn progress_is_a_change_of_messages_alone_while_pending_or_blocked() {
+        let rolling = status("Pending", "Deployed", "1 of 3 ready", "");
+        let cases = [
+            (status("Pending", "Deployed", "2 of 3 ready", ""), true),
+            (status("Pending", "Deployed", "1 of 3 ready", ""), false),
+            (
+                status("Pending", "RolloutInProgress", "2 of 3 ready", ""),
+                false,
+            ),
+            (status("Running", "Deployed", "2 of 3 ready", ""), false),
+        ];
+        for (next, progress) in cases {
+            assert_eq!(only_progress(&rolling, &next), progress, "{next:?}");
+        }
+        let blocked = status("Blocked", "DependencyNotReady", "a; b", "a; b");
+        assert!(only_progress(
+            &blocked,
+            &status("Blocked", "DependencyNotReady", "b", "b")
+        ));
+        let mut published = status("Pending", "Deployed", "2 of 3 ready", "");
+        published.endpoints = Some(Vec::new());
+        assert!(!only_progress(&rolling, &published));
+        let errored = status("Error", "CrashLoopBackOff", "restarted 3 times", "");
+        let again = status("Error", "CrashLoopBackOff", "restarted 4 times", "");
+        assert!(!only_progress(&errored, &again));
     }
 }

@@ -28,6 +28,7 @@ fn report(failed: bool) -> StepReport {
         started_at: jiff::Timestamp::UNIX_EPOCH,
         duration: Duration::from_millis(5),
         reads: None,
+        again_after: None,
     }
 }
 
@@ -480,4 +481,26 @@ async fn workers_wake_for_new_work_and_timers() {
     assert_eq!(retry.trigger, Trigger::Retry);
     queue.close();
     assert_eq!(queue.next().await, None);
+}
+
+#[test]
+fn a_step_that_held_progress_back_comes_again_when_it_is_due() {
+    let mut queue = state();
+    let now = Instant::now();
+    queue.enqueue(&key("a"), Trigger::Created);
+    queue.pop().unwrap();
+    let held_back = StepReport {
+        again_after: Some(Duration::from_secs(3)),
+        ..report(false)
+    };
+    queue.finish(&key("a"), held_back, now, 0.0);
+    assert_eq!(queue.activity(&key("a")), Some(Activity::Idle));
+    queue.promote_due(now + Duration::from_millis(2_999));
+    assert_eq!(queue.pop(), None);
+    queue.promote_due(now + Duration::from_secs(3));
+    assert_eq!(queue.pop().map(|job| job.trigger), Some(Trigger::Resync));
+    // Then the resync period again.
+    queue.finish(&key("a"), report(false), now + Duration::from_secs(3), 0.0);
+    queue.promote_due(now + Duration::from_secs(10));
+    assert_eq!(queue.pop(), None);
 }
