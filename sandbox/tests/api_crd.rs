@@ -85,16 +85,20 @@ async fn a_crd_is_served_discovered_and_takes_its_objects_when_deleted() {
     install_crd(&client, &group).await;
 
     // A real server publishes a new CRD's versions in discovery a moment after Established.
-    until(&sandbox, "discovery to serve both versions of the CRD", || async {
-        Discovery::new(client.clone())
-            .run()
-            .await
-            .is_ok_and(|discovery| {
-                discovery
-                    .get(&group)
-                    .is_some_and(|group| group.versions().count() == 2)
-            })
-    })
+    until(
+        &sandbox,
+        "discovery to serve both versions of the CRD",
+        || async {
+            Discovery::new(client.clone())
+                .run()
+                .await
+                .is_ok_and(|discovery| {
+                    discovery
+                        .get(&group)
+                        .is_some_and(|group| group.versions().count() == 2)
+                })
+        },
+    )
     .await;
     let discovery = Discovery::new(client.clone())
         .run()

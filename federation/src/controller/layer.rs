@@ -13,11 +13,15 @@ use super::events::Announced;
 use super::graph::{DependencyGraph, dependency_key};
 use super::queue::{CombKey, Trigger, WorkQueue};
 use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_signature};
+
 use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::kube_ops::KubeOps;
 use crate::error::{Error, Result};
+
+/// kubectl apply's copy of what it applied, on every Comb a user applies.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
 /// is cheap) rather than kept, so that one copy of each spec is held, not four.
@@ -26,8 +30,9 @@ pub struct CombEntry {
     /// Without `managedFields`, which nothing here reads.
     pub cr: Comb,
     /// A Comb whose status could not be written keeps it in its in-memory CR for the next step
-    /// to prune against (reference §6.8): kept until a status write succeeds.
-    pub unwritten: Option<Built>,
+    /// to prune against (reference §6.8): kept until a status write succeeds. Boxed: rare, and
+    /// a Comb instance is large beside the rest of an entry, which the layer holds for each Comb.
+    pub unwritten: Option<Box<Built>>,
     /// Why the Comb of this uid and generation cannot be built.
     pub build_failure: Option<(Origin, String)>,
     /// Stepped at least once by this run.
@@ -246,7 +251,12 @@ impl LayerRuntime {
     /// for. A version older than the one held changes nothing (the watch may deliver our own
     /// write after we have it).
     pub fn observe_cr(&self, key: &CombKey, mut cr: Comb, source: Source) -> CrChange {
+        // Neither is read, and both are as large as the spec: kept for every Comb, they were a
+        // good part of the layer's memory.
         cr.metadata.managed_fields = None;
+        if let Some(annotations) = &mut cr.metadata.annotations {
+            annotations.remove(LAST_APPLIED);
+        }
         let own_write = source == Source::OwnWrite;
         let mut store = lock(&self.store);
         let Some(entry) = store.get_mut(key) else {

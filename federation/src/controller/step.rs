@@ -166,7 +166,7 @@ async fn reconcile_comb(
     let progress_due = comb.progress_due();
     layer.with_entry(key, |entry| {
         entry.status_written_at = comb.status_written_at();
-        entry.unwritten = write_failed.then(|| Built { comb, origin });
+        entry.unwritten = write_failed.then(|| Box::new(Built { comb, origin }));
         entry.build_failure = None;
         entry.stepped = true;
     });

@@ -24,7 +24,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash as _, Hasher as _};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError, RwLock};
 
 use comb_api::ManagedObject;
 use serde::Serialize;
@@ -46,7 +46,7 @@ type ObjectKey = (String, String);
 struct KindStore {
     /// Scopes whose watch has listed: `None` is all namespaces.
     synced: HashSet<Option<String>>,
-    objects: HashMap<ObjectKey, Arc<Value>>,
+    objects: HashMap<ObjectKey, Stored>,
     /// (namespace, Comb name label) -> object names, for the step's selectors.
     by_comb: HashMap<(String, String), BTreeSet<String>>,
     /// Our own writes the watch has not delivered yet.
@@ -55,13 +55,37 @@ struct KindStore {
     recent: VecDeque<(ObjectKey, String)>,
     recent_set: HashSet<(ObjectKey, String)>,
     /// Lists in progress per scope: what they brought so far.
-    listing: HashMap<Option<String>, HashMap<ObjectKey, Arc<Value>>>,
+    listing: HashMap<Option<String>, HashMap<ObjectKey, Stored>>,
+}
+
+/// A watched object as the store keeps it: its slimmed JSON text, one allocation where a
+/// `serde_json::Value` makes one per key and string and takes several times the bytes (the
+/// copies were most of the controller's memory per Comb), and the Comb name label it is indexed
+/// by. A read parses it again: a step reads a handful of small objects.
+#[derive(Debug)]
+struct Stored {
+    comb: Option<Box<str>>,
+    text: Box<str>,
+}
+
+impl Stored {
+    fn new(object: &Value, name_label: &str) -> Stored {
+        Stored {
+            comb: label(object, name_label).map(Box::from),
+            text: object.to_string().into_boxed_str(),
+        }
+    }
+
+    /// The object again (text this store wrote, so it parses).
+    fn value(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
 }
 
 #[derive(Debug)]
 enum Overlay {
     Written {
-        object: Arc<Value>,
+        object: Stored,
         version: String,
         behind: usize,
     },
@@ -232,8 +256,8 @@ impl KindStore {
             || namespace.is_some_and(|namespace| self.synced.contains(&Some(namespace.to_string())))
     }
 
-    fn index(&mut self, key: &ObjectKey, object: &Value, name_label: &str, add: bool) {
-        let Some(comb) = label(object, name_label) else {
+    fn index(&mut self, key: &ObjectKey, object: &Stored, add: bool) {
+        let Some(comb) = object.comb.as_deref() else {
             return;
         };
         let slot = (key.0.clone(), comb.to_string());
@@ -247,17 +271,17 @@ impl KindStore {
         }
     }
 
-    fn put(&mut self, key: ObjectKey, object: Arc<Value>, name_label: &str) {
+    fn put(&mut self, key: ObjectKey, object: Stored) {
         if let Some(old) = self.objects.remove(&key) {
-            self.index(&key, &old, name_label, false);
+            self.index(&key, &old, false);
         }
-        self.index(&key, &object, name_label, true);
+        self.index(&key, &object, true);
         self.objects.insert(key, object);
     }
 
-    fn remove(&mut self, key: &ObjectKey, name_label: &str) {
+    fn remove(&mut self, key: &ObjectKey) {
         if let Some(old) = self.objects.remove(key) {
-            self.index(key, &old, name_label, false);
+            self.index(key, &old, false);
         }
     }
 
@@ -296,7 +320,7 @@ impl KindStore {
     }
 
     /// The object `key` as a read should see it: ours while the watch has not brought it.
-    fn view(&self, key: &ObjectKey) -> Option<&Arc<Value>> {
+    fn view(&self, key: &ObjectKey) -> Option<&Stored> {
         match self.overlays.get(key) {
             Some(Overlay::Written { object, .. }) => Some(object),
             Some(Overlay::Deleted { .. }) => None,
@@ -369,7 +393,7 @@ impl ObjectCache {
     /// An object the list of `scope` brought.
     pub fn listed(&self, api_version: &str, kind: &str, scope: Option<&str>, object: Value) {
         let Some(key) = key_of(&object) else { return };
-        let object = Arc::new(slim(kind, object));
+        let object = Stored::new(&slim(kind, object), &self.name_label);
         self.with_kind_or_new(api_version, kind, |store| {
             if let Some(listing) = store.listing.get_mut(&scope.map(str::to_string)) {
                 listing.insert(key, object);
@@ -381,7 +405,6 @@ impl ObjectCache {
     /// longer has was deleted meanwhile), our own writes there included, and the scope is
     /// answered from now on.
     pub fn list_done(&self, api_version: &str, kind: &str, scope: Option<&str>) {
-        let name_label = self.name_label.clone();
         self.with_kind_or_new(api_version, kind, |store| {
             let scope = scope.map(str::to_string);
             let listed = store.listing.remove(&scope).unwrap_or_default();
@@ -393,11 +416,11 @@ impl ObjectCache {
                 .cloned()
                 .collect();
             for key in gone {
-                store.remove(&key, &name_label);
+                store.remove(&key);
             }
             store.overlays.retain(|key, _| !in_scope(key));
             for (key, object) in listed {
-                store.put(key, object, &name_label);
+                store.put(key, object);
             }
             store.synced.insert(scope);
         });
@@ -406,21 +429,21 @@ impl ObjectCache {
     /// A watched change (added or modified).
     pub fn applied(&self, api_version: &str, kind: &str, object: Value) {
         let Some(key) = key_of(&object) else { return };
-        let object = Arc::new(slim(kind, object));
-        let name_label = &self.name_label;
+        let object = slim(kind, object);
+        let version = version_of(&object).map(str::to_string);
+        let object = Stored::new(&object, &self.name_label);
         self.with_kind_or_new(api_version, kind, |store| {
-            store.delivered(&key, version_of(&object), false);
-            store.put(key, object, name_label);
+            store.delivered(&key, version.as_deref(), false);
+            store.put(key, object);
         });
     }
 
     /// A watched deletion.
     pub fn deleted(&self, api_version: &str, kind: &str, object: &Value) {
         let Some(key) = key_of(object) else { return };
-        let name_label = &self.name_label;
         self.with_kind_or_new(api_version, kind, |store| {
             store.delivered(&key, version_of(object), true);
-            store.remove(&key, name_label);
+            store.remove(&key);
         });
     }
 
@@ -479,8 +502,8 @@ impl ObjectCache {
             Some(
                 keys.iter()
                     .filter_map(|key| store.view(key))
+                    .map(Stored::value)
                     .filter(|object| matches(object, &terms))
-                    .map(|object| Value::clone(object))
                     .collect(),
             )
         })
@@ -499,7 +522,7 @@ impl ObjectCache {
                 namespace.unwrap_or_default().to_string(),
                 resource.name.clone(),
             );
-            store.view(&key).map(|object| Value::clone(object))
+            store.view(&key).map(Stored::value)
         })
         .flatten()
     }
@@ -515,7 +538,7 @@ impl ObjectCache {
             return;
         };
         let version = version.to_string();
-        let object = Arc::new(slim(kind, object.clone()));
+        let object = Stored::new(&slim(kind, object.clone()), &self.name_label);
         self.with_kind(api_version, kind, |store| {
             // Not answered from here anyway; or the watch brought it already (the store is as
             // new or newer).
