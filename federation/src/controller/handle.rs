@@ -52,7 +52,7 @@ impl ControllerHandle {
                     ));
                 }
                 Ok(runtime.each_entry(|_, entry| {
-                    let mut comb = entry.cr.clone();
+                    let mut comb = entry.cr.comb();
                     comb.status = entry.recorded_status().cloned();
                     comb
                 }))

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use comb_api::{Comb, CombStatus};
+use comb_api::{Comb, CombSpec, CombStatus};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -23,12 +23,65 @@ use crate::error::{Error, Result};
 /// kubectl apply's copy of what it applied, on every Comb a user applies.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// A Comb's CR as the layer keeps it between steps: all of it as decoded but the spec, which is
+/// kept as its JSON text. A class's configuration (the manifests) is most of a Comb, and as
+/// `serde_json::Value`s it took several times its text (about 6 KiB of a two-manifest Comb);
+/// a step decodes it once when it takes the CR.
+#[derive(Clone, Debug)]
+pub struct KeptComb {
+    /// The CR with the default spec.
+    shell: Comb,
+    spec: Box<str>,
+}
+
+impl KeptComb {
+    pub fn new(mut cr: Comb) -> KeptComb {
+        let spec = serde_json::to_string(&cr.spec).unwrap_or_default();
+        cr.spec = CombSpec::default();
+        KeptComb {
+            shell: cr,
+            spec: spec.into_boxed_str(),
+        }
+    }
+
+    /// A later version of the same CR: the spec text is reused while the generation stays (a
+    /// status write does not change the spec).
+    fn next(&self, cr: Comb) -> KeptComb {
+        let same_spec = cr.metadata.generation.is_some()
+            && cr.metadata.uid == self.shell.metadata.uid
+            && cr.metadata.generation == self.shell.metadata.generation
+            && cr.spec_error == self.shell.spec_error;
+        if !same_spec {
+            return KeptComb::new(cr);
+        }
+        let mut shell = cr;
+        shell.spec = CombSpec::default();
+        KeptComb {
+            shell,
+            spec: self.spec.clone(),
+        }
+    }
+
+    /// The whole CR.
+    pub fn comb(&self) -> Comb {
+        let mut comb = self.shell.clone();
+        // Text this value wrote from a decoded spec, so it decodes.
+        comb.spec = serde_json::from_str(&self.spec).unwrap_or_default();
+        comb
+    }
+
+    /// The CR without its spec (the default in its place): metadata and status.
+    pub fn shell(&self) -> &Comb {
+        &self.shell
+    }
+}
+
 /// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
 /// is cheap) rather than kept, so that one copy of each spec is held, not four.
 pub struct CombEntry {
     /// The latest CR known: as watched, or as our own write returned it, whichever is later.
     /// Without `managedFields`, which nothing here reads.
-    pub cr: Comb,
+    pub cr: KeptComb,
     /// A Comb whose status could not be written keeps it in its in-memory CR for the next step
     /// to prune against (reference §6.8): kept until a status write succeeds. Boxed: rare, and
     /// a Comb instance is large beside the rest of an entry, which the layer holds for each Comb.
@@ -54,7 +107,7 @@ impl CombEntry {
         self.unwritten
             .as_ref()
             .and_then(|built| built.comb.recorded_status())
-            .or(self.cr.status.as_ref())
+            .or(self.cr.shell().status.as_ref())
     }
 
     fn new(cr: Comb, source: Source) -> CombEntry {
@@ -63,7 +116,7 @@ impl CombEntry {
         CombEntry {
             signature: status_signature(cr.status.as_ref()),
             versions,
-            cr,
+            cr: KeptComb::new(cr),
             unwritten: None,
             build_failure: None,
             stepped: false,
@@ -270,17 +323,23 @@ impl LayerRuntime {
                 status_changed: true,
             };
         };
-        let same_object = entry.cr.metadata.uid == cr.metadata.uid;
+        let kept = entry.cr.shell();
+        let same_object = kept.metadata.uid == cr.metadata.uid;
         if same_object
             && !entry.versions.is_later(
-                entry.cr.metadata.resource_version.as_deref(),
+                kept.metadata.resource_version.as_deref(),
                 cr.metadata.resource_version.as_deref(),
                 source,
             )
         {
             return CrChange::default();
         }
-        let trigger = cr_trigger(Some(&entry.cr), &cr, own_write);
+        // Without a generation (a server that keeps none) the trigger compares the specs.
+        let trigger = if cr.metadata.generation.is_some() {
+            cr_trigger(Some(kept), &cr, own_write)
+        } else {
+            cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
+        };
         if trigger == Some(Trigger::Created) {
             // Another object under the same name: nothing of the old one applies.
             *entry = CombEntry::new(cr, source);
@@ -295,7 +354,7 @@ impl LayerRuntime {
             entry.signature = signature;
             entry.changed_at = Instant::now();
         }
-        entry.cr = cr;
+        entry.cr = entry.cr.next(cr);
         CrChange {
             trigger,
             status_changed,
@@ -328,7 +387,7 @@ impl LayerRuntime {
 
     /// The CR of `key` as last seen.
     pub fn cr(&self, key: &CombKey) -> Option<Comb> {
-        lock(&self.store).get(key).map(|entry| entry.cr.clone())
+        lock(&self.store).get(key).map(|entry| entry.cr.comb())
     }
 
     /// Runs `f` on the entry of `key`, if there is one.
