@@ -222,7 +222,8 @@ pub struct LayerRuntime {
     pub queue: WorkQueue,
     /// How many Comb watches the layer has (one per namespace, or one for all).
     scopes: usize,
-    store: Mutex<HashMap<CombKey, CombEntry>>,
+    /// Boxed: the table keeps room for more entries than it holds, and an entry is over a KiB.
+    store: Mutex<HashMap<CombKey, Box<CombEntry>>>,
     graph: Mutex<Graph>,
     health: Mutex<Health>,
     /// Whether this replica steps the layer (always, but with sharding while it holds the
@@ -317,7 +318,7 @@ impl LayerRuntime {
                 // Deleted meanwhile: its watch event said so.
                 return CrChange::default();
             }
-            store.insert(key.clone(), CombEntry::new(cr, source));
+            store.insert(key.clone(), Box::new(CombEntry::new(cr, source)));
             return CrChange {
                 trigger: Some(Trigger::Created),
                 status_changed: true,
@@ -342,7 +343,7 @@ impl LayerRuntime {
         };
         if trigger == Some(Trigger::Created) {
             // Another object under the same name: nothing of the old one applies.
-            *entry = CombEntry::new(cr, source);
+            **entry = CombEntry::new(cr, source);
             return CrChange {
                 trigger,
                 status_changed: true,
@@ -392,7 +393,7 @@ impl LayerRuntime {
 
     /// Runs `f` on the entry of `key`, if there is one.
     pub fn with_entry<T>(&self, key: &CombKey, f: impl FnOnce(&mut CombEntry) -> T) -> Option<T> {
-        lock(&self.store).get_mut(key).map(f)
+        lock(&self.store).get_mut(key).map(|entry| f(entry))
     }
 
     /// Every entry, for `--once` and the final outcome: `f` over each.
