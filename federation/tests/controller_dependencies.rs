@@ -6,7 +6,6 @@ mod controller_support;
 use std::time::Duration;
 
 use comb_federation::controller::{ControllerHandle, ControllerOptions, Transition};
-use comb_federation::engine::class::ClassRegistry;
 use controller_support::{World, eventually, test_options, web};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
@@ -201,13 +200,7 @@ async fn no_wake_up_is_lost_over_fifty_stops_and_starts_of_a_dependency() {
         pacing: ControllerOptions::default().pacing,
         ..test_options()
     };
-    let mut running = world
-        .run_with(
-            world.config(CONFIG),
-            ClassRegistry::with_builtins(),
-            options,
-        )
-        .await;
+    let mut running = world.run_options(world.config(CONFIG), options).await;
     world
         .create_comb("prod", "platform", "db", web("db", "postgres:16"))
         .await;

@@ -6,7 +6,6 @@ mod controller_support;
 use std::time::Duration;
 
 use comb_federation::controller::{ControllerOptions, OnceOptions};
-use comb_federation::engine::class::ClassRegistry;
 use controller_support::{World, test_options, web};
 use serde_json::json;
 
@@ -34,9 +33,8 @@ async fn settled_combs_exit_0() {
         )
         .await;
     let mut running = world
-        .run_with(
+        .run_options(
             world.config(CONFIG),
-            ClassRegistry::with_builtins(),
             once(Duration::from_secs(30), Duration::from_secs(60)),
         )
         .await;
@@ -67,9 +65,8 @@ async fn a_comb_in_error_exits_1() {
         .create_comb("prod", "platform", "odd", json!({"class": "NoSuchClass"}))
         .await;
     let mut running = world
-        .run_with(
+        .run_options(
             world.config(CONFIG),
-            ClassRegistry::with_builtins(),
             once(Duration::from_secs(30), Duration::from_secs(60)),
         )
         .await;
@@ -101,9 +98,8 @@ async fn a_crash_loop_ends_in_error_and_exits_1() {
         .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
         .await;
     let mut running = world
-        .run_with(
+        .run_options(
             world.config(CONFIG),
-            ClassRegistry::with_builtins(),
             once(Duration::from_secs(2), Duration::from_secs(120)),
         )
         .await;
@@ -130,9 +126,8 @@ async fn the_timeout_exits_1() {
         .create_comb("prod", "platform", "web", unschedulable)
         .await;
     let mut running = world
-        .run_with(
+        .run_options(
             world.config(CONFIG),
-            ClassRegistry::with_builtins(),
             once(Duration::from_secs(3600), Duration::from_millis(500)),
         )
         .await;

@@ -6,7 +6,6 @@ mod controller_support;
 use std::net::SocketAddr;
 
 use comb_federation::controller::{ControllerOptions, LeaderElection};
-use comb_federation::engine::class::ClassRegistry;
 use controller_support::{World, eventually, test_options, web};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -50,13 +49,7 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
         admin_address: Some("127.0.0.1:0".parse().unwrap()),
         ..test_options()
     };
-    let running = world
-        .run_with(
-            world.config(CONFIG),
-            ClassRegistry::with_builtins(),
-            options,
-        )
-        .await;
+    let running = world.run_options(world.config(CONFIG), options).await;
     world
         .create_comb("prod", "platform", "web", web("web", "nginx:1"))
         .await;
@@ -142,11 +135,7 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_stops() {
         .create_comb("prod", "platform", "web", web("web", "nginx:1"))
         .await;
     let first = world
-        .run_with(
-            world.config(CONFIG),
-            ClassRegistry::with_builtins(),
-            elected("first"),
-        )
+        .run_options(world.config(CONFIG), elected("first"))
         .await;
     world
         .wait_phase("prod", "platform", "web", "Running", None)
@@ -159,11 +148,7 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_stops() {
     );
 
     let second = world
-        .run_with(
-            world.config(CONFIG),
-            ClassRegistry::with_builtins(),
-            elected("second"),
-        )
+        .run_options(world.config(CONFIG), elected("second"))
         .await;
     assert!(
         second.handle.readiness().is_ok(),

@@ -9,7 +9,6 @@ mod controller_support;
 use std::collections::BTreeMap;
 
 use comb_federation::controller::{ControllerOptions, LayerQueue};
-use comb_federation::engine::class::ClassRegistry;
 use controller_support::{World, eventually, test_options};
 use serde_json::{Value, json};
 
@@ -103,9 +102,7 @@ async fn settled_resync(world: &World, options: ControllerOptions) -> Measured {
     let config = world.config(
         "resync: 2s\nlayers:\n - {name: prod, context: prod, namespaces: [platform]}\n - {name: dev, context: dev, namespaces: [platform], borrow: {from: prod}}",
     );
-    let running = world
-        .run_with(config, ClassRegistry::with_builtins(), options)
-        .await;
+    let running = world.run_options(config, options).await;
     let names: Vec<String> = (0..COMBS).map(|i| format!("web-{i}")).collect();
     for context in ["prod", "dev"] {
         for name in &names {

@@ -14,7 +14,7 @@ use comb_api::CombStatus;
 use comb_federation::engine::borrow::Controlling;
 use engine_support::*;
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec};
+use upstream_support::{DbChain, Layers, db_spec};
 
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
@@ -132,23 +132,13 @@ const EDIT_WRITE_BUDGET: u64 = 6;
 async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
     let layers = Layers::start().await;
     let local = Controlling::none();
-    let mut prod = layers
-        .comb("prod", "platform", "db", db_spec("LoadBalancer", None))
-        .await;
-    let mut staging = layers
-        .comb("staging", "staging", "db", db_spec("ClusterIP", None))
-        .await;
-    let staging_borrows = borrow(
-        "staging",
-        json!({"class": "K8s", "layer": "prod", "namespace": "platform"}),
-    );
-    let mut dev = layers
-        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
-        .await;
-    let dev_borrows = borrow(
-        "dev",
-        json!({"class": "K8s", "layer": "staging", "namespace": "staging"}),
-    );
+    let DbChain {
+        mut prod,
+        mut staging,
+        mut dev,
+        staging_borrows,
+        dev_borrows,
+    } = layers.db_chain().await;
 
     // prod runs and publishes its LoadBalancer address; staging bridges with an ExternalName
     // Service, dev (another server) with a Service and an EndpointSlice.

@@ -6,7 +6,9 @@ mod upstream_support;
 use comb_api::CombStatus;
 use comb_federation::engine::borrow::Controlling;
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
+use upstream_support::{
+    DbChain, Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict,
+};
 
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
 
@@ -22,24 +24,13 @@ fn strings(values: &[&str]) -> Vec<String> {
 async fn three_layers_prod_staging_dev() {
     let layers = Layers::start().await;
     let local = Controlling::none();
-    let mut prod = layers
-        .comb("prod", "platform", "db", db_spec("LoadBalancer", None))
-        .await;
-    // staging is namespace staging of prod's server; dev is another server.
-    let mut staging = layers
-        .comb("staging", "staging", "db", db_spec("ClusterIP", None))
-        .await;
-    let staging_borrows = borrow(
-        "staging",
-        json!({"class": "K8s", "layer": "prod", "namespace": "platform"}),
-    );
-    let mut dev = layers
-        .comb("dev", "platform", "db", db_spec("ClusterIP", None))
-        .await;
-    let dev_borrows = borrow(
-        "dev",
-        json!({"class": "K8s", "layer": "staging", "namespace": "staging"}),
-    );
+    let DbChain {
+        mut prod,
+        mut staging,
+        mut dev,
+        staging_borrows,
+        dev_borrows,
+    } = layers.db_chain().await;
 
     // prod deploys; while it is not Running, staging bridges to it but does not run: prod is
     // rolling out (Pending, Deployed).

@@ -3,30 +3,55 @@
 //! without an Error, exit 1 when one ended in Error or the timeout hit; a bad configuration is
 //! one line naming the key.
 
+use std::path::{Path, PathBuf};
+use std::process::Output;
 use std::time::Duration;
 
 use comb_federation::cli::demo::DemoWorld;
-use comb_testkit::Setup;
 use comb_testkit::fixtures::web;
 use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
+use comb_testkit::{Setup, World};
 use serde_json::json;
-use tokio::process::Command;
 
 async fn run_once(world: &DemoWorld, extra: &[&str]) -> (i32, String, String) {
-    let config = world.config_path();
-    let output = Command::new(comb_testkit::bin::comb_path())
-        .arg("--config")
-        .arg(&config)
-        .args(["run", "--once", "--settle", "2s"])
-        .args(extra)
-        .output()
-        .await
-        .expect("comb run runs");
+    let mut args = vec!["--settle", "2s"];
+    args.extend_from_slice(extra);
+    let output = comb_run_once(&world.config_path(), &args).await;
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// `comb run --once <args> --config <config>` (logging warnings only), on a blocking thread.
+async fn comb_run_once(config: &Path, args: &[&str]) -> Output {
+    let (config, args) = (
+        config.to_path_buf(),
+        args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>(),
+    );
+    tokio::task::spawn_blocking(move || {
+        comb_testkit::comb()
+            .args(["run", "--once"])
+            .args(args)
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .output_within(COMMAND_DEADLINE)
+    })
+    .await
+    .expect("comb run --once ran")
+}
+
+/// A configuration of one layer, prod (`CONFIG`), on `world`'s cluster, in a directory that
+/// lives as long as the returned guard.
+fn prod_config(world: &World) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    world.write_kubeconfig(&dir.path().join("kubeconfig.yaml"));
+    let config = dir.path().join("comb.yaml");
+    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n"))
+        .expect("the configuration is written");
+    (dir, config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,31 +96,14 @@ async fn the_binary_exits_0_then_1() {
         .namespace("prod", "platform")
         .start()
         .await;
-    let dir = tempfile::tempdir().unwrap();
-    world.write_kubeconfig(&dir.path().join("kubeconfig.yaml"));
-    let config = dir.path().join("comb.yaml");
-    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n")).unwrap();
+    let (_dir, config) = prod_config(&world);
     world
         .create_comb("prod", "platform", "web", web("web", "nginx:1"))
         .await;
-    let run = |config: std::path::PathBuf| {
-        tokio::task::spawn_blocking(move || {
-            comb_testkit::comb()
-                .args([
-                    "run",
-                    "--once",
-                    "--settle",
-                    "30s",
-                    "--timeout",
-                    "60s",
-                    "--config",
-                ])
-                .arg(config)
-                .env("RUST_LOG", "warn")
-                .output_within(COMMAND_DEADLINE)
-        })
+    let run = |config: PathBuf| async move {
+        comb_run_once(&config, &["--settle", "30s", "--timeout", "60s"]).await
     };
-    let output = run(config.clone()).await.unwrap();
+    let output = run(config.clone()).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
         output.status.code(),
@@ -108,7 +116,7 @@ async fn the_binary_exits_0_then_1() {
     world
         .create_comb("prod", "platform", "odd", json!({"class": "NoSuchClass"}))
         .await;
-    let output = run(config).await.unwrap();
+    let output = run(config).await;
     assert_eq!(output.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -126,14 +134,7 @@ async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
         "layers:\n - {name: prod, context: prod}\n - {name: dev, context: dev, borrow: {from: stagin}}\n",
     )
     .unwrap();
-    let output = tokio::task::spawn_blocking(move || {
-        comb_testkit::comb()
-            .args(["run", "--once", "--config"])
-            .arg(&config)
-            .output_within(COMMAND_DEADLINE)
-    })
-    .await
-    .unwrap();
+    let output = comb_run_once(&config, &[]).await;
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -153,30 +154,11 @@ async fn a_crash_loop_exits_1() {
         .namespace("prod", "platform")
         .start()
         .await;
-    let dir = tempfile::tempdir().unwrap();
-    world.write_kubeconfig(&dir.path().join("kubeconfig.yaml"));
-    let config = dir.path().join("comb.yaml");
-    std::fs::write(&config, format!("kubeconfig: kubeconfig.yaml\n{CONFIG}\n")).unwrap();
+    let (_dir, config) = prod_config(&world);
     world
         .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
         .await;
-    let output = tokio::task::spawn_blocking(move || {
-        comb_testkit::comb()
-            .args([
-                "run",
-                "--once",
-                "--settle",
-                "2s",
-                "--timeout",
-                "120s",
-                "--config",
-            ])
-            .arg(config)
-            .env("RUST_LOG", "warn")
-            .output_within(COMMAND_DEADLINE)
-    })
-    .await
-    .unwrap();
+    let output = comb_run_once(&config, &["--settle", "2s", "--timeout", "120s"]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
         output.status.code(),

@@ -231,16 +231,21 @@ fn writers(log: &[LoggedRequest]) -> BTreeMap<String, Vec<String>> {
     runs
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_share_the_layers_and_take_over_a_killed_one() {
+/// The cluster every replica shares, a namespace per layer, and a directory for the replicas'
+/// files; the binary is built before the clock of any wait starts.
+async fn home_cluster() -> (World, tempfile::TempDir) {
     let mut setup = Setup::clusters(["home"]);
     for layer in LAYERS {
         setup = setup.namespace("home", layer);
     }
     let world = setup.start().await;
-    let dir = tempfile::tempdir().unwrap();
-    // The binary is built before the clock of any wait starts.
     let _ = comb_testkit::bin::comb_path();
+    (world, tempfile::tempdir().expect("a temporary directory"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_the_layers_and_take_over_a_killed_one() {
+    let (world, dir) = home_cluster().await;
     let mut replicas: Vec<Replica> = REPLICAS
         .iter()
         .map(|id| Replica::start(&world, dir.path(), id))
@@ -424,13 +429,7 @@ async fn state_of(replica: &Replica, layer: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_cannot_renew_stops_stepping_before_its_lease_ends() {
-    let mut setup = Setup::clusters(["home"]);
-    for layer in LAYERS {
-        setup = setup.namespace("home", layer);
-    }
-    let world = setup.start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let _ = comb_testkit::bin::comb_path();
+    let (world, dir) = home_cluster().await;
     let mut replica = Replica::start(&world, dir.path(), REPLICAS[0]);
     wait_until("the only replica steps every layer", async || {
         stepping(&world, &[&replica]).await

@@ -235,11 +235,7 @@ impl Observed {
     }
 
     fn transitions(&self) -> i32 {
-        self.lease
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.lease_transitions)
-            .unwrap_or(0)
+        transitions_of(&self.lease)
     }
 
     fn duration(&self, default: Duration) -> Duration {
@@ -255,6 +251,15 @@ impl Observed {
     fn expired(&self, now: Instant, default: Duration) -> bool {
         now.saturating_duration_since(self.since) >= self.duration(default)
     }
+}
+
+/// How often the Lease changed hands (its fencing token).
+fn transitions_of(lease: &Lease) -> i32 {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.lease_transitions)
+        .unwrap_or(0)
 }
 
 fn holder_of(lease: &Lease) -> Option<&str> {
@@ -405,11 +410,7 @@ struct Held {
 
 impl Held {
     fn transitions(&self) -> i32 {
-        self.lease
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.lease_transitions)
-            .unwrap_or(0)
+        transitions_of(&self.lease)
     }
 
     fn drain(&mut self, abort: bool) {

@@ -89,7 +89,12 @@ impl World {
 
     /// Starts the controller with the built-in classes and fast test retries.
     pub async fn run(&self, config: Config) -> Running {
-        self.run_with(config, ClassRegistry::with_builtins(), test_options())
+        self.run_options(config, test_options()).await
+    }
+
+    /// The controller with the built-in classes and `options`.
+    pub async fn run_options(&self, config: Config, options: ControllerOptions) -> Running {
+        self.run_with(config, ClassRegistry::with_builtins(), options)
             .await
     }
 

@@ -258,6 +258,42 @@ pub fn slice_addresses(slice: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// The chain of `db` Combs the upstream tests walk: prod serving (a LoadBalancer), staging
+/// (namespace staging of prod's server) borrowing from prod, dev (another server) borrowing
+/// from staging; with the controlling code of each borrowing layer.
+pub struct DbChain {
+    pub prod: CombInstance,
+    pub staging: CombInstance,
+    pub dev: CombInstance,
+    pub staging_borrows: Controlling,
+    pub dev_borrows: Controlling,
+}
+
+impl Layers {
+    /// Creates the three `db` Combs of [`DbChain`].
+    pub async fn db_chain(&self) -> DbChain {
+        DbChain {
+            prod: self
+                .comb("prod", "platform", "db", db_spec("LoadBalancer", None))
+                .await,
+            staging: self
+                .comb("staging", "staging", "db", db_spec("ClusterIP", None))
+                .await,
+            dev: self
+                .comb("dev", "platform", "db", db_spec("ClusterIP", None))
+                .await,
+            staging_borrows: borrow(
+                "staging",
+                json!({"class": "K8s", "layer": "prod", "namespace": "platform"}),
+            ),
+            dev_borrows: borrow(
+                "dev",
+                json!({"class": "K8s", "layer": "staging", "namespace": "staging"}),
+            ),
+        }
+    }
+}
+
 /// The controlling code borrowing with `answer` (e.g. the layer's borrow).
 pub fn borrow(layer: &str, answer: Value) -> Controlling {
     Controlling::new(
