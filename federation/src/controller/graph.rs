@@ -117,7 +117,9 @@ pub type LayerComb = (usize, CombKey);
 #[derive(Debug, Default)]
 pub struct BorrowIndex {
     peer_of: BTreeMap<LayerComb, LayerComb>,
-    borrowers: BTreeMap<LayerComb, BTreeSet<LayerComb>>,
+    /// A peer's borrowers, sorted: most peers have one (a `BTreeSet` takes a ~600-byte node for
+    /// it).
+    borrowers: BTreeMap<LayerComb, Vec<LayerComb>>,
 }
 
 impl BorrowIndex {
@@ -127,28 +129,27 @@ impl BorrowIndex {
             return;
         }
         if let Some(old) = self.peer_of.remove(borrower)
-            && let Some(set) = self.borrowers.get_mut(&old)
+            && let Some(borrowers) = self.borrowers.get_mut(&old)
         {
-            set.remove(borrower);
-            if set.is_empty() {
+            if let Ok(place) = borrowers.binary_search(borrower) {
+                borrowers.remove(place);
+            }
+            if borrowers.is_empty() {
                 self.borrowers.remove(&old);
             }
         }
         if let Some(peer) = peer {
-            self.borrowers
-                .entry(peer.clone())
-                .or_default()
-                .insert(borrower.clone());
+            let borrowers = self.borrowers.entry(peer.clone()).or_default();
+            if let Err(place) = borrowers.binary_search(borrower) {
+                borrowers.insert(place, borrower.clone());
+            }
             self.peer_of.insert(borrower.clone(), peer);
         }
     }
 
     /// The Combs that borrow from `peer`.
     pub fn borrowers_of(&self, peer: &LayerComb) -> Vec<LayerComb> {
-        self.borrowers
-            .get(peer)
-            .map(|set| set.iter().cloned().collect())
-            .unwrap_or_default()
+        self.borrowers.get(peer).cloned().unwrap_or_default()
     }
 }
 

@@ -53,7 +53,7 @@ impl ControllerHandle {
                 }
                 Ok(runtime.each_entry(|_, entry| {
                     let mut comb = entry.cr.comb();
-                    comb.status = entry.recorded_status().cloned();
+                    comb.status = entry.recorded_status();
                     comb
                 }))
             })

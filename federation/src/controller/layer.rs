@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use comb_api::{Comb, CombSpec, CombStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::TypeMeta;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -18,61 +20,104 @@ use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::pack::Dictionary;
 use crate::error::{Error, Result};
 
 /// kubectl apply's copy of what it applied, on every Comb a user applies.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// A Comb's CR as the layer keeps it between steps: all of it as decoded but the spec, which is
-/// kept as its JSON text. A class's configuration (the manifests) is most of a Comb, and as
-/// `serde_json::Value`s it took several times its text (about 6 KiB of a two-manifest Comb);
-/// a step decodes it once when it takes the CR.
+/// A Comb's CR as the layer keeps it between steps: its metadata as decoded (every watch event
+/// is compared with it), its spec and status as packed JSON text ([`Dictionary`]). A class's
+/// configuration (the manifests) is most of a Comb, and as `serde_json::Value`s it took several
+/// times its text (about 6 KiB of a two-manifest Comb); a decoded status with its conditions
+/// takes more than its text too, and a whole `Comb` is ~950 bytes before anything it points to.
+/// A step decodes the spec once when it takes the CR; the status is decoded where it is read.
 #[derive(Clone, Debug)]
 pub struct KeptComb {
-    /// The CR with the default spec.
-    shell: Comb,
-    spec: Box<str>,
+    head: Box<Head>,
+    spec: Box<[u8]>,
+    status: Option<Box<[u8]>>,
 }
 
+/// What is kept of a CR but its spec and status. Boxed: an entry stays small while the CR is
+/// replaced on each version.
+#[derive(Clone, Debug)]
+struct Head {
+    types: Option<TypeMeta>,
+    metadata: ObjectMeta,
+    spec_error: Option<String>,
+    status_error: Option<String>,
+}
+
+/// What the kept specs and statuses are packed against: the first of each this process kept.
+static SPECS: Dictionary = Dictionary::new();
+static STATUSES: Dictionary = Dictionary::new();
+
 impl KeptComb {
-    pub fn new(mut cr: Comb) -> KeptComb {
-        let spec = serde_json::to_string(&cr.spec).unwrap_or_default();
-        cr.spec = CombSpec::default();
+    pub fn new(cr: Comb) -> KeptComb {
+        let spec = SPECS.pack(&serde_json::to_string(&cr.spec).unwrap_or_default());
+        KeptComb::with_spec(cr, spec)
+    }
+
+    fn with_spec(cr: Comb, spec: Box<[u8]>) -> KeptComb {
+        let status = cr
+            .status
+            .as_ref()
+            .and_then(|status| serde_json::to_string(status).ok())
+            .map(|text| STATUSES.pack(&text));
         KeptComb {
-            shell: cr,
-            spec: spec.into_boxed_str(),
+            head: Box::new(Head {
+                types: cr.types,
+                metadata: cr.metadata,
+                spec_error: cr.spec_error,
+                status_error: cr.status_error,
+            }),
+            spec,
+            status,
         }
     }
 
-    /// A later version of the same CR: the spec text is reused while the generation stays (a
+    /// A later version of the same CR: the packed spec is reused while the generation stays (a
     /// status write does not change the spec).
     fn next(&self, cr: Comb) -> KeptComb {
         let same_spec = cr.metadata.generation.is_some()
-            && cr.metadata.uid == self.shell.metadata.uid
-            && cr.metadata.generation == self.shell.metadata.generation
-            && cr.spec_error == self.shell.spec_error;
+            && cr.metadata.uid == self.head.metadata.uid
+            && cr.metadata.generation == self.head.metadata.generation
+            && cr.spec_error == self.head.spec_error;
         if !same_spec {
             return KeptComb::new(cr);
         }
-        let mut shell = cr;
-        shell.spec = CombSpec::default();
-        KeptComb {
-            shell,
-            spec: self.spec.clone(),
-        }
+        KeptComb::with_spec(cr, self.spec.clone())
     }
 
     /// The whole CR.
     pub fn comb(&self) -> Comb {
-        let mut comb = self.shell.clone();
-        // Text this value wrote from a decoded spec, so it decodes.
-        comb.spec = serde_json::from_str(&self.spec).unwrap_or_default();
+        let mut comb = self.without_spec();
+        // Packed from a decoded spec, so it decodes.
+        comb.spec = SPECS.unpack_json(&self.spec).unwrap_or_default();
         comb
     }
 
-    /// The CR without its spec (the default in its place): metadata and status.
-    pub fn shell(&self) -> &Comb {
-        &self.shell
+    /// The CR with the default spec in place of its own: metadata and status.
+    pub fn without_spec(&self) -> Comb {
+        let head = &*self.head;
+        Comb {
+            types: head.types.clone(),
+            metadata: head.metadata.clone(),
+            spec: CombSpec::default(),
+            status: self.status(),
+            spec_error: head.spec_error.clone(),
+            status_error: head.status_error.clone(),
+        }
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        &self.head.metadata
+    }
+
+    /// The recorded status.
+    pub fn status(&self) -> Option<CombStatus> {
+        STATUSES.unpack_json(self.status.as_deref()?)
     }
 }
 
@@ -102,12 +147,20 @@ pub struct CombEntry {
 }
 
 impl CombEntry {
+    /// The phase of [`CombEntry::recorded_status`], without decoding the status.
+    pub fn recorded_phase(&self) -> Option<comb_api::Phase> {
+        match &self.unwritten {
+            Some(built) => built.comb.recorded_status().and_then(|s| s.phase.clone()),
+            None => self.signature.phase().cloned(),
+        }
+    }
+
     /// What the Comb recorded last: the unwritten status, else the CR's.
-    pub fn recorded_status(&self) -> Option<&CombStatus> {
-        self.unwritten
-            .as_ref()
-            .and_then(|built| built.comb.recorded_status())
-            .or(self.cr.shell().status.as_ref())
+    pub fn recorded_status(&self) -> Option<CombStatus> {
+        match &self.unwritten {
+            Some(built) => built.comb.recorded_status().cloned(),
+            None => self.cr.status(),
+        }
     }
 
     fn new(cr: Comb, source: Source) -> CombEntry {
@@ -324,11 +377,11 @@ impl LayerRuntime {
                 status_changed: true,
             };
         };
-        let kept = entry.cr.shell();
-        let same_object = kept.metadata.uid == cr.metadata.uid;
+        let kept = entry.cr.metadata();
+        let same_object = kept.uid == cr.metadata.uid;
         if same_object
             && !entry.versions.is_later(
-                kept.metadata.resource_version.as_deref(),
+                kept.resource_version.as_deref(),
                 cr.metadata.resource_version.as_deref(),
                 source,
             )
@@ -337,7 +390,12 @@ impl LayerRuntime {
         }
         // Without a generation (a server that keeps none) the trigger compares the specs.
         let trigger = if cr.metadata.generation.is_some() {
-            cr_trigger(Some(kept), &cr, own_write)
+            // The trigger reads only the metadata then.
+            let kept = Comb {
+                metadata: kept.clone(),
+                ..Comb::default()
+            };
+            cr_trigger(Some(&kept), &cr, own_write)
         } else {
             cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
         };

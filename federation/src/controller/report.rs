@@ -156,6 +156,7 @@ impl Shared {
             .flat_map(|layer| {
                 layer.each_entry(|key, entry| {
                     let status = entry.recorded_status();
+                    let status = status.as_ref();
                     let ready = status.and_then(CombStatus::ready);
                     CombOutcome {
                         layer: layer.name().to_string(),

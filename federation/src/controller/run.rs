@@ -596,12 +596,11 @@ impl Shared {
         for layer in &self.layers {
             count.listed &= layer.is_listed();
             for settled in layer.each_entry(|key, entry| {
-                let status = entry.recorded_status();
                 is_settled(
                     &SettleView {
                         stepped: entry.stepped,
                         busy: layer.queue.is_busy(key),
-                        phase: status.and_then(|s| s.phase.as_ref().map(Phase::to_string)),
+                        phase: entry.recorded_phase().as_ref().map(Phase::to_string),
                         unchanged_for: entry.changed_at.elapsed(),
                     },
                     settle,

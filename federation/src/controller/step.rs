@@ -360,7 +360,7 @@ async fn delete(
         // What the Comb recorded last, even when that could not be written.
         let mut recorded = cr.clone();
         if let Some(status) = layer
-            .with_entry(key, |entry| entry.recorded_status().cloned())
+            .with_entry(key, |entry| entry.recorded_status())
             .flatten()
         {
             recorded.status = Some(status);

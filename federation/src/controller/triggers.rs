@@ -2,9 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use comb_api::{
-    Comb, CombEndpoint, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec,
-};
+use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec};
 
 use super::queue::{CombKey, Trigger};
 use crate::config::{BorrowDecision, Config};
@@ -121,36 +119,43 @@ impl Versions {
 }
 
 /// What others react to in a Comb's status: phase, Ready verdict, endpoints and upstream
-/// (without the times, which change on every borrowing step).
-#[derive(Clone, Debug, PartialEq)]
+/// (without the times, which change on every borrowing step). Kept for every Comb, so all but
+/// the phase as a hash (their copies took ~250 bytes a Comb).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatusSignature {
     phase: Option<Phase>,
-    ready: Option<(String, Option<Reason>, Option<String>)>,
-    endpoints: Vec<CombEndpoint>,
-    /// Without `observedAt`.
-    upstream: Option<CombUpstreamStatus>,
+    rest: u64,
+}
+
+impl StatusSignature {
+    pub fn phase(&self) -> Option<&Phase> {
+        self.phase.as_ref()
+    }
 }
 
 /// The [`StatusSignature`] of a recorded status.
 pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
+    let ready = status.and_then(CombStatus::ready).map(|ready| {
+        (
+            ready.status.to_string(),
+            ready.reason.as_ref().map(Reason::to_string),
+            ready.message.as_deref(),
+        )
+    });
+    let endpoints = status.map(CombStatus::endpoint_list).unwrap_or_default();
+    let upstream = status
+        .and_then(|s| s.upstream.clone())
+        .map(|upstream| CombUpstreamStatus {
+            observed_at: None,
+            ..upstream
+        });
+    // The same values give the same text, so the same hash, within this process.
+    let text = serde_json::to_string(&(ready, endpoints, upstream)).unwrap_or_default();
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(&text, &mut hasher);
     StatusSignature {
         phase: status.and_then(|s| s.phase.clone()),
-        ready: status.and_then(CombStatus::ready).map(|ready| {
-            (
-                ready.status.to_string(),
-                ready.reason.clone(),
-                ready.message.clone(),
-            )
-        }),
-        endpoints: status
-            .map(|s| s.endpoint_list().to_vec())
-            .unwrap_or_default(),
-        upstream: status
-            .and_then(|s| s.upstream.clone())
-            .map(|upstream| CombUpstreamStatus {
-                observed_at: None,
-                ..upstream
-            }),
+        rest: std::hash::Hasher::finish(&hasher),
     }
 }
 

@@ -27,6 +27,8 @@ use std::hash::{Hash as _, Hasher as _};
 use std::sync::{Mutex, PoisonError, RwLock};
 
 use comb_api::ManagedObject;
+
+use super::pack::Dictionary;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -47,39 +49,46 @@ struct KindStore {
     /// Scopes whose watch has listed: `None` is all namespaces.
     synced: HashSet<Option<String>>,
     objects: HashMap<ObjectKey, Stored>,
-    /// (namespace, Comb name label) -> object names, for the step's selectors.
-    by_comb: HashMap<(String, String), BTreeSet<String>>,
+    /// `namespace/Comb name label` -> object names (sorted), for the step's selectors. A
+    /// sorted `Vec` rather than a set: most Combs have one or two objects of a kind, and a
+    /// B-tree node is ~300 bytes however few it holds.
+    by_comb: HashMap<Box<str>, Vec<Box<str>>>,
     /// Our own writes the watch has not delivered yet.
     overlays: HashMap<ObjectKey, Overlay>,
-    /// The latest deliveries, oldest first, and the same as a set.
-    recent: VecDeque<(ObjectKey, String)>,
-    recent_set: HashSet<(ObjectKey, String)>,
+    /// The latest deliveries ([`delivery_id`]), oldest first, and the same as a set.
+    recent: VecDeque<u64>,
+    recent_set: HashSet<u64>,
     /// Lists in progress per scope: what they brought so far.
     listing: HashMap<Option<String>, HashMap<ObjectKey, Stored>>,
+    /// What this kind's copies are packed against.
+    dictionary: Dictionary,
 }
 
-/// A watched object as the store keeps it: its slimmed JSON text, one allocation where a
-/// `serde_json::Value` makes one per key and string and takes several times the bytes (the
-/// copies were most of the controller's memory per Comb), and the Comb name label it is indexed
-/// by. A read parses it again: a step reads a handful of small objects.
+/// One delivery (an object's key and resourceVersion) as 8 bytes: the deliveries remembered
+/// were the store's largest part as strings. Two deliveries hashing alike (odds of about one in
+/// 2^64 per pair) would make a write count as delivered: its overlay is skipped and reads see
+/// the watch's copy, which the next delivery replaces anyway.
+fn delivery_id(key: &ObjectKey, version: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    key.hash(&mut hasher);
+    version.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The `by_comb` slot of a Comb's objects in `namespace`.
+fn comb_slot(namespace: &str, comb: &str) -> String {
+    format!("{namespace}/{comb}")
+}
+
+/// A watched object as the store keeps it: its slimmed JSON text packed against the kind's
+/// dictionary ([`Dictionary`]), one allocation where a `serde_json::Value` makes one
+/// per key and string and takes several times the bytes (the copies were most of the
+/// controller's memory per Comb), and the Comb name label it is indexed by. A read unpacks and
+/// parses it again: a step reads a handful of small objects, some microseconds each.
 #[derive(Debug)]
 struct Stored {
     comb: Option<Box<str>>,
-    text: Box<str>,
-}
-
-impl Stored {
-    fn new(object: &Value, name_label: &str) -> Stored {
-        Stored {
-            comb: label(object, name_label).map(Box::from),
-            text: object.to_string().into_boxed_str(),
-        }
-    }
-
-    /// The object again (text this store wrote, so it parses).
-    fn value(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
-    }
+    packed: Box<[u8]>,
 }
 
 #[derive(Debug)]
@@ -99,10 +108,32 @@ enum Overlay {
 pub struct ObjectCache {
     name_label: String,
     kinds: RwLock<HashMap<(String, String), Mutex<KindStore>>>,
-    /// Per object (apiVersion, kind, namespace, name): the hash of comb's applied fields
+    /// Per object ([`as_applied_key`]): the hash of comb's applied fields
     /// ([`applied_fields_hash`]) when comb last applied it or found it as rendered, and the
     /// applied digest it carried then.
-    as_applied: Mutex<HashMap<(String, String, ObjectKey), AsApplied>>,
+    as_applied: Mutex<HashMap<Box<str>, KeptAsApplied>>,
+}
+
+/// [`AsApplied`] as the cache keeps it, for every object comb applied.
+#[derive(Debug)]
+struct KeptAsApplied {
+    digest: Box<str>,
+    fields_hash: Box<str>,
+}
+
+/// One string for (apiVersion, kind, namespace, name), none of which holds a line break: four
+/// strings per object were most of this map.
+fn as_applied_key(api_version: &str, kind: &str, namespace: &str, name: &str) -> Box<str> {
+    format!("{api_version}\n{kind}\n{namespace}\n{name}").into_boxed_str()
+}
+
+fn resource_as_applied_key(resource: &ManagedObject) -> Box<str> {
+    as_applied_key(
+        &resource.api_version,
+        &resource.kind,
+        resource.namespace.as_deref().unwrap_or_default(),
+        &resource.name,
+    )
 }
 
 /// What comb's fields and digest were when comb last knew an object stood as rendered.
@@ -251,6 +282,21 @@ fn matches(object: &Value, terms: &[(&str, &str)]) -> bool {
 }
 
 impl KindStore {
+    /// `object` as this store keeps it; the first object of the kind gives the dictionary.
+    fn pack(&self, object: &Value, name_label: &str) -> Stored {
+        Stored {
+            comb: label(object, name_label).map(Box::from),
+            packed: self.dictionary.pack(&object.to_string()),
+        }
+    }
+
+    /// The object again (packed by this store from JSON it wrote, so it unpacks and parses).
+    fn unpack(&self, stored: &Stored) -> Value {
+        self.dictionary
+            .unpack_json(&stored.packed)
+            .unwrap_or(Value::Null)
+    }
+
     fn covers(&self, namespace: Option<&str>) -> bool {
         self.synced.contains(&None)
             || namespace.is_some_and(|namespace| self.synced.contains(&Some(namespace.to_string())))
@@ -260,13 +306,18 @@ impl KindStore {
         let Some(comb) = object.comb.as_deref() else {
             return;
         };
-        let slot = (key.0.clone(), comb.to_string());
+        let slot = comb_slot(&key.0, comb);
         if add {
-            self.by_comb.entry(slot).or_default().insert(key.1.clone());
-        } else if let Some(names) = self.by_comb.get_mut(&slot) {
-            names.remove(&key.1);
+            let names = self.by_comb.entry(slot.into_boxed_str()).or_default();
+            if let Err(place) = names.binary_search_by(|name| (**name).cmp(key.1.as_str())) {
+                names.insert(place, Box::from(key.1.as_str()));
+            }
+        } else if let Some(names) = self.by_comb.get_mut(slot.as_str()) {
+            if let Ok(place) = names.binary_search_by(|name| (**name).cmp(key.1.as_str())) {
+                names.remove(place);
+            }
             if names.is_empty() {
-                self.by_comb.remove(&slot);
+                self.by_comb.remove(slot.as_str());
             }
         }
     }
@@ -288,9 +339,9 @@ impl KindStore {
     /// Remembers a delivery, and settles an overlay waiting for it.
     fn delivered(&mut self, key: &ObjectKey, version: Option<&str>, deleted: bool) {
         if let Some(version) = version {
-            let entry = (key.clone(), version.to_string());
-            if self.recent_set.insert(entry.clone()) {
-                self.recent.push_back(entry);
+            let delivery = delivery_id(key, version);
+            if self.recent_set.insert(delivery) {
+                self.recent.push_back(delivery);
             }
             let bound = RECENT_MIN.max(self.objects.len() * 2);
             while self.recent.len() > bound {
@@ -393,8 +444,9 @@ impl ObjectCache {
     /// An object the list of `scope` brought.
     pub fn listed(&self, api_version: &str, kind: &str, scope: Option<&str>, object: Value) {
         let Some(key) = key_of(&object) else { return };
-        let object = Stored::new(&slim(kind, object), &self.name_label);
+        let object = slim(kind, object);
         self.with_kind_or_new(api_version, kind, |store| {
+            let object = store.pack(&object, &self.name_label);
             if let Some(listing) = store.listing.get_mut(&scope.map(str::to_string)) {
                 listing.insert(key, object);
             }
@@ -430,10 +482,9 @@ impl ObjectCache {
     pub fn applied(&self, api_version: &str, kind: &str, object: Value) {
         let Some(key) = key_of(&object) else { return };
         let object = slim(kind, object);
-        let version = version_of(&object).map(str::to_string);
-        let object = Stored::new(&object, &self.name_label);
         self.with_kind_or_new(api_version, kind, |store| {
-            store.delivered(&key, version.as_deref(), false);
+            store.delivered(&key, version_of(&object), false);
+            let object = store.pack(&object, &self.name_label);
             store.put(key, object);
         });
     }
@@ -471,14 +522,11 @@ impl ObjectCache {
             let mut keys: BTreeSet<ObjectKey> = BTreeSet::new();
             match namespace {
                 Some(namespace) => {
-                    if let Some(names) = store
-                        .by_comb
-                        .get(&(namespace.to_string(), comb.to_string()))
-                    {
+                    if let Some(names) = store.by_comb.get(comb_slot(namespace, comb).as_str()) {
                         keys.extend(
                             names
                                 .iter()
-                                .map(|name| (namespace.to_string(), name.clone())),
+                                .map(|name| (namespace.to_string(), name.to_string())),
                         );
                     }
                 }
@@ -486,9 +534,14 @@ impl ObjectCache {
                     store
                         .by_comb
                         .iter()
-                        .filter(|((_, label), _)| label == comb)
-                        .flat_map(|((namespace, _), names)| {
-                            names.iter().map(|name| (namespace.clone(), name.clone()))
+                        .filter_map(|(slot, names)| {
+                            let (namespace, label) = slot.split_once('/')?;
+                            (label == comb).then_some((namespace, names))
+                        })
+                        .flat_map(|(namespace, names)| {
+                            names
+                                .iter()
+                                .map(move |name| (namespace.to_string(), name.to_string()))
                         }),
                 ),
             }
@@ -502,7 +555,7 @@ impl ObjectCache {
             Some(
                 keys.iter()
                     .filter_map(|key| store.view(key))
-                    .map(Stored::value)
+                    .map(|object| store.unpack(object))
                     .filter(|object| matches(object, &terms))
                     .collect(),
             )
@@ -522,7 +575,7 @@ impl ObjectCache {
                 namespace.unwrap_or_default().to_string(),
                 resource.name.clone(),
             );
-            store.view(&key).map(Stored::value)
+            store.view(&key).map(|object| store.unpack(object))
         })
         .flatten()
     }
@@ -537,16 +590,16 @@ impl ObjectCache {
         ) else {
             return;
         };
+        let delivery = delivery_id(&key, version);
         let version = version.to_string();
-        let object = Stored::new(&slim(kind, object.clone()), &self.name_label);
+        let object = slim(kind, object.clone());
         self.with_kind(api_version, kind, |store| {
             // Not answered from here anyway; or the watch brought it already (the store is as
             // new or newer).
-            if !store.covers(Some(key.0.as_str()))
-                || store.recent_set.contains(&(key.clone(), version.clone()))
-            {
+            if !store.covers(Some(key.0.as_str())) || store.recent_set.contains(&delivery) {
                 return;
             }
+            let object = store.pack(&object, &self.name_label);
             store.overlays.insert(
                 key,
                 Overlay::Written {
@@ -574,29 +627,24 @@ impl ObjectCache {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(
-                (api_version.to_string(), kind.to_string(), key),
-                AsApplied {
-                    digest: digest.to_string(),
-                    fields_hash,
+                as_applied_key(api_version, kind, &key.0, &key.1),
+                KeptAsApplied {
+                    digest: Box::from(digest),
+                    fields_hash: fields_hash.into_boxed_str(),
                 },
             );
     }
 
     /// What [`ObjectCache::stands_as_applied`] last remembered of `resource`.
     pub fn as_applied(&self, resource: &ManagedObject) -> Option<AsApplied> {
-        let key = (
-            resource.api_version.clone(),
-            resource.kind.clone(),
-            (
-                resource.namespace.clone().unwrap_or_default(),
-                resource.name.clone(),
-            ),
-        );
         self.as_applied
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned()
+            .get(&resource_as_applied_key(resource))
+            .map(|kept| AsApplied {
+                digest: kept.digest.to_string(),
+                fields_hash: kept.fields_hash.to_string(),
+            })
     }
 
     /// Our own delete of `resource` succeeded: reads no longer see it.
@@ -608,11 +656,7 @@ impl ObjectCache {
         self.as_applied
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(
-                resource.api_version.clone(),
-                resource.kind.clone(),
-                key.clone(),
-            ));
+            .remove(&resource_as_applied_key(resource));
         self.with_kind(&resource.api_version, &resource.kind, |store| {
             if store.objects.contains_key(&key) || store.overlays.contains_key(&key) {
                 store.overlays.insert(key, Overlay::Deleted { behind: 0 });
@@ -707,6 +751,70 @@ mod tests {
             namespace: Some("apps".into()),
             name: name.into(),
         }
+    }
+
+    /// A Deployment as the real API server returns it, slimmed, for comb's Comb `name`.
+    fn full_deployment(name: &str, version: &str) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {
+                "name": name, "namespace": "apps", "resourceVersion": version, "generation": 1,
+                "uid": format!("a9c445c0-afb4-437f-93a0-{version:0>12}"),
+                "creationTimestamp": "2026-12-01T21:34:27Z",
+                "labels": {LABEL: name, "app.kubernetes.io/managed-by": "comb"},
+                "annotations": {"comb.internal/applied-digest": format!("sha256:{version:0>64}"),
+                                "deployment.kubernetes.io/revision": "1"}
+            },
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "strategy": {"type": "RollingUpdate",
+                                  "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}},
+            "status": {"availableReplicas": 1, "readyReplicas": 1, "replicas": 1,
+                       "updatedReplicas": 1, "observedGeneration": 1, "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+                 "message": "Deployment has minimum availability.",
+                 "lastTransitionTime": "2026-12-01T21:34:32Z"},
+                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+                 "message": format!("ReplicaSet \"{name}-f6c87df9c\" has successfully progressed."),
+                 "lastTransitionTime": "2026-12-01T21:34:27Z"}]}
+        })
+    }
+
+    #[test]
+    fn copies_come_back_whole_and_pack_small() {
+        let cache = ObjectCache::new(LABEL);
+        let objects: Vec<Value> = (0..50)
+            .map(|index| full_deployment(&format!("web-{index}"), &(1000 + index).to_string()))
+            .collect();
+        listed(&cache, &objects);
+        for object in &objects {
+            let name = object["metadata"]["name"].as_str().unwrap();
+            assert_eq!(cache.get(&resource(name)).as_ref(), Some(object));
+            let selector = format!("{LABEL}={name}");
+            assert_eq!(
+                cache.list("apps/v1", "Deployment", None, &selector),
+                None,
+                "all namespaces were not listed"
+            );
+            assert_eq!(
+                cache.list("apps/v1", "Deployment", Some("apps"), &selector),
+                Some(vec![object.clone()])
+            );
+        }
+        let text: usize = objects.iter().map(|object| object.to_string().len()).sum();
+        let packed: usize = cache
+            .with_kind("apps/v1", "Deployment", |store| {
+                store
+                    .objects
+                    .values()
+                    .map(|stored| stored.packed.len())
+                    .sum()
+            })
+            .unwrap();
+        // What differs between two Deployments of the kind is a fraction of their text.
+        assert!(
+            packed * 3 < text,
+            "50 Deployments packed to {packed} bytes of {text}"
+        );
     }
 
     #[test]
