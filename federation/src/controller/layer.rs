@@ -99,7 +99,7 @@ impl KeptComb {
     }
 
     /// The CR with the default spec in place of its own: metadata and status.
-    pub fn without_spec(&self) -> Comb {
+    fn without_spec(&self) -> Comb {
         let head = &*self.head;
         Comb {
             types: head.types.clone(),
