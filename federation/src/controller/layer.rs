@@ -34,13 +34,12 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// A step decodes the spec once when it takes the CR; the status is decoded where it is read.
 #[derive(Clone, Debug)]
 pub struct KeptComb {
-    head: Box<Head>,
+    head: Head,
     spec: Box<[u8]>,
     status: Option<Box<[u8]>>,
 }
 
-/// What is kept of a CR but its spec and status. Boxed: an entry stays small while the CR is
-/// replaced on each version.
+/// What is kept of a CR but its spec and status.
 #[derive(Clone, Debug)]
 struct Head {
     types: Option<TypeMeta>,
@@ -66,12 +65,12 @@ impl KeptComb {
             .and_then(|status| serde_json::to_string(status).ok())
             .map(|text| STATUSES.pack(&text));
         KeptComb {
-            head: Box::new(Head {
+            head: Head {
                 types: cr.types,
                 metadata: cr.metadata,
                 spec_error: cr.spec_error,
                 status_error: cr.status_error,
-            }),
+            },
             spec,
             status,
         }
@@ -100,7 +99,7 @@ impl KeptComb {
 
     /// The CR with the default spec in place of its own: metadata and status.
     fn without_spec(&self) -> Comb {
-        let head = &*self.head;
+        let head = &self.head;
         Comb {
             types: head.types.clone(),
             metadata: head.metadata.clone(),
