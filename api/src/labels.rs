@@ -90,6 +90,12 @@ impl LabelKeys {
     pub fn name_selector(&self, name: &str) -> String {
         format!("{}={name}", self.name_label)
     }
+
+    /// The annotation (`"true"`) by which a Secret or ConfigMap opts in to being replicated:
+    /// without it, no Comb gets a copy (as Linkerd's `mirror.linkerd.io/exported`).
+    pub fn replicable_annotation(&self) -> String {
+        format!("{}replicable", self.prefix)
+    }
 }
 
 /// Whether `value` can be a label value the way a Comb name must:

@@ -142,6 +142,8 @@ words! {
         // The federation's own.
         BuildFailed,
         ManifestForbidden,
+        /// `spec.upstream` names a peer or copies its layer's `allowUpstreams` does not allow.
+        UpstreamForbidden,
         Maintenance,
         // The live status (§8).
         NotDeployed,

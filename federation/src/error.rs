@@ -62,6 +62,11 @@ pub enum Error {
     #[error(transparent)]
     Upstream(#[from] comb_upstreams::Error),
 
+    /// A Comb's own `spec.upstream` names what its layer does not let it read (another
+    /// context or namespace, or copies); the message names the setting that would allow it.
+    #[error("{0}")]
+    UpstreamForbidden(String),
+
     /// A federation configuration that does not hold; the message names the file and each
     /// offending key (`comb.yaml: layers[2].borrow.from: unknown layer ...`).
     #[error("{0}")]
@@ -113,6 +118,7 @@ impl Error {
             Error::Kube { .. } => "kube",
             Error::Api(inner) => inner.category(),
             Error::Upstream(inner) => inner.category(),
+            Error::UpstreamForbidden(_) => "forbidden",
             Error::Config(_) => "config",
             Error::Controller(_) => "controller",
             Error::Webhook(_) => "webhook",

@@ -23,7 +23,7 @@ fn dev(namespaces: &[&str], kinds: &[GroupKind]) -> Tenancy {
         },
         allow_namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
         allow_cluster_scoped: kinds.to_vec(),
-        service_account: None,
+        ..Tenancy::default()
     }
 }
 

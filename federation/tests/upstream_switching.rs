@@ -201,7 +201,8 @@ async fn replication_follows_the_upstream_and_ends_with_borrowing() {
     let dev_secrets: Api<Secret> = Api::namespaced(layers.client("dev").await, "platform");
     let secret = |password: &[u8]| -> Secret {
         serde_json::from_value(json!({
-            "metadata": {"name": "db-credentials"},
+            "metadata": {"name": "db-credentials",
+                         "annotations": {"comb.internal/replicable": "true"}},
             "data": {"password": ByteString(password.to_vec())}
         }))
         .unwrap()
@@ -324,7 +325,9 @@ async fn a_copy_an_older_comb_wrote_is_taken_over_and_follows_its_source() {
     prod_configs
         .create(
             &PostParams::default(),
-            &config_map(json!({"metadata": {"name": "db-config"}, "data": {"a": "1", "b": "2"}})),
+            &config_map(json!({"metadata": {"name": "db-config",
+                                            "annotations": {"comb.internal/replicable": "true"}},
+                               "data": {"a": "1", "b": "2"}})),
         )
         .await
         .unwrap();

@@ -83,6 +83,19 @@ fn bad_combs() -> Vec<(Value, String)> {
                 .to_string(),
         ),
         (
+            // Issue 19's attack: a Secret of another cluster's namespace, copied by naming it.
+            comb(
+                "thief",
+                json!({"class": "Manifests", "upstream": {"class": "K8s", "context": "dev",
+                    "namespace": "billing", "name": "ledger",
+                    "replicate": [{"kind": "Secret", "name": "ledger-keys"}]}}),
+            ),
+            "spec.upstream names context dev, namespace billing and copies Secret ledger-keys \
+             from it, which layer prod does not allow: add {context: dev, namespaces: [billing], \
+             replicate: true} to layers[0].allowUpstreams"
+                .to_string(),
+        ),
+        (
             comb(
                 "api",
                 json!({"class": "Manifests", "dependsOn": ["platform/api"]}),

@@ -1,8 +1,10 @@
 //! The chart on a real API server: `charts/comb` installed by helm on the demo's real
 //! clusters, then `comb run --once` authenticated as the chart's ServiceAccount (a token of
-//! it per cluster) converges the demo's three layers, which proves the RBAC is enough; and a
-//! write comb must never make (a ClusterRole, a Namespace's deletion, anything outside the
-//! layers' namespaces) is forbidden to it, which proves it is no broader than needed. Needs the real backend (tests/kube/build).
+//! it per cluster) converges the demo's three layers, staging copying prod's `mailer-relay`,
+//! which proves the RBAC is enough; and a write comb must never make (a ClusterRole, a
+//! Namespace's deletion, anything outside the layers' namespaces) is forbidden to it, and so
+//! is a Secret where the values name no replication, which proves it is no broader than needed.
+//! Needs the real backend (tests/kube/build).
 
 use std::path::Path;
 use std::process::Command;
@@ -62,15 +64,32 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
     // RBAC is Roles there, not a ClusterRole. prod's server holds prod's and staging's
     // namespaces, which the chart derives from the layers; dev's holds only `platform`, which
     // `rbac.namespaces` says (the override for clusters that hold some of the layers).
-    let demo_config: serde_json::Value =
+    // staging's borrowed db also copies prod's mailer-relay (which opts in), so that Secrets
+    // are granted where the copies land (staging) and come from (platform), and nowhere else.
+    let mut demo_config: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(world.config_path()).unwrap()).unwrap();
+    let staging = demo_config["layers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|layer| layer["name"] == "staging")
+        .unwrap();
+    staging["borrow"]["replicate"] =
+        serde_json::json!([{"kind": "Secret", "name": "mailer-relay"}]);
     let layers = serde_json::to_string(&demo_config["layers"]).unwrap();
+    // Each cluster's install names the layers it holds; prod's mailer checks `requires.secrets`.
     let values = |cluster: &str| -> Vec<String> {
         let mut values = vec!["--set-json".to_string(), format!("config.layers={layers}")];
-        if cluster == "dev" {
+        let contexts = if cluster == "dev" {
+            r#"rbac.contexts=["dev"]"#
+        } else {
+            r#"rbac.contexts=["prod","staging"]"#
+        };
+        values.extend(["--set-json".to_string(), contexts.to_string()]);
+        if cluster == "prod" {
             values.extend([
                 "--set-json".to_string(),
-                r#"rbac.namespaces=["platform"]"#.to_string(),
+                r#"rbac.secretReadNamespaces=["platform"]"#.to_string(),
             ]);
         }
         values
@@ -88,15 +107,32 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         rendered
     };
     let for_prod = render("prod");
-    for (namespace, roles) in [("platform", 1), ("staging", 1), ("default", 0)] {
+    let roles = |rendered: &str, name: &str, namespace: &str| {
+        rendered
+            .matches(&format!(
+                "kind: Role\nmetadata:\n  name: {name}\n  namespace: {namespace}\n"
+            ))
+            .count()
+    };
+    for (namespace, count) in [("platform", 1), ("staging", 1), ("default", 0)] {
         assert_eq!(
-            for_prod
-                .matches(&format!(
-                    "kind: Role\nmetadata:\n  name: comb\n  namespace: {namespace}\n"
-                ))
-                .count(),
-            roles,
+            roles(&for_prod, "comb", namespace),
+            count,
             "a Role for prod's layers in {namespace}:\n{for_prod}"
+        );
+    }
+    let for_dev = render("dev");
+    for (rendered, name, namespace, count) in [
+        (&for_prod, "comb-secrets", "staging", 1),
+        (&for_prod, "comb-secret-reader", "platform", 1),
+        (&for_prod, "comb-secrets", "platform", 0),
+        (&for_dev, "comb-secrets", "platform", 0),
+        (&for_dev, "comb-secret-reader", "platform", 0),
+    ] {
+        assert_eq!(
+            roles(rendered, name, namespace),
+            count,
+            "Role {name} in {namespace}:\n{rendered}"
         );
     }
 
@@ -122,9 +158,11 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
             String::from_utf8_lossy(&installed.stderr)
         );
         let expected = if cluster == "prod" {
-            "RBAC: Roles in platform, staging."
+            "RBAC: Roles in platform, staging.\nSecrets: read and written in staging; read by name \
+             in platform."
         } else {
-            "RBAC: Roles in platform."
+            "RBAC: Roles in platform.\nSecrets: none (no layer replicates them; \
+             rbac.secretNamespaces and rbac.secretReadNamespaces grant more)."
         };
         assert!(notes.contains(expected), "{notes}");
         assert!(
@@ -166,13 +204,25 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         serde_json::to_string(&kubeconfig).unwrap(),
     )
     .unwrap();
-    let config = std::fs::read_to_string(world.config_path())
-        .unwrap()
-        .replace("sandbox.kubeconfig", "service-account.kubeconfig");
+    demo_config["kubeconfig"] = serde_json::json!("service-account.kubeconfig");
     let config_path = world.dir().join("service-account.yaml");
-    std::fs::write(&config_path, config).unwrap();
+    std::fs::write(&config_path, serde_json::to_string(&demo_config).unwrap()).unwrap();
 
     world.apply_examples().await.expect("the examples apply");
+    let (ok, annotated) = kubectl(
+        &admin,
+        "prod",
+        &[
+            "annotate",
+            "secret",
+            "mailer-relay",
+            "-n",
+            "platform",
+            "comb.internal/replicable=true",
+        ],
+        None,
+    );
+    assert!(ok, "{annotated}");
     let output = tokio::process::Command::new(comb_testkit::bin::comb_path())
         .arg("--config")
         .arg(&config_path)
@@ -182,12 +232,27 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         .expect("comb run runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let forbidden: Vec<&str> = stderr.lines().filter(|l| l.contains("forbidden")).collect();
+    // Where comb has no Secret rights it says so once per watch, and goes on.
+    let (notices, forbidden): (Vec<&str>, Vec<&str>) = stderr
+        .lines()
+        .filter(|l| l.contains("forbidden"))
+        .partition(|l| l.contains("not watching secrets in namespace"));
     assert!(
         forbidden.is_empty(),
         "the chart's RBAC is enough:\n{}",
         forbidden.join("\n")
     );
+    for (layer, namespace) in [("prod", "platform"), ("dev", "platform")] {
+        let said = notices
+            .iter()
+            .filter(|l| {
+                (l.contains(&format!("layer=\"{layer}\"")) || l.contains(&format!("layer={layer}")))
+                    && l.contains(&format!("not watching secrets in namespace {namespace}:"))
+            })
+            .count();
+        assert_eq!(said, 1, "{layer}'s Secrets in {namespace}:\n{stderr}");
+    }
+    assert_eq!(notices.len(), 2, "{}", notices.join("\n"));
     assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
     let (ok, table) = (true, comb_cli(&config_path, &["get"]));
     assert!(ok);
@@ -203,6 +268,24 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
             .unwrap_or_else(|| panic!("no {layer} {name} in\n{table}"));
         assert!(row.contains("Running"), "{row}");
     }
+    let (ok, copy) = kubectl(
+        &admin,
+        "prod",
+        &[
+            "get",
+            "secret",
+            "mailer-relay",
+            "-n",
+            "staging",
+            "-o",
+            "jsonpath={.metadata.labels.comb\\.internal/comb}",
+        ],
+        None,
+    );
+    assert!(
+        ok && copy.trim() == "db",
+        "staging's db copied mailer-relay: {copy}"
+    );
 
     // No broader than needed.
     for (args, what) in [
@@ -240,13 +323,54 @@ async fn comb_run_as_the_charts_service_account_converges_the_demo_and_may_do_no
         ),
         (
             vec!["auth", "can-i", "create", "secrets", "-n", "platform"],
-            "write Secrets where no layer replicates them",
+            "write Secrets where no copy lands",
+        ),
+        (
+            vec!["auth", "can-i", "list", "secrets", "-n", "platform"],
+            "list Secrets where copies come from",
+        ),
+        (
+            vec!["auth", "can-i", "get", "secrets", "-n", "default"],
+            "read Secrets where no replication is named",
+        ),
+        (
+            vec!["auth", "can-i", "get", "secrets", "-n", "dev:platform"],
+            "read Secrets on dev's cluster, where no replication is named",
         ),
     ] {
-        let (allowed, answer) = kubectl(&service_account, "prod", &args, None);
+        // `dev:NAMESPACE` asks dev's cluster.
+        let mut args = args;
+        let last = args.pop().unwrap_or_default();
+        let cluster = match last.strip_prefix("dev:") {
+            Some(namespace) => {
+                args.push(namespace);
+                "dev"
+            }
+            None => {
+                args.push(last);
+                "prod"
+            }
+        };
+        let (allowed, answer) = kubectl(&service_account, cluster, &args, None);
         assert!(
             !allowed && answer.lines().any(|line| line.trim() == "no"),
             "the chart's ServiceAccount may not {what}: {answer}"
+        );
+    }
+    for (verb, namespace) in [
+        ("get", "platform"),
+        ("get", "staging"),
+        ("patch", "staging"),
+    ] {
+        let (allowed, answer) = kubectl(
+            &service_account,
+            "prod",
+            &["auth", "can-i", verb, "secrets", "-n", namespace],
+            None,
+        );
+        assert!(
+            allowed,
+            "the chart's ServiceAccount may {verb} Secrets in {namespace}: {answer}"
         );
     }
     for namespace in ["platform", "staging"] {
@@ -320,22 +444,33 @@ fn a_layer_that_takes_every_namespace_gets_a_cluster_role() {
     assert_eq!(rendered.matches("\nkind: Role\n").count(), 1, "{rendered}");
 }
 
-/// Secrets are written only in the namespaces of the layers that replicate them.
+/// Secrets are written only in the namespaces of the layers that replicate them, and read (by
+/// name) only where copies come from.
 #[test]
-fn secrets_are_writable_only_where_a_layer_replicates_them() {
-    if !available_or_skip("chart_rbac::secrets_are_writable_only_where_a_layer_replicates_them") {
+fn secrets_are_granted_only_where_the_values_name_replication() {
+    if !available_or_skip("chart_rbac::secrets_are_granted_only_where_the_values_name_replication")
+    {
         return;
     }
     let render =
         |layers: &str| helm_template(["--set-json".to_string(), format!("config.layers={layers}")]);
-    let secret_writers = |rendered: &str| -> Vec<String> {
+    let roles_named = |rendered: &str, name: &str| -> Vec<String> {
         rendered
             .split("\n---")
-            .filter(|doc| doc.contains("\nkind: Role\n") && doc.contains("name: comb-secrets\n"))
+            .filter(|doc| {
+                doc.contains("\nkind: Role\n") && doc.contains(&format!("  name: {name}\n"))
+            })
             .filter_map(|doc| doc.lines().find_map(|l| l.strip_prefix("  namespace: ")))
             .map(str::to_string)
             .collect()
     };
+    let secret_writers = |rendered: &str| roles_named(rendered, "comb-secrets");
+    let secret_readers = |rendered: &str| roles_named(rendered, "comb-secret-reader");
+    let nothing = render(r#"[{"name":"prod","context":"prod","namespaces":["platform"]}]"#);
+    assert!(
+        !nothing.contains("secrets"),
+        "no Secret rule at all:\n{nothing}"
+    );
     let replicating = render(
         r#"[{"name":"prod","context":"prod","namespaces":["platform"]},
             {"name":"dev","context":"dev","namespaces":["dev-a","dev-b"],
@@ -346,6 +481,21 @@ fn secrets_are_writable_only_where_a_layer_replicates_them() {
         ["dev-a", "dev-b"],
         "{replicating}"
     );
+    assert!(
+        secret_readers(&replicating).is_empty(),
+        "the sources (the Combs' own namespaces, in prod) are granted already, as one cluster\n{replicating}"
+    );
+    // A layer's serviceAccount reads the sources; a Comb's own spec.upstream copies only where
+    // allowUpstreams says, from the namespaces it names.
+    let allowed = render(
+        r#"[{"name":"prod","context":"prod","namespaces":["platform","billing"]},
+            {"name":"dev","context":"dev","namespaces":["team-a"],"serviceAccount":"copier",
+             "borrow":{"from":"prod","namespace":"platform","replicate":[{"kind":"Secret","name":"x"}]}},
+            {"name":"qa","context":"qa","namespaces":["qa"],
+             "allowUpstreams":[{"layer":"prod","namespaces":["billing"],"replicate":true},{"layer":"prod"}]}]"#,
+    );
+    assert_eq!(secret_writers(&allowed), ["qa", "team-a"], "{allowed}");
+    assert_eq!(secret_readers(&allowed), ["billing"], "{allowed}");
     let config_maps_only = render(
         r#"[{"name":"prod","context":"prod","namespaces":["platform"]},
             {"name":"dev","context":"dev","namespaces":["dev"],

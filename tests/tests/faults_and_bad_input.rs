@@ -55,6 +55,20 @@ fn http(url: &str, method: &str, path: &str, body: &str) -> String {
     response
 }
 
+/// The demo's layers, with dev allowing its Combs' own `spec.upstream` to borrow from prod and
+/// copy from there, as dev's vault asks.
+fn allow_dev_to_copy_from_prod(world: &DemoWorld) {
+    let path = world.config_path();
+    let text = std::fs::read_to_string(&path).expect("the demo's configuration reads");
+    let mut config: Value = serde_saphyr::from_str(&text).expect("the demo's configuration");
+    let dev = config["layers"]
+        .as_array_mut()
+        .and_then(|layers| layers.iter_mut().find(|layer| layer["name"] == "dev"))
+        .expect("the demo has a layer dev");
+    dev["allowUpstreams"] = json!([{"layer": "prod", "replicate": true}]);
+    std::fs::write(&path, config.to_string()).expect("the configuration is written");
+}
+
 fn fault(world: &DemoWorld, cluster: &str, fault: Value) {
     let controls = world.sandbox.controls(cluster).expect("controls");
     controls.inject(serde_json::from_value(fault).expect("a fault"));
@@ -218,12 +232,15 @@ async fn faults_and_bad_input_end_converged_with_nothing_lost_and_no_secret_anyw
         .await
         .expect("the demo's clusters start");
     world.apply_examples().await.expect("the examples apply");
+    allow_dev_to_copy_from_prod(&world);
     let token = base64::engine::general_purpose::STANDARD.encode(CANARY);
     world
         .apply(
             "prod",
             &json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "api-token", "namespace": "platform"}, "data": {"token": token}}),
+            "metadata": {"name": "api-token", "namespace": "platform",
+                         "annotations": {"comb.internal/replicable": "true"}},
+            "data": {"token": token}}),
         )
         .await
         .unwrap();

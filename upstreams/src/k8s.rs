@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 use crate::args::Args;
 use crate::error::{Error, Result};
 use crate::replicate::{Replica, parse_replicas, replicate};
-use crate::upstream::{Upstream, UpstreamContext, UpstreamStatus};
+use crate::upstream::{PeerReads, Reads, Upstream, UpstreamContext, UpstreamStatus};
 use comb_kubeconfigs::describe_error;
 
 /// The canonical class name.
@@ -307,6 +307,14 @@ impl Upstream for K8s {
     async fn replicate_into(&self, ctx: &UpstreamContext) -> Result<Vec<ManagedObject>> {
         replicate(ctx, &self.context, self.peer_namespace(ctx), &self.replicas).await
     }
+
+    fn reads(&self, ctx: &UpstreamContext) -> Reads {
+        Reads::Peer(PeerReads {
+            context: self.context.clone(),
+            namespace: self.peer_namespace(ctx).to_string(),
+            replicas: self.replicas.clone(),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -444,6 +452,35 @@ mod tests {
             }),
         };
         assert_eq!(status_of("p", &empty_upstream).via.unwrap(), ["p"]);
+    }
+
+    /// What a layer judges: the context (a `layer:` resolved), the namespace (the Comb's own
+    /// unless given) and the copies.
+    #[test]
+    fn reads_name_the_peers_context_namespace_and_copies() {
+        let ctx = context();
+        let args = |value: Value| value.as_object().cloned().unwrap();
+        let cases = [
+            (json!({"context": "prod"}), "prod", "platform", vec![]),
+            (
+                json!({"layer": "production", "namespace": "billing", "name": "ledger",
+                       "replicate": [{"kind": "Secret", "name": "ledger-keys"}]}),
+                "prod",
+                "billing",
+                vec![Replica::secret("ledger-keys")],
+            ),
+        ];
+        for (spec, context, namespace, replicas) in cases {
+            let upstream = K8s::from_args(&args(spec), &ctx).unwrap();
+            assert_eq!(
+                upstream.reads(&ctx),
+                Reads::Peer(PeerReads {
+                    context: context.into(),
+                    namespace: namespace.into(),
+                    replicas,
+                })
+            );
+        }
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub use k8s::{K8S_CLASS, K8s, PEER_READ_TIMEOUT};
 pub use replicate::{Replica, ReplicaKind};
 pub use resolve::{Resolved, UPSTREAM_NAMESPACE, UpstreamClasses, UpstreamFactory};
 pub use static_upstream::{STATIC_CLASS, Static};
-pub use upstream::{PeerCombs, Upstream, UpstreamContext, UpstreamStatus};
+pub use upstream::{PeerCombs, PeerReads, Reads, Upstream, UpstreamContext, UpstreamStatus};
 
 /// A context for unit tests: Comb `platform/db` running in context `dev`, with contexts `prod`,
 /// `staging` (prod's server) and `dev` (its own), and layers `production` and `development`.
@@ -66,7 +66,7 @@ contexts:
                 .into_iter()
                 .map(|(layer, context)| (layer.to_string(), context.to_string()))
                 .collect(),
-            write_as: None,
+            act_as: None,
             peers: None,
         }
     }

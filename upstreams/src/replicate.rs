@@ -1,8 +1,12 @@
 //! Replication (`replicate_into` of the K8s upstream): Secrets and ConfigMaps copied from the
 //! peer's namespace into the borrowing Comb's, labelled as the Comb's, on every borrowing step.
 //!
-//! Opt-in per object, never implicit. Messages name objects, never their values. An object of
-//! that name in the Comb's namespace that is not the Comb's is never overwritten.
+//! Opt-in per object, never implicit, on both sides: the Comb (or its layer) names what it
+//! copies, and the source says it may be copied (`<labelPrefix>replicable: "true"`, as Linkerd's
+//! `mirror.linkerd.io/exported`). The source is read as the layer's identity
+//! ([`UpstreamContext::act_as`]), so that the source cluster's RBAC decides, not the
+//! controller's own rights. Messages name objects, never their values. An object of that name in
+//! the Comb's namespace that is not the Comb's is never overwritten.
 //!
 //! Copies are written as comb writes a Comb's resources (README, "How comb writes"): a forced
 //! server-side apply as field manager [`FIELD_MANAGER`], only when the copy differs, and a copy
@@ -156,6 +160,23 @@ fn replicated_from_key(ctx: &UpstreamContext) -> String {
     format!("{}replicated-from", ctx.labels.prefix())
 }
 
+/// Whether `source` (at `place`) opts in to being copied: its annotation
+/// `<labelPrefix>replicable` is `"true"`. The refusal names the object and the missing opt-in.
+fn check_replicable(source: &Value, ctx: &UpstreamContext, place: &str) -> Result<()> {
+    let key = ctx.labels.replicable_annotation();
+    let opted_in = source
+        .pointer("/metadata/annotations")
+        .and_then(|annotations| annotations.get(&key))
+        .and_then(Value::as_str)
+        == Some("true");
+    if opted_in {
+        return Ok(());
+    }
+    Err(Error::Replication(format!(
+        "{place} is not replicable: annotate it {key}=true to allow copies"
+    )))
+}
+
 /// What to do with the Comb's copy.
 #[derive(Debug, PartialEq)]
 enum Write {
@@ -285,25 +306,30 @@ pub(crate) async fn replicate(
              namespace on the same API server, so there is nothing to copy"
         )));
     }
-    let source_client = ctx
-        .pool
-        .client(from_context)
-        .await
-        .map_err(|e| fail(e.to_string()))?;
+    // The layer's identity, if it names one: the source cluster's RBAC decides what it may
+    // read, and the copies are the Comb's resources, written as every other one.
+    let acting_client = |context: &str| {
+        let context = context.to_string();
+        async move {
+            match &ctx.act_as {
+                Some(user) => ctx.pool.impersonating_client(&context, user).await,
+                None => ctx.pool.client(&context).await,
+            }
+            .map_err(|e| fail(e.to_string()))
+        }
+    };
+    let source_client = acting_client(from_context).await?;
+    let writer_client = acting_client(&ctx.context).await?;
     let target_client = ctx
         .pool
         .client(&ctx.context)
         .await
         .map_err(|e| fail(e.to_string()))?;
-    // The copies are the Comb's resources: written as its layer's service account, if any.
-    let writer_client = match &ctx.write_as {
-        Some(user) => ctx
-            .pool
-            .impersonating_client(&ctx.context, user)
-            .await
-            .map_err(|e| fail(e.to_string()))?,
-        None => target_client.clone(),
-    };
+    let reader = ctx
+        .act_as
+        .as_ref()
+        .map(|user| format!(" as {user}"))
+        .unwrap_or_default();
     let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
 
     let mut copied = Vec::with_capacity(replicas.len());
@@ -329,15 +355,18 @@ pub(crate) async fn replicate(
             Ok(Ok(object)) => to_value(&object, &source_place)?,
             Ok(Err(e)) => {
                 let error = describe_error(&e);
-                return Err(fail(format!("reading {source_place} failed: {error}")));
+                return Err(fail(format!(
+                    "reading {source_place}{reader} failed: {error}"
+                )));
             }
             Err(_) => {
                 let seconds = PEER_READ_TIMEOUT.as_secs();
                 return Err(fail(format!(
-                    "reading {source_place} failed: no answer within {seconds}s"
+                    "reading {source_place}{reader} failed: no answer within {seconds}s"
                 )));
             }
         };
+        check_replicable(&source, ctx, &source_place)?;
         let desired = desired_copy(replica, &source, ctx, &origin(replica));
         let live = target_api
             .get_opt(name)
@@ -495,6 +524,46 @@ mod tests {
         assert_eq!(config["data"], json!({"a": "1"}));
         assert_eq!(config["binaryData"], json!({"b": "AA=="}));
         assert!(config.get("type").is_none());
+    }
+
+    #[test]
+    fn only_a_source_that_opts_in_is_copied() {
+        let ctx = context();
+        let place = "Secret ledger-keys in namespace billing of context prod";
+        let source = |annotations: Value| {
+            json!({"metadata": {"name": "ledger-keys", "annotations": annotations},
+                   "data": {"key": "c2VjcmV0"}})
+        };
+        let refusal = "Secret ledger-keys in namespace billing of context prod is not \
+                       replicable: annotate it comb.internal/replicable=true to allow copies";
+        let cases = [
+            (source(json!({"comb.internal/replicable": "true"})), None),
+            (
+                source(json!({"comb.internal/replicable": "false"})),
+                Some(refusal),
+            ),
+            (
+                source(json!({"comb.internal/replicable": "yes"})),
+                Some(refusal),
+            ),
+            (
+                source(json!({"other.example/replicable": "true"})),
+                Some(refusal),
+            ),
+            (source(Value::Null), Some(refusal)),
+            (json!({"metadata": {"name": "ledger-keys"}}), Some(refusal)),
+        ];
+        for (source, expected) in cases {
+            let got = check_replicable(&source, &ctx, place)
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(got.as_deref(), expected, "{source}");
+        }
+        // The prefix is the controller's.
+        let mut custom = context();
+        custom.labels = comb_api::LabelKeys::new("example.com/");
+        let opted = json!({"metadata": {"annotations": {"example.com/replicable": "true"}}});
+        assert!(check_replicable(&opted, &custom, place).is_ok());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::args::{Args, check_keys, describe};
 use crate::error::{Error, Result};
-use crate::upstream::{Upstream, UpstreamContext, UpstreamStatus};
+use crate::upstream::{Reads, Upstream, UpstreamContext, UpstreamStatus};
 
 /// The canonical class name.
 pub const STATIC_CLASS: &str = "Kubernetes::Comb::Upstream::Static";
@@ -169,6 +169,11 @@ impl Upstream for Static {
     async fn endpoints(&self, _ctx: &UpstreamContext) -> Result<Vec<Endpoint>> {
         Ok(self.endpoints.clone())
     }
+
+    /// Its answers are its arguments: it reads nothing, so any Comb may name it.
+    fn reads(&self, _ctx: &UpstreamContext) -> Reads {
+        Reads::Nothing
+    }
 }
 
 #[cfg(test)]
@@ -205,6 +210,7 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+        assert_eq!(upstream.reads(&context()), Reads::Nothing);
     }
 
     #[tokio::test]

@@ -34,6 +34,36 @@ pub trait Upstream: Send + Sync + fmt::Debug {
     async fn replicate_into(&self, _ctx: &UpstreamContext) -> Result<Vec<ManagedObject>> {
         Ok(Vec::new())
     }
+
+    /// What the upstream makes the controller read on the Comb's behalf, for the layer to judge
+    /// when a Comb's own `spec.upstream` names it (its author is not trusted the way the layer
+    /// configuration and the classes' code are). Default: [`Reads::Undeclared`], which only
+    /// trusted sources may use; an upstream class a CR may name says what it reads.
+    fn reads(&self, _ctx: &UpstreamContext) -> Reads {
+        Reads::Undeclared
+    }
+}
+
+/// What an upstream reads on its Comb's behalf ([`Upstream::reads`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reads {
+    /// Nothing in any cluster: its answers are its arguments (Static).
+    Nothing,
+    /// A peer Comb, and what is copied from its namespace.
+    Peer(PeerReads),
+    /// The upstream class does not say.
+    Undeclared,
+}
+
+/// The peer Comb a K8s upstream reads and the objects it copies from the peer's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerReads {
+    /// The kube context of the peer.
+    pub context: String,
+    /// The peer's namespace, where the copies come from.
+    pub namespace: String,
+    /// The objects copied into the Comb's namespace.
+    pub replicas: Vec<crate::Replica>,
 }
 
 /// What [`Upstream::status`] answers.
@@ -73,10 +103,12 @@ pub struct UpstreamContext {
     pub managed_by: String,
     /// The federation's layers: name -> kube context, for `layer: NAME` (empty outside one).
     pub layers: BTreeMap<String, String>,
-    /// The user writes into the Comb's namespace impersonate (its layer's `serviceAccount`,
-    /// `system:serviceaccount:<namespace>:<name>`); `None`: the context's own user. Reads keep
-    /// the context's own user.
-    pub write_as: Option<String>,
+    /// The user replication impersonates (its layer's `serviceAccount`,
+    /// `system:serviceaccount:<namespace>:<name>`), to read the source, so that the source
+    /// cluster's RBAC decides what may be copied, and to write the copies, as every write of
+    /// the Comb's resources; `None`: the contexts' own users. Peer Combs are read as the
+    /// context's own user (their status is what every Comb publishes).
+    pub act_as: Option<String>,
     /// Peer Comb CRs as a watch holds them (the federation controller's layers): a K8s
     /// upstream asks here first and reads the API server only for a peer no watch covers.
     pub peers: Option<Arc<dyn PeerCombs>>,
@@ -98,7 +130,7 @@ impl fmt::Debug for UpstreamContext {
             .field("context", &self.context)
             .field("group", &self.group)
             .field("layers", &self.layers)
-            .field("write_as", &self.write_as)
+            .field("act_as", &self.act_as)
             .field("peers", &self.peers.is_some())
             .finish_non_exhaustive()
     }

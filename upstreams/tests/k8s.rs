@@ -71,7 +71,7 @@ impl Clusters {
             labels: LabelKeys::default(),
             managed_by: "comb".into(),
             layers: BTreeMap::new(),
-            write_as: None,
+            act_as: None,
             peers: None,
         }
     }
@@ -305,12 +305,14 @@ async fn replication_copies_refreshes_and_never_overwrites_what_is_not_ours() ->
     let dev_secrets: Api<Secret> = clusters.api("dev", "platform").await?;
     let dev_configs: Api<ConfigMap> = clusters.api("dev", "platform").await?;
     let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "db-credentials", "labels": {"team": "db"}},
+        "metadata": {"name": "db-credentials", "labels": {"team": "db"},
+                     "annotations": {"comb.internal/replicable": "true"}},
         "type": "Opaque", "data": {"password": "czNjcmV0"}
     }))?;
     prod_secrets.create(&PostParams::default(), &secret).await?;
     let config: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "db-config"}, "data": {"max_connections": "100"}
+        "metadata": {"name": "db-config", "annotations": {"comb.internal/replicable": "true"}},
+        "data": {"max_connections": "100"}
     }))?;
     prod_configs.create(&PostParams::default(), &config).await?;
 

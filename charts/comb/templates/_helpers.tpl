@@ -24,34 +24,97 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - {{ printf "%s.%s.svc" $service .Release.Namespace }}
 - {{ printf "%s.%s.svc.%s" $service .Release.Namespace $domain }}
 {{- end -}}
-{{/* Where the controller's RBAC applies, as JSON {clusterWide, namespaces, secrets:
-     {clusterWide, namespaces}}: `rbac.namespaces` when set; else every namespace the layers
-     name (`namespaces` and `allowNamespaces`), unless some layer takes every namespace (no
-     `namespaces`), which needs a ClusterRole. Secrets are written only where a layer replicates
-     them from its upstream (`borrow.replicate` of kind Secret), or where `rbac.secretNamespaces`
-     says (classes of your own that deploy Secrets). */}}
+{{/* Where the controller's RBAC applies in this cluster, as JSON {clusterWide, namespaces,
+     secretWriters: {clusterWide, namespaces}, secretReaders: {clusterWide, namespaces}}. Only
+     the layers whose context is in `rbac.contexts` count (all when it is empty: one cluster).
+     `rbac.namespaces` when set; else every namespace those layers name (`namespaces` and
+     `allowNamespaces`), unless one takes every namespace (no `namespaces`): a ClusterRole.
+
+     Secrets only where the values name replication. Comb reads and writes them where copies
+     land: the namespaces of a layer here that replicates (`borrow.replicate` of kind Secret, or
+     an `allowUpstreams` entry with `replicate: true`). It reads them (get, by name) where copies
+     come from, when the source's context is here and the replicating layer has no
+     `serviceAccount` (with one, the source is read as that account, whose RBAC the source's
+     administrator grants): `borrow.namespace`, else the layer's own namespaces; an entry's
+     `namespaces`, else its layer's, else every namespace. `rbac.secretNamespaces` (read and
+     write: Combs that deploy Secrets) and `rbac.secretReadNamespaces` (get: `requires.secrets`)
+     add to what is derived. */}}
 {{- define "comb.rbacScope" -}}
+{{- $all := .Values.config.layers | default list -}}
+{{- $contexts := .Values.rbac.contexts | default list -}}
 {{- $namespaces := list -}}
 {{- $clusterWide := false -}}
-{{- $secretNamespaces := list -}}
-{{- $secretsClusterWide := false -}}
-{{- range .Values.config.layers -}}
-{{- if .namespaces -}}
-{{- $namespaces = concat $namespaces .namespaces (.allowNamespaces | default list) -}}
+{{- $writeNamespaces := list -}}
+{{- $writeClusterWide := false -}}
+{{- $readNamespaces := list -}}
+{{- $readClusterWide := false -}}
+{{- range $layer := $all -}}
+{{- $here := or (not $contexts) (has $layer.context $contexts) -}}
+{{- if $here -}}
+{{- if $layer.namespaces -}}
+{{- $namespaces = concat $namespaces $layer.namespaces ($layer.allowNamespaces | default list) -}}
 {{- else -}}
 {{- $clusterWide = true -}}
 {{- end -}}
-{{- $replicatesSecrets := false -}}
-{{- range ((.borrow | default dict).replicate | default list) -}}
+{{- end -}}
+{{- $borrow := $layer.borrow | default dict -}}
+{{- $borrowsSecrets := false -}}
+{{- range ($borrow.replicate | default list) -}}
 {{- if eq (.kind | default "") "Secret" -}}
-{{- $replicatesSecrets = true -}}
+{{- $borrowsSecrets = true -}}
 {{- end -}}
 {{- end -}}
-{{- if $replicatesSecrets -}}
-{{- if .namespaces -}}
-{{- $secretNamespaces = concat $secretNamespaces .namespaces -}}
+{{- $copying := list -}}
+{{- range ($layer.allowUpstreams | default list) -}}
+{{- if .replicate -}}
+{{- $copying = append $copying . -}}
+{{- end -}}
+{{- end -}}
+{{- if and $here (or $borrowsSecrets $copying) -}}
+{{- if $layer.namespaces -}}
+{{- $writeNamespaces = concat $writeNamespaces $layer.namespaces -}}
 {{- else -}}
-{{- $secretsClusterWide = true -}}
+{{- $writeClusterWide = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $layer.serviceAccount -}}
+{{- if $borrowsSecrets -}}
+{{- $sourceContext := "" -}}
+{{- range $all -}}
+{{- if eq .name $borrow.from -}}
+{{- $sourceContext = .context -}}
+{{- end -}}
+{{- end -}}
+{{- if or (not $contexts) (has $sourceContext $contexts) -}}
+{{- if $borrow.namespace -}}
+{{- $readNamespaces = append $readNamespaces $borrow.namespace -}}
+{{- else if $layer.namespaces -}}
+{{- $readNamespaces = concat $readNamespaces $layer.namespaces -}}
+{{- else -}}
+{{- $readClusterWide = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $entry := $copying -}}
+{{- $sources := $entry.namespaces | default list -}}
+{{- $sourceContext := $entry.context | default "" -}}
+{{- if $entry.layer -}}
+{{- range $all -}}
+{{- if eq .name $entry.layer -}}
+{{- $sourceContext = .context -}}
+{{- if not $sources -}}
+{{- $sources = .namespaces | default list -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if or (not $contexts) (has $sourceContext $contexts) -}}
+{{- if $sources -}}
+{{- $readNamespaces = concat $readNamespaces $sources -}}
+{{- else -}}
+{{- $readClusterWide = true -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -59,16 +122,23 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- $namespaces = .Values.rbac.namespaces -}}
 {{- $clusterWide = false -}}
 {{- end -}}
-{{- if .Values.rbac.secretNamespaces -}}
-{{- $secretNamespaces = .Values.rbac.secretNamespaces -}}
-{{- $secretsClusterWide = false -}}
+{{- $writeNamespaces = concat $writeNamespaces (.Values.rbac.secretNamespaces | default list) -}}
+{{- $readNamespaces = concat $readNamespaces (.Values.rbac.secretReadNamespaces | default list) -}}
+{{- $writeNamespaces = $writeNamespaces | uniq | sortAlpha -}}
+{{- /* Where comb writes Secrets it reads them too: no second grant there. */ -}}
+{{- $readOnly := list -}}
+{{- range ($readNamespaces | uniq | sortAlpha) -}}
+{{- if not (has . $writeNamespaces) -}}
+{{- $readOnly = append $readOnly . -}}
 {{- end -}}
-{{- $secrets := dict "clusterWide" $secretsClusterWide "namespaces" ($secretNamespaces | uniq | sortAlpha) -}}
-{{- dict "clusterWide" $clusterWide "namespaces" ($namespaces | uniq | sortAlpha) "secrets" $secrets | toJson -}}
 {{- end -}}
-{{/* The rules comb needs wherever it acts (a ClusterRole's or each namespace's Role). Secrets
-     are read there (a class's prerequisites, a replica's source); writing them is
-     "comb.secretWriterRules", granted only where replication needs it. */}}
+{{- $writers := dict "clusterWide" $writeClusterWide "namespaces" $writeNamespaces -}}
+{{- $readers := dict "clusterWide" (and $readClusterWide (not $writeClusterWide)) "namespaces" (ternary (list) $readOnly $writeClusterWide) -}}
+{{- dict "clusterWide" $clusterWide "namespaces" ($namespaces | uniq | sortAlpha) "secretWriters" $writers "secretReaders" $readers | toJson -}}
+{{- end -}}
+{{/* The rules comb needs wherever it acts (a ClusterRole's or each namespace's Role). No
+     Secrets: "comb.secretWriterRules" and "comb.secretReaderRules" are granted only where the
+     values name replication (see "comb.rbacScope"). */}}
 {{- define "comb.rules" -}}
 - apiGroups: [{{ .Values.config.group | default "comb.internal" | quote }}]
   resources: [combs]
@@ -80,7 +150,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
   resources: [services, configmaps, persistentvolumeclaims, serviceaccounts]
   verbs: [get, list, watch, create, update, patch, delete]
 - apiGroups: [""]
-  resources: [secrets, pods]
+  resources: [pods]
   verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods/log]
@@ -104,8 +174,16 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+{{/* Where copies land (and where classes deploy Secrets): their watch, the copies' writes,
+     their prune. */}}
 {{- define "comb.secretWriterRules" -}}
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [create, update, patch, delete]
+  verbs: [get, list, watch, create, update, patch, delete]
+{{- end -}}
+{{/* Where copies come from (and `requires.secrets`): one Secret by name, never a list. */}}
+{{- define "comb.secretReaderRules" -}}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
 {{- end -}}

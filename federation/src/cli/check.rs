@@ -1,8 +1,8 @@
 //! `comb check`: can the controller work? Every layer reachable, the CRD installed and
 //! established, the permissions it needs (where the API server answers SelfSubjectAccessReview),
 //! the layers borrowed from reachable, no dependency cycles, no upstream loops, every Comb able to
-//! work as written (its dependencies there, its upstream's context or layer known, its build not
-//! failed; Pending is fine). Exit code 1 when any check failed.
+//! work as written (its dependencies there, its upstream's context or layer known and allowed,
+//! its build not failed; Pending is fine). Exit code 1 when any check failed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -67,7 +67,6 @@ const PERMISSIONS: &[(&str, &str, &str)] = &[
     ("update", "", "combs"),
     ("update", "", "combs/status"),
     ("create", "", "events"),
-    ("get", "", "secrets"),
     ("get", "", "configmaps"),
     ("create", "", "services"),
     ("update", "", "services"),
@@ -77,6 +76,14 @@ const PERMISSIONS: &[(&str, &str, &str)] = &[
     ("delete", "apps", "deployments"),
     ("create", "apps", "statefulsets"),
     ("create", "discovery.k8s.io", "endpointslices"),
+];
+
+/// What a layer whose Combs get copies of Secrets needs besides (comb has no business with
+/// Secrets elsewhere): reading the copies, writing them.
+const SECRET_PERMISSIONS: &[(&str, &str, &str)] = &[
+    ("get", "", "secrets"),
+    ("create", "", "secrets"),
+    ("patch", "", "secrets"),
 ];
 
 /// The dependency cycles among the Combs of one layer, as `ns/a -> ns/b -> ns/a`.
@@ -167,10 +174,12 @@ fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
             }
         }
         if let Some(ready) = comb.status.as_ref().and_then(|status| status.ready())
-            && ready.reason == Some(comb_api::Reason::BuildFailed)
+            && let Some(
+                reason @ (comb_api::Reason::BuildFailed | comb_api::Reason::UpstreamForbidden),
+            ) = &ready.reason
         {
             problems.push(format!(
-                "BuildFailed: {}",
+                "{reason}: {}",
                 ready.message.as_deref().unwrap_or_default()
             ));
         }
@@ -352,9 +361,15 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
         Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
         None => vec![None],
     };
+    let copies = if layer.replicates() {
+        SECRET_PERMISSIONS
+    } else {
+        &[]
+    };
+    let permissions: Vec<&(&str, &str, &str)> = PERMISSIONS.iter().chain(copies).collect();
     let mut denied = Vec::new();
     for namespace in &namespaces {
-        for (verb, group, resource) in PERMISSIONS {
+        for (verb, group, resource) in permissions.iter().copied() {
             let (resource, subresource) = match resource.split_once('/') {
                 Some((resource, sub)) => (resource, Some(sub.to_string())),
                 None => (*resource, None),
@@ -412,7 +427,7 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
             "permissions",
             &layer.name,
             Outcome::Ok,
-            format!("{} verb(s) allowed", PERMISSIONS.len() * namespaces.len()),
+            format!("{} verb(s) allowed", permissions.len() * namespaces.len()),
         )
     } else {
         Check::new(
@@ -568,11 +583,21 @@ mod tests {
             "metadata": {"name": "lost", "namespace": "platform"},
             "spec": {"class": "Manifests", "upstream": {"class": "K8s", "layer": "qa"}}}))
         .unwrap();
+        let mut forbidden = comb("copier", &[], None);
+        forbidden.status = Some(
+            serde_json::from_value(json!({"phase": "Error", "conditions": [
+                {"type": "Ready", "status": "False", "reason": "UpstreamForbidden",
+                 "message": "spec.upstream names context prod, namespace billing, which layer dev \
+                             does not allow: add {layer: prod, namespaces: [billing]} to \
+                             layers[1].allowUpstreams"}]}))
+            .unwrap(),
+        );
         let broken = [
             comb("orphan", &["cache", "apps/db"], None),
             unbuilt,
             far,
             lost,
+            forbidden,
         ];
         let checks = comb_checks("prod", &broken, &names());
         assert_eq!(checks[3].outcome, Outcome::Failed);
@@ -582,7 +607,10 @@ mod tests {
              platform/orphan: depends on apps/db, which is not a Comb of the layer; \
              platform/unbuilt: BuildFailed: spec.class: Redis is not a known class; \
              platform/far: spec.upstream.context stagin is not a context of the kubeconfig (contexts: prod, dev); \
-             platform/lost: spec.upstream.layer qa is not a layer (layers: prod, dev)"
+             platform/lost: spec.upstream.layer qa is not a layer (layers: prod, dev); \
+             platform/copier: UpstreamForbidden: spec.upstream names context prod, namespace \
+             billing, which layer dev does not allow: add {layer: prod, namespaces: [billing]} to \
+             layers[1].allowUpstreams"
         );
     }
 

@@ -231,9 +231,10 @@ impl Opened {
         match &self.upstream {
             UpstreamResolution::Local => Ok(None),
             UpstreamResolution::Borrowed(borrowing) => Ok(Some(borrowing)),
-            UpstreamResolution::Failed(message) => Err(anyhow::anyhow!(
-                "{}: resolving the upstream failed: {message}",
-                self.located.location
+            failed => Err(anyhow::anyhow!(
+                "{}: {}",
+                self.located.location,
+                failed.failure().unwrap_or_default()
             )),
         }
     }

@@ -28,7 +28,9 @@ pub use validate::{
 
 use crate::engine::borrow::{BorrowEnv, Controlling};
 use crate::engine::class::Settings;
-use crate::engine::tenancy::{GroupKind, PolicyOrigin, ServiceAccountRef, Tenancy};
+use crate::engine::tenancy::{
+    GroupKind, LayerScope, PolicyOrigin, ServiceAccountRef, Tenancy, UpstreamGrant, UpstreamPolicy,
+};
 use crate::error::{Error, Result};
 
 /// A checked federation configuration. Build it with [`Config::load`] or [`Config::from_yaml`];
@@ -68,8 +70,30 @@ pub struct Layer {
     pub allow_namespaces: Vec<String>,
     /// The cluster-scoped Kinds a Comb may write (none by default).
     pub allow_cluster_scoped: Vec<GroupKind>,
-    /// Whom comb impersonates for every write of a Comb's resources; `None`: itself.
+    /// Whom comb impersonates for every write of a Comb's resources, and to read what a Comb
+    /// replicates; `None`: itself.
     pub service_account: Option<ServiceAccountRef>,
+    /// Which upstreams a Comb's own `spec.upstream` may name besides a peer in its own context
+    /// and namespace (none by default).
+    pub allow_upstreams: Vec<AllowUpstream>,
+}
+
+/// `layers[].allowUpstreams[]`: peers a Comb's own `spec.upstream` may name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllowUpstream {
+    pub target: UpstreamTarget,
+    /// The peers' namespaces; `None`: those the layer manages (`layer:`; all when it manages
+    /// all), or any (`context:`).
+    pub namespaces: Option<Vec<String>>,
+    /// Whether a Comb may copy Secrets and ConfigMaps from there (`replicate`); default false.
+    pub replicate: bool,
+}
+
+/// Where the peers an [`AllowUpstream`] allows run: the context of a layer, or a kube context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    Layer(String),
+    Context(String),
 }
 
 /// `layers[].borrow`: which Combs of the layer borrow from their peer in another layer.
@@ -159,6 +183,15 @@ impl Layer {
             },
             _ => BorrowDecision::NoSay,
         }
+    }
+
+    /// Whether Combs of this layer may get copies of Secrets or ConfigMaps: its `borrow`
+    /// replicates, or an `allowUpstreams` entry lets `spec.upstream` replicate.
+    pub fn replicates(&self) -> bool {
+        self.borrow
+            .as_ref()
+            .is_some_and(|borrow| !borrow.replicate.is_empty())
+            || self.allow_upstreams.iter().any(|allowed| allowed.replicate)
     }
 
     /// Whether Comb `namespace/name` is built as its stub in this layer.
@@ -329,7 +362,45 @@ impl Config {
             allow_namespaces: layer.allow_namespaces.clone(),
             allow_cluster_scoped: layer.allow_cluster_scoped.clone(),
             service_account: layer.service_account.clone(),
+            upstreams: UpstreamPolicy {
+                grants: layer
+                    .allow_upstreams
+                    .iter()
+                    .filter_map(|allowed| self.upstream_grant(allowed))
+                    .collect(),
+                layers: self
+                    .layers
+                    .iter()
+                    .map(|layer| LayerScope {
+                        name: layer.name.clone(),
+                        context: layer.context.clone(),
+                        namespaces: layer.namespaces.clone(),
+                    })
+                    .collect(),
+            },
         }
+    }
+
+    /// An `allowUpstreams` entry with its layer resolved: that layer's context, and its
+    /// namespaces unless the entry names some. `None` for a layer that does not exist (a
+    /// checked configuration has none).
+    fn upstream_grant(&self, allowed: &AllowUpstream) -> Option<UpstreamGrant> {
+        let (context, namespaces) = match &allowed.target {
+            UpstreamTarget::Context(context) => (context.clone(), allowed.namespaces.clone()),
+            UpstreamTarget::Layer(name) => {
+                let layer = self.layer(name)?;
+                let namespaces = allowed
+                    .namespaces
+                    .clone()
+                    .or_else(|| layer.namespaces.clone());
+                (layer.context.clone(), namespaces)
+            }
+        };
+        Some(UpstreamGrant {
+            context,
+            namespaces,
+            replicate: allowed.replicate,
+        })
     }
 
     /// Opens the kubeconfig (the configured file, else `$KUBECONFIG`, `~/.kube/config`,

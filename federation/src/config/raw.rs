@@ -49,6 +49,16 @@ pub struct RawLayer {
     pub allow_namespaces: Option<Vec<String>>,
     pub allow_cluster_scoped: Option<Vec<String>>,
     pub service_account: Option<String>,
+    pub allow_upstreams: Option<Vec<RawAllowUpstream>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawAllowUpstream {
+    pub layer: Option<String>,
+    pub context: Option<String>,
+    pub namespaces: Option<Vec<String>>,
+    pub replicate: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

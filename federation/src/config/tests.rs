@@ -117,6 +117,134 @@ layers:
     assert!(dev.allow_namespaces.is_empty() && dev.allow_cluster_scoped.is_empty());
 }
 
+/// `allowUpstreams`: a layer's entry takes that layer's context and, unless it names some, its
+/// namespaces (any when it manages all); a context's entry any namespace unless it names some;
+/// `replicate` is false unless set.
+#[test]
+fn reads_allow_upstreams() {
+    let config = parse(
+        r#"
+layers:
+  - {name: prod, context: prod, namespaces: [platform, billing]}
+  - {name: edge, context: edge}
+  - name: dev
+    context: dev
+    namespaces: [team-a]
+    allowUpstreams:
+      - {layer: prod}
+      - {layer: prod, namespaces: [billing], replicate: true}
+      - {layer: edge}
+      - {context: vendor, namespaces: [shared]}
+      - {context: vendor}
+"#,
+    )
+    .unwrap();
+    let dev = config.layer("dev").unwrap();
+    assert_eq!(
+        dev.allow_upstreams[1],
+        AllowUpstream {
+            target: UpstreamTarget::Layer("prod".into()),
+            namespaces: Some(vec!["billing".into()]),
+            replicate: true,
+        }
+    );
+    let grant = |context: &str, namespaces: Option<&[&str]>, replicate: bool| UpstreamGrant {
+        context: context.into(),
+        namespaces: namespaces.map(|n| n.iter().map(|n| n.to_string()).collect()),
+        replicate,
+    };
+    let tenancy = config.tenancy(dev);
+    assert_eq!(
+        tenancy.upstreams.grants,
+        [
+            grant("prod", Some(&["platform", "billing"]), false),
+            grant("prod", Some(&["billing"]), true),
+            grant("edge", None, false),
+            grant("vendor", Some(&["shared"]), false),
+            grant("vendor", None, false),
+        ]
+    );
+    assert_eq!(
+        tenancy.upstreams.layers[0],
+        LayerScope {
+            name: "prod".into(),
+            context: "prod".into(),
+            namespaces: Some(vec!["platform".into(), "billing".into()]),
+        }
+    );
+    let prod = config.tenancy(config.layer("prod").unwrap());
+    assert!(prod.upstreams.grants.is_empty(), "none by default");
+}
+
+#[test]
+fn bad_allow_upstreams_name_their_key() {
+    let layers = "layers:\n - {name: prod, context: prod, namespaces: [platform]}\n - {name: dev, context: dev, allowUpstreams: ";
+    let cases = [
+        (
+            "[{layer: prod, context: prod}]",
+            "comb.yaml: layers[1].allowUpstreams[0]: names both a layer and a context; give one \
+             (layer: NAME takes that layer's context)",
+        ),
+        (
+            "[{namespaces: [platform]}]",
+            "comb.yaml: layers[1].allowUpstreams[0]: names no upstream; give layer: NAME (that \
+             layer's context and namespaces) or context: NAME (a kube context)",
+        ),
+        (
+            "[{layer: prd}]",
+            "comb.yaml: layers[1].allowUpstreams[0].layer: unknown layer \"prd\" (layers: prod, dev)",
+        ),
+        (
+            "[{layer: prod, namespaces: [billing]}]",
+            "comb.yaml: layers[1].allowUpstreams[0].namespaces[0]: layer prod manages namespaces \
+             platform only, not billing; name its context instead (context: prod) to allow a \
+             namespace outside the layer",
+        ),
+        (
+            "[{context: prod, namespaces: []}]",
+            "comb.yaml: layers[1].allowUpstreams[0].namespaces: an empty list allows nothing; leave \
+             the key out for every namespace the entry names, or remove the entry",
+        ),
+        (
+            "[{context: prod, namespaces: [Billing, a, a]}]",
+            "comb.yaml: layers[1].allowUpstreams[0].namespaces[0]: 'Billing' is not a namespace name \
+             (a DNS-1123 label); layers[1].allowUpstreams[0].namespaces[2]: namespace 'a' is listed twice",
+        ),
+        (
+            "[{context: ''}]",
+            "comb.yaml: layers[1].allowUpstreams[0].context: empty; name a kube context of the kubeconfig",
+        ),
+        (
+            "[{layer: prod, replicate: 'true'}]",
+            "comb.yaml: layers[1].allowUpstreams[0].replicate: invalid type: string \"true\", expected a boolean",
+        ),
+        (
+            "[{layer: prod, secrets: true}]",
+            "comb.yaml: layers[1].allowUpstreams[0].secrets: unknown field `secrets`, expected one of \
+             `layer`, `context`, `namespaces`, `replicate`",
+        ),
+    ];
+    for (entries, expected) in cases {
+        let text = format!("{layers}{entries}}}");
+        assert_eq!(error_of(&text), expected, "for\n{text}");
+    }
+}
+
+#[test]
+fn allowed_upstream_contexts_must_exist() {
+    let config = parse(
+        "layers: [{name: dev, context: dev, allowUpstreams: [{context: dev}, {context: vendr}]}]",
+    )
+    .unwrap();
+    let problems = check_contexts(&config, &contexts(&[("dev", "http://a")]), "k.yaml");
+    assert_eq!(
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        vec![
+            "layers[0].allowUpstreams[1].context: context \"vendr\" is not in k.yaml (contexts: dev)"
+        ]
+    );
+}
+
 #[test]
 fn defaults() {
     let config = parse("layers: [{name: prod, context: prod}]").unwrap();
@@ -304,7 +432,8 @@ layers:
         error_of(text),
         "comb.yaml: layers[0].namespaces: invalid type: string \"platform\", expected a sequence; \
          layers[1].colour: unknown field `colour`, expected one of `name`, `context`, `namespaces`, \
-         `borrow`, `stubs`, `allowNamespaces`, `allowClusterScoped`, `serviceAccount`; \
+         `borrow`, `stubs`, `allowNamespaces`, `allowClusterScoped`, `serviceAccount`, \
+         `allowUpstreams`; \
          layers[1].stubs[1]: invalid type: integer `5`, expected a string; \
          layers[1].borrow.from: unknown layer \"stagin\" (layers: prod, dev); \
          maxUpstreamDepth: 'deep' is not a positive integer; resync: '60' has no unit; write e.g. 60s"

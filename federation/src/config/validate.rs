@@ -10,9 +10,9 @@ use std::time::Duration;
 use comb_api::{DEFAULT_GROUP, DEFAULT_PREFIX, is_label_value};
 
 use super::duration::parse_positive_duration;
-use super::raw::{RawBorrow, RawConfig, RawLayer, Scalar};
+use super::raw::{RawAllowUpstream, RawBorrow, RawConfig, RawLayer, Scalar};
 use super::selector::pattern_problem;
-use super::{Borrow, Config, Layer, Replicate, ReplicateKind};
+use super::{AllowUpstream, Borrow, Config, Layer, Replicate, ReplicateKind, UpstreamTarget};
 use crate::engine::kinds::{builtin_kind, known_scope};
 use crate::engine::tenancy::{GroupKind, ServiceAccountRef};
 
@@ -189,7 +189,48 @@ fn layer_from_raw(index: usize, raw: RawLayer, problems: &mut Vec<Problem>) -> L
         service_account: raw
             .service_account
             .and_then(|text| service_account_from_raw(&key, &text, problems)),
+        allow_upstreams: raw
+            .allow_upstreams
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(n, entry)| {
+                allow_upstream_from_raw(&format!("{key}.allowUpstreams[{n}]"), entry, problems)
+            })
+            .collect(),
     }
+}
+
+/// An `allowUpstreams` entry: `layer` or `context` (one of them), `namespaces`, `replicate`.
+fn allow_upstream_from_raw(
+    key: &str,
+    raw: RawAllowUpstream,
+    problems: &mut Vec<Problem>,
+) -> Option<AllowUpstream> {
+    let target = match (raw.layer, raw.context) {
+        (Some(layer), None) => UpstreamTarget::Layer(layer),
+        (None, Some(context)) => UpstreamTarget::Context(context),
+        (Some(_), Some(_)) => {
+            problems.push(Problem::new(
+                key,
+                "names both a layer and a context; give one (layer: NAME takes that layer's context)",
+            ));
+            return None;
+        }
+        (None, None) => {
+            problems.push(Problem::new(
+                key,
+                "names no upstream; give layer: NAME (that layer's context and namespaces) or \
+                 context: NAME (a kube context)",
+            ));
+            return None;
+        }
+    };
+    Some(AllowUpstream {
+        target,
+        namespaces: raw.namespaces,
+        replicate: raw.replicate.unwrap_or(false),
+    })
 }
 
 /// An `allowClusterScoped` entry: a built-in Kind alone (its group is the one comb knows for it,
@@ -386,6 +427,7 @@ fn check_layer<'a>(
     }
     check_patterns(&format!("{key}.stubs"), &layer.stubs, problems);
     check_tenancy(&key, layer, problems);
+    check_allow_upstreams(config, &key, layer, problems);
     let Some(borrow) = &layer.borrow else { return };
     let bkey = format!("{key}.borrow");
     if !borrow.from.is_empty() {
@@ -474,6 +516,69 @@ fn check_tenancy(key: &str, layer: &Layer, problems: &mut Vec<Problem>) {
                     account.name
                 ),
             ));
+        }
+    }
+}
+
+/// `allowUpstreams` of the layer at `key`: a layer that exists, a context that is not empty,
+/// namespace names, and for a layer only namespaces it manages (a namespace no layer manages is
+/// named with `context:`, so that the entry says what it reaches).
+fn check_allow_upstreams(config: &Config, key: &str, layer: &Layer, problems: &mut Vec<Problem>) {
+    for (n, allowed) in layer.allow_upstreams.iter().enumerate() {
+        let ekey = format!("{key}.allowUpstreams[{n}]");
+        let upstream_layer = match &allowed.target {
+            UpstreamTarget::Layer(name) => match config.layer(name) {
+                Some(found) => Some(found),
+                None => {
+                    problems.push(Problem::new(
+                        format!("{ekey}.layer"),
+                        format!("unknown layer \"{name}\" (layers: {})", layer_names(config)),
+                    ));
+                    None
+                }
+            },
+            UpstreamTarget::Context(context) => {
+                if context.is_empty() {
+                    problems.push(Problem::new(
+                        format!("{ekey}.context"),
+                        "empty; name a kube context of the kubeconfig",
+                    ));
+                }
+                None
+            }
+        };
+        let Some(namespaces) = &allowed.namespaces else {
+            continue;
+        };
+        let nkey = format!("{ekey}.namespaces");
+        if namespaces.is_empty() {
+            problems.push(Problem::new(
+                &nkey,
+                "an empty list allows nothing; leave the key out for every namespace the entry \
+                 names, or remove the entry",
+            ));
+        }
+        check_namespaces(&nkey, namespaces, problems);
+        let Some(upstream_layer) = upstream_layer else {
+            continue;
+        };
+        for (index, namespace) in namespaces.iter().enumerate() {
+            if !upstream_layer.manages(namespace) {
+                problems.push(Problem::new(
+                    format!("{nkey}[{index}]"),
+                    format!(
+                        "layer {} manages namespaces {} only, not {namespace}; name its context \
+                         instead (context: {}) to allow a namespace outside the layer",
+                        upstream_layer.name,
+                        upstream_layer
+                            .namespaces
+                            .as_deref()
+                            .unwrap_or_default()
+                            .join(", "),
+                        upstream_layer.context
+                    ),
+                ));
+            }
         }
     }
 }
@@ -604,22 +709,29 @@ fn overlaps(config: &Config, shared: impl Fn(&Layer, &Layer) -> Option<String>) 
 /// different contexts reach one API server (same URL) do not manage the same namespaces.
 pub fn check_contexts(config: &Config, contexts: &[KubeContext], origin: &str) -> Vec<Problem> {
     let names: Vec<&str> = contexts.iter().map(|c| c.name.as_str()).collect();
-    let problems: Vec<Problem> = config
-        .layers
-        .iter()
-        .enumerate()
-        .filter(|(_, layer)| !names.contains(&layer.context.as_str()))
-        .map(|(index, layer)| {
+    let missing = |key: String, context: &str| {
+        (!names.contains(&context)).then(|| {
             Problem::new(
-                format!("layers[{index}].context"),
+                key,
                 format!(
-                    "context \"{}\" is not in {origin} (contexts: {})",
-                    layer.context,
+                    "context \"{context}\" is not in {origin} (contexts: {})",
                     names.join(", ")
                 ),
             )
         })
-        .collect();
+    };
+    let mut problems: Vec<Problem> = Vec::new();
+    for (index, layer) in config.layers.iter().enumerate() {
+        problems.extend(missing(format!("layers[{index}].context"), &layer.context));
+        for (n, allowed) in layer.allow_upstreams.iter().enumerate() {
+            if let UpstreamTarget::Context(context) = &allowed.target {
+                problems.extend(missing(
+                    format!("layers[{index}].allowUpstreams[{n}].context"),
+                    context,
+                ));
+            }
+        }
+    }
     if !problems.is_empty() {
         return problems;
     }

@@ -32,7 +32,7 @@ impl Shared {
                 );
                 return;
             }
-            Failure::NotServed | Failure::Other => {
+            Failure::NotServed | Failure::Forbidden | Failure::Other => {
                 self.metrics.api_error(layer.name(), "watch");
                 warn!(
                     layer = layer.name(),

@@ -497,6 +497,9 @@ impl Dependency for LiveDependency {
                     "resolving its upstream failed: {message}"
                 )));
             }
+            UpstreamResolution::Forbidden(message) => {
+                return Err(Error::UpstreamForbidden(message));
+            }
         };
         let status = borrow::live_status(&self.ops, &self.instance, borrowing.as_deref()).await?;
         Ok(status.healthy)

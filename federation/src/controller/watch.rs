@@ -57,7 +57,10 @@ pub enum Failure {
     NotServed,
     /// The watch fell behind the server's history (410 Gone): it lists again, as it should.
     Expired,
-    /// Anything else (403, a bad object): retried.
+    /// Comb may not list or watch it there (403): RBAC says no, which a retry will not change
+    /// until someone grants it.
+    Forbidden,
+    /// Anything else (a bad object): retried.
     Other,
 }
 
@@ -70,6 +73,7 @@ pub fn classify(error: &watcher::Error) -> Failure {
         watcher::Error::WatchError(status) => {
             return match status.code {
                 410 => Failure::Expired,
+                403 => Failure::Forbidden,
                 code if code >= 500 || code == 429 => Failure::Unavailable,
                 _ => Failure::Other,
             };
@@ -79,6 +83,7 @@ pub fn classify(error: &watcher::Error) -> Failure {
     match client_error {
         kube::Error::Api(status) if status.code == 404 => Failure::NotServed,
         kube::Error::Api(status) if status.code == 410 => Failure::Expired,
+        kube::Error::Api(status) if status.code == 403 => Failure::Forbidden,
         kube::Error::Api(status) if status.code >= 500 || status.code == 429 => {
             Failure::Unavailable
         }
@@ -313,6 +318,7 @@ pub async fn watch_managed(
         scope: scope.clone(),
     });
     let mut retries = shared.watch_retries();
+    let mut forbidden = Forbidden::default();
     loop {
         let item = tokio::select! {
             () = cancel.cancelled() => return,
@@ -331,6 +337,18 @@ pub async fn watch_managed(
                         kind.kind
                     );
                     return;
+                }
+                if failure == Failure::Forbidden {
+                    // Said once; RBAC may be granted later, so the watch looks again, seldom.
+                    forbidden.report(&layer, &kind, scope.as_deref(), &error);
+                    shared.metrics.api_error(layer.name(), "watch");
+                    if !shared
+                        .pause(shared.options.watch_backoff.max, &cancel)
+                        .await
+                    {
+                        return;
+                    }
+                    continue;
                 }
                 if !after_error(
                     &shared,
@@ -360,6 +378,7 @@ pub async fn watch_managed(
                 if let Some(cache) = &cache {
                     cache.list_done(&api_version, &kind_name, scope.as_deref());
                 }
+                forbidden.granted(&layer, &kind, scope.as_deref());
                 retries.reset();
                 shared.layer_answered(&layer);
                 continue;
@@ -403,6 +422,60 @@ pub async fn watch_managed(
     }
 }
 
+/// Whether a managed kind's watch was refused (403), so that the refusal is said once, with
+/// what to grant, and its end once too.
+#[derive(Debug, Default)]
+struct Forbidden {
+    reported: bool,
+}
+
+impl Forbidden {
+    fn report(
+        &mut self,
+        layer: &LayerRuntime,
+        kind: &ApiResource,
+        scope: Option<&str>,
+        error: &watcher::Error,
+    ) {
+        if std::mem::replace(&mut self.reported, true) {
+            debug!(layer = layer.name(), kind = %kind.kind, "still not allowed to watch: {error}");
+            return;
+        }
+        let place = match scope {
+            Some(namespace) => format!("in namespace {namespace}"),
+            None => "in any namespace".to_string(),
+        };
+        let chart = if kind.kind == "Secret" {
+            " (the chart grants them where its values name replication, and in \
+             rbac.secretNamespaces and rbac.secretReadNamespaces)"
+        } else {
+            ""
+        };
+        // Expected where RBAC keeps comb from Secrets it has no business with: the layer goes on.
+        tracing::info!(
+            layer = layer.name(),
+            kind = %kind.kind,
+            "not watching {plural} {place}: comb may not list and watch them ({error}); steps that \
+             need one read it from the API server, which refuses as well unless allowed; grant \
+             get, list and watch on {plural} there if Combs there deploy, require or replicate \
+             them{chart}",
+            plural = kind.plural,
+        );
+    }
+
+    fn granted(&mut self, layer: &LayerRuntime, kind: &ApiResource, scope: Option<&str>) {
+        if std::mem::take(&mut self.reported) {
+            tracing::info!(
+                layer = layer.name(),
+                kind = %kind.kind,
+                namespace = scope.unwrap_or("*"),
+                "watching {} now: comb may list and watch them",
+                kind.plural
+            );
+        }
+    }
+}
+
 /// The Comb an object's labels name, and the object's name.
 fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
     let labels: Option<std::collections::BTreeMap<String, String>> = object
@@ -436,7 +509,12 @@ mod tests {
                 watcher::Error::WatchStartFailed(api(404)),
                 Failure::NotServed,
             ),
-            (watcher::Error::WatchFailed(api(403)), Failure::Other),
+            (watcher::Error::WatchFailed(api(403)), Failure::Forbidden),
+            (
+                watcher::Error::InitialListFailed(api(403)),
+                Failure::Forbidden,
+            ),
+            (watcher::Error::WatchFailed(api(422)), Failure::Other),
             (
                 watcher::Error::InitialListFailed(api(429)),
                 Failure::Unavailable,

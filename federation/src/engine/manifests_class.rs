@@ -172,7 +172,20 @@ impl CombClass for ManifestsClass {
         };
         let mut missing = Vec::new();
         for secret in names("secrets")? {
-            if !lookup.secret_exists(&ctx.namespace, &secret).await? {
+            let exists = lookup
+                .secret_exists(&ctx.namespace, &secret)
+                .await
+                .map_err(|error| match error.status_code() {
+                    // Comb has no Secret rights where nothing names them (least privilege).
+                    Some(403) => Error::Class(format!(
+                        "comb may not read Secrets in namespace {} to see whether secret {secret} \
+                         exists ({error}); grant it get on secrets there (the chart: \
+                         rbac.secretReadNamespaces)",
+                        ctx.namespace
+                    )),
+                    _ => error,
+                })?;
+            if !exists {
                 missing.push(format!("secret {secret}"));
             }
         }
@@ -227,6 +240,17 @@ mod tests {
                     source: None,
                 });
             }
+            if name == "unreadable" {
+                let status = kube::core::Status::failure(
+                    "secrets \"unreadable\" is forbidden: User \"comb\" cannot get resource \"secrets\"",
+                    "Forbidden",
+                )
+                .with_code(403);
+                return Err(Error::kube(
+                    "get Secret",
+                    kube::Error::Api(Box::new(status)),
+                ));
+            }
             Ok(self.secrets.contains(name))
         }
         async fn config_map_exists(&self, namespace: &str, name: &str) -> Result<bool> {
@@ -275,6 +299,13 @@ mod tests {
             (
                 json!({"requires": {"secrets": ["broken"]}}),
                 "Kubernetes API error (get Secret): 500 boom",
+            ),
+            (
+                json!({"requires": {"secrets": ["unreadable"]}}),
+                "comb may not read Secrets in namespace platform to see whether secret unreadable \
+                 exists (Kubernetes API error (get Secret): 403 Forbidden: secrets \"unreadable\" is \
+                 forbidden: User \"comb\" cannot get resource \"secrets\"); grant it get on secrets \
+                 there (the chart: rbac.secretReadNamespaces)",
             ),
             (
                 json!({"requires": ["x"]}),

@@ -172,6 +172,14 @@ impl Step<'_> {
                 );
                 ControlFlow::Break(())
             }
+            UpstreamResolution::Forbidden(message) => {
+                r.finish(
+                    Phase::Error,
+                    Reason::UpstreamForbidden,
+                    clean_message(&message),
+                );
+                ControlFlow::Break(())
+            }
         }
     }
 

@@ -6,12 +6,19 @@
 //! rendered items: reconcile asks it before anything of a step is written, so that a refused
 //! Comb writes nothing at all. Prune and cleanup delete only in namespaces the same rule allows.
 //!
-//! The default is the safe one (own namespace, no cluster-scoped Kind), also for an engine used
-//! without a layer: whoever may create a Comb must not get the controller's rights with it.
+//! What a Comb makes the controller read is bounded the same way: its own `spec.upstream` may
+//! name a peer Comb in another kube context or namespace, and copy Secrets and ConfigMaps from
+//! there, only where the layer's `allowUpstreams` says ([`Tenancy::upstream_refusal`]). The
+//! layer's own `borrow` and a class's `upstream` (the library user's code) are trusted.
+//!
+//! The default is the safe one (own namespace, no cluster-scoped Kind, no upstream outside the
+//! Comb's own context and namespace), also for an engine used without a layer: whoever may
+//! create a Comb must not get the controller's rights with it.
 
 use std::fmt;
 
 use comb_api::ManagedObject;
+use comb_upstreams::{PeerReads, Reads};
 
 use crate::engine::kinds::builtin_kind;
 
@@ -106,6 +113,63 @@ impl PolicyOrigin {
             PolicyOrigin::Engine => "Settings.tenancy.allow_cluster_scoped".to_string(),
         }
     }
+
+    fn upstreams_key(&self) -> String {
+        match self {
+            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].allowUpstreams"),
+            PolicyOrigin::Engine => "Settings.tenancy.upstreams.grants".to_string(),
+        }
+    }
+}
+
+/// Which upstreams a Comb's own `spec.upstream` may name: its layer's `allowUpstreams`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpstreamPolicy {
+    /// The entries of `allowUpstreams`, their layers resolved to contexts.
+    pub grants: Vec<UpstreamGrant>,
+    /// The federation's layers, so that a refusal names the entry that would allow the peer by
+    /// its layer (`{layer: prod, ...}`) where a layer holds it.
+    pub layers: Vec<LayerScope>,
+}
+
+/// One entry of `allowUpstreams`: peers in kube context `context` (and `namespaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamGrant {
+    pub context: String,
+    /// `None`: any namespace of the context.
+    pub namespaces: Option<Vec<String>>,
+    /// Whether Secrets and ConfigMaps may be copied from there (`replicate` of the upstream).
+    pub replicate: bool,
+}
+
+impl UpstreamGrant {
+    /// Whether this entry lets a Comb read `peer`, copies included.
+    fn allows(&self, peer: &PeerReads) -> bool {
+        self.context == peer.context
+            && self
+                .namespaces
+                .as_ref()
+                .is_none_or(|namespaces| namespaces.contains(&peer.namespace))
+            && (self.replicate || peer.replicas.is_empty())
+    }
+}
+
+/// Where a layer of the federation runs: its name, kube context and namespaces (`None`: all).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerScope {
+    pub name: String,
+    pub context: String,
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl LayerScope {
+    fn holds(&self, context: &str, namespace: &str) -> bool {
+        self.context == context
+            && self
+                .namespaces
+                .as_ref()
+                .is_none_or(|namespaces| namespaces.iter().any(|n| n == namespace))
+    }
 }
 
 /// What the Combs of one layer may write, and as whom.
@@ -119,7 +183,10 @@ pub struct Tenancy {
     /// Whom writes of a Comb's resources impersonate; `None`: the controller itself. The engine
     /// writes through the [`KubeOps`](crate::engine::kube_ops::KubeOps) it is given, so the
     /// caller hands it one that writes as [`Tenancy::writer`] (the controller does).
+    /// Replication reads its sources as this identity too.
     pub service_account: Option<ServiceAccountRef>,
+    /// Which upstreams a Comb's own `spec.upstream` may name.
+    pub upstreams: UpstreamPolicy,
 }
 
 impl Tenancy {
@@ -197,6 +264,68 @@ impl Tenancy {
             .as_ref()
             .map(|account| account.user(comb_namespace))
     }
+
+    /// Why a Comb in `comb_namespace` of kube context `comb_context` may not have `source` (its
+    /// own `spec.upstream`) name an upstream of `class` that `reads` so, naming the setting that
+    /// would allow it; `None` when it may. Without an `allowUpstreams` entry a Comb may name a
+    /// peer in its own context and namespace only, and copy nothing; an upstream that reads
+    /// nothing (Static) is always allowed, one that does not say what it reads never.
+    pub fn upstream_refusal(
+        &self,
+        source: &str,
+        class: &str,
+        reads: &Reads,
+        comb_context: &str,
+        comb_namespace: &str,
+    ) -> Option<String> {
+        let who = self.origin.who();
+        let peer = match reads {
+            Reads::Nothing => return None,
+            Reads::Peer(peer) => peer,
+            Reads::Undeclared => {
+                return Some(format!(
+                    "{source} names the upstream class {class}, which does not say what it reads, \
+                     so {who} lets only its borrow and a class's own upstream use it"
+                ));
+            }
+        };
+        let own_place = peer.context == comb_context && peer.namespace == comb_namespace;
+        if own_place && peer.replicas.is_empty()
+            || self.upstreams.grants.iter().any(|grant| grant.allows(peer))
+        {
+            return None;
+        }
+        let (context, namespace) = (&peer.context, &peer.namespace);
+        let copies = if peer.replicas.is_empty() {
+            String::new()
+        } else {
+            let copied: Vec<String> = peer
+                .replicas
+                .iter()
+                .map(|replica| format!("{} {}", replica.kind.kind(), replica.name))
+                .collect();
+            format!(" and copies {} from it", copied.join(", "))
+        };
+        let target = match self
+            .upstreams
+            .layers
+            .iter()
+            .find(|layer| layer.holds(context, namespace))
+        {
+            Some(layer) => format!("layer: {}", layer.name),
+            None => format!("context: {context}"),
+        };
+        let replicate = if peer.replicas.is_empty() {
+            ""
+        } else {
+            ", replicate: true"
+        };
+        Some(format!(
+            "{source} names context {context}, namespace {namespace}{copies}, which {who} does not \
+             allow: add {{{target}, namespaces: [{namespace}]{replicate}}} to {}",
+            self.origin.upstreams_key()
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -230,7 +359,7 @@ mod tests {
             },
             allow_namespaces: namespaces.iter().map(|n| n.to_string()).collect(),
             allow_cluster_scoped: kinds.to_vec(),
-            service_account: None,
+            ..Tenancy::default()
         }
     }
 
@@ -370,6 +499,159 @@ mod tests {
         assert_eq!(
             tenancy.disallowed_namespace("other"),
             "the engine's default tenancy does not allow namespace other"
+        );
+    }
+
+    /// The attack of issue 19 and its neighbours: a Comb of layer dev (`layers[1]`, context
+    /// dev, namespace team-a) whose own `spec.upstream` names peers elsewhere.
+    #[test]
+    fn what_a_combs_own_upstream_may_name() {
+        use comb_upstreams::Replica;
+        let peer = |context: &str, namespace: &str, replicas: Vec<Replica>| {
+            Reads::Peer(PeerReads {
+                context: context.into(),
+                namespace: namespace.into(),
+                replicas,
+            })
+        };
+        let keys = || vec![Replica::secret("ledger-keys")];
+        let grant = |context: &str, namespaces: Option<&[&str]>, replicate: bool| UpstreamGrant {
+            context: context.into(),
+            namespaces: namespaces.map(|n| n.iter().map(|n| n.to_string()).collect()),
+            replicate,
+        };
+        let layers = vec![
+            LayerScope {
+                name: "prod".into(),
+                context: "prod".into(),
+                namespaces: Some(vec!["billing".into(), "platform".into()]),
+            },
+            LayerScope {
+                name: "dev".into(),
+                context: "dev".into(),
+                namespaces: Some(vec!["team-a".into(), "team-b".into()]),
+            },
+        ];
+        let dev = |grants: Vec<UpstreamGrant>| Tenancy {
+            upstreams: UpstreamPolicy {
+                grants,
+                layers: layers.clone(),
+            },
+            ..layer(1, "dev", &[], &[])
+        };
+        let closed = dev(vec![]);
+        let platform = dev(vec![grant("prod", Some(&["platform"]), false)]);
+        let billing_copies = dev(vec![grant("prod", Some(&["billing"]), true)]);
+        let all_of_prod = dev(vec![grant("prod", None, false)]);
+        let cases: Vec<(&Tenancy, Reads, Option<&str>)> = vec![
+            (
+                &closed,
+                peer("prod", "billing", keys()),
+                Some(
+                    "spec.upstream names context prod, namespace billing and copies Secret \
+                     ledger-keys from it, which layer dev does not allow: add {layer: prod, \
+                     namespaces: [billing], replicate: true} to layers[1].allowUpstreams",
+                ),
+            ),
+            (
+                &closed,
+                peer("prod", "billing", vec![]),
+                Some(
+                    "spec.upstream names context prod, namespace billing, which layer dev does \
+                     not allow: add {layer: prod, namespaces: [billing]} to layers[1].allowUpstreams",
+                ),
+            ),
+            (&closed, peer("dev", "team-a", vec![]), None),
+            (
+                &closed,
+                peer("dev", "team-b", vec![]),
+                Some(
+                    "spec.upstream names context dev, namespace team-b, which layer dev does not \
+                     allow: add {layer: dev, namespaces: [team-b]} to layers[1].allowUpstreams",
+                ),
+            ),
+            (
+                &closed,
+                peer("dev", "team-a", vec![Replica::config_map("settings")]),
+                Some(
+                    "spec.upstream names context dev, namespace team-a and copies ConfigMap \
+                     settings from it, which layer dev does not allow: add {layer: dev, \
+                     namespaces: [team-a], replicate: true} to layers[1].allowUpstreams",
+                ),
+            ),
+            (
+                &closed,
+                peer("vendor", "shared", vec![]),
+                Some(
+                    "spec.upstream names context vendor, namespace shared, which layer dev does \
+                     not allow: add {context: vendor, namespaces: [shared]} to \
+                     layers[1].allowUpstreams",
+                ),
+            ),
+            (&closed, Reads::Nothing, None),
+            (
+                &closed,
+                Reads::Undeclared,
+                Some(
+                    "spec.upstream names the upstream class My::Probe, which does not say what it \
+                     reads, so layer dev lets only its borrow and a class's own upstream use it",
+                ),
+            ),
+            (&platform, peer("prod", "platform", vec![]), None),
+            (
+                &platform,
+                peer("prod", "platform", keys()),
+                Some(
+                    "spec.upstream names context prod, namespace platform and copies Secret \
+                     ledger-keys from it, which layer dev does not allow: add {layer: prod, \
+                     namespaces: [platform], replicate: true} to layers[1].allowUpstreams",
+                ),
+            ),
+            (
+                &platform,
+                peer("prod", "billing", vec![]),
+                Some(
+                    "spec.upstream names context prod, namespace billing, which layer dev does \
+                     not allow: add {layer: prod, namespaces: [billing]} to layers[1].allowUpstreams",
+                ),
+            ),
+            (&billing_copies, peer("prod", "billing", keys()), None),
+            (&all_of_prod, peer("prod", "anything", vec![]), None),
+            (
+                &all_of_prod,
+                peer("staging", "billing", vec![]),
+                Some(
+                    "spec.upstream names context staging, namespace billing, which layer dev does \
+                     not allow: add {context: staging, namespaces: [billing]} to \
+                     layers[1].allowUpstreams",
+                ),
+            ),
+        ];
+        for (tenancy, reads, expected) in cases {
+            assert_eq!(
+                tenancy
+                    .upstream_refusal("spec.upstream", "My::Probe", &reads, "dev", "team-a")
+                    .as_deref(),
+                expected,
+                "{reads:?} with {:?}",
+                tenancy.upstreams.grants
+            );
+        }
+        assert_eq!(
+            Tenancy::default()
+                .upstream_refusal(
+                    "spec.upstream",
+                    "K8s",
+                    &peer("prod", "billing", vec![]),
+                    "dev",
+                    "team-a"
+                )
+                .as_deref(),
+            Some(
+                "spec.upstream names context prod, namespace billing, which the engine's default \
+                 tenancy does not allow: add {context: prod, namespaces: [billing]} to \
+                 Settings.tenancy.upstreams.grants"
+            )
         );
     }
 

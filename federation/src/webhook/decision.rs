@@ -1,15 +1,20 @@
 //! What the webhook refuses: a pure function over the decoded Comb, the controller's class
 //! registry and the federation configuration, with the controller's own checks (the build, the
-//! rendering, the layer's tenancy), so that a refusal at the door says what the status would.
+//! rendering, the layer's tenancy, what `spec.upstream` may name), so that a refusal at the door
+//! says what the status would.
 
 use comb_api::Comb;
+use comb_kubeconfigs::ClientPool;
+use kube::config::Kubeconfig;
 
 use crate::config::{Config, Layer};
 use crate::controller::graph::dependency_key;
 use crate::controller::queue::CombKey;
+use crate::engine::borrow::spec_upstream;
 use crate::engine::class::{ClassRegistry, CombInstance};
 use crate::engine::kinds::Scopes;
 use crate::engine::render::RenderedItem;
+use crate::error::Error;
 
 /// Why a Comb is refused: the HTTP-like code and reason of the admission `status`, and one
 /// sentence that says what to fix.
@@ -100,7 +105,8 @@ pub async fn refusal(comb: &Comb, config: &Config, registry: &ClassRegistry) -> 
     None
 }
 
-/// What `layer` would make of `comb`: its build (stubs included), its rendering, its tenancy.
+/// What `layer` would make of `comb`: its build (stubs included), its rendering, its tenancy,
+/// the upstream its `spec.upstream` names.
 async fn refusal_in(
     comb: &Comb,
     config: &Config,
@@ -123,10 +129,38 @@ async fn refusal_in(
             )));
         }
     };
-    let refusals = settings
+    let mut refusals = settings
         .tenancy
         .refusals(items.iter().map(RenderedItem::resource), built.namespace());
+    match upstream_refusal(&built, config, layer) {
+        Some(Refusal {
+            reason: "Forbidden",
+            message,
+            ..
+        }) => refusals.push(message),
+        Some(invalid) => return Some(invalid),
+        None => {}
+    }
     (!refusals.is_empty()).then(|| Refusal::forbidden(refusals.join("; ")))
+}
+
+/// What `layer` makes of `built`'s own `spec.upstream`, where its `borrow` has no say (when
+/// it has, the CR's word is not used): one the layer does not allow is forbidden, one that does
+/// not resolve invalid, as the status would say. Nothing is read: resolving an upstream
+/// connects nowhere.
+fn upstream_refusal(built: &CombInstance, config: &Config, layer: &Layer) -> Option<Refusal> {
+    let controlling = config.controlling(layer, built.namespace(), built.name());
+    if controlling.answer.is_present() {
+        return None;
+    }
+    let unconnected = ClientPool::from_kubeconfig(Kubeconfig::default(), "the webhook");
+    match spec_upstream(built, &config.borrow_env(&unconnected, layer)) {
+        Ok(_) => None,
+        Err(Error::UpstreamForbidden(message)) => Some(Refusal::forbidden(message)),
+        Err(error) => Some(Refusal::invalid(format!(
+            "resolving the upstream failed: {error}"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -138,12 +172,17 @@ mod tests {
 layers:
   - name: prod
     context: prod
-    namespaces: [platform, apps]
+    namespaces: [platform, apps, billing]
     stubs: [mailer]
     allowNamespaces: [shared]
   - name: dev
     context: dev
     namespaces: [dev]
+    allowUpstreams: [{layer: prod, namespaces: [platform]}]
+  - name: qa
+    context: qa
+    namespaces: [qa]
+    borrow: {from: prod, combs: [db]}
 "#;
 
     fn comb(namespace: &str, name: &str, spec: Value) -> Comb {
@@ -324,6 +363,107 @@ layers:
                     "ClusterRole all is cluster-scoped; layer dev allows no cluster-scoped kinds (add \
                      ClusterRole to layers[1].allowClusterScoped); ConfigMap shared/cfg is in namespace \
                      shared, not dev; layer dev does not allow it (add shared to layers[1].allowNamespaces)",
+                )),
+            ),
+            (
+                "the attack of issue 19: a Secret of another layer's namespace",
+                comb(
+                    "dev",
+                    "ledger",
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "context": "prod",
+                        "namespace": "billing", "name": "ledger",
+                        "replicate": [{"kind": "Secret", "name": "ledger-keys"}]}}),
+                ),
+                Some((
+                    403,
+                    "spec.upstream names context prod, namespace billing and copies Secret \
+                     ledger-keys from it, which layer dev does not allow: add {layer: prod, \
+                     namespaces: [billing], replicate: true} to layers[1].allowUpstreams",
+                )),
+            ),
+            (
+                "an upstream the layer allows, named by its layer",
+                comb(
+                    "dev",
+                    "db",
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": "prod",
+                        "namespace": "platform"}}),
+                ),
+                None,
+            ),
+            (
+                "copies from where the layer allows reading only",
+                comb(
+                    "dev",
+                    "db",
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": "prod",
+                        "namespace": "platform", "replicate": [{"kind": "ConfigMap", "name": "db"}]}}),
+                ),
+                Some((
+                    403,
+                    "spec.upstream names context prod, namespace platform and copies ConfigMap db \
+                     from it, which layer dev does not allow: add {layer: prod, namespaces: \
+                     [platform], replicate: true} to layers[1].allowUpstreams",
+                )),
+            ),
+            (
+                "a peer in the Comb's own context and namespace, and a Static upstream",
+                comb(
+                    "apps",
+                    "api",
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "context": "prod",
+                        "name": "api-v2"}}),
+                ),
+                None,
+            ),
+            (
+                "a Static upstream reads nothing",
+                comb(
+                    "dev",
+                    "db",
+                    json!({"class": "Manifests", "upstream": {"class": "Static",
+                        "endpoints": [{"name": "pg", "port": 5432, "external": "192.0.2.1:5432"}]}}),
+                ),
+                None,
+            ),
+            (
+                "where the layer's borrow decides, the CR's upstream is not used",
+                comb(
+                    "qa",
+                    "db",
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "context": "prod",
+                        "namespace": "billing", "replicate": [{"kind": "Secret", "name": "x"}]}}),
+                ),
+                None,
+            ),
+            (
+                "an upstream that does not resolve",
+                comb(
+                    "dev",
+                    "db",
+                    json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": "stage"}}),
+                ),
+                Some((
+                    422,
+                    "resolving the upstream failed: spec.upstream: Kubernetes::Comb::Upstream::K8s: \
+                     there is no layer stage (layers: dev, prod, qa)",
+                )),
+            ),
+            (
+                "a forbidden manifest and a forbidden upstream, both named",
+                comb(
+                    "dev",
+                    "api",
+                    json!({"class": "Manifests",
+                        "config": {"manifests": [config_map(Some("shared"))]},
+                        "upstream": {"class": "K8s", "context": "prod", "namespace": "apps"}}),
+                ),
+                Some((
+                    403,
+                    "ConfigMap shared/cfg is in namespace shared, not dev; layer dev does not allow \
+                     it (add shared to layers[1].allowNamespaces); spec.upstream names context \
+                     prod, namespace apps, which layer dev does not allow: add {layer: prod, \
+                     namespaces: [apps]} to layers[1].allowUpstreams",
                 )),
             ),
         ];

@@ -1,8 +1,9 @@
 //! The validating admission webhook (`comb run --webhook-addr`, DESIGN.md §11): `POST
 //! /validate` answers `admission.k8s.io/v1` AdmissionReviews for CREATE and UPDATE of Combs
 //! over HTTPS, refusing at the door what the controller would fail (an unknown class, a stub
-//! that breaks its original's endpoints, a manifest the layer does not allow, a dependency on
-//! itself, a spec that does not decode), in one sentence, as the status would say it.
+//! that breaks its original's endpoints, a manifest the layer does not allow, an upstream the
+//! layer does not allow `spec.upstream` to name, a dependency on itself, a spec that does not
+//! decode), in one sentence, as the status would say it.
 //!
 //! The decision is [`decision::refusal`], a pure function; this module is the HTTPS around it.
 

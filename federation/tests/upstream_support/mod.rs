@@ -13,6 +13,7 @@ use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{StepEnv, reconcile};
+use comb_federation::engine::tenancy::UpstreamGrant;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Controls;
 use comb_testkit::{Backend, Setup, World, wait_until};
@@ -43,11 +44,23 @@ impl Layers {
             .namespace_everywhere("platform")
             .start()
             .await;
+        // The borrowing tests are about borrowing: their Combs' own `spec.upstream` may name any
+        // of the layers and copy from them, as if every layer's `allowUpstreams` said so
+        // (what it takes is the tenancy tests' business).
+        let mut settings = Settings::default();
+        settings.tenancy.upstreams.grants = ["prod", "staging", "dev"]
+            .into_iter()
+            .map(|context| UpstreamGrant {
+                context: context.to_string(),
+                namespaces: None,
+                replicate: true,
+            })
+            .collect();
         Layers {
             pool: world.pool.clone(),
             world,
             registry: ClassRegistry::with_builtins(),
-            settings: Settings::default(),
+            settings,
         }
     }
 

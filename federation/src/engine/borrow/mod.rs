@@ -19,7 +19,7 @@ pub use observe::{Stop, UpstreamObservation, observe_upstream};
 pub use redirect::{Redirect, redirect, replication_note};
 pub use resolve::{
     BorrowEnv, Borrowing, Controlling, SPEC_SOURCE, UpstreamResolution, resolution,
-    resolve_upstream,
+    resolve_upstream, spec_upstream,
 };
 
 #[cfg(test)]

@@ -78,7 +78,7 @@ impl BorrowEnv {
             labels: settings.labels.clone(),
             managed_by: settings.managed_by.clone(),
             layers: self.layers.clone(),
-            write_as: settings.tenancy.writer(comb.namespace()),
+            act_as: settings.tenancy.writer(comb.namespace()),
             peers: self.peers.clone(),
         }
     }
@@ -87,7 +87,8 @@ impl BorrowEnv {
 /// Resolves the upstream of `comb` (reference §5.1): the first source that has an answer
 /// decides, even when it says local: the controlling code, then `spec.upstream` (explicit `null`
 /// is local), then the class's `upstream`, else local. Failures are messages for
-/// `resolving the upstream failed: <msg>`.
+/// `resolving the upstream failed: <msg>`, but for [`Error::UpstreamForbidden`]: what
+/// `spec.upstream` names and the layer does not allow ([`spec_upstream`]).
 pub async fn resolve_upstream(
     comb: &CombInstance,
     controlling: &Controlling,
@@ -99,15 +100,41 @@ pub async fn resolve_upstream(
             .interpret(source, answer, &ctx)
             .map_err(Error::from)
     };
+    // The layer's configuration and the classes' code are trusted: what they name is read.
     if controlling.answer.is_present() {
         return interpret(&controlling.source, &controlling.answer);
     }
-    let spec = &comb.context().spec.upstream;
-    if spec.is_present() {
-        return interpret(SPEC_SOURCE, spec);
+    if let Some(resolved) = spec_upstream(comb, env)? {
+        return Ok(resolved);
     }
     let answer = comb.upstream().await?;
     interpret(&format!("{}->upstream", comb.class_name()), &answer)
+}
+
+/// What `spec.upstream` of `comb` names, as its layer lets it: `None` when it has no answer.
+/// It is the Comb author's word, not the layer's, so an upstream that would read outside the
+/// Comb's own context and namespace, or copy anything, is [`Error::UpstreamForbidden`] unless
+/// the layer's `allowUpstreams` allows it (the message names the entry that would). Used only
+/// where the controlling code has no say.
+pub fn spec_upstream(comb: &CombInstance, env: &BorrowEnv) -> Result<Option<Resolved>> {
+    let spec = &comb.context().spec.upstream;
+    if !spec.is_present() {
+        return Ok(None);
+    }
+    let ctx = env.upstream_context(comb);
+    let resolved = env.classes.interpret(SPEC_SOURCE, spec, &ctx)?;
+    if let Resolved::Upstream(upstream) = &resolved
+        && let Some(refusal) = comb.settings().tenancy.upstream_refusal(
+            SPEC_SOURCE,
+            upstream.class_name(),
+            &upstream.reads(&ctx),
+            &env.context,
+            comb.namespace(),
+        )
+    {
+        return Err(Error::UpstreamForbidden(refusal));
+    }
+    Ok(Some(resolved))
 }
 
 /// An upstream a Comb borrows from, with what it is asked with: the outcome of step 1 when it
@@ -130,6 +157,7 @@ pub async fn resolution(
             upstream,
             ctx: env.upstream_context(comb),
         })),
+        Err(Error::UpstreamForbidden(message)) => UpstreamResolution::Forbidden(message),
         Err(error) => UpstreamResolution::Failed(error.to_string()),
     }
 }
@@ -144,4 +172,20 @@ pub enum UpstreamResolution {
     Borrowed(Box<Borrowing>),
     /// Resolving failed with this message: Error / `UpstreamFailed`.
     Failed(String),
+    /// `spec.upstream` names what the layer does not allow, as this message says: Error /
+    /// `UpstreamForbidden`, before anything is read or written.
+    Forbidden(String),
+}
+
+impl UpstreamResolution {
+    /// Why there is no upstream to use, as a sentence: `None` when local or borrowing.
+    pub fn failure(&self) -> Option<String> {
+        match self {
+            UpstreamResolution::Local | UpstreamResolution::Borrowed(_) => None,
+            UpstreamResolution::Failed(message) => {
+                Some(format!("resolving the upstream failed: {message}"))
+            }
+            UpstreamResolution::Forbidden(message) => Some(message.clone()),
+        }
+    }
 }

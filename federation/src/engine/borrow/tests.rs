@@ -27,6 +27,10 @@ fn env() -> BorrowEnv {
 }
 
 async fn comb(spec: Value) -> CombInstance {
+    comb_with(spec, &Settings::default()).await
+}
+
+async fn comb_with(spec: Value, settings: &Settings) -> CombInstance {
     let cr = Comb::new(
         "comb.internal",
         "platform",
@@ -34,7 +38,7 @@ async fn comb(spec: Value) -> CombInstance {
         serde_json::from_value(spec).unwrap(),
     );
     ClassRegistry::with_builtins()
-        .build(&cr, &Settings::default(), &|_: &CombInstance| false)
+        .build(&cr, settings, &|_: &CombInstance| false)
         .await
         .unwrap()
 }
@@ -101,14 +105,50 @@ async fn resolution_order_and_errors() {
         "local"
     );
 
-    let declared =
-        comb(json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": "production"}}))
-            .await;
-    let Resolved::Upstream(upstream) = resolve_upstream(&declared, &none, &env).await.unwrap()
+    let k8s_spec =
+        json!({"class": "Manifests", "upstream": {"class": "K8s", "layer": "production"}});
+    let declared = comb(k8s_spec.clone()).await;
+    // The CR's own word reaches another context only where the layer allows it.
+    let forbidden = "spec.upstream names context prod, namespace platform, which the engine's \
+                     default tenancy does not allow: add {context: prod, namespaces: [platform]} \
+                     to Settings.tenancy.upstreams.grants";
+    let error = resolve_upstream(&declared, &none, &env).await.unwrap_err();
+    assert!(
+        matches!(&error, crate::error::Error::UpstreamForbidden(_)),
+        "{error:?}"
+    );
+    assert_eq!(error.to_string(), forbidden);
+    assert!(matches!(
+        resolution(&declared, &none, &env).await,
+        UpstreamResolution::Forbidden(message) if message == forbidden
+    ));
+    let mut allowing = Settings::default();
+    allowing.tenancy.upstreams.grants = vec![crate::engine::tenancy::UpstreamGrant {
+        context: "prod".into(),
+        namespaces: Some(vec!["platform".into()]),
+        replicate: false,
+    }];
+    let allowed = comb_with(k8s_spec, &allowing).await;
+    let Resolved::Upstream(upstream) = resolve_upstream(&allowed, &none, &env).await.unwrap()
     else {
         panic!("spec.upstream names K8s");
     };
     assert_eq!(upstream.class_name(), "Kubernetes::Comb::Upstream::K8s");
+    // The layer's borrow is the administrator's word: it needs no allowing.
+    let borrow = Controlling::new(
+        "the borrow of layer dev",
+        UpstreamSpec::Declared(
+            json!({"class": "K8s", "layer": "production",
+                   "replicate": [{"kind": "Secret", "name": "db-credentials"}]})
+            .as_object()
+            .cloned()
+            .unwrap(),
+        ),
+    );
+    assert!(matches!(
+        resolve_upstream(&local, &borrow, &env).await,
+        Ok(Resolved::Upstream(_))
+    ));
 
     // The controlling code decides first, even when it says local.
     let explicit_local = Controlling::new("the borrow of layer dev", UpstreamSpec::Local);
