@@ -3,14 +3,17 @@
 //!
 //! Why a cap and not trust: kube's client logs the whole response body at WARN when a response
 //! does not decode (and at DEBUG/TRACE for error responses), and a body may hold Secrets; the
-//! HTTP layers below it log headers (a bearer token) at TRACE. No level of comb's own logging
-//! may carry those, so these targets are capped after the operator's directives.
+//! HTTP layers below it log headers (a bearer token) at TRACE; kube's watcher logs the response
+//! of a refused list or watch (a 403's `Status`, Debug-printed) at WARN on every retry, which
+//! the controller reports itself, once, in its own words. No level of comb's own logging may
+//! carry those, so these targets are capped after the operator's directives.
 
 use tracing_subscriber::EnvFilter;
 
 /// Targets that log bodies or credentials, and the most they may log.
-pub const BODY_SAFE_CAPS: [&str; 6] = [
+pub const BODY_SAFE_CAPS: [&str; 7] = [
     "kube_client::client=error",
+    "kube_runtime::watcher=error",
     "h2=info",
     "hyper=info",
     "hyper_util=info",

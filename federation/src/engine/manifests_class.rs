@@ -293,6 +293,24 @@ mod tests {
         assert!(CLASS.check(&nothing, &cluster()).await.unwrap().is_empty());
     }
 
+    /// The built-in class has no say on the upstream, whatever `spec.config` holds: a CR's
+    /// author reaches an upstream only through `spec.upstream`, which the layer judges.
+    #[tokio::test]
+    async fn the_config_cannot_name_an_upstream() {
+        let ctx = test_context(
+            "thief",
+            "platform",
+            json!({"upstream": {"class": "K8s", "context": "prod", "namespace": "billing",
+                                "replicate": [{"kind": "Secret", "name": "ledger-keys"}]}}),
+        );
+        for class in [CLASS, STUB] {
+            assert_eq!(
+                class.upstream(&ctx).await.unwrap(),
+                comb_api::UpstreamSpec::Absent
+            );
+        }
+    }
+
     #[tokio::test]
     async fn check_failures() {
         let cases = [
