@@ -80,6 +80,11 @@ pub fn prepare_for_create(rt: &ResourceType, object: &mut Value) {
     if is(rt, "", "Pod") {
         defaults::admit_pod(object, true);
         object["status"] = json!({"phase": "Pending", "qosClass": qos_class(object)});
+        gate_scheduling(object);
+    }
+    if is(rt, "apps", "DaemonSet") {
+        let given = template_generation(object).filter(|generation| *generation >= 1);
+        set_template_generation(object, given.unwrap_or(1));
     }
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
         crd::add_cleanup_finalizer(object);
@@ -101,6 +106,12 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     if is(rt, "", "Pod") {
         defaults::admit_pod(new, false);
     }
+    if is(rt, "apps", "DaemonSet") {
+        // Not the writer's to set: one more on every template change.
+        let old_generation = template_generation(old).unwrap_or(1);
+        let changed = old["spec"].get("template") != new["spec"].get("template");
+        set_template_generation(new, old_generation + i64::from(changed));
+    }
     if is(rt, "", "Service") {
         service_addresses::keep_allocated(old, new);
         service_addresses::drop_type_dependent_fields(old, new);
@@ -109,6 +120,48 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     if is(rt, "", "Namespace") {
         new["spec"] = old["spec"].clone();
     }
+}
+
+/// kube-apiserver's Pod strategy: a Pod created with scheduling gates says so in its status
+/// (`kubectl get pods` shows `SchedulingGated`); the scheduler leaves it until they are removed.
+fn gate_scheduling(pod: &mut Value) {
+    if scheduling_gated(&pod["spec"]) {
+        pod["status"]["conditions"] = json!([{
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": null,
+            "lastTransitionTime": null,
+            "reason": "SchedulingGated",
+            "message": "Scheduling is blocked due to non-empty scheduling gates",
+        }]);
+    }
+}
+
+/// Whether a Pod spec still has scheduling gates.
+pub fn scheduling_gated(spec: &Value) -> bool {
+    spec["schedulingGates"]
+        .as_array()
+        .is_some_and(|gates| !gates.is_empty())
+}
+
+/// The annotation through which apps/v1 shows a DaemonSet's template generation (the internal
+/// `spec.templateGeneration`), which the DaemonSet controller stamps on its Pods as
+/// `pod-template-generation`.
+pub const DAEMONSET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+fn template_generation(daemon_set: &Value) -> Option<i64> {
+    daemon_set["metadata"]["annotations"][DAEMONSET_TEMPLATE_GENERATION]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+fn set_template_generation(daemon_set: &mut Value, generation: i64) {
+    let metadata = &mut daemon_set["metadata"];
+    if !metadata["annotations"].is_object() {
+        metadata["annotations"] = json!({});
+    }
+    metadata["annotations"][DAEMONSET_TEMPLATE_GENERATION] = json!(generation.to_string());
 }
 
 /// Whether an update changes what `metadata.generation` counts.
@@ -265,6 +318,46 @@ mod tests {
             external["spec"].get("clusterIP").is_none(),
             "ExternalName services have no cluster IP"
         );
+    }
+
+    #[test]
+    fn a_pod_with_scheduling_gates_is_created_gated() {
+        let pods = builtin("", "Pod").expect("pods");
+        let mut gated = json!({"spec": {"schedulingGates": [{"name": "example.com/hold"}],
+                                        "containers": [{"name": "a", "image": "nginx"}]}});
+        prepare_for_create(&pods, &mut gated);
+        assert_eq!(
+            gated["status"]["conditions"],
+            json!([{"type": "PodScheduled", "status": "False", "lastProbeTime": null,
+                    "lastTransitionTime": null, "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates"}])
+        );
+        let mut plain = json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}});
+        prepare_for_create(&pods, &mut plain);
+        assert!(plain["status"].get("conditions").is_none(), "{plain}");
+    }
+
+    #[test]
+    fn a_daemon_sets_template_generation_counts_template_changes() {
+        let daemon_sets = builtin("apps", "DaemonSet").expect("daemonsets");
+        let generation =
+            |ds: &Value| ds["metadata"]["annotations"][DAEMONSET_TEMPLATE_GENERATION].clone();
+        let template =
+            |image: &str| json!({"spec": {"containers": [{"name": "a", "image": image}]}});
+        let mut created =
+            json!({"metadata": {"name": "agent"}, "spec": {"template": template("a:1")}});
+        prepare_for_create(&daemon_sets, &mut created);
+        assert_eq!(generation(&created), "1");
+
+        // Not the writer's to set; one more per template change, none for other changes.
+        let mut retemplated = json!({"metadata": {"name": "agent", "annotations": {DAEMONSET_TEMPLATE_GENERATION: "9"}},
+                                     "spec": {"template": template("a:2")}});
+        prepare_for_update(&daemon_sets, &created, &mut retemplated);
+        assert_eq!(generation(&retemplated), "2");
+        let mut restrategied = json!({"metadata": {"name": "agent"},
+                                      "spec": {"template": template("a:2"), "minReadySeconds": 5}});
+        prepare_for_update(&daemon_sets, &retemplated, &mut restrategied);
+        assert_eq!(generation(&restrategied), "2");
     }
 
     #[test]

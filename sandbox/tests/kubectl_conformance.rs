@@ -22,6 +22,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::time::Instant;
 
+/// How often the emulator's containers write a log line here.
+const LOG_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Two clusters (`prod`, `dev`) and an extra context `staging` = prod, namespace staging.
 fn options() -> SandboxOptions {
     let mut options = SandboxOptions::clusters(["prod", "dev"]);
@@ -66,6 +69,8 @@ impl Fixture {
                     Arc::new(Simulation::default()),
                     Arc::new(ClusterControls::default()),
                 ];
+                // Followed logs grow within a test's patience.
+                options.server.log_interval = LOG_INTERVAL;
                 let clusters = Clusters::start(Backend::Emulator, options, None)
                     .await
                     .expect("the sandbox starts");
@@ -500,6 +505,114 @@ async fn logs_of_pods_and_deployments() {
         "{}",
         String::from_utf8_lossy(&previous.stderr)
     );
+}
+
+/// `kubectl logs -f` of the first Pod of Deployment `web` (started and ready): the child, its
+/// output lines, and the Pod's name.
+async fn follow_first_web_pod(
+    fx: &Fixture,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    String,
+) {
+    use tokio::io::AsyncBufReadExt as _;
+    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
+    wait_until_ready(fx, "prod", "web", 2).await;
+    let pod = fx
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .await;
+    let pod = pod.trim().to_string();
+    let mut child = fx
+        .command(&["logs", "-f", &pod])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kubectl starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    (child, tokio::io::BufReader::new(stdout).lines(), pod)
+}
+
+/// The next line of a followed log, failing after 20 s (`None`: the stream ended).
+async fn next_line(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("a log line within 20 s")
+        .expect("kubectl's output reads")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_a_running_container() {
+    if !emulator_only(
+        "kubectl_conformance::logs_follow_a_running_container",
+        "the emulator's simulated containers write logs; kwok's fake ones have none",
+    ) {
+        return;
+    }
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let (mut child, mut lines, pod) = follow_first_web_pod(&fx).await;
+    let first = next_line(&mut lines).await.expect("the log so far");
+    assert!(
+        first.ends_with(&format!("{pod}/main started image nginx:1.27")),
+        "{first}"
+    );
+    // Lines keep coming while the container runs: the stream stays open.
+    let mut heartbeats = Vec::new();
+    while heartbeats.len() < 3 {
+        let line = next_line(&mut lines)
+            .await
+            .expect("the stream stays open while the container runs");
+        if line.contains(" heartbeat ") {
+            heartbeats.push(line);
+        }
+    }
+    assert!(
+        child.try_wait().expect("kubectl's status").is_none(),
+        "kubectl logs -f still follows"
+    );
+    let numbers: Vec<u64> = heartbeats
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(
+        numbers.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "{heartbeats:?}"
+    );
+    child.kill().await.expect("kubectl stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_ends_when_the_pod_is_deleted() {
+    if !emulator_only(
+        "kubectl_conformance::logs_follow_ends_when_the_pod_is_deleted",
+        "the emulator's simulated containers write logs; kwok's fake ones have none",
+    ) {
+        return;
+    }
+    let Some(fx) = Fixture::start().await else {
+        return;
+    };
+    let (mut child, mut lines, pod) = follow_first_web_pod(&fx).await;
+    next_line(&mut lines).await.expect("the log so far");
+    fx.ok(&["delete", "pod", &pod, "--wait=false"]).await;
+    // Whatever was written before, then the end.
+    while next_line(&mut lines).await.is_some() {}
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("kubectl ends with the stream")
+        .expect("kubectl's status");
+    assert!(status.success(), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// How often the simulated containers write a log line.
+const LOG_INTERVAL: Duration = Duration::from_secs(2);
+
 /// What the simulation publishes as the cluster's CA bundle.
 const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -275,8 +278,18 @@ async fn pods_fail_the_way_their_images_ask() {
         "{message}"
     );
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 1);
-    let previous =
-        logs::read(&cluster.store, "default", pod_name, None, true, None).expect("a previous log");
+    let previous_instance = logs::LogRequest {
+        previous: true,
+        ..logs::LogRequest::default()
+    };
+    let previous = logs::read(
+        &cluster.store,
+        "default",
+        pod_name,
+        &previous_instance,
+        LOG_INTERVAL,
+    )
+    .expect("a previous log");
     assert!(
         previous.ends_with("fatal: exiting with code 1\n"),
         "{previous}"
@@ -346,9 +359,8 @@ async fn jobs_complete_or_fail() {
         &cluster.store,
         "default",
         pods[0]["metadata"]["name"].as_str().unwrap_or_default(),
-        None,
-        false,
-        None,
+        &logs::LogRequest::default(),
+        LOG_INTERVAL,
     )
     .expect("a log");
     assert!(log.ends_with("completed\n"), "{log}");

@@ -134,6 +134,15 @@ impl ConvergedDemo {
     /// a kube client of the demo's kubeconfig, so on either backend: the response, status line
     /// first.
     pub fn post(&self, context: &str, path: &str, body: &str) -> String {
+        self.send(http::Method::POST, context, path, body)
+    }
+
+    /// `DELETE <path>` on a context's server (e.g. a Pod), as [`ConvergedDemo::post`] sends.
+    pub fn delete(&self, context: &str, path: &str) -> String {
+        self.send(http::Method::DELETE, context, path, "")
+    }
+
+    fn send(&self, method: http::Method, context: &str, path: &str, body: &str) -> String {
         let path_of_kubeconfig =
             std::path::Path::new(&self.config).with_file_name("sandbox.kubeconfig");
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -151,7 +160,9 @@ impl ConvergedDemo {
                 .await
                 .expect("a client configuration");
             let client = kube::Client::try_from(config).expect("a client");
-            let request = http::Request::post(path)
+            let request = http::Request::builder()
+                .method(method)
+                .uri(path)
                 .header("Content-Type", "application/json")
                 .body(body.as_bytes().to_vec())
                 .expect("a request");
