@@ -239,11 +239,12 @@ async fn fixing_a_crash_loop_is_pending_then_running_never_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_whose_new_pods_crash_is_error() {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
-    let mut running = world
-        .run(world.config(
-            "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
-        ))
-        .await;
+    let mut running =
+        world
+            .run(world.config(
+                "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
+            ))
+            .await;
     world
         .create_comb("prod", "platform", "web", web("web", "nginx:1"))
         .await;

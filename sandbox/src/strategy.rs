@@ -106,12 +106,6 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     if is(rt, "", "Pod") {
         defaults::admit_pod(new, false);
     }
-    if is(rt, "apps", "DaemonSet") {
-        // Not the writer's to set: one more on every template change.
-        let old_generation = template_generation(old).unwrap_or(1);
-        let changed = old["spec"].get("template") != new["spec"].get("template");
-        set_template_generation(new, old_generation + i64::from(changed));
-    }
     if is(rt, "", "Service") {
         service_addresses::keep_allocated(old, new);
         service_addresses::drop_type_dependent_fields(old, new);
@@ -130,7 +124,7 @@ fn gate_scheduling(pod: &mut Value) {
             "type": "PodScheduled",
             "status": "False",
             "lastProbeTime": null,
-            "lastTransitionTime": null,
+            "lastTransitionTime": crate::meta::now(),
             "reason": "SchedulingGated",
             "message": "Scheduling is blocked due to non-empty scheduling gates",
         }]);
@@ -162,6 +156,17 @@ fn set_template_generation(daemon_set: &mut Value, generation: i64) {
         metadata["annotations"] = json!({});
     }
     metadata["annotations"][DAEMONSET_TEMPLATE_GENERATION] = json!(generation.to_string());
+}
+
+/// What an update of the main resource sets once it is decoded as stored (`old` and `next`
+/// compare field for field): a DaemonSet's template generation, which is not the writer's to
+/// set, is one more on every template change.
+pub fn count_template_changes(rt: &ResourceType, old: &Value, next: &mut Value) {
+    if is(rt, "apps", "DaemonSet") {
+        let old_generation = template_generation(old).unwrap_or(1);
+        let changed = old["spec"].get("template") != next["spec"].get("template");
+        set_template_generation(next, old_generation + i64::from(changed));
+    }
 }
 
 /// Whether an update changes what `metadata.generation` counts.
@@ -326,10 +331,13 @@ mod tests {
         let mut gated = json!({"spec": {"schedulingGates": [{"name": "example.com/hold"}],
                                         "containers": [{"name": "a", "image": "nginx"}]}});
         prepare_for_create(&pods, &mut gated);
+        let condition = &mut gated["status"]["conditions"][0];
+        assert!(condition["lastTransitionTime"].is_string(), "{condition}");
+        condition["lastTransitionTime"] = json!("<now>");
         assert_eq!(
             gated["status"]["conditions"],
             json!([{"type": "PodScheduled", "status": "False", "lastProbeTime": null,
-                    "lastTransitionTime": null, "reason": "SchedulingGated",
+                    "lastTransitionTime": "<now>", "reason": "SchedulingGated",
                     "message": "Scheduling is blocked due to non-empty scheduling gates"}])
         );
         let mut plain = json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}});
@@ -352,11 +360,11 @@ mod tests {
         // Not the writer's to set; one more per template change, none for other changes.
         let mut retemplated = json!({"metadata": {"name": "agent", "annotations": {DAEMONSET_TEMPLATE_GENERATION: "9"}},
                                      "spec": {"template": template("a:2")}});
-        prepare_for_update(&daemon_sets, &created, &mut retemplated);
+        count_template_changes(&daemon_sets, &created, &mut retemplated);
         assert_eq!(generation(&retemplated), "2");
         let mut restrategied = json!({"metadata": {"name": "agent"},
                                       "spec": {"template": template("a:2"), "minReadySeconds": 5}});
-        prepare_for_update(&daemon_sets, &retemplated, &mut restrategied);
+        count_template_changes(&daemon_sets, &retemplated, &mut restrategied);
         assert_eq!(generation(&restrategied), "2");
     }
 
