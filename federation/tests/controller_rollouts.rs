@@ -159,6 +159,22 @@ async fn an_image_edit_of_a_statefulset_is_one_pending_along_the_chain() {
     one_pending_per_comb_for_an_image_edit("StatefulSet").await;
 }
 
+/// One layer, prod (namespace platform), its controller running, and Comb `web` running
+/// `image` in it.
+async fn web_in_prod(image: &str) -> (World, controller_support::Running) {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let running =
+        world
+            .run(world.config(
+                "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
+            ))
+            .await;
+    world
+        .create_comb("prod", "platform", "web", web("web", image))
+        .await;
+    (world, running)
+}
+
 /// A fix of a crash-looping image (issue 19): while the Deployment rolls the fix out, the old
 /// Pod's crash loop is not the Comb's verdict: it goes from `Error (CrashLoopBackOff)` to
 /// `Pending` (comb's own deploy started the rollout: `Deployed`) and stays there while the new
@@ -166,16 +182,7 @@ async fn an_image_edit_of_a_statefulset_is_one_pending_along_the_chain() {
 /// `Running`; never `Error` again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixing_a_crash_loop_is_pending_then_running_never_error() {
-    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
-    let mut running =
-        world
-            .run(world.config(
-                "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
-            ))
-            .await;
-    world
-        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
-        .await;
+    let (world, mut running) = web_in_prod("crashloop:1").await;
     let crashing = running
         .transition("web to crash-loop", |t| {
             t.new.phase == "Error" && t.new.reason.as_deref() == Some("CrashLoopBackOff")
@@ -238,16 +245,7 @@ async fn fixing_a_crash_loop_is_pending_then_running_never_error() {
 /// though the rollout is still in progress (the old Pod keeps serving, so it never ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_whose_new_pods_crash_is_error() {
-    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
-    let mut running =
-        world
-            .run(world.config(
-                "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
-            ))
-            .await;
-    world
-        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
-        .await;
+    let (world, mut running) = web_in_prod("nginx:1").await;
     running
         .transition("web to run", |t| t.new.phase == "Running")
         .await;

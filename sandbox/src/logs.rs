@@ -141,17 +141,26 @@ fn deleting(pod: &Value) -> bool {
     !pod["metadata"]["deletionTimestamp"].is_null()
 }
 
+/// The entries of the lists `fields` of `section`, in that order.
+fn entries<'a>(section: &'a Value, fields: [&'static str; 3]) -> impl Iterator<Item = &'a Value> {
+    fields.into_iter().flat_map(move |field| {
+        section[field]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    })
+}
+
+/// Every container of `pod`: init, regular, ephemeral.
+fn containers(pod: &Value) -> impl Iterator<Item = &Value> {
+    entries(
+        &pod["spec"],
+        ["initContainers", "containers", "ephemeralContainers"],
+    )
+}
+
 fn container_names(pod: &Value) -> Vec<&str> {
-    ["initContainers", "containers", "ephemeralContainers"]
-        .iter()
-        .flat_map(|f| {
-            pod["spec"][*f]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-        })
-        .filter_map(|c| c["name"].as_str())
-        .collect()
+    containers(pod).filter_map(|c| c["name"].as_str()).collect()
 }
 
 /// kube-apiserver's choice of container: the named one, else the only one.
@@ -184,18 +193,14 @@ fn choose_container<'a>(pod: &'a Value, container: Option<&'a str>) -> Result<&'
 
 /// The status of container `name` of `pod`.
 fn container_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
-    [
-        "initContainerStatuses",
-        "containerStatuses",
-        "ephemeralContainerStatuses",
-    ]
-    .iter()
-    .flat_map(|f| {
-        pod["status"][*f]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-    })
+    entries(
+        &pod["status"],
+        [
+            "initContainerStatuses",
+            "containerStatuses",
+            "ephemeralContainerStatuses",
+        ],
+    )
     .find(|s| s["name"] == name)
 }
 
@@ -343,14 +348,7 @@ impl Instance {
 
 /// The spec's image of container `name`.
 fn image<'a>(pod: &'a Value, name: &str) -> &'a str {
-    ["initContainers", "containers", "ephemeralContainers"]
-        .iter()
-        .flat_map(|f| {
-            pod["spec"][*f]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-        })
+    containers(pod)
         .find(|c| c["name"] == name)
         .and_then(|c| c["image"].as_str())
         .unwrap_or_default()

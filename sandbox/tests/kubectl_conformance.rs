@@ -507,18 +507,25 @@ async fn logs_of_pods_and_deployments() {
     );
 }
 
-/// `kubectl logs -f` of the first Pod of Deployment `web` (started and ready): the child, its
-/// output lines, and the Pod's name.
+/// The lines of a followed log, as kubectl prints them.
+type Followed = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// For test `test` (emulator only: kwok's containers write no logs), `kubectl logs -f` of the
+/// first Pod of Deployment `web` (started and ready): the fixture, kubectl, its output lines,
+/// and the Pod's name.
 async fn follow_first_web_pod(
-    fx: &Fixture,
-) -> (
-    tokio::process::Child,
-    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-    String,
-) {
+    test: &str,
+) -> Option<(Fixture, tokio::process::Child, Followed, String)> {
     use tokio::io::AsyncBufReadExt as _;
+    if !emulator_only(
+        test,
+        "the emulator's simulated containers write logs; kwok's fake ones have none",
+    ) {
+        return None;
+    }
+    let fx = Fixture::start().await?;
     fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
-    wait_until_ready(fx, "prod", "web", 2).await;
+    wait_until_ready(&fx, "prod", "web", 2).await;
     let pod = fx
         .ok(&[
             "get",
@@ -537,13 +544,11 @@ async fn follow_first_web_pod(
         .spawn()
         .expect("kubectl starts");
     let stdout = child.stdout.take().expect("stdout is piped");
-    (child, tokio::io::BufReader::new(stdout).lines(), pod)
+    Some((fx, child, tokio::io::BufReader::new(stdout).lines(), pod))
 }
 
 /// The next line of a followed log, failing after 20 s (`None`: the stream ended).
-async fn next_line(
-    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-) -> Option<String> {
+async fn next_line(lines: &mut Followed) -> Option<String> {
     tokio::time::timeout(Duration::from_secs(20), lines.next_line())
         .await
         .expect("a log line within 20 s")
@@ -552,16 +557,10 @@ async fn next_line(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_follow_a_running_container() {
-    if !emulator_only(
-        "kubectl_conformance::logs_follow_a_running_container",
-        "the emulator's simulated containers write logs; kwok's fake ones have none",
-    ) {
-        return;
-    }
-    let Some(fx) = Fixture::start().await else {
+    let test = "kubectl_conformance::logs_follow_a_running_container";
+    let Some((_fx, mut child, mut lines, pod)) = follow_first_web_pod(test).await else {
         return;
     };
-    let (mut child, mut lines, pod) = follow_first_web_pod(&fx).await;
     let first = next_line(&mut lines).await.expect("the log so far");
     assert!(
         first.ends_with(&format!("{pod}/main started image nginx:1.27")),
@@ -594,16 +593,10 @@ async fn logs_follow_a_running_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_follow_ends_when_the_pod_is_deleted() {
-    if !emulator_only(
-        "kubectl_conformance::logs_follow_ends_when_the_pod_is_deleted",
-        "the emulator's simulated containers write logs; kwok's fake ones have none",
-    ) {
-        return;
-    }
-    let Some(fx) = Fixture::start().await else {
+    let test = "kubectl_conformance::logs_follow_ends_when_the_pod_is_deleted";
+    let Some((fx, mut child, mut lines, pod)) = follow_first_web_pod(test).await else {
         return;
     };
-    let (mut child, mut lines, pod) = follow_first_web_pod(&fx).await;
     next_line(&mut lines).await.expect("the log so far");
     fx.ok(&["delete", "pod", &pod, "--wait=false"]).await;
     // Whatever was written before, then the end.

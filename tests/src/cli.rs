@@ -1,13 +1,12 @@
 //! Running the `comb` binary in the end-to-end tests, and a converged demo to run it against.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Output, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 pub use crate::bin::comb;
 use crate::process::{
-    COMMAND_DEADLINE, OutputWithin as _, STOP_DEADLINE, stop_within, wait_within,
+    COMMAND_DEADLINE, OutputWithin as _, STOP_DEADLINE, stdout_lines, stop_within, wait_within,
 };
 
 /// The longest a test waits for the demo to print something.
@@ -62,15 +61,7 @@ impl ConvergedDemo {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("comb demo --follow starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (send, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stdout_lines(&mut child);
         let mut demo = ConvergedDemo {
             child,
             lines,

@@ -3,14 +3,12 @@
 //! says where its service runs instead of printing nothing. The emulator writes container logs (kwok's fake
 //! containers on the real backend have none, so only the emulator checks their text).
 
-use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
-use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use comb_testkit::Backend;
 use comb_testkit::cli::ConvergedDemo;
-use comb_testkit::process::{STOP_DEADLINE, wait_within};
+use comb_testkit::process::{KillOnDrop, STOP_DEADLINE, stdout_lines, wait_within};
 
 #[test]
 fn logs_pick_containers_follow_and_point_borrowers_at_their_service() {
@@ -48,22 +46,15 @@ fn logs_pick_containers_follow_and_point_borrowers_at_their_service() {
 /// runs (a followed log stays open, as on a cluster), and ends by itself once the Pod is
 /// deleted.
 fn follow_until_the_pod_goes(demo: &ConvergedDemo) {
-    let mut child = comb_testkit::comb()
-        .args(["--config", &demo.config, "logs", "prod:db", "-f"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("comb logs -f starts");
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let (send, lines) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut following = KillOnDrop(
+        comb_testkit::comb()
+            .args(["--config", &demo.config, "logs", "prod:db", "-f"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("comb logs -f starts"),
+    );
+    let lines = stdout_lines(&mut following.0);
     let next = |what: &str| {
         lines
             .recv_timeout(Duration::from_secs(60))
@@ -85,15 +76,13 @@ fn follow_until_the_pod_goes(demo: &ConvergedDemo) {
         }
     }
     assert!(
-        child.try_wait().expect("its status").is_none(),
+        following.0.try_wait().expect("its status").is_none(),
         "comb logs -f still follows"
     );
 
     let deleted = demo.delete("prod", &format!("/api/v1/namespaces/platform/pods/{pod}"));
     assert!(deleted.starts_with("HTTP/1.1 200"), "{deleted}");
-    let status = wait_within(&mut child, STOP_DEADLINE).unwrap_or_else(|| {
-        let _ = child.kill();
-        panic!("comb logs -f did not end with its pod")
-    });
+    let status = wait_within(&mut following.0, STOP_DEADLINE)
+        .unwrap_or_else(|| panic!("comb logs -f did not end with its pod"));
     assert!(status.success(), "{status}");
 }

@@ -45,6 +45,20 @@ async fn comb_run_once(config: &Path, args: &[&str]) -> Output {
     .expect("comb run --once ran")
 }
 
+/// Clusters with one layer, prod (namespace platform), its configuration ([`prod_config`]), and
+/// Comb `web` running `image` in it.
+async fn web_in_prod(image: &str) -> (World, tempfile::TempDir, PathBuf) {
+    let world = Setup::clusters(["prod"])
+        .namespace("prod", "platform")
+        .start()
+        .await;
+    let (dir, config) = prod_config(&world);
+    world
+        .create_comb("prod", "platform", "web", web("web", image))
+        .await;
+    (world, dir, config)
+}
+
 /// A configuration of one layer, prod (`CONFIG`), on `world`'s cluster, in a directory that
 /// lives as long as the returned guard.
 fn prod_config(world: &World) -> (tempfile::TempDir, PathBuf) {
@@ -94,14 +108,7 @@ const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespace
 
 #[tokio::test]
 async fn the_binary_exits_0_then_1() {
-    let world = Setup::clusters(["prod"])
-        .namespace("prod", "platform")
-        .start()
-        .await;
-    let (_dir, config) = prod_config(&world);
-    world
-        .create_comb("prod", "platform", "web", web("web", "nginx:1"))
-        .await;
+    let (world, _dir, config) = web_in_prod("nginx:1").await;
     let run = |config: PathBuf| async move {
         comb_run_once(&config, &["--settle", "30s", "--timeout", "60s"]).await
     };
@@ -152,14 +159,7 @@ async fn a_bad_config_is_one_line_naming_the_key_and_exit_1() {
 /// stdout, and `comb run --once` exits 1, so a CI gate fails the broken rollout.
 #[tokio::test]
 async fn a_crash_loop_exits_1() {
-    let world = Setup::clusters(["prod"])
-        .namespace("prod", "platform")
-        .start()
-        .await;
-    let (_dir, config) = prod_config(&world);
-    world
-        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
-        .await;
+    let (_world, _dir, config) = web_in_prod("crashloop:1").await;
     let output = comb_run_once(&config, &["--settle", "2s", "--timeout", "120s"]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
@@ -180,14 +180,7 @@ async fn a_crash_loop_exits_1() {
 /// is held by a scheduling gate until the test releases it, the same on both backends.
 #[tokio::test]
 async fn fixing_a_crash_loop_is_pending_until_the_new_pod_runs() {
-    let world = Setup::clusters(["prod"])
-        .namespace("prod", "platform")
-        .start()
-        .await;
-    let (_dir, config) = prod_config(&world);
-    world
-        .create_comb("prod", "platform", "web", web("web", "crashloop:1"))
-        .await;
+    let (world, _dir, config) = web_in_prod("crashloop:1").await;
     let run = |settle: &'static str| {
         let config = config.clone();
         async move {
