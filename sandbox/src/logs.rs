@@ -241,11 +241,7 @@ impl Instance {
         };
         let terminated = |state: &Value| {
             let started = parse_time(&state["startedAt"])?;
-            let finished = parse_time(&state["finishedAt"]).unwrap_or(started);
-            Some(of(
-                started,
-                Some((finished, state["exitCode"].as_i64().unwrap_or(0))),
-            ))
+            Some(of(started, Some(ending(state, started))))
         };
         if request.previous {
             return terminated(last).map(Some).ok_or_else(|| {
@@ -289,10 +285,7 @@ impl Instance {
         .into_iter()
         .find(|state| started(state))
         .map(|state| Instance {
-            ended: Some((
-                parse_time(&state["finishedAt"]).unwrap_or(self.started),
-                state["exitCode"].as_i64().unwrap_or(0),
-            )),
+            ended: Some(ending(state, self.started)),
             ..self.clone()
         })
     }
@@ -344,6 +337,15 @@ impl Instance {
         }
         text
     }
+}
+
+/// When and how a run that `started` ended, by its `terminated` state: `finishedAt` (else its
+/// start) and its exit code.
+fn ending(terminated: &Value, started: Timestamp) -> (Timestamp, i64) {
+    (
+        parse_time(&terminated["finishedAt"]).unwrap_or(started),
+        terminated["exitCode"].as_i64().unwrap_or(0),
+    )
 }
 
 /// The spec's image of container `name`.

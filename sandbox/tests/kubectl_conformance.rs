@@ -182,6 +182,23 @@ impl Fixture {
             .expect("controls for the cluster")
     }
 
+    /// Deployment [`WEB`] applied in prod and ready: the name of its first Pod.
+    async fn web_ready(&self) -> String {
+        self.ok_with_input(&["apply", "-f", "-"], WEB).await;
+        wait_until_ready(self, "prod", "web", 2).await;
+        let pod = self
+            .ok(&[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                "jsonpath={.items[0].metadata.name}",
+            ])
+            .await;
+        pod.trim().to_string()
+    }
+
     /// How many objects of `kind` in the test's namespace of `cluster` match `labels`.
     async fn count(&self, cluster: &str, kind: &str, labels: &str) -> usize {
         self.ok(&[
@@ -480,24 +497,13 @@ async fn logs_of_pods_and_deployments() {
     let Some(fx) = Fixture::start().await else {
         return;
     };
-    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
-    wait_until_ready(&fx, "prod", "web", 2).await;
+    let pod = fx.web_ready().await;
     let log = fx.ok(&["logs", "deployment/web"]).await;
     assert!(log.contains("/main started image nginx:1.27"), "{log}");
 
-    let pod = fx
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ])
-        .await;
-    let tail = fx.ok(&["logs", pod.trim(), "-c", "main", "--tail=1"]).await;
+    let tail = fx.ok(&["logs", &pod, "-c", "main", "--tail=1"]).await;
     assert_eq!(tail.lines().count(), 1, "{tail}");
-    let previous = fx.run(&["logs", pod.trim(), "--previous"]).await;
+    let previous = fx.run(&["logs", &pod, "--previous"]).await;
     assert!(!previous.status.success());
     assert!(
         String::from_utf8_lossy(&previous.stderr)
@@ -524,19 +530,7 @@ async fn follow_first_web_pod(
         return None;
     }
     let fx = Fixture::start().await?;
-    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
-    wait_until_ready(&fx, "prod", "web", 2).await;
-    let pod = fx
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ])
-        .await;
-    let pod = pod.trim().to_string();
+    let pod = fx.web_ready().await;
     let mut child = fx
         .command(&["logs", "-f", &pod])
         .stdout(Stdio::piped())
