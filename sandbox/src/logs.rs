@@ -33,6 +33,8 @@ use crate::store::Store;
 
 /// The most lines one read returns (the newest), like a kubelet's rotated log.
 const MAX_LINES: u64 = 10_000;
+/// The shortest interval between two lines (a zero one would be a line on every look).
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// What a log request asks for (the query of `GET .../pods/{name}/log`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,6 +78,7 @@ pub fn follow(
     shutdown: CancellationToken,
 ) -> Result<mpsc::Receiver<Result<Bytes, std::io::Error>>, ApiError> {
     let pods = pods(store)?;
+    let interval = interval.max(MIN_INTERVAL);
     // Subscribed before the read, so that no change after it is missed.
     let mut events = store.subscribe();
     let object = store.get(&pods, Some(namespace), pod)?;
@@ -298,8 +301,7 @@ impl Instance {
             .as_millis()
             .max(0)
             .unsigned_abs();
-        let interval = interval.as_millis().max(1);
-        u64::try_from(span / interval).unwrap_or(u64::MAX)
+        u64::try_from(span / interval.as_millis().max(1)).unwrap_or(u64::MAX)
     }
 
     /// How many lines it wrote by `now`: its start, its heartbeats, and its end if it ended.
@@ -381,6 +383,7 @@ pub fn render(
     let Some(instance) = Instance::chosen(pod, request)? else {
         return Ok(String::new());
     };
+    let interval = interval.max(MIN_INTERVAL);
     let written = instance.written(now, interval);
     Ok(instance.lines(first_line(written, request.tail_lines)..written, interval))
 }
