@@ -174,6 +174,14 @@ fn generations(v: Value) -> Value {
     })
 }
 
+fn generation_and_annotations(v: Value) -> Value {
+    json!({
+        "generation": v["metadata"]["generation"],
+        "annotations": v["metadata"]["annotations"],
+        "code": v["code"],
+    })
+}
+
 fn managed_fields(v: Value) -> Value {
     json!({"managedFields": v["metadata"]["managedFields"], "code": v["code"], "message": v["message"]})
 }
@@ -912,6 +920,44 @@ fn probes() -> Vec<Probe> {
                     json!({"metadata": {"annotations": {"note": "1"}}}),
                 )
                 .view(generation_and_note),
+            ],
+        ),
+        probe(
+            "a pod created with scheduling gates",
+            vec![
+                post(
+                    "/api/v1/namespaces/{ns}/pods",
+                    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated"},
+                           "spec": {"schedulingGates": [{"name": "example.com/hold"}],
+                                    "containers": [{"name": "c", "image": "nginx"}]}}),
+                )
+                .view(|v| json!({"code": v["code"], "status": v["status"]})),
+                get("/api/v1/namespaces/{ns}/pods/gated")
+                    .view(|v| json!({"nodeName": v["spec"]["nodeName"], "status": v["status"]})),
+            ],
+        ),
+        probe(
+            "daemonset template generation",
+            vec![
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/daemonsets",
+                    json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+                           "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                                    "template": {"metadata": {"labels": {"app": "agent"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "agent:1"}]}}}}),
+                )
+                .view(generation_and_annotations),
+                merge_patch(
+                    "/apis/apps/v1/namespaces/{ns}/daemonsets/agent",
+                    json!({"metadata": {"annotations": {"deprecated.daemonset.template.generation": "7"}},
+                           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "agent:2"}]}}}}),
+                )
+                .view(generation_and_annotations),
+                merge_patch(
+                    "/apis/apps/v1/namespaces/{ns}/daemonsets/agent",
+                    json!({"spec": {"minReadySeconds": 5}}),
+                )
+                .view(generation_and_annotations),
             ],
         ),
         probe(
