@@ -292,18 +292,20 @@ fn code_only(v: Value) -> Value {
     json!({"code": v["code"], "reason": v["reason"]})
 }
 
-/// A refused precondition, without the values it names (a uid, a resourceVersion), which
-/// differ between backends: `... UID in precondition: <value>, UID in object meta: <value>`.
+/// A refused precondition, without the values it names in parentheses (a uid, a
+/// resourceVersion), which differ between backends: `the UID in the precondition (<value>)
+/// does not match the UID in record (<value>). ...`.
 fn precondition_refusal(mut v: Value) -> Value {
     if let Some(message) = v["message"].as_str() {
-        let without_values: Vec<String> = message
-            .split(", ")
-            .map(|part| match part.rsplit_once(": ") {
-                Some((head, _)) => format!("{head}: <value>"),
-                None => part.to_string(),
-            })
-            .collect();
-        v["message"] = json!(without_values.join(", "));
+        let mut without_values = String::new();
+        let mut rest = message;
+        while let Some((before, after)) = rest.split_once('(') {
+            without_values.push_str(before);
+            without_values.push_str("(<value>)");
+            rest = after.split_once(')').map_or("", |(_, after)| after);
+        }
+        without_values.push_str(rest);
+        v["message"] = json!(without_values);
     }
     v
 }
