@@ -498,3 +498,47 @@ async fn cleanup_decides_again_on_what_the_server_has() {
     );
     only_the_touched_one_went(&cluster).await;
 }
+
+#[tokio::test]
+async fn a_delete_that_keeps_conflicting_is_noted_and_decided_again_by_the_next_step() {
+    let cluster = Cluster::start_own().await;
+    let comb = cluster
+        .settled(
+            "nats",
+            vec![
+                deployment("nats", "nats:2"),
+                config_map("nats-extra", json!({})),
+            ],
+        )
+        .await;
+    // Every delete meets a change (as if something wrote the object each time).
+    cluster.fail(
+        "DELETE",
+        "/api/v1/namespaces/platform/configmaps/nats-extra",
+        409,
+        5,
+        "the object has been modified",
+    );
+    let mut comb = down_to_the_deployment(&cluster, &comb).await;
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        healthy_after_the_edit(
+            "; deleting ConfigMap nats-extra failed: Kubernetes API error (delete ConfigMap): \
+             ConfigMap nats-extra changed before each of 5 deletes could go out (409 Conflict); \
+             the next step decides again"
+        )
+    );
+    let requests = cluster.requests();
+    assert_eq!(requests.get("delete configmaps"), Some(&5), "{requests:?}");
+    assert_eq!(requests.get("get configmaps"), Some(&4), "{requests:?}");
+    // Still recorded, so the next step decides again, and deletes it.
+    assert_eq!(
+        managed(&status),
+        ["Deployment/nats", "ConfigMap/nats-extra"]
+    );
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(managed(&status), ["Deployment/nats"]);
+    assert_config_maps(&cluster, &[("nats-extra", false)]).await;
+}
