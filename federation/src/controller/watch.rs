@@ -448,9 +448,16 @@ pub async fn watch_managed(
 
 /// The Comb an object's labels name, and the object's name.
 fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
+    // Read as they are (label values are strings), not decoded: nothing to fail.
     let labels: Option<std::collections::BTreeMap<String, String>> = object
         .pointer("/metadata/labels")
-        .and_then(|labels| serde_json::from_value(labels.clone()).ok());
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+                .collect()
+        });
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
