@@ -1,5 +1,6 @@
 //! The controller's Prometheus metrics, served on `/metrics`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -9,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::engine::pack::CountUndecodable;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -26,6 +28,12 @@ struct PhaseLabels {
 struct ApiErrorLabels {
     layer: String,
     operation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CopyLabels {
+    context: String,
+    kind: String,
 }
 
 type HistogramFamily = Family<LayerLabels, Histogram, fn() -> Histogram>;
@@ -47,6 +55,7 @@ pub struct Metrics {
     shard_held: Family<LayerLabels, Gauge>,
     shard_acquisitions: Family<LayerLabels, Counter>,
     shard_members: Gauge,
+    undecodable: Family<CopyLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -106,6 +115,13 @@ impl Metrics {
             "Live replicas sharing the layers, as this replica sees them",
             shard_members.clone(),
         );
+        let undecodable = Family::<CopyLabels, Counter>::default();
+        registry.register(
+            "undecodable_copies",
+            "Reads of a kept copy (a watched object, a Comb's spec or status) that did not \
+             decode, by kube context and kind; each object is also logged once",
+            undecodable.clone(),
+        );
         Metrics {
             registry,
             reconciles,
@@ -116,7 +132,13 @@ impl Metrics {
             shard_held,
             shard_acquisitions,
             shard_members,
+            undecodable,
         }
+    }
+
+    /// What counts the kept copies that do not decode, for the caches and the layers.
+    pub fn undecodable_counter(&self) -> Arc<dyn CountUndecodable> {
+        Arc::new(UndecodableCounter(self.undecodable.clone()))
     }
 
     pub fn set_shard_held(&self, layer: &str, held: bool) {
@@ -190,6 +212,20 @@ impl Metrics {
     }
 }
 
+/// [`Metrics`]'s count of kept copies that do not decode.
+struct UndecodableCounter(Family<CopyLabels, Counter>);
+
+impl CountUndecodable for UndecodableCounter {
+    fn undecodable(&self, context: &str, kind: &str) {
+        self.0
+            .get_or_create(&CopyLabels {
+                context: context.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +242,9 @@ mod tests {
         metrics.set_shard_held("prod", true);
         metrics.shard_acquired("prod");
         metrics.set_shard_members(3);
+        metrics
+            .undecodable_counter()
+            .undecodable("prod", "Deployment");
         let text = metrics.encode().unwrap();
         for line in [
             r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,
@@ -217,6 +256,7 @@ mod tests {
             r#"comb_shard_held{layer="prod"} 1"#,
             r#"comb_shard_acquisitions_total{layer="prod"} 1"#,
             "comb_shard_members 3",
+            r#"comb_undecodable_copies_total{context="prod",kind="Deployment"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }
