@@ -11,7 +11,7 @@ use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
 use crate::engine::kube_ops::{FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by};
 use crate::engine::observe::{LiveObjects, fetch_live, object_name};
 use crate::engine::prune::{OrphanFate, PruneOutcome, PrunePlan, plan_prune, union};
-use crate::engine::render::RenderedItem;
+use crate::engine::render::{RenderedItem, TRIGGER_TIME_ANNOTATION};
 use crate::error::{Error, Result};
 
 /// Applies rendered items in manifest order and returns the stored objects.
@@ -180,7 +180,21 @@ pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> 
             .iter()
             // A listed object has no apiVersion and kind of its own: the list's are its.
             .filter(|(key, _)| !matches!(key.as_str(), "status" | "apiVersion" | "kind"))
-            .all(|(key, wanted)| holds(live.get(key), wanted))
+            .all(|(key, wanted)| match (key.as_str(), wanted) {
+                // The time of the render, not of the change: the digest says whether it changed.
+                ("metadata", Value::Object(metadata))
+                    if metadata
+                        .get("annotations")
+                        .is_some_and(|a| a.get(TRIGGER_TIME_ANNOTATION).is_some()) =>
+                {
+                    let mut metadata = metadata.clone();
+                    if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
+                        annotations.remove(TRIGGER_TIME_ANNOTATION);
+                    }
+                    holds(live.get(key), &Value::Object(metadata))
+                }
+                _ => holds(live.get(key), wanted),
+            })
 }
 
 /// Whether the live value `live` has every field `wanted` sets, with its value. Lists match
@@ -375,6 +389,35 @@ mod tests {
             json!("IfNotPresent");
         live["status"] = json!({"replicas": 1});
         live
+    }
+
+    #[test]
+    fn a_bridge_slice_is_stamped_with_its_trigger_time_and_not_rewritten_for_it() {
+        let ctx = test_context("db", "platform", json!({}));
+        let slice = |address: &str| {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "db-1", "labels": {"kubernetes.io/service-name": "db"}},
+                   "addressType": "IPv4", "ports": [{"name": "postgres", "port": 5432}],
+                   "endpoints": [{"addresses": [address]}]})
+        };
+        let render = |address: &str| {
+            render_manifest("Manifests", &slice(address), &ctx, &Scopes::default())
+                .expect("renders")
+        };
+        let first = render("192.0.2.10");
+        let stamped = first.manifest["metadata"]["annotations"][TRIGGER_TIME_ANNOTATION]
+            .as_str()
+            .expect("a trigger time");
+        assert!(stamped.parse::<jiff::Timestamp>().is_ok(), "{stamped}");
+        // Rendered again later: another time, the same digest; the live slice stands.
+        let mut live = first.manifest.clone();
+        live["metadata"]["annotations"][TRIGGER_TIME_ANNOTATION] = json!("2020-01-01T00:00:00Z");
+        live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
+        let again = render("192.0.2.10");
+        assert_eq!(again.digest, first.digest);
+        assert!(unchanged(&again, &live, DIGEST));
+        // Another address: another digest, written with a fresh stamp.
+        assert!(!unchanged(&render("192.0.2.11"), &live, DIGEST));
     }
 
     #[test]
