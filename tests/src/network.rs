@@ -1,6 +1,7 @@
 //! Calls from inside Pods of the sandbox network (`--backend kube --network`), for the tests that
-//! prove a data path by traffic: each check repeats its call and requires the expected answer in
-//! every one, once the data path followed the objects (kube-proxy syncs at most once a second).
+//! prove a data path by traffic: each check repeats its call and requires the expected answer
+//! [`CALLS`] times in a row, once the data path followed the objects (kube-proxy syncs at most
+//! once a second, and during a switch both sides may answer for a moment).
 
 use std::time::Duration;
 
@@ -39,9 +40,9 @@ fn limit() -> Duration {
     crate::deadline()
 }
 
-/// Calls `target` from Pod `namespace/pod` until it is answered by a Pod whose identity starts
-/// with `answered_by` (`cluster/namespace/` or a whole `cluster/namespace/pod`), then
-/// [`CALLS`] times: every one must be answered so. The calls made.
+/// Calls `target` from Pod `namespace/pod` until it is answered [`CALLS`] times in a row by a
+/// Pod whose identity starts with `answered_by` (`cluster/namespace/` or a whole
+/// `cluster/namespace/pod`), within the kit's deadline: those calls.
 pub async fn expect_answers(
     network: &ClusterNetwork,
     namespace: &str,
@@ -73,8 +74,8 @@ pub async fn expect_answers(
     calls.outcomes
 }
 
-/// Calls `target` from Pod `namespace/pod` until it fails with `failure`, then [`CALLS`] times:
-/// none may be answered, every one must fail so.
+/// Calls `target` from Pod `namespace/pod` until it fails with `failure` [`CALLS`] times in a
+/// row (nothing answers), within the kit's deadline: those calls.
 pub async fn expect_failures(
     network: &ClusterNetwork,
     namespace: &str,

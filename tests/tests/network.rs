@@ -101,14 +101,8 @@ async fn verdict(
     name: &str,
 ) -> Option<(String, String)> {
     let client = config.client_pool().ok()?.client(context).await.ok()?;
-    let combs: Api<DynamicObject> = Api::namespaced_with(
-        client,
-        namespace,
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(&config.group, "v1", "Comb"),
-            "combs",
-        ),
-    );
+    let combs: Api<DynamicObject> =
+        Api::namespaced_with(client, namespace, &comb_api::api_resource(&config.group));
     let comb = serde_json::to_value(combs.get_opt(name).await.ok()??).ok()?;
     let ready = comb["status"]["conditions"]
         .as_array()?
@@ -192,10 +186,7 @@ async fn every_bridge_carries_traffic() {
             .await
             .expect("a client"),
         "platform",
-        &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(&config.group, "v1", "Comb"),
-            "combs",
-        ),
+        &comb_api::api_resource(&config.group),
     );
     combs
         .delete("db", &DeleteParams::default())

@@ -51,8 +51,14 @@ pub async fn deploy(
     let labels = &ctx.settings.labels;
     let kept = [restart_path(labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
+    let mut unselected = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let mut live_object = live.get(index).and_then(Option::as_ref).map(Cow::Borrowed);
+        if let Some(before) = live_object.as_deref()
+            && loses_its_selector(item, before)
+        {
+            unselected.push(item);
+        }
         if let Some(object) = live_object.as_deref()
             && is_slim(object)
         {
@@ -112,7 +118,85 @@ pub async fn deploy(
             }
         }
     }
+    // Once the bridge's own EndpointSlices are written too.
+    for service in unselected {
+        if let Err(error) = forget_selected_endpoints(ops, service).await {
+            tracing::warn!(
+                comb = %ctx.name, namespace = %ctx.namespace, service = %service.name, %error,
+                "the endpoints of the Service's old selector stay: part of its traffic still goes to the Pods it selected"
+            );
+        }
+    }
     Ok(applied)
+}
+
+/// The controllers that keep a Service's endpoints for its selector, by the label they put on
+/// their EndpointSlices: kube-controller-manager's EndpointSlice controller, and its mirroring
+/// controller, which copies the Endpoints object of a Service without a selector.
+const SELECTOR_SLICE_MANAGERS: [&str; 2] = [
+    "endpointslice-controller.k8s.io",
+    "endpointslicemirroring-controller.k8s.io",
+];
+
+/// Whether applying `item` takes the selector away from the live Service `before`: a local
+/// Service replaced in place by a bridge (a selector-less Service and EndpointSlices of comb's).
+fn loses_its_selector(item: &RenderedItem, before: &Value) -> bool {
+    let selects = |service: &Value| {
+        service["spec"]["selector"]
+            .as_object()
+            .is_some_and(|selector| !selector.is_empty())
+    };
+    item.kind == "Service" && item.group.is_empty() && selects(before) && !selects(&item.manifest)
+}
+
+/// Deletes what kube-controller-manager kept for the selector `service` no longer has. Its
+/// controllers leave a Service's endpoints as they are when the selector is removed (by design,
+/// kubernetes#91072), and the mirroring controller even copies the stale Endpoints object into
+/// a new EndpointSlice: kube-proxy would go on sending part of the bridge's connections to the
+/// Pods the Service selected (gone once comb prunes them). The network proved it: calls to a
+/// bridge that replaced a local Service failed, or reached whichever Pod got the old IP next.
+/// These objects are the Service's own (owned by it, named after it), so comb's.
+async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Result<()> {
+    let namespace = service.namespace.clone();
+    // The Endpoints object first: the mirroring controller would mirror it again.
+    let endpoints = ManagedObject {
+        api_version: "v1".into(),
+        kind: "Endpoints".into(),
+        namespace: namespace.clone(),
+        name: service.name.clone(),
+    };
+    if let Some(live) = ops.get_opt_from_server(&endpoints).await?
+        && !applied_by(&live, FIELD_MANAGER)
+    {
+        ops.delete(&endpoints).await?;
+    }
+    for manager in SELECTOR_SLICE_MANAGERS {
+        let selector = format!(
+            "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by={manager}",
+            service.name
+        );
+        for slice in ops
+            .list(
+                "discovery.k8s.io/v1",
+                "EndpointSlice",
+                namespace.as_deref(),
+                &selector,
+            )
+            .await?
+        {
+            let Some(name) = object_name(&slice) else {
+                continue;
+            };
+            ops.delete(&ManagedObject {
+                api_version: "discovery.k8s.io/v1".into(),
+                kind: "EndpointSlice".into(),
+                namespace: namespace.clone(),
+                name: name.to_string(),
+            })
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// The Pod template annotation a restart writes, as a path of field names: a migration of an

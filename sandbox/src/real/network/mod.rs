@@ -53,6 +53,9 @@ use pods::PodNetworks;
 /// The binaries the network adds to the control plane's (built by `tests/kube/build`).
 pub const BINARIES: [&str; 2] = ["kube-proxy", "coredns"];
 
+/// Where kube-proxy serves its metrics, on the node's loopback.
+const KUBE_PROXY_METRICS: u16 = 10249;
+
 /// Where the identity server is, when not beside the running executable.
 pub const IDENTITY_ENV: &str = "COMB_IDENTITY_BIN";
 const IDENTITY_BIN: &str = "comb-identity";
@@ -361,7 +364,7 @@ impl ClusterNetwork {
                 "--conntrack-max-per-core=0".into(),
                 "--conntrack-tcp-timeout-established=0".into(),
                 "--conntrack-tcp-timeout-close-wait=0".into(),
-                "--metrics-bind-address=127.0.0.1:10249".into(),
+                format!("--metrics-bind-address=127.0.0.1:{KUBE_PROXY_METRICS}"),
                 "--healthz-bind-address=127.0.0.1:10256".into(),
             ],
         )
@@ -481,10 +484,45 @@ impl ClusterNetwork {
         .await
     }
 
-    /// Calls `target` from Pod `namespace/pod` until an answer satisfies `converged` (the data
-    /// path follows the objects after a while: kube-proxy's next sync, CoreDNS's watch) or
-    /// `limit` passes, then `count` times more: those last calls, all of which should satisfy
-    /// it. Without convergence, the last call alone.
+    /// kube-proxy's Prometheus metrics (`/metrics`, served on the node's loopback), for what
+    /// it says of itself: `kubeproxy_network_programming_duration_seconds`, its syncs.
+    pub async fn kube_proxy_metrics(&self) -> Result<String> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let failed = |source: std::io::Error| Error::Io {
+            what: format!("reading kube-proxy's metrics in cluster {}", self.name),
+            source,
+        };
+        let socket = self
+            .node
+            .run("opening a TCP socket", tokio::net::TcpSocket::new_v4)?;
+        let exchange = async {
+            let mut stream = socket
+                .connect(std::net::SocketAddr::from((
+                    [127, 0, 0, 1],
+                    KUBE_PROXY_METRICS,
+                )))
+                .await?;
+            stream
+                .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                .await?;
+            let mut response = Vec::new();
+            stream.read_to_end(&mut response).await?;
+            Ok::<_, std::io::Error>(String::from_utf8_lossy(&response).into_owned())
+        };
+        let response = tokio::time::timeout(Duration::from_secs(10), exchange)
+            .await
+            .map_err(|_| failed(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(failed)?;
+        Ok(response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_string())
+            .unwrap_or(response))
+    }
+
+    /// Calls `target` from Pod `namespace/pod` until `count` calls in a row satisfy `converged`
+    /// (the data path follows the objects after a while: kube-proxy's next sync, CoreDNS's
+    /// watch, and during a switch both sides may answer for a moment), or `limit` passes: those
+    /// calls.
     pub async fn calls_once_converged(
         &self,
         namespace: &str,
@@ -495,26 +533,32 @@ impl ClusterNetwork {
         converged: impl Fn(&CallOutcome) -> bool,
     ) -> Calls {
         let deadline = tokio::time::Instant::now() + limit;
+        let mut streak = Vec::with_capacity(count);
+        let mut last_miss = None;
         loop {
             let outcome = self.call(namespace, pod, target).await;
             if converged(&outcome) {
-                break;
+                streak.push(outcome);
+                if streak.len() >= count.max(1) {
+                    return Calls {
+                        converged: true,
+                        outcomes: streak,
+                    };
+                }
+            } else {
+                streak.clear();
+                last_miss = Some(outcome);
             }
             if tokio::time::Instant::now() > deadline {
+                streak.extend(last_miss);
                 return Calls {
                     converged: false,
-                    outcomes: vec![outcome],
+                    outcomes: streak,
                 };
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let mut outcomes = Vec::with_capacity(count);
-        for _ in 0..count {
-            outcomes.push(self.call(namespace, pod, target).await);
-        }
-        Calls {
-            converged: true,
-            outcomes,
+            if streak.is_empty() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
 
@@ -547,9 +591,9 @@ impl ClusterNetwork {
 /// Repeated calls ([`ClusterNetwork::calls_once_converged`]).
 #[derive(Debug, Clone)]
 pub struct Calls {
-    /// Whether an answer satisfied the condition within the limit.
+    /// Whether `count` calls in a row satisfied the condition within the limit.
     pub converged: bool,
-    /// The calls made once it did (else the last call).
+    /// Those calls (else the last ones that did, and the last that did not).
     pub outcomes: Vec<CallOutcome>,
 }
 

@@ -30,6 +30,13 @@ use crate::real::addresses::Cidr;
 /// How long an identity server may take to bind its ports.
 const SERVER_START: Duration = Duration::from_secs(10);
 
+/// How long a Pod's network outlives the Pod object. A kubelet stops a Pod's containers after
+/// the Pod is marked for deletion and taken out of its Services' endpoints, and the object goes
+/// last; kwok deletes the object at once. Kept this long (kube-proxy syncs at most once a
+/// second), the Pod still answers the connections kube-proxy sends it until it stops sending
+/// them, as a terminating container does.
+pub const TERMINATION_GRACE: Duration = Duration::from_secs(2);
+
 /// What the network of one Pod is made of, read from the Pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodPlan {
@@ -85,6 +92,14 @@ pub fn plan(pod: &Pod) -> Option<PodPlan> {
         ip,
         ports: ports.into_iter().collect(),
     })
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The name of the node's end of a Pod's veth pair: unique per Pod IP, within 15 characters.
@@ -160,9 +175,23 @@ impl PodNetworks {
         let config = watcher::Config::default().fields(&format!("spec.nodeName={NODE_NAME}"));
         let mut events = watcher::watcher(pods, config).default_backoff().boxed();
         let mut listed = BTreeSet::new();
+        // Deleted Pods whose networks go at the given time, oldest first.
+        let mut retiring: std::collections::VecDeque<(tokio::time::Instant, String, PodPlan)> =
+            std::collections::VecDeque::new();
         loop {
+            let next_retirement = retiring.front().map(|(at, _, _)| *at);
             let event = tokio::select! {
                 () = shutdown.cancelled() => break,
+                () = sleep_until(next_retirement) => {
+                    if let Some((_, key, plan)) = retiring.pop_front() {
+                        // Unless a Pod of the same name came back meanwhile.
+                        let current = self.lock().get(&key).map(|pod| pod.plan.clone());
+                        if current.as_ref() == Some(&plan) {
+                            self.converge(&key, None).await;
+                        }
+                    }
+                    continue;
+                }
                 event = events.next() => event,
             };
             match event {
@@ -179,7 +208,11 @@ impl PodNetworks {
                         pod.metadata.namespace.as_deref().unwrap_or_default(),
                         pod.metadata.name.as_deref().unwrap_or_default(),
                     );
-                    self.converge(&key, None).await;
+                    let current = self.lock().get(&key).map(|pod| pod.plan.clone());
+                    if let Some(plan) = current {
+                        let at = tokio::time::Instant::now() + TERMINATION_GRACE;
+                        retiring.push_back((at, key, plan));
+                    }
                 }
                 Some(Ok(Event::Init)) => listed.clear(),
                 Some(Ok(Event::InitDone)) => {
@@ -204,6 +237,8 @@ impl PodNetworks {
     }
 
     /// Gives Pod `key` the network `wanted` (none: removes what it has).
+    ///
+    /// A new Pod at the address of one that is still retiring takes it over at once.
     async fn converge(&self, key: &str, wanted: Option<PodPlan>) {
         let current = self.lock().get(key).map(|pod| pod.plan.clone());
         if current == wanted {
