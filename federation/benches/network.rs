@@ -20,16 +20,13 @@
 //!
 //! ```text
 //! cargo build -p comb-identity && tests/kube/build
-//! sudo cargo bench -p comb-federation --bench network
+//! sudo COMB_TEST_BACKEND=kube cargo bench -p comb-federation --bench network
 //! ```
 
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
-use comb_federation::cli::demo::{CONFIG_YAML, DemoWorld, shortfalls};
-use comb_federation::config::Config;
-use comb_federation::controller::{Controller, ControllerOptions};
-use comb_federation::engine::class::ClassRegistry;
+use comb_federation::cli::demo::{CONFIG_YAML, DemoWorld, RunningController, shortfalls};
 use comb_sandbox::Backend;
 use comb_sandbox::real::network::{CallOutcome, ClusterNetwork, ProxyMode};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -45,37 +42,6 @@ fn setting(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-/// A controller running until stopped.
-struct Running {
-    shutdown: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    async fn start(config: &Config) -> Result<Running> {
-        let controller = Controller::with_pool(
-            config.clone(),
-            config.client_pool()?,
-            ClassRegistry::with_builtins(),
-            ControllerOptions::default(),
-        )
-        .await?;
-        let shutdown = CancellationToken::new();
-        let token = shutdown.clone();
-        let task = tokio::spawn(async move {
-            if let Err(error) = controller.run(token).await {
-                eprintln!("the controller failed: {error}");
-            }
-        });
-        Ok(Running { shutdown, task })
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        let _ = self.task.await;
-    }
 }
 
 async fn wait_for<T>(
@@ -168,7 +134,7 @@ async fn main() -> Result<()> {
     let rate = setting("COMB_BENCH_RATE", 50).max(1);
     let world = DemoWorld::start_with(Backend::Kube, None, Duration::ZERO, Some(network)).await?;
     let dev = world.sandbox.network("dev").context("dev's network")?;
-    let demo = Running::start(&world.config).await?;
+    let demo = RunningController::start(&world.config).await?;
     world.apply_examples().await?;
     world.apply_clients().await?;
     // A second backend for prod's db, behind its own load balancer.
@@ -338,7 +304,7 @@ fn report(what: &str, outcomes: &[(Duration, CallOutcome)]) {
 async fn continuity(
     world: &DemoWorld,
     dev: &std::sync::Arc<ClusterNetwork>,
-    demo: Running,
+    demo: RunningController,
     rate: usize,
 ) -> Result<()> {
     println!("\n2. Continuity: dev's client calls nats:4222 {rate} times a second");
@@ -374,18 +340,12 @@ async fn continuity(
     let stop = CancellationToken::new();
     let calls = caller(dev.clone(), "nats:4222", rate, stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    demo.stop().await;
-    let local_path = world.dir().join("comb-local.yaml");
-    std::fs::write(
-        &local_path,
-        CONFIG_YAML
-            .replace("combs: [nats, db]", "combs: [db]")
-            .replace(
-                "kubeconfig: sandbox.kubeconfig",
-                &format!("kubeconfig: {}", world.kubeconfig_path().display()),
-            ),
-    )?;
-    let local = Running::start(&Config::load(&local_path)?).await?;
+    demo.stop().await?;
+    let local = RunningController::start(&world.config_from(
+        "comb-local.yaml",
+        &CONFIG_YAML.replace("combs: [nats, db]", "combs: [db]"),
+    )?)
+    .await?;
     answered_eventually(dev, "nats:4222", "dev/platform/nats-").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.cancel();
@@ -394,12 +354,12 @@ async fn continuity(
     let stop = CancellationToken::new();
     let calls = caller(dev.clone(), "nats:4222", rate, stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    local.stop().await;
-    let back = Running::start(&world.config).await?;
+    local.stop().await?;
+    let back = RunningController::start(&world.config).await?;
     answered_eventually(dev, "nats:4222", "prod/staging/nats-").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.cancel();
     report("while dev's nats switches local -> borrow", &calls.await?);
-    back.stop().await;
+    back.stop().await?;
     Ok(())
 }

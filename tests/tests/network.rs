@@ -19,10 +19,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use comb_federation::cli::demo::{DemoWorld, shortfalls};
+use comb_federation::cli::demo::{CONFIG_YAML, DemoWorld, RunningController, shortfalls};
 use comb_federation::config::Config;
-use comb_federation::controller::{Controller, ControllerOptions};
-use comb_federation::engine::class::ClassRegistry;
 use comb_sandbox::Backend;
 use comb_sandbox::real::network::{CallOutcome, ClusterNetwork, Failure, ProxyMode};
 use comb_testkit::network::{CALLS, expect_answers, expect_failures, options_or_skip};
@@ -30,40 +28,6 @@ use comb_testkit::process::KillOnDrop;
 use comb_testkit::wait_until;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-/// A controller over `config`, running until its token is cancelled.
-struct Running {
-    shutdown: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    async fn start(config: &Config) -> Running {
-        let controller = Controller::with_pool(
-            config.clone(),
-            config.client_pool().expect("a client pool"),
-            ClassRegistry::with_builtins(),
-            ControllerOptions::default(),
-        )
-        .await
-        .expect("the controller starts");
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn({
-            let shutdown = shutdown.clone();
-            async move {
-                controller.run(shutdown).await.expect("the controller runs");
-            }
-        });
-        Running { shutdown, task }
-    }
-
-    async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.expect("the controller ends");
-    }
-}
 
 /// Applies `object` (server-side) through `context` of `config`.
 async fn apply(config: &Config, context: &str, object: &Value) {
@@ -138,7 +102,9 @@ async fn every_bridge_carries_traffic() {
     let dev = world.sandbox.network("dev").expect("dev's network");
 
     // The demo's story, with a client Pod in each layer.
-    let demo = Running::start(&world.config).await;
+    let demo = RunningController::start(&world.config)
+        .await
+        .expect("the controller starts");
     world.apply_examples().await.expect("the examples apply");
     world.apply_clients().await.expect("the clients apply");
     let rows = wait_until("the demo's Combs where the story ends", async || {
@@ -158,17 +124,16 @@ async fn every_bridge_carries_traffic() {
     host_name_external(&world).await;
 
     // Switches: nats leaves dev's borrow list (it runs in dev), then dev's db is deleted.
-    demo.stop().await;
-    let switched = world.dir().join("comb-switched.yaml");
-    let text = comb_federation::cli::demo::CONFIG_YAML
-        .replace("combs: [nats, db]", "combs: [db]")
-        .replace(
-            "kubeconfig: sandbox.kubeconfig",
-            &format!("kubeconfig: {}", world.kubeconfig_path().display()),
-        );
-    std::fs::write(&switched, text).expect("the switched configuration");
-    let config = Config::load(&switched).expect("the switched configuration loads");
-    let running = Running::start(&config).await;
+    demo.stop().await.expect("the controller ends");
+    let config = world
+        .config_from(
+            "comb-switched.yaml",
+            &CONFIG_YAML.replace("combs: [nats, db]", "combs: [db]"),
+        )
+        .expect("the switched configuration");
+    let running = RunningController::start(&config)
+        .await
+        .expect("the controller starts");
     expect_answers(
         &dev,
         "platform",
@@ -195,7 +160,7 @@ async fn every_bridge_carries_traffic() {
     // Its name no longer resolves, and nothing answers.
     let gone = expect_failures(&dev, "platform", "client", "db:5432", Failure::NotFound).await;
     assert!(gone.iter().all(|o| o.answered_by.is_none()), "{gone:?}");
-    running.stop().await;
+    running.stop().await.expect("the controller ends");
     world.sandbox.shutdown().await;
 }
 
@@ -311,16 +276,12 @@ fn comb(name: &str, external: Option<&str>, extra: Vec<Value>) -> Value {
 /// A host-name external resolved by the sandbox's zone; and an upstream without an external
 /// address, whose bridge never runs and never answers.
 async fn host_name_external(world: &DemoWorld) {
-    let path = world.dir().join("comb-names.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "kubeconfig: {}\n{EXTERNAL_CONFIG}",
-            world.kubeconfig_path().display()
-        ),
-    )
-    .expect("the configuration is written");
-    let config = Config::load(&path).expect("the configuration loads");
+    let config = world
+        .config_from(
+            "comb-names.yaml",
+            &format!("kubeconfig: sandbox.kubeconfig\n{EXTERNAL_CONFIG}"),
+        )
+        .expect("the configuration loads");
     for context in ["prod", "dev"] {
         apply(
             &config,
@@ -353,7 +314,9 @@ async fn host_name_external(world: &DemoWorld) {
     )
     .await;
     apply(&config, "dev", &comb("quiet", None, Vec::new())).await;
-    let running = Running::start(&config).await;
+    let running = RunningController::start(&config)
+        .await
+        .expect("the controller starts");
     let dev = world.sandbox.network("dev").expect("dev's network");
     let calls = expect_answers(&dev, "names", "client", "pg:5432", "prod/names/pg-").await;
     assert_eq!(
@@ -382,7 +345,7 @@ async fn host_name_external(world: &DemoWorld) {
         Some("Running".to_string()),
         "still not Running after its calls"
     );
-    running.stop().await;
+    running.stop().await.expect("the controller ends");
 }
 
 /// The descendants of `pid`, by `/proc/<pid>/task/*/children`.

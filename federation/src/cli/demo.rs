@@ -177,6 +177,16 @@ impl DemoWorld {
         self.config.kubeconfig.clone().unwrap_or_default()
     }
 
+    /// Another federation configuration over the demo's clusters: `yaml` written beside the
+    /// demo's (so `kubeconfig: sandbox.kubeconfig` names the demo's kubeconfig) as `name`, and
+    /// loaded. For a switch: the demo's own with a Comb out of a borrow list, say.
+    pub fn config_from(&self, name: &str, yaml: &str) -> anyhow::Result<Config> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, yaml)
+            .with_context(|| format!("writing {} failed", path.display()))?;
+        Ok(Config::load(&path)?)
+    }
+
     /// The CRD on every cluster, and every namespace a layer names.
     async fn install(&self) -> anyhow::Result<()> {
         let crd = comb_api::crd(&self.config.group)?;
@@ -328,6 +338,35 @@ impl DemoWorld {
         for (layer, yaml) in COMBS_YAML {
             self.apply_combs(layer, yaml).await?;
         }
+        Ok(())
+    }
+}
+
+/// A controller with the built-in classes over `config`, on the current runtime until
+/// [`RunningController::stop`]: for the tests and benchmarks that switch configurations.
+pub struct RunningController {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<crate::error::Result<crate::controller::RunOutcome>>,
+}
+
+impl RunningController {
+    pub async fn start(config: &Config) -> anyhow::Result<RunningController> {
+        let controller = Controller::with_pool(
+            config.clone(),
+            config.client_pool()?,
+            ClassRegistry::with_builtins(),
+            ControllerOptions::default(),
+        )
+        .await?;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(controller.run(shutdown.clone()));
+        Ok(RunningController { shutdown, task })
+    }
+
+    /// Stops it and waits until it ended.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await.context("the controller task failed")??;
         Ok(())
     }
 }
@@ -587,6 +626,13 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
             );
             if let Some(address) = handle.admin_address() {
                 println!("  open http://{address}/ (the federation's status page)");
+            }
+            if network.is_some() {
+                println!(
+                    "  curl -sk -X POST {}/_sandbox/network/call -d '{{\"namespace\": \"platform\", \"pod\": \"{}\", \"target\": \"db:5432\"}}'   (a call from dev's client Pod)",
+                    world.sandbox.url("dev")?,
+                    packets::CLIENT
+                );
             }
             loop {
                 tokio::select! {
