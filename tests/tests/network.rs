@@ -10,8 +10,8 @@
 //! EndpointSlice bridge with named ports, two hops, a stub), a host-name external served by the
 //! sandbox's zone, a bridge to an upstream that publishes no external address, then the
 //! switches (a Comb leaves the borrow list and runs locally; the borrowing Comb is deleted). A
-//! second sandbox, through the binary, proves kube-proxy's iptables mode and the `/_sandbox/`
-//! call control, and is killed with SIGKILL: every process and namespace it made must go.
+//! second sandbox, through the binary, proves kube-proxy's iptables mode, a NodePort on the
+//! node's address and the `/_sandbox/` call control, and is killed with SIGKILL: every process and namespace it made must go.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
@@ -441,6 +441,8 @@ async fn iptables_mode_and_the_call_control_and_nothing_outlives_a_killed_sandbo
                                      "spec": {"containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 8080}]}]}}}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-node", "namespace": "default"},
+               "spec": {"type": "NodePort", "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nobody", "namespace": "default"},
                "spec": {"selector": {"app": "nobody"}, "ports": [{"port": 80}]}}),
         comb_federation::cli::packets::client_pod("default"),
@@ -499,6 +501,39 @@ async fn iptables_mode_and_the_call_control_and_nothing_outlives_a_killed_sandbo
         pods.insert(by);
     }
     assert!(!pods.is_empty());
+    // A NodePort answers on the node's address, as kube-proxy serves it on a real node.
+    let node_port =
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "default")
+            .get("web-node")
+            .await
+            .expect("the NodePort Service")
+            .spec
+            .and_then(|spec| spec.ports)
+            .and_then(|ports| ports.first().and_then(|port| port.node_port))
+            .expect("a node port allocated");
+    let node_address = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("the nodes")
+        .items
+        .into_iter()
+        .flat_map(|node| {
+            node.status
+                .and_then(|status| status.addresses)
+                .unwrap_or_default()
+        })
+        .find(|address| address.type_ == "InternalIP")
+        .map(|address| address.address)
+        .expect("the node's InternalIP");
+    let through_node_port = format!("{node_address}:{node_port}");
+    for _ in 0..CALLS {
+        let outcome = call(&through_node_port).await;
+        let by = outcome
+            .answered_by
+            .clone()
+            .unwrap_or_else(|| panic!("{through_node_port}: {outcome:?}"));
+        assert!(by.starts_with("solo/default/web-"), "{by}");
+    }
     // A Service without endpoints: kube-proxy rejects the connection.
     let refused = call("nobody:80").await;
     assert_eq!(refused.failure, Some(Failure::Refused), "{refused:?}");
