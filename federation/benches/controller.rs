@@ -25,6 +25,12 @@
 //!    created up to that size, a fresh controller started, and `COMB_BENCH_SETTLE` after all
 //!    are Running, its VmRSS and VmHWM; first with no Comb at all.
 //!
+//! Phases 1 and 2 also print comb's writes against **the floor** a truthful controller needs
+//! (issue 23): each object written once (for an edit, the one Deployment), one finalizer per
+//! Comb, and one status write and one Event per transition comb recorded (its
+//! `comb_transitions_total`, read from the controller's `/metrics`), per kind, with the
+//! transitions by the state they reached.
+//!
 //! What the bench itself does (creating and editing Combs, watching for the outcome) it does as
 //! the kit's observer, whose requests the counts leave out.
 //!
@@ -181,6 +187,8 @@ async fn clusters(settings: &Settings, record: bool) -> World {
 /// `comb run` on the benchmark's layers, a process of its own.
 struct ControllerProcess {
     child: tokio::process::Child,
+    /// Where it serves `/metrics`.
+    admin: std::net::SocketAddr,
     stderr: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -198,11 +206,16 @@ impl ControllerProcess {
                 .replace("RESYNC", &format!("{}ms", resync.as_millis())),
         )?;
         let stderr = dir.path().join("comb.log");
+        // A port free a moment ago: comb's own listener on port 0 would say its port only in a
+        // log line at INFO.
+        let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let mut command = tokio::process::Command::from(comb_testkit::comb());
         command
             .arg("run")
             .arg("--config")
             .arg(&config)
+            .arg("--admin-address")
+            .arg(admin.to_string())
             .arg("--workers")
             .arg(workers.to_string())
             .env("RUST_LOG", env_or("COMB_BENCH_RUST_LOG", "warn"))
@@ -213,6 +226,7 @@ impl ControllerProcess {
         let child = command.spawn().context("starting comb run")?;
         Ok(ControllerProcess {
             child,
+            admin,
             stderr,
             _dir: dir,
         })
@@ -231,6 +245,21 @@ impl ControllerProcess {
                 .with_context(|| format!("no {name} in /proc/{pid}/status"))
         };
         Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+
+    /// The transitions it recorded so far (`comb_transitions_total`), by the phase and reason
+    /// reached (`Running (Healthy)`).
+    async fn transitions(&self) -> Result<Transitions> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.admin)
+            .await
+            .with_context(|| format!("connecting to comb's admin address {}", self.admin))?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: comb\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        Ok(Transitions::parse(&response))
     }
 
     /// Runs `work` while watching the process: it failing ends the wait with its last words.
@@ -529,12 +558,178 @@ async fn quiet(world: &World, quiet: Duration) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The phases
 
+/// Transitions comb recorded, by the state reached: `Running (Healthy)` -> count.
+#[derive(Clone, Default)]
+struct Transitions(BTreeMap<String, u64>);
+
+impl Transitions {
+    /// From a `/metrics` answer: every `comb_transitions_total` sample, summed over layers.
+    fn parse(metrics: &str) -> Transitions {
+        let mut counts = BTreeMap::new();
+        for line in metrics.lines() {
+            let Some(rest) = line.strip_prefix("comb_transitions_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.split_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                    .and_then(|value| value.strip_suffix('"'))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let state = match label("reason") {
+                reason if reason.is_empty() => label("phase"),
+                reason => format!("{} ({reason})", label("phase")),
+            };
+            let value = value.trim().parse::<f64>().unwrap_or_default() as u64;
+            *counts.entry(state).or_default() += value;
+        }
+        Transitions(counts)
+    }
+
+    /// What was recorded after `before`.
+    fn since(&self, before: &Transitions) -> Transitions {
+        Transitions(
+            self.0
+                .iter()
+                .map(|(state, n)| {
+                    let earlier = before.0.get(state).copied().unwrap_or_default();
+                    (state.clone(), n.saturating_sub(earlier))
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+
+    fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    fn add(&mut self, other: &Transitions) {
+        for (state, n) in &other.0 {
+            *self.0.entry(state.clone()).or_default() += n;
+        }
+    }
+}
+
+/// The writes a truthful controller needs (issue 23): each object once, one finalizer per
+/// Comb, and one status write and one Event per transition it recorded.
+#[derive(Default)]
+struct Floor {
+    /// Writes per object resource (`deployments.apps`): the objects deployed or edited.
+    objects: BTreeMap<String, u64>,
+    finalizers: u64,
+    transitions: Transitions,
+}
+
+/// Where comb's writes land in the request log's resource names.
+const COMB_RESOURCE: &str = "combs.comb.internal";
+const STATUS_RESOURCE: &str = "combs.comb.internal/status";
+const EVENT_RESOURCES: [&str; 2] = ["events", "events.events.k8s.io"];
+
+impl Floor {
+    fn of_convergence(
+        objects: BTreeMap<String, u64>,
+        combs: u64,
+        transitions: Transitions,
+    ) -> Floor {
+        Floor {
+            objects,
+            finalizers: combs,
+            transitions,
+        }
+    }
+
+    /// One more edit: one write of `resource`, and the transitions recorded for it.
+    fn add_edit(&mut self, resource: &str, transitions: Transitions) {
+        *self.objects.entry(resource.to_string()).or_default() += 1;
+        self.transitions.add(&transitions);
+    }
+
+    /// `(what, floor, comb's writes)` per kind of write, objects first, then the total.
+    fn rows(&self, requests: &Requests) -> Vec<(String, u64, u64)> {
+        let mut written: BTreeMap<String, u64> = BTreeMap::new();
+        for (_, request) in &requests.entries {
+            if class_of(&request.verb) == Class::Write {
+                *written.entry(request.resource.clone()).or_default() += 1;
+            }
+        }
+        let mut take = |resource: &str| written.remove(resource).unwrap_or_default();
+        let transitions = self.transitions.total();
+        let mut rows = Vec::new();
+        for (resource, floor) in &self.objects {
+            rows.push((resource.clone(), *floor, take(resource)));
+        }
+        rows.push((
+            format!("{COMB_RESOURCE} (finalizer)"),
+            self.finalizers,
+            take(COMB_RESOURCE),
+        ));
+        rows.push((
+            format!("{STATUS_RESOURCE} (one per transition)"),
+            transitions,
+            take(STATUS_RESOURCE),
+        ));
+        let events = EVENT_RESOURCES.iter().map(|resource| take(resource)).sum();
+        rows.push((
+            "events (one per transition)".to_string(),
+            transitions,
+            events,
+        ));
+        // Whatever else comb wrote is above the floor (an object kind no Comb records).
+        for (resource, n) in written {
+            rows.push((resource, 0, n));
+        }
+        let floor = rows.iter().map(|(_, floor, _)| floor).sum();
+        let comb = rows.iter().map(|(_, _, comb)| comb).sum();
+        rows.push(("**all writes**".to_string(), floor, comb));
+        rows
+    }
+}
+
+/// The objects the Combs of every layer record in `managedResources`, per resource name as
+/// the request log writes it (`deployments.apps`, `services`).
+async fn managed_per_resource(world: &World) -> Result<BTreeMap<String, u64>> {
+    let mut counts = BTreeMap::new();
+    for (_, context, _, namespace) in LAYERS {
+        let client = world.observer(context).await;
+        let combs = observed_combs(world, context, namespace).await;
+        let mut kinds: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for comb in combs.list(&ListParams::default()).await?.items {
+            let recorded = comb.status.and_then(|status| status.managed_resources);
+            for object in recorded.unwrap_or_default() {
+                *kinds.entry((object.api_version, object.kind)).or_default() += 1;
+            }
+        }
+        for ((api_version, kind), n) in kinds {
+            let resource = api_resource(&client, &api_version, &kind).await?;
+            let name = if resource.group.is_empty() {
+                resource.plural
+            } else {
+                format!("{}.{}", resource.plural, resource.group)
+            };
+            *counts.entry(name).or_default() += n;
+        }
+    }
+    Ok(counts)
+}
+
 #[derive(Default)]
 struct Figures {
     reaction: Vec<Duration>,
     /// The requests of every edit, one after the other.
     edits: Vec<Requests>,
+    /// The floor of all the edits together: one Deployment write each, and the transitions
+    /// comb recorded for them.
+    edit_floor: Floor,
     convergence: Option<(Requests, Duration)>,
+    /// The floor of the convergence: the objects the Combs record, their finalizers and the
+    /// transitions comb recorded until every Comb was Running.
+    convergence_floor: Option<Floor>,
     settled: Option<Settled>,
     plain: Option<(Requests, Duration, usize)>,
     /// `(Combs, VmRSS KiB, VmHWM KiB, time to converge)`.
@@ -579,6 +774,7 @@ async fn edit_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
             }
         }
         reset(&world);
+        let transitions_before = controller.transitions().await?;
         let started = Instant::now();
         let edited = prod
             .patch(
@@ -631,6 +827,8 @@ async fn edit_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
             ))
             .await?;
         figures.edits.push(Requests::collect(&world));
+        let recorded = controller.transitions().await?.since(&transitions_before);
+        figures.edit_floor.add_edit("deployments.apps", recorded);
     }
     controller.stop("edit").await?;
     world.shutdown().await;
@@ -753,6 +951,11 @@ async fn converge_phase(
         .await?;
     let converged = started.elapsed();
     figures.convergence = Some((Requests::collect(&world), converged));
+    figures.convergence_floor = Some(Floor::of_convergence(
+        managed_per_resource(&world).await?,
+        (3 * count) as u64,
+        controller.transitions().await?,
+    ));
     eprintln!(
         "converged: {} Combs in {:.2} s",
         3 * count,
@@ -1127,6 +1330,51 @@ fn report(settings: &Settings, figures: &Figures) {
                     .join(" | ")
             );
         }
+        println!();
+    }
+
+    // Writes against the floor a truthful controller needs.
+    let floors: Vec<(String, &Floor, &Requests, usize)> = [
+        figures
+            .convergence_floor
+            .as_ref()
+            .zip(figures.convergence.as_ref())
+            .map(|(floor, (requests, _))| {
+                ("convergence, per Comb".to_string(), floor, requests, combs)
+            }),
+        (edit_count > 0).then(|| {
+            (
+                format!("one prod image edit (mean of {edit_count})"),
+                &figures.edit_floor,
+                &edits,
+                edit_count,
+            )
+        }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for (what, floor, requests, of) in floors {
+        println!("| writes at the floor: {what} | floor | comb | above the floor |");
+        println!("|---|---|---|---|");
+        for (kind, at_floor, written) in floor.rows(requests) {
+            println!(
+                "| {kind} | {} | {} | {} |",
+                per(at_floor, of),
+                per(written, of),
+                per(written.saturating_sub(at_floor), of)
+            );
+        }
+        println!(
+            "| transitions recorded | {} |",
+            floor
+                .transitions
+                .0
+                .iter()
+                .map(|(state, n)| format!("{state} {}", per(*n, of)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         println!();
     }
 

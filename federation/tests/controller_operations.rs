@@ -71,6 +71,7 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
         r#"comb_layer_up{layer="prod"} 1"#,
         r#"comb_queue_depth{layer="prod"} 0"#,
         r#"comb_reconciles_total{layer="prod",phase="Running"}"#,
+        r#"comb_transitions_total{layer="prod",phase="Running",reason="Healthy"} 1"#,
         r#"comb_step_duration_seconds_count{layer="prod"}"#,
     ];
     eventually("the metrics of the Running step", || async {

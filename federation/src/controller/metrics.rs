@@ -24,6 +24,14 @@ struct PhaseLabels {
     phase: String,
 }
 
+/// The state a transition reached: its phase and Ready reason (both few and fixed).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    layer: String,
+    phase: String,
+    reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiErrorLabels {
     layer: String,
@@ -48,6 +56,7 @@ fn step_histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<PhaseLabels, Counter>,
+    transitions: Family<TransitionLabels, Counter>,
     step_duration: HistogramFamily,
     queue_depth: Family<LayerLabels, Gauge>,
     api_errors: Family<ApiErrorLabels, Counter>,
@@ -72,6 +81,13 @@ impl Metrics {
             "reconciles",
             "Reconcile steps by layer and the phase they recorded",
             reconciles.clone(),
+        );
+        let transitions = Family::<TransitionLabels, Counter>::default();
+        registry.register(
+            "transitions",
+            "Transitions recorded (a Comb's phase or Ready reason changed: one status write and \
+             one Event each), by layer and the phase and reason reached",
+            transitions.clone(),
         );
         let step_duration = HistogramFamily::new_with_constructor(step_histogram);
         registry.register(
@@ -125,6 +141,7 @@ impl Metrics {
         Metrics {
             registry,
             reconciles,
+            transitions,
             step_duration,
             queue_depth,
             api_errors,
@@ -175,6 +192,18 @@ impl Metrics {
                 layer: layer.to_string(),
             })
             .observe(duration.as_secs_f64());
+    }
+
+    /// Counts a transition of a Comb of `layer` to `phase` with Ready reason `reason` (empty
+    /// without one).
+    pub fn transition(&self, layer: &str, phase: &str, reason: &str) {
+        self.transitions
+            .get_or_create(&TransitionLabels {
+                layer: layer.to_string(),
+                phase: phase.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Counts a failed request to `layer` (`watch`, `status`, `cleanup`, `event`, ...).
@@ -236,6 +265,7 @@ mod tests {
         metrics.step("prod", "Running", Duration::from_millis(3));
         metrics.step("prod", "Running", Duration::from_millis(3));
         metrics.api_error("dev", "watch");
+        metrics.transition("dev", "Running", "Borrowed");
         metrics.set_layer_up("dev", false);
         metrics.set_layer_up("prod", true);
         metrics.set_queue_depth("prod", 4);
@@ -251,6 +281,7 @@ mod tests {
             r#"comb_step_duration_seconds_count{layer="prod"} 2"#,
             r#"comb_queue_depth{layer="prod"} 4"#,
             r#"comb_api_errors_total{layer="dev",operation="watch"} 1"#,
+            r#"comb_transitions_total{layer="dev",phase="Running",reason="Borrowed"} 1"#,
             r#"comb_layer_up{layer="dev"} 0"#,
             r#"comb_layer_up{layer="prod"} 1"#,
             r#"comb_shard_held{layer="prod"} 1"#,

@@ -73,6 +73,11 @@ impl Shared {
         };
         let change = transition.change();
         info!("{change}");
+        self.metrics.transition(
+            layer.name(),
+            &transition.new.phase,
+            transition.new.reason.as_deref().unwrap_or_default(),
+        );
         let reason = transition
             .new
             .reason
