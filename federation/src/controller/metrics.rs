@@ -23,6 +23,12 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    context: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiErrorLabels {
     layer: String,
     operation: String,
@@ -47,6 +53,8 @@ pub struct Metrics {
     shard_held: Family<LayerLabels, Gauge>,
     shard_acquisitions: Family<LayerLabels, Counter>,
     shard_members: Gauge,
+    borrowers_on_fallback: Family<LayerLabels, Gauge>,
+    upstream_checks: Family<CheckLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -106,8 +114,24 @@ impl Metrics {
             "Live replicas sharing the layers, as this replica sees them",
             shard_members.clone(),
         );
+        let borrowers_on_fallback = Family::<LayerLabels, Gauge>::default();
+        registry.register(
+            "borrowers_on_fallback",
+            "Borrowers of the layer that borrow from a fallback (or run locally) because their \
+             preferred upstream is unhealthy",
+            borrowers_on_fallback.clone(),
+        );
+        let upstream_checks = Family::<CheckLabels, Counter>::default();
+        registry.register(
+            "upstream_checks",
+            "Checks (GET /readyz) of the API servers that borrows with a fallback depend on, by \
+             kube context and result (ok or failed)",
+            upstream_checks.clone(),
+        );
         Metrics {
             registry,
+            borrowers_on_fallback,
+            upstream_checks,
             reconciles,
             step_duration,
             queue_depth,
@@ -173,6 +197,24 @@ impl Metrics {
             .set(i64::from(up));
     }
 
+    pub fn set_borrowers_on_fallback(&self, layer: &str, count: i64) {
+        self.borrowers_on_fallback
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .set(count);
+    }
+
+    /// Counts a check of an upstream context's API server.
+    pub fn upstream_check(&self, context: &str, ok: bool) {
+        self.upstream_checks
+            .get_or_create(&CheckLabels {
+                context: context.to_string(),
+                result: if ok { "ok" } else { "failed" }.to_string(),
+            })
+            .inc();
+    }
+
     pub fn set_queue_depth(&self, layer: &str, depth: usize) {
         self.queue_depth
             .get_or_create(&LayerLabels {
@@ -206,6 +248,8 @@ mod tests {
         metrics.set_shard_held("prod", true);
         metrics.shard_acquired("prod");
         metrics.set_shard_members(3);
+        metrics.set_borrowers_on_fallback("dev", 2);
+        metrics.upstream_check("staging", false);
         let text = metrics.encode().unwrap();
         for line in [
             r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,
@@ -217,6 +261,8 @@ mod tests {
             r#"comb_shard_held{layer="prod"} 1"#,
             r#"comb_shard_acquisitions_total{layer="prod"} 1"#,
             "comb_shard_members 3",
+            r#"comb_borrowers_on_fallback{layer="dev"} 2"#,
+            r#"comb_upstream_checks_total{context="staging",result="failed"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

@@ -101,6 +101,14 @@ impl Controller {
         let metrics = metrics::Metrics::new();
         for layer in &layers {
             metrics.set_layer_up(layer.name(), false);
+            if layer
+                .layer
+                .borrow
+                .as_ref()
+                .is_some_and(|borrow| borrow.fallback.is_some())
+            {
+                metrics.set_borrowers_on_fallback(layer.name(), 0);
+            }
             metrics.set_queue_depth(layer.name(), 0);
         }
         let (transitions, _) = broadcast::channel(1024);
@@ -110,6 +118,7 @@ impl Controller {
                 registry: Arc::new(registry),
                 layers,
                 borrowers: Mutex::new(BorrowIndex::default()),
+                fallbacks: Default::default(),
                 metrics,
                 transitions,
                 listed: Notify::new(),
@@ -272,6 +281,8 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
             );
         }
     }
+    // The upstreams of fallbacks are looked at while this replica reconciles.
+    shared.spawn_upstream_checks(&mut tasks, &watches);
     let timed_out = match shared.options.sharding.clone() {
         Some(sharding) => {
             if let Err(error) = shards::coordinate(shared.clone(), sharding, shutdown.clone()).await

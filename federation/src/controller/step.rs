@@ -139,9 +139,7 @@ async fn reconcile_comb(
         shared.report_cycles(layer, cycles).await;
     }
     let previous = comb.recorded_status().cloned();
-    let controlling = shared
-        .config
-        .controlling(&layer.layer, &key.namespace, &key.name);
+    let (controlling, fallback) = shared.upstream_choice(layer, key, previous.as_ref());
     let ops = match layer.comb_ops(&key.namespace).await {
         Ok(ops) => ops.logging_reads(),
         Err(error) => return build_failed(shared, layer, key, &cr, error.to_string()).await,
@@ -152,6 +150,7 @@ async fn reconcile_comb(
     let env = StepEnv {
         ops: &ops,
         resolver: Some(&resolver),
+        fallback: fallback.as_ref(),
     };
     // Built anew for most steps: when the status was last written lives in the layer's entry.
     comb.set_status_written_at(
@@ -174,6 +173,9 @@ async fn reconcile_comb(
     shared.own_write(layer, key, stored.clone());
     shared
         .after_status(layer, &stored, previous.as_ref(), &status)
+        .await;
+    shared
+        .announce_switch(layer, &stored, previous.as_ref(), &status)
         .await;
     shared
         .announce_notes(layer, &stored, &notes, previous.as_ref())
@@ -464,12 +466,16 @@ impl DependencyResolver for LayerResolver<'_> {
 
 impl LayerResolver<'_> {
     fn live(&self, instance: CombInstance, key: &CombKey) -> LiveDependency {
+        // A dependency on a fallback serves from there: judged where it borrows from now.
+        let recorded = self
+            .layer
+            .with_entry(key, |entry| entry.recorded_status())
+            .flatten();
         LiveDependency {
-            controlling: self.shared.config.controlling(
-                &self.layer.layer,
-                &key.namespace,
-                &key.name,
-            ),
+            controlling: self
+                .shared
+                .upstream_choice(self.layer, key, recorded.as_ref())
+                .0,
             instance,
             ops: self.layer.ops.clone(),
             env: self.layer.borrow_env.clone(),

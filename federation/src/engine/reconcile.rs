@@ -23,7 +23,7 @@ use jiff::Timestamp;
 
 // Step 1's answer is an input of `reconcile`: callers name it from here too.
 pub use crate::engine::borrow::UpstreamResolution;
-use crate::engine::borrow::{Borrowing, observe_upstream, replication_note};
+use crate::engine::borrow::{Borrowing, FallbackState, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
@@ -67,6 +67,9 @@ pub struct StepEnv<'a> {
     pub ops: &'a KubeOps,
     /// Finds dependencies; `None` blocks every Comb that has some (`NoResolver`).
     pub resolver: Option<&'a dyn DependencyResolver>,
+    /// Where the Comb's borrow stands on its layer's fallback chain, when the layer has one:
+    /// the step records it (the `UpstreamFallback` condition, the Ready message).
+    pub fallback: Option<&'a FallbackState>,
 }
 
 /// The message of the Ready condition while `spec.maintenance` stops reconciliation.
@@ -98,7 +101,7 @@ pub async fn reconcile(
             Reason::ReconcileFailed,
             "the step ended without a verdict",
         );
-        match AssertUnwindSafe(step.steps(&mut record, upstream))
+        let mut record = match AssertUnwindSafe(step.steps(&mut record, upstream))
             .catch_unwind()
             .await
         {
@@ -108,7 +111,11 @@ pub async fn reconcile(
                 Reason::ReconcileFailed,
                 clean_message(&panic_message(panic.as_ref())),
             ),
+        };
+        if let Some(fallback) = env.fallback {
+            fallback.mark(&mut record);
         }
+        record
     };
     comb.set_prune_notes(record.notes.clone());
     let recorded = AssertUnwindSafe(async {

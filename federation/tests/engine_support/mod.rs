@@ -122,6 +122,7 @@ impl Cluster {
         let env = StepEnv {
             ops: &self.ops,
             resolver: None,
+            fallback: None,
         };
         reconcile(comb, env, upstream).await
     }
@@ -171,6 +172,7 @@ impl Cluster {
         let env = StepEnv {
             ops: &self.ops,
             resolver,
+            fallback: None,
         };
         reconcile(comb, env, UpstreamResolution::Local).await
     }

@@ -192,6 +192,7 @@ impl Layers {
             StepEnv {
                 ops: &ops,
                 resolver: None,
+                fallback: None,
             },
             upstream,
         )
