@@ -84,12 +84,6 @@ impl Schedule {
             timeout: self.timeout.min(other.timeout),
         }
     }
-
-    /// How old the last answer may be before the context counts as not answering: a check
-    /// starts every period and ends within the timeout.
-    fn fresh(&self) -> Duration {
-        self.period + self.timeout
-    }
 }
 
 /// The upstream contexts the borrows with a fallback depend on (each entry's layer, the
@@ -397,10 +391,10 @@ impl Shared {
             return Some(Observation::Unhealthy("context unreachable".to_string()));
         }
         let context = &layer.layer.context;
-        let fresh = schedules.get(context).map(Schedule::fresh)?;
+        let schedule = schedules.get(context)?;
         let api = lock(&self.fallbacks.api)
             .get(context)
-            .and_then(|health| health.observation(now, fresh))?;
+            .and_then(|health| health.observation(now, schedule.period, schedule.timeout))?;
         let Observation::Healthy { .. } = api else {
             return Some(api);
         };
@@ -570,6 +564,10 @@ async fn check_context(
             Ok(request) => request,
             Err(_) => return,
         };
+        lock(&shared.fallbacks.api)
+            .entry(context.clone())
+            .or_default()
+            .checking(Instant::now());
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,
             outcome = tokio::time::timeout(schedule.timeout, client.request_text(request)) => outcome,

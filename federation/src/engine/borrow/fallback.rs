@@ -439,30 +439,57 @@ pub struct ApiHealth {
     pub answered_at: Option<Instant>,
     /// When a check last failed, and why; cleared by an answer.
     pub failed: Option<(Instant, String)>,
+    /// Since when the check now under way waits for its answer.
+    pub checking_since: Option<Instant>,
 }
 
 impl ApiHealth {
+    /// Records that a check starts at `at`.
+    pub fn checking(&mut self, at: Instant) {
+        self.checking_since = Some(at);
+    }
+
     /// Records an answer at `at`.
     pub fn answered(&mut self, at: Instant) {
         self.answered_at = Some(at);
         self.failed = None;
+        self.checking_since = None;
     }
 
     /// Records a failed check at `at`.
     pub fn failed(&mut self, at: Instant, why: impl Into<String>) {
         self.failed = Some((at, why.into()));
+        self.checking_since = None;
     }
 
-    /// What the checks say at `now`: unhealthy after a failure, or when the last answer is older
-    /// than `fresh` (a check hangs); healthy as of the last answer; `None` before any check
+    /// What the checks say at `now`, for checks every `period` that may take `timeout`:
+    /// unhealthy after a failure, while a check waits longer than a period for its answer (a
+    /// server that takes connections and does not answer), or when the last answer is older
+    /// than a period and a timeout; healthy as of the last answer; `None` before any check
     /// finished.
-    pub fn observation(&self, now: Instant, fresh: Duration) -> Option<Observation> {
+    ///
+    /// A check that is merely slow counts against the upstream too: that only delays the way
+    /// back (a run of healthy looks starts again), never a switch, which waits for
+    /// `unhealthyAfter` since the last answer.
+    pub fn observation(
+        &self,
+        now: Instant,
+        period: Duration,
+        timeout: Duration,
+    ) -> Option<Observation> {
         if let Some((_, why)) = &self.failed {
             return Some(Observation::Unhealthy(why.clone()));
         }
+        let not_answering = || Some(Observation::Unhealthy("context not answering".to_string()));
+        if self
+            .checking_since
+            .is_some_and(|since| now.saturating_duration_since(since) > period)
+        {
+            return not_answering();
+        }
         let answered = self.answered_at?;
-        if now.saturating_duration_since(answered) > fresh {
-            return Some(Observation::Unhealthy("context not answering".to_string()));
+        if now.saturating_duration_since(answered) > period + timeout {
+            return not_answering();
         }
         Some(Observation::Healthy { seen_at: answered })
     }
@@ -838,31 +865,36 @@ mod tests {
     #[test]
     fn api_checks_turn_failures_and_hangs_into_unhealthy_looks() {
         let t0 = Instant::now();
-        let fresh = secs(3);
+        let (period, timeout) = (secs(1), secs(2));
+        let look = |api: &ApiHealth, at: u64| api.observation(t0 + secs(at), period, timeout);
         let mut api = ApiHealth::default();
-        assert_eq!(api.observation(t0, fresh), None, "nothing checked yet");
+        assert_eq!(look(&api, 0), None, "nothing checked yet");
+        api.checking(t0);
         api.answered(t0);
+        assert_eq!(look(&api, 1), Some(Observation::Healthy { seen_at: t0 }));
+        api.checking(t0 + secs(1));
         assert_eq!(
-            api.observation(t0 + secs(2), fresh),
-            Some(Observation::Healthy { seen_at: t0 })
+            look(&api, 2),
+            Some(Observation::Healthy { seen_at: t0 }),
+            "a check under way for a period is not late yet"
         );
+        let not_answering = Some(Observation::Unhealthy("context not answering".into()));
+        assert_eq!(look(&api, 3), not_answering, "a check that hangs");
+        api.failed(t0 + secs(3), "context not answering within 2s");
         assert_eq!(
-            api.observation(t0 + secs(4), fresh),
-            Some(Observation::Unhealthy("context not answering".into())),
-            "a check that hangs"
-        );
-        api.failed(t0 + secs(5), "context unreachable");
-        assert_eq!(
-            api.observation(t0 + secs(5), fresh),
-            Some(Observation::Unhealthy("context unreachable".into()))
+            look(&api, 3),
+            Some(Observation::Unhealthy(
+                "context not answering within 2s".into()
+            ))
         );
         api.answered(t0 + secs(6));
         assert_eq!(
-            api.observation(t0 + secs(6), fresh),
+            look(&api, 6),
             Some(Observation::Healthy {
                 seen_at: t0 + secs(6)
             })
         );
+        assert_eq!(look(&api, 10), not_answering, "no check for long");
     }
 
     #[test]
