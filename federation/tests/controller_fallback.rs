@@ -216,7 +216,7 @@ impl BridgeVersions {
                     Some(addresses) => format!("{name} {addresses}"),
                     None => format!("{name} deleted"),
                 };
-                log.lock().unwrap().push(line);
+                log.lock().expect("the log").push(line);
             }
         });
         BridgeVersions { seen, task }
@@ -225,7 +225,7 @@ impl BridgeVersions {
     /// Stops watching; every version seen, in order.
     fn stop(self) -> Vec<String> {
         self.task.abort();
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().expect("the log").clone()
     }
 }
 
@@ -303,7 +303,7 @@ async fn partitioned_staging(mode: PartitionMode, why: &str) {
         "{message}"
     );
     assert!(message.ends_with("; borrowing from prod"), "{message}");
-    let upstream = status.upstream.clone().unwrap();
+    let upstream = status.upstream.clone().expect("an upstream record");
     assert_eq!(
         upstream.via,
         Some(vec!["prod".to_string()]),
@@ -760,13 +760,13 @@ struct Answering {
 
 impl Answering {
     fn on(port: u16) -> Answering {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_reuseaddr(true).unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket.set_reuseaddr(true).expect("SO_REUSEADDR");
         socket
             .bind(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
-            .unwrap();
-        let listener = socket.listen(64).unwrap();
-        let port = listener.local_addr().unwrap().port();
+            .expect("the port is free");
+        let listener = socket.listen(64).expect("listening");
+        let port = listener.local_addr().expect("its address").port();
         let task = tokio::spawn(async move {
             while let Ok((connection, _)) = listener.accept().await {
                 drop(connection);
