@@ -79,6 +79,11 @@ pub enum Error {
     /// The admission webhook could not start: its address, its certificate.
     #[error("{0}")]
     Webhook(String),
+
+    /// A copy the controller kept packed (a watched object, a Comb's spec or status) does not
+    /// come back; the reader does without it, never with an empty one.
+    #[error("{0}")]
+    Undecodable(String),
 }
 
 impl Error {
@@ -122,6 +127,7 @@ impl Error {
             Error::Config(_) => "config",
             Error::Controller(_) => "controller",
             Error::Webhook(_) => "webhook",
+            Error::Undecodable(_) => "undecodable",
         }
     }
 }

@@ -201,3 +201,50 @@ fn last_step(handle: &comb_federation::controller::ControllerHandle) -> Option<j
         .find(|comb| comb.name == "web")
         .and_then(|comb| comb.last_step_at)
 }
+
+#[tokio::test]
+async fn an_event_the_api_refused_is_written_by_the_next_step() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    // The first Event about web (its first transition) is refused. web is one ConfigMap, so
+    // that no other component writes an Event in the namespace meanwhile.
+    world.controls("prod").inject(Fault::status(
+        "POST",
+        "/api/v1/namespaces/platform/events",
+        500,
+        1,
+    ));
+    let running = world.run(world.config(CONFIG)).await;
+    let settings = json!({"class": "Manifests", "config": {"manifests": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web-settings"},
+         "data": {"mode": "fast"}}
+    ]}});
+    world.create_comb("prod", "platform", "web", settings).await;
+    world
+        .wait_phase("prod", "platform", "web", "Running", None)
+        .await;
+    let client = world.client("prod").await;
+    let events: Api<Event> = Api::namespaced(client, "platform");
+    // The step after it wrote it, with its own: both transitions are told, once each.
+    let told = eventually("the refused Event written after all", || {
+        let events = events.clone();
+        async move {
+            let told = events_of_web(&events).await;
+            (told.len() >= 2).then_some(told)
+        }
+    })
+    .await;
+    let mut transitions: Vec<&str> = told
+        .iter()
+        .map(|(_, _, message)| message.split(':').next().unwrap_or_default())
+        .collect();
+    transitions.sort_unstable();
+    assert_eq!(
+        transitions,
+        [
+            "Pending (Deployed) -> Running (Healthy)",
+            "new -> Pending (Deployed)"
+        ],
+        "{told:?}"
+    );
+    running.stop().await;
+}

@@ -1,7 +1,8 @@
 //! What one image edit looks like along a chain prod <- staging <- dev (issue 11): the edited
 //! Comb and each borrower go Pending once and are Running again once the rollout is over, for a
 //! Deployment and for a StatefulSet, with the real workload controllers' timing on the real
-//! backend. Phases are counted as the controller records them (its transitions: one per
+//! backend; and an edit that fixes a crash loop is Pending while it rolls out, not Error
+//! (issue 19). Phases are counted as the controller records them (its transitions: one per
 //! status write that changes the phase or the Ready reason).
 
 mod controller_support;
@@ -9,7 +10,10 @@ mod controller_support;
 use std::collections::BTreeMap;
 
 use comb_federation::controller::{ControllerHandle, Transition};
+use comb_testkit::fixtures::{held_web, release_held_pods, web};
 use controller_support::World;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -153,4 +157,131 @@ async fn an_image_edit_of_a_deployment_is_one_pending_along_the_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_edit_of_a_statefulset_is_one_pending_along_the_chain() {
     one_pending_per_comb_for_an_image_edit("StatefulSet").await;
+}
+
+/// One layer, prod (namespace platform), its controller running, and Comb `web` running
+/// `image` in it.
+async fn web_in_prod(image: &str) -> (World, controller_support::Running) {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let running =
+        world
+            .run(world.config(
+                "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]",
+            ))
+            .await;
+    world
+        .create_comb("prod", "platform", "web", web("web", image))
+        .await;
+    (world, running)
+}
+
+/// A fix of a crash-looping image (issue 19): while the Deployment rolls the fix out, the old
+/// Pod's crash loop is not the Comb's verdict: it goes from `Error (CrashLoopBackOff)` to
+/// `Pending` (comb's own deploy started the rollout: `Deployed`) and stays there while the new
+/// Pod waits (held by a scheduling gate the test removes, the same on both backends), then
+/// `Running`; never `Error` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixing_a_crash_loop_is_pending_then_running_never_error() {
+    let (world, mut running) = web_in_prod("crashloop:1").await;
+    let crashing = running
+        .transition("web to crash-loop", |t| {
+            t.new.phase == "Error" && t.new.reason.as_deref() == Some("CrashLoopBackOff")
+        })
+        .await;
+    let handle = running.handle.clone();
+    let mut log = vec![format!("before the fix: {crashing}")];
+
+    world
+        .patch_spec("prod", "platform", "web", held_web("web", "nginx:1"))
+        .await;
+    // The controller has looked at the rollout held in the middle: the old Pod crash-looping,
+    // the new one unscheduled, and has nothing left to do.
+    let combs = world.combs("prod", "platform").await;
+    comb_testkit::wait_until("web to record the held rollout, Pending", async || {
+        let (phase, message) = combs
+            .get("web")
+            .await
+            .ok()
+            .and_then(|comb| {
+                let status = comb.status?;
+                let message = status.ready()?.message.clone().unwrap_or_default();
+                Some((status.phase?.to_string(), message))
+            })
+            .unwrap_or_default();
+        if phase == "Pending" && message.contains(": SchedulingGated: ") && quiet(&handle) {
+            Ok(())
+        } else {
+            Err(format!("{phase}: {message}"))
+        }
+    })
+    .await;
+
+    let released = release_held_pods(&world.client("prod").await, "platform", "app=web").await;
+    assert_eq!(released.len(), 1, "{released:?}");
+    // Every transition since the fix, until Running.
+    let mut phases = Vec::new();
+    while phases
+        .last()
+        .is_none_or(|phase: &String| !phase.starts_with("Running"))
+    {
+        let transition = running.transition("web's next transition", |_| true).await;
+        log.push(transition.to_string());
+        phases.push(format!(
+            "{} ({})",
+            transition.new.phase,
+            transition.new.reason.unwrap_or_default()
+        ));
+    }
+    assert_eq!(
+        phases,
+        ["Pending (Deployed)", "Running (Healthy)"],
+        "the transitions:\n{}",
+        log.join("\n")
+    );
+    running.stop().await;
+}
+
+/// The other side (issue 19): an edit whose new Pods crash is `Error`, naming the new Pod,
+/// though the rollout is still in progress (the old Pod keeps serving, so it never ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_whose_new_pods_crash_is_error() {
+    let (world, mut running) = web_in_prod("nginx:1").await;
+    running
+        .transition("web to run", |t| t.new.phase == "Running")
+        .await;
+    let pods: Api<Pod> = Api::namespaced(world.client("prod").await, "platform");
+    let serving: Vec<String> = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("the pods list")
+        .items
+        .into_iter()
+        .filter_map(|pod| pod.metadata.name)
+        .collect();
+
+    world
+        .patch_spec("prod", "platform", "web", web("web", "crashloop:2"))
+        .await;
+    let crashing = running
+        .transition("web to crash-loop", |t| t.new.phase == "Error")
+        .await;
+    assert_eq!(
+        crashing.new.reason.as_deref(),
+        Some("CrashLoopBackOff"),
+        "{crashing}"
+    );
+    let message = crashing.message.unwrap_or_default();
+    let named = message
+        .strip_prefix("Pod ")
+        .and_then(|rest| rest.split(':').next())
+        .unwrap_or_default();
+    assert!(
+        !named.is_empty() && !serving.iter().any(|pod| pod == named),
+        "the new Pod is named, not one of {serving:?}: {message}"
+    );
+    assert!(
+        message.contains("Deployment web: 1 of 1 updated, 1 ready"),
+        "the rollout is still in progress, the old Pod serving: {message}"
+    );
+    running.stop().await;
 }

@@ -185,3 +185,99 @@ async fn a_status_conflict_is_retried_on_a_fresh_read() {
     );
     assert_eq!(cr.metadata.labels.unwrap()["team"], "messaging");
 }
+
+/// Another writer records `status` into the CR over the Comb's copy (another replica's step):
+/// the Comb's next write conflicts.
+async fn recorded_by_another_writer(cluster: &Cluster, status: CombStatus) {
+    let mut cr = cluster.cr("nats").await;
+    cr.status = Some(status);
+    cluster
+        .ops
+        .update_comb_status("comb.internal", &cr)
+        .await
+        .expect("the other writer's status");
+}
+
+#[tokio::test]
+async fn a_conflicting_status_write_is_built_again_on_the_newer_record() {
+    let cluster = Cluster::start_own().await;
+    let mut comb = cluster
+        .settled("nats", vec![config_map("nats", json!({}))])
+        .await;
+    let outdated = outdated(&cluster, &mut comb).await;
+    // Another writer applied a ConfigMap of the Comb and recorded it, since the Comb's copy.
+    cluster
+        .ops
+        .ensure(
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "nats-theirs", "namespace": NS,
+                                 "labels": {"comb.internal/comb": "nats",
+                                            "comb.internal/comb-namespace": NS}}}),
+            None,
+        )
+        .await
+        .expect("their ConfigMap");
+    let mut theirs = outdated.clone();
+    theirs
+        .managed_resources
+        .get_or_insert_with(Vec::new)
+        .push(resource("v1", "ConfigMap", "nats-theirs"));
+    recorded_by_another_writer(&cluster, theirs).await;
+
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert!(status.condition(STATUS_WRITTEN).is_none());
+    assert_eq!(verdict(&status), expect("Running", "Healthy", "healthy"));
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&2));
+    // Built again on the newer record: what it recorded is not forgotten.
+    assert_eq!(
+        managed(&status),
+        ["ConfigMap/nats", "ConfigMap/nats-theirs"]
+    );
+    assert_eq!(cluster.cr("nats").await.status, Some(status));
+
+    // So the next step prunes it, as it prunes anything the Comb no longer renders.
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(managed(&status), ["ConfigMap/nats"]);
+    assert!(
+        cluster
+            .peek("v1", "ConfigMap", "nats-theirs")
+            .await
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_status_of_a_later_generation_is_not_written_over() {
+    let cluster = Cluster::start_own().await;
+    let mut comb = cluster
+        .settled("nats", vec![config_map("nats", json!({}))])
+        .await;
+    outdated(&cluster, &mut comb).await;
+    // The spec changes, and another writer (the replica that took the Comb over) records what
+    // it found for the new generation; this Comb still holds the older one.
+    let edited = cluster
+        .edit(
+            &comb,
+            manifests_spec(vec![config_map("nats", json!({"new": "yes"}))]),
+        )
+        .await;
+    let mut theirs = edited.cr().status.clone().expect("a recorded status");
+    theirs.observed_generation = edited.cr().metadata.generation;
+    for condition in theirs.conditions.iter_mut().flatten() {
+        if condition.type_ == READY {
+            condition.message = Some("their verdict on the new spec".into());
+        }
+    }
+    recorded_by_another_writer(&cluster, theirs.clone()).await;
+
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert!(status.condition(STATUS_WRITTEN).is_none());
+    // The write conflicted, the CR was read again, and its newer truth stands.
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&1));
+    assert_eq!(cluster.requests().get("get combs.comb.internal"), Some(&1));
+    assert_eq!(cluster.cr("nats").await.status, Some(theirs.clone()));
+    assert_eq!(status, theirs);
+    assert_eq!(comb.cr().status, Some(theirs));
+}

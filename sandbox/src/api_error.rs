@@ -184,6 +184,23 @@ impl ApiError {
         .with_details(resource_details(rt, name))
     }
 
+    /// 409 for a delete whose preconditions do not hold: kube-apiserver's `rest.BeforeDelete`
+    /// names the Kind rather than the resource (`Operation cannot be fulfilled on ConfigMap
+    /// "x": ...`, details `{name, group, kind: ConfigMap}`).
+    pub fn precondition_failed(rt: &ResourceType, name: &str, why: &str) -> Self {
+        let mut details = resource_details(rt, name);
+        details["kind"] = json!(rt.kind);
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} {name:?}: {why}",
+                qualified_kind(rt)
+            ),
+        )
+        .with_details(details)
+    }
+
     /// 422 with one cause per field error, worded like kube-apiserver's `NewInvalid`.
     pub fn invalid(rt: &ResourceType, name: &str, errors: &[FieldError]) -> Self {
         let joined = if errors.len() == 1 {

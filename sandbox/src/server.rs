@@ -38,6 +38,8 @@ pub struct ServerOptions {
     pub bookmark_interval: Duration,
     /// Watch length when the client gives no timeoutSeconds.
     pub default_watch_timeout: Duration,
+    /// How often a simulated running container writes a log line.
+    pub log_interval: Duration,
 }
 
 impl Default for ServerOptions {
@@ -45,6 +47,7 @@ impl Default for ServerOptions {
         ServerOptions {
             bookmark_interval: Duration::from_secs(60),
             default_watch_timeout: Duration::from_secs(1800),
+            log_interval: Duration::from_secs(2),
         }
     }
 }
@@ -594,7 +597,7 @@ async fn serve_resource(
             let object = store.get(rt, ns, name)?;
             Ok(render_one(rt, object, render, StatusCode::OK, &query))
         }
-        (&Method::GET, Some(name), Some("log")) => pod_log(store, ns, name, &query),
+        (&Method::GET, Some(name), Some("log")) => pod_log(server, ns, name, &query),
         (&Method::GET, Some(name), Some("scale")) => {
             let object = store.get(rt, ns, name)?;
             Ok(json_response(StatusCode::OK, &scale_of(&object)))
@@ -1024,7 +1027,7 @@ fn scale_of(object: &Value) -> Value {
 }
 
 fn pod_log(
-    store: &Store,
+    server: &ApiServer,
     ns: Option<&str>,
     name: &str,
     query: &Query,
@@ -1036,18 +1039,33 @@ fn pod_log(
                 .map_err(|_| ApiError::bad_request(format!("invalid tailLines: {text:?}")))?,
         ),
     };
-    let text = crate::logs::read(
-        store,
-        ns.unwrap_or_default(),
-        name,
-        query.get("container"),
-        query.flag("previous"),
+    let request = crate::logs::LogRequest {
+        container: query.get("container").map(str::to_string),
+        previous: query.flag("previous"),
         tail_lines,
-    )?;
-    Ok(Response::builder()
-        .header(header::CONTENT_TYPE, "text/plain")
-        .body(Body::from(text))
-        .unwrap_or_default())
+    };
+    let (namespace, interval) = (ns.unwrap_or_default(), server.options.log_interval);
+    let response = Response::builder().header(header::CONTENT_TYPE, "text/plain");
+    let body = if query.flag("follow") {
+        let lines = crate::logs::follow(
+            &server.store,
+            namespace,
+            name,
+            &request,
+            interval,
+            server.shutdown.clone(),
+        )?;
+        Body::from_stream(lines)
+    } else {
+        Body::from(crate::logs::read(
+            &server.store,
+            namespace,
+            name,
+            &request,
+            interval,
+        )?)
+    };
+    Ok(response.body(body).unwrap_or_default())
 }
 
 #[cfg(test)]

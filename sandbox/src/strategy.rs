@@ -80,6 +80,11 @@ pub fn prepare_for_create(rt: &ResourceType, object: &mut Value) {
     if is(rt, "", "Pod") {
         defaults::admit_pod(object, true);
         object["status"] = json!({"phase": "Pending", "qosClass": qos_class(object)});
+        gate_scheduling(object);
+    }
+    if is(rt, "apps", "DaemonSet") {
+        let given = template_generation(object).filter(|generation| *generation >= 1);
+        set_template_generation(object, given.unwrap_or(1));
     }
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
         crd::add_cleanup_finalizer(object);
@@ -108,6 +113,59 @@ pub fn prepare_for_update(rt: &ResourceType, old: &Value, new: &mut Value) {
     // Namespace finalizers change only through the namespace controller's /finalize.
     if is(rt, "", "Namespace") {
         new["spec"] = old["spec"].clone();
+    }
+}
+
+/// kube-apiserver's Pod strategy: a Pod created with scheduling gates says so in its status
+/// (`kubectl get pods` shows `SchedulingGated`); the scheduler leaves it until they are removed.
+fn gate_scheduling(pod: &mut Value) {
+    if scheduling_gated(&pod["spec"]) {
+        pod["status"]["conditions"] = json!([{
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": null,
+            "lastTransitionTime": crate::meta::now(),
+            "reason": "SchedulingGated",
+            "message": "Scheduling is blocked due to non-empty scheduling gates",
+        }]);
+    }
+}
+
+/// Whether a Pod spec still has scheduling gates.
+pub fn scheduling_gated(spec: &Value) -> bool {
+    spec["schedulingGates"]
+        .as_array()
+        .is_some_and(|gates| !gates.is_empty())
+}
+
+/// The annotation through which apps/v1 shows a DaemonSet's template generation (the internal
+/// `spec.templateGeneration`), which the DaemonSet controller stamps on its Pods as
+/// `pod-template-generation`.
+pub const DAEMONSET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+fn template_generation(daemon_set: &Value) -> Option<i64> {
+    daemon_set["metadata"]["annotations"][DAEMONSET_TEMPLATE_GENERATION]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+fn set_template_generation(daemon_set: &mut Value, generation: i64) {
+    let metadata = &mut daemon_set["metadata"];
+    if !metadata["annotations"].is_object() {
+        metadata["annotations"] = json!({});
+    }
+    metadata["annotations"][DAEMONSET_TEMPLATE_GENERATION] = json!(generation.to_string());
+}
+
+/// What an update of the main resource sets once it is decoded as stored (`old` and `next`
+/// compare field for field): a DaemonSet's template generation, which is not the writer's to
+/// set, is one more on every template change.
+pub fn count_template_changes(rt: &ResourceType, old: &Value, next: &mut Value) {
+    if is(rt, "apps", "DaemonSet") {
+        let old_generation = template_generation(old).unwrap_or(1);
+        let changed = old["spec"].get("template") != next["spec"].get("template");
+        set_template_generation(next, old_generation + i64::from(changed));
     }
 }
 
@@ -265,6 +323,49 @@ mod tests {
             external["spec"].get("clusterIP").is_none(),
             "ExternalName services have no cluster IP"
         );
+    }
+
+    #[test]
+    fn a_pod_with_scheduling_gates_is_created_gated() {
+        let pods = builtin("", "Pod").expect("pods");
+        let mut gated = json!({"spec": {"schedulingGates": [{"name": "example.com/hold"}],
+                                        "containers": [{"name": "a", "image": "nginx"}]}});
+        prepare_for_create(&pods, &mut gated);
+        let condition = &mut gated["status"]["conditions"][0];
+        assert!(condition["lastTransitionTime"].is_string(), "{condition}");
+        condition["lastTransitionTime"] = json!("<now>");
+        assert_eq!(
+            gated["status"]["conditions"],
+            json!([{"type": "PodScheduled", "status": "False", "lastProbeTime": null,
+                    "lastTransitionTime": "<now>", "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates"}])
+        );
+        let mut plain = json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}});
+        prepare_for_create(&pods, &mut plain);
+        assert!(plain["status"].get("conditions").is_none(), "{plain}");
+    }
+
+    #[test]
+    fn a_daemon_sets_template_generation_counts_template_changes() {
+        let daemon_sets = builtin("apps", "DaemonSet").expect("daemonsets");
+        let generation =
+            |ds: &Value| ds["metadata"]["annotations"][DAEMONSET_TEMPLATE_GENERATION].clone();
+        let template =
+            |image: &str| json!({"spec": {"containers": [{"name": "a", "image": image}]}});
+        let mut created =
+            json!({"metadata": {"name": "agent"}, "spec": {"template": template("a:1")}});
+        prepare_for_create(&daemon_sets, &mut created);
+        assert_eq!(generation(&created), "1");
+
+        // Not the writer's to set; one more per template change, none for other changes.
+        let mut retemplated = json!({"metadata": {"name": "agent", "annotations": {DAEMONSET_TEMPLATE_GENERATION: "9"}},
+                                     "spec": {"template": template("a:2")}});
+        count_template_changes(&daemon_sets, &created, &mut retemplated);
+        assert_eq!(generation(&retemplated), "2");
+        let mut restrategied = json!({"metadata": {"name": "agent"},
+                                      "spec": {"template": template("a:2"), "minReadySeconds": 5}});
+        count_template_changes(&daemon_sets, &retemplated, &mut restrategied);
+        assert_eq!(generation(&restrategied), "2");
     }
 
     #[test]

@@ -251,6 +251,16 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
         "Terminating".to_string()
     } else {
         waiting.unwrap_or_else(|| {
+            let gated = pod["status"]["conditions"]
+                .as_array()
+                .is_some_and(|conditions| {
+                    conditions
+                        .iter()
+                        .any(|c| c["type"] == "PodScheduled" && c["reason"] == "SchedulingGated")
+                });
+            if gated {
+                return "SchedulingGated".to_string();
+            }
             pod["status"]["reason"]
                 .as_str()
                 .or(pod["status"]["phase"].as_str())
@@ -593,6 +603,14 @@ mod tests {
                 json!("CrashLoopBackOff"),
                 json!("3")
             ]
+        );
+        let gated = json!({"metadata": {"name": "web-2", "creationTimestamp": "2020-01-01T00:00:00Z"},
+            "spec": {"containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+              "reason": "SchedulingGated"}]}});
+        assert_eq!(
+            super::cells(&pods, &gated, now)[2],
+            json!("SchedulingGated")
         );
         let names: Vec<Value> = columns(&pods).iter().map(|c| c["name"].clone()).collect();
         assert_eq!(

@@ -103,7 +103,30 @@ fn drop_empty_maps<T: DeserializeOwned + Serialize>(value: &mut Value) {
 /// The object after a typed decode and encode, or the decode error; `None` for kinds that
 /// have no typed form here (custom resources).
 pub fn decode(rt: &ResourceType, object: &Value) -> Option<Result<Value, String>> {
-    codec(rt).map(|(round_trip, _)| round_trip(object))
+    codec(rt).map(|(round_trip, _)| {
+        round_trip(object).map(|mut decoded| {
+            keep_zero_times(rt, &mut decoded);
+            decoded
+        })
+    })
+}
+
+/// Go encodes a zero `metav1.Time` as `null` even under `omitempty` (a struct is never
+/// empty): a Pod condition's `lastProbeTime`, which nothing sets, is always there.
+fn keep_zero_times(rt: &ResourceType, object: &mut Value) {
+    if (rt.group.as_str(), rt.kind.as_str()) != ("", "Pod") {
+        return;
+    }
+    let conditions = object
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut);
+    for condition in conditions.into_iter().flatten() {
+        if let Some(condition) = condition.as_object_mut() {
+            for key in ["lastProbeTime", "lastTransitionTime"] {
+                condition.entry(key).or_insert(Value::Null);
+            }
+        }
+    }
 }
 
 type Codec = fn(&Value) -> Result<Value, String>;

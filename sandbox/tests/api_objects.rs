@@ -864,3 +864,94 @@ async fn namespaces_get_the_default_service_account_and_the_cluster_ca() {
     let published = ca.data.and_then(|d| d.get("ca.crt").cloned());
     assert_eq!(published, sandbox.ca);
 }
+
+#[tokio::test]
+async fn a_followed_log_grows_until_its_pod_is_deleted() {
+    use futures::AsyncBufReadExt as _;
+    use futures::StreamExt as _;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::LogParams;
+
+    if !comb_sandbox::emulator_only(
+        "api_objects::a_followed_log_grows_until_its_pod_is_deleted",
+        "the emulator's simulated containers write logs; kwok's fake ones have none",
+    ) {
+        return;
+    }
+    let mut options = SandboxOptions::clusters(["test"]);
+    options.server.log_interval = std::time::Duration::from_millis(100);
+    let (sandbox, client) = cluster_with(options).await;
+    let pods: Api<Pod> = Api::namespaced(client, &sandbox.ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("created");
+    until(&sandbox, "the pod to run", || {
+        let pods = pods.clone();
+        async move {
+            pods.get("web")
+                .await
+                .is_ok_and(|pod| pod.status.and_then(|s| s.phase).as_deref() == Some("Running"))
+        }
+    })
+    .await;
+    let follow = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let deadline = std::time::Duration::from_secs(20);
+
+    // A few lines as they come, then the reader lets go.
+    let mut lines = pods
+        .log_stream("web", &follow)
+        .await
+        .expect("the log follows")
+        .lines();
+    let mut read = Vec::new();
+    while read.len() < 4 {
+        let line = tokio::time::timeout(deadline, lines.next())
+            .await
+            .expect("a line within the deadline")
+            .expect("the stream stays open while the container runs")
+            .expect("a line reads");
+        read.push(line);
+    }
+    drop(lines);
+    assert!(
+        read[0].ends_with("web/main started image nginx:1.27"),
+        "{read:?}"
+    );
+    for (number, line) in read.iter().enumerate().skip(1) {
+        assert!(
+            line.ends_with(&format!("web/main heartbeat {number}")),
+            "{read:?}"
+        );
+    }
+
+    // Followed again from its last line: the Pod's deletion ends the stream.
+    let tail = LogParams {
+        tail_lines: Some(1),
+        ..follow
+    };
+    let mut lines = pods
+        .log_stream("web", &tail)
+        .await
+        .expect("the log follows")
+        .lines();
+    tokio::time::timeout(deadline, lines.next())
+        .await
+        .expect("the last line within the deadline")
+        .expect("a last line")
+        .expect("a line reads");
+    pods.delete("web", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    // Whatever was written before the deletion, then the end.
+    tokio::time::timeout(deadline, lines.count())
+        .await
+        .expect("the stream ends with its pod");
+}

@@ -62,7 +62,8 @@ struct Step {
     accept: Option<&'static str>,
     /// Read a watch stream until this many events (or the deadline).
     watch_events: Option<usize>,
-    /// Store the answer's `metadata.resourceVersion` under this name, for later paths.
+    /// Store the answer's `metadata.resourceVersion` under this name (and its uid under
+    /// `<name>_uid`), for later paths and bodies.
     capture_rv: Option<&'static str>,
     /// What of the answer to compare (default: all of it, normalised).
     view: fn(Value) -> Value,
@@ -87,6 +88,14 @@ fn get(path: &str) -> Step {
 
 fn delete(path: &str) -> Step {
     step(Method::DELETE, path)
+}
+
+/// A DELETE with a `DeleteOptions` body (`{name}` placeholders in it are filled in).
+fn delete_with(path: &str, options: Value) -> Step {
+    Step {
+        payload: Payload::Json(options),
+        ..step(Method::DELETE, path)
+    }
 }
 
 fn post(path: &str, body: Value) -> Step {
@@ -171,6 +180,14 @@ fn generations(v: Value) -> Value {
         "resourceVersion": v["metadata"]["resourceVersion"],
         "code": v["code"],
         "message": v["message"],
+    })
+}
+
+fn generation_and_annotations(v: Value) -> Value {
+    json!({
+        "generation": v["metadata"]["generation"],
+        "annotations": v["metadata"]["annotations"],
+        "code": v["code"],
     })
 }
 
@@ -281,6 +298,24 @@ fn patch_error_code(v: Value) -> Value {
 
 fn code_only(v: Value) -> Value {
     json!({"code": v["code"], "reason": v["reason"]})
+}
+
+/// A refused precondition, without the values it names in parentheses (a uid, a
+/// resourceVersion), which differ between backends: `the UID in the precondition (<value>)
+/// does not match the UID in record (<value>). ...`.
+fn precondition_refusal(mut v: Value) -> Value {
+    if let Some(message) = v["message"].as_str() {
+        let mut without_values = String::new();
+        let mut rest = message;
+        while let Some((before, after)) = rest.split_once('(') {
+            without_values.push_str(before);
+            without_values.push_str("(<value>)");
+            rest = after.split_once(')').map_or("", |(_, after)| after);
+        }
+        without_values.push_str(rest);
+        v["message"] = json!(without_values);
+    }
+    v
 }
 
 fn list_shape(v: Value) -> Value {
@@ -440,6 +475,35 @@ fn probes() -> Vec<Probe> {
                 post(CM, configmap("cm-delete", json!({}))).view(code_only),
                 delete(&format!("{CM}/cm-delete")),
                 delete(&format!("{CM}/cm-delete")),
+            ],
+        ),
+        probe(
+            "delete preconditions",
+            vec![
+                post(CM, configmap("cm-pre", json!({"a": "1"})))
+                    .capture("created")
+                    .view(code_only),
+                merge_patch(&format!("{CM}/cm-pre"), json!({"data": {"a": "2"}})).view(code_only),
+                // Decided on the version created, sent after the change: refused.
+                delete_with(
+                    &format!("{CM}/cm-pre"),
+                    json!({"preconditions": {"resourceVersion": "{created}"}}),
+                )
+                .view(precondition_refusal),
+                delete_with(
+                    &format!("{CM}/cm-pre"),
+                    json!({"preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}}),
+                )
+                .view(precondition_refusal),
+                get(&format!("{CM}/cm-pre")).capture("current").view(code_only),
+                // The object as it is now: deleted.
+                delete_with(
+                    &format!("{CM}/cm-pre"),
+                    json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                           "propagationPolicy": "Background",
+                           "preconditions": {"uid": "{created_uid}", "resourceVersion": "{current}"}}),
+                ),
+                get(&format!("{CM}/cm-pre")).view(code_only),
             ],
         ),
         probe(
@@ -915,6 +979,44 @@ fn probes() -> Vec<Probe> {
             ],
         ),
         probe(
+            "a pod created with scheduling gates",
+            vec![
+                post(
+                    "/api/v1/namespaces/{ns}/pods",
+                    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gated"},
+                           "spec": {"schedulingGates": [{"name": "example.com/hold"}],
+                                    "containers": [{"name": "c", "image": "nginx"}]}}),
+                )
+                .view(|v| json!({"code": v["code"], "status": v["status"]})),
+                get("/api/v1/namespaces/{ns}/pods/gated")
+                    .view(|v| json!({"nodeName": v["spec"]["nodeName"], "status": v["status"]})),
+            ],
+        ),
+        probe(
+            "daemonset template generation",
+            vec![
+                post(
+                    "/apis/apps/v1/namespaces/{ns}/daemonsets",
+                    json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+                           "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                                    "template": {"metadata": {"labels": {"app": "agent"}},
+                                                 "spec": {"containers": [{"name": "c", "image": "agent:1"}]}}}}),
+                )
+                .view(generation_and_annotations),
+                merge_patch(
+                    "/apis/apps/v1/namespaces/{ns}/daemonsets/agent",
+                    json!({"metadata": {"annotations": {"deprecated.daemonset.template.generation": "7"}},
+                           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "agent:2"}]}}}}),
+                )
+                .view(generation_and_annotations),
+                merge_patch(
+                    "/apis/apps/v1/namespaces/{ns}/daemonsets/agent",
+                    json!({"spec": {"minReadySeconds": 5}}),
+                )
+                .view(generation_and_annotations),
+            ],
+        ),
+        probe(
             "openapi v2 as kubectl asks",
             vec![Step {
                 accept: Some("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
@@ -970,7 +1072,13 @@ impl Side {
         }
         let body = match &step.payload {
             Payload::None => Vec::new(),
-            Payload::Json(v) => serde_json::to_vec(v).expect("serialises"),
+            Payload::Json(v) => {
+                let mut text = serde_json::to_string(v).expect("serialises");
+                for (name, value) in vars {
+                    text = text.replace(&format!("{{{name}}}"), value);
+                }
+                text.into_bytes()
+            }
             Payload::Bytes(b) => b.clone(),
         };
         let mut request = Request::builder()
@@ -1058,6 +1166,9 @@ impl Side {
                 (step.capture_rv, raw["metadata"]["resourceVersion"].as_str())
             {
                 vars.insert(name.to_string(), rv.to_string());
+                if let Some(uid) = raw["metadata"]["uid"].as_str() {
+                    vars.insert(format!("{name}_uid"), uid.to_string());
+                }
             }
             transcript.push(entry);
         }

@@ -22,6 +22,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::time::Instant;
 
+/// How often the emulator's containers write a log line here.
+const LOG_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Two clusters (`prod`, `dev`) and an extra context `staging` = prod, namespace staging.
 fn options() -> SandboxOptions {
     let mut options = SandboxOptions::clusters(["prod", "dev"]);
@@ -66,6 +69,8 @@ impl Fixture {
                     Arc::new(Simulation::default()),
                     Arc::new(ClusterControls::default()),
                 ];
+                // Followed logs grow within a test's patience.
+                options.server.log_interval = LOG_INTERVAL;
                 let clusters = Clusters::start(Backend::Emulator, options, None)
                     .await
                     .expect("the sandbox starts");
@@ -175,6 +180,23 @@ impl Fixture {
         self.clusters()
             .controls(cluster)
             .expect("controls for the cluster")
+    }
+
+    /// Deployment [`WEB`] applied in prod and ready: the name of its first Pod.
+    async fn web_ready(&self) -> String {
+        self.ok_with_input(&["apply", "-f", "-"], WEB).await;
+        wait_until_ready(self, "prod", "web", 2).await;
+        let pod = self
+            .ok(&[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                "jsonpath={.items[0].metadata.name}",
+            ])
+            .await;
+        pod.trim().to_string()
     }
 
     /// How many objects of `kind` in the test's namespace of `cluster` match `labels`.
@@ -475,24 +497,13 @@ async fn logs_of_pods_and_deployments() {
     let Some(fx) = Fixture::start().await else {
         return;
     };
-    fx.ok_with_input(&["apply", "-f", "-"], WEB).await;
-    wait_until_ready(&fx, "prod", "web", 2).await;
+    let pod = fx.web_ready().await;
     let log = fx.ok(&["logs", "deployment/web"]).await;
     assert!(log.contains("/main started image nginx:1.27"), "{log}");
 
-    let pod = fx
-        .ok(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={.items[0].metadata.name}",
-        ])
-        .await;
-    let tail = fx.ok(&["logs", pod.trim(), "-c", "main", "--tail=1"]).await;
+    let tail = fx.ok(&["logs", &pod, "-c", "main", "--tail=1"]).await;
     assert_eq!(tail.lines().count(), 1, "{tail}");
-    let previous = fx.run(&["logs", pod.trim(), "--previous"]).await;
+    let previous = fx.run(&["logs", &pod, "--previous"]).await;
     assert!(!previous.status.success());
     assert!(
         String::from_utf8_lossy(&previous.stderr)
@@ -500,6 +511,95 @@ async fn logs_of_pods_and_deployments() {
         "{}",
         String::from_utf8_lossy(&previous.stderr)
     );
+}
+
+/// The lines of a followed log, as kubectl prints them.
+type Followed = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// For test `test` (emulator only: kwok's containers write no logs), `kubectl logs -f` of the
+/// first Pod of Deployment `web` (started and ready): the fixture, kubectl, its output lines,
+/// and the Pod's name.
+async fn follow_first_web_pod(
+    test: &str,
+) -> Option<(Fixture, tokio::process::Child, Followed, String)> {
+    use tokio::io::AsyncBufReadExt as _;
+    if !emulator_only(
+        test,
+        "the emulator's simulated containers write logs; kwok's fake ones have none",
+    ) {
+        return None;
+    }
+    let fx = Fixture::start().await?;
+    let pod = fx.web_ready().await;
+    let mut child = fx
+        .command(&["logs", "-f", &pod])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kubectl starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    Some((fx, child, tokio::io::BufReader::new(stdout).lines(), pod))
+}
+
+/// The next line of a followed log, failing after 20 s (`None`: the stream ended).
+async fn next_line(lines: &mut Followed) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("a log line within 20 s")
+        .expect("kubectl's output reads")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_a_running_container() {
+    let test = "kubectl_conformance::logs_follow_a_running_container";
+    let Some((_fx, mut child, mut lines, pod)) = follow_first_web_pod(test).await else {
+        return;
+    };
+    let first = next_line(&mut lines).await.expect("the log so far");
+    assert!(
+        first.ends_with(&format!("{pod}/main started image nginx:1.27")),
+        "{first}"
+    );
+    // Lines keep coming while the container runs: the stream stays open.
+    let mut heartbeats = Vec::new();
+    while heartbeats.len() < 3 {
+        let line = next_line(&mut lines)
+            .await
+            .expect("the stream stays open while the container runs");
+        if line.contains(" heartbeat ") {
+            heartbeats.push(line);
+        }
+    }
+    assert!(
+        child.try_wait().expect("kubectl's status").is_none(),
+        "kubectl logs -f still follows"
+    );
+    let numbers: Vec<u64> = heartbeats
+        .iter()
+        .filter_map(|line| line.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(
+        numbers.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "{heartbeats:?}"
+    );
+    child.kill().await.expect("kubectl stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_ends_when_the_pod_is_deleted() {
+    let test = "kubectl_conformance::logs_follow_ends_when_the_pod_is_deleted";
+    let Some((fx, mut child, mut lines, pod)) = follow_first_web_pod(test).await else {
+        return;
+    };
+    next_line(&mut lines).await.expect("the log so far");
+    fx.ok(&["delete", "pod", &pod, "--wait=false"]).await;
+    // Whatever was written before, then the end.
+    while next_line(&mut lines).await.is_some() {}
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("kubectl ends with the stream")
+        .expect("kubectl's status");
+    assert!(status.success(), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// How often the simulated containers write a log line.
+const LOG_INTERVAL: Duration = Duration::from_secs(2);
+
 /// What the simulation publishes as the cluster's CA bundle.
 const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -275,8 +278,18 @@ async fn pods_fail_the_way_their_images_ask() {
         "{message}"
     );
     assert_eq!(status["lastState"]["terminated"]["exitCode"], 1);
-    let previous =
-        logs::read(&cluster.store, "default", pod_name, None, true, None).expect("a previous log");
+    let previous_instance = logs::LogRequest {
+        previous: true,
+        ..logs::LogRequest::default()
+    };
+    let previous = logs::read(
+        &cluster.store,
+        "default",
+        pod_name,
+        &previous_instance,
+        LOG_INTERVAL,
+    )
+    .expect("a previous log");
     assert!(
         previous.ends_with("fatal: exiting with code 1\n"),
         "{previous}"
@@ -346,9 +359,8 @@ async fn jobs_complete_or_fail() {
         &cluster.store,
         "default",
         pods[0]["metadata"]["name"].as_str().unwrap_or_default(),
-        None,
-        false,
-        None,
+        &logs::LogRequest::default(),
+        LOG_INTERVAL,
     )
     .expect("a log");
     assert!(log.ends_with("completed\n"), "{log}");
@@ -421,7 +433,68 @@ async fn stateful_and_daemon_sets_get_their_pods() {
         })
         .await;
     assert_eq!(daemon["status"]["desiredNumberScheduled"], 1);
-    assert_eq!(cluster.list("", "Pod", Some("app=agent")).len(), 1);
+    let pods = cluster.list("", "Pod", Some("app=agent"));
+    assert_eq!(pods.len(), 1);
+    assert_eq!(
+        pods[0]["metadata"]["labels"]["pod-template-generation"],
+        "1"
+    );
+
+    // A template change is a new template generation; its Pod replaces the old one.
+    let rt = cluster.rt("apps", "DaemonSet");
+    cluster
+        .store
+        .modify(&rt, Some("default"), "agent", Subresource::Main, |ds| {
+            ds["spec"]["template"]["spec"]["containers"][0]["image"] = json!("agent:2");
+        })
+        .expect("the template changes");
+    cluster
+        .wait_for("the daemon's pod of template generation 2", |c| {
+            let pods = c.list("", "Pod", Some("app=agent"));
+            (pods.len() == 1 && pods[0]["metadata"]["labels"]["pod-template-generation"] == "2")
+                .then_some(())
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_pod_is_scheduled_once_its_gates_are_removed() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let mut gated = deployment("held", 1, "nginx");
+    gated["spec"]["template"]["spec"]["schedulingGates"] = json!([{"name": "example.com/hold"}]);
+    cluster.create("apps", "Deployment", gated);
+    let pod = cluster
+        .wait_for("a gated pod", |c| c.list("", "Pod", Some("app=held")).pop())
+        .await;
+    let scheduled = condition(&pod, "PodScheduled").expect("a PodScheduled condition");
+    assert_eq!(scheduled["reason"], "SchedulingGated", "{pod}");
+    assert!(pod["spec"]["nodeName"].is_null(), "{pod}");
+
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    cluster
+        .store
+        .modify(
+            &cluster.rt("", "Pod"),
+            Some("default"),
+            &name,
+            Subresource::Main,
+            |pod| {
+                pod["spec"]["schedulingGates"] = Value::Null;
+            },
+        )
+        .expect("the gates are removed");
+    let deployment = cluster
+        .wait_for("the released pod to be ready", |c| {
+            let d = c.get("apps", "Deployment", "held")?;
+            (d["status"]["readyReplicas"] == 1).then_some(d)
+        })
+        .await;
+    assert_eq!(deployment["status"]["updatedReplicas"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,12 @@
 //! Running the `comb` binary in the end-to-end tests, and a converged demo to run it against.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Output, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 pub use crate::bin::comb;
 use crate::process::{
-    COMMAND_DEADLINE, OutputWithin as _, STOP_DEADLINE, stop_within, wait_within,
+    COMMAND_DEADLINE, OutputWithin as _, STOP_DEADLINE, stdout_lines, stop_within, wait_within,
 };
 
 /// The longest a test waits for the demo to print something.
@@ -62,15 +61,7 @@ impl ConvergedDemo {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("comb demo --follow starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (send, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = stdout_lines(&mut child);
         let mut demo = ConvergedDemo {
             child,
             lines,
@@ -134,6 +125,15 @@ impl ConvergedDemo {
     /// a kube client of the demo's kubeconfig, so on either backend: the response, status line
     /// first.
     pub fn post(&self, context: &str, path: &str, body: &str) -> String {
+        self.send(http::Method::POST, context, path, body)
+    }
+
+    /// `DELETE <path>` on a context's server (e.g. a Pod), as [`ConvergedDemo::post`] sends.
+    pub fn delete(&self, context: &str, path: &str) -> String {
+        self.send(http::Method::DELETE, context, path, "")
+    }
+
+    fn send(&self, method: http::Method, context: &str, path: &str, body: &str) -> String {
         let path_of_kubeconfig =
             std::path::Path::new(&self.config).with_file_name("sandbox.kubeconfig");
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -151,7 +151,9 @@ impl ConvergedDemo {
                 .await
                 .expect("a client configuration");
             let client = kube::Client::try_from(config).expect("a client");
-            let request = http::Request::post(path)
+            let request = http::Request::builder()
+                .method(method)
+                .uri(path)
                 .header("Content-Type", "application/json")
                 .body(body.as_bytes().to_vec())
                 .expect("a request");

@@ -91,3 +91,49 @@ pub fn web(name: &str, image: &str) -> Value {
         }
     })
 }
+
+/// The scheduling gate [`held_web`] puts on its Pods, until [`release_held_pods`] removes it.
+pub const HOLD_GATE: &str = "comb.internal/held-by-test";
+
+/// [`web`] whose Pods stay Pending, unscheduled (`SchedulingGated`), until the test releases
+/// them: a rollout held in the middle, the same on the emulator and a real cluster.
+pub fn held_web(name: &str, image: &str) -> Value {
+    let mut spec = web(name, image);
+    spec["config"]["manifests"][0]["spec"]["template"]["spec"]["schedulingGates"] =
+        json!([{"name": HOLD_GATE}]);
+    spec
+}
+
+/// Removes the scheduling gates of the Pods of `namespace` that match `selector` and still have
+/// some (what a scheduling-gate controller does), so that the scheduler places them: their names.
+pub async fn release_held_pods(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams, Patch, PatchParams};
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .unwrap_or_else(|error| panic!("listing the pods {selector}: {error}"));
+    let mut released = Vec::new();
+    for pod in listed.items {
+        let gated = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.scheduling_gates.as_ref())
+            .is_some_and(|gates| !gates.is_empty());
+        let Some(name) = pod.metadata.name.filter(|_| gated) else {
+            continue;
+        };
+        let remove = json!({"spec": {"schedulingGates": null}});
+        pods.patch(&name, &PatchParams::default(), &Patch::Merge(remove))
+            .await
+            .unwrap_or_else(|error| panic!("releasing pod {name}: {error}"));
+        released.push(name);
+    }
+    released
+}

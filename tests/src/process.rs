@@ -108,6 +108,22 @@ pub fn stop_within(child: &mut Child, signal: &str, limit: Duration) -> Option<E
     }
 }
 
+/// The lines `child` prints on its (piped) stdout, read on a thread of their own, so that a
+/// test waits for each with a deadline (`recv_timeout`); the channel closes when it ends.
+pub fn stdout_lines(child: &mut Child) -> Receiver<String> {
+    use std::io::{BufRead as _, BufReader};
+    let stdout = child.stdout.take().expect("the child's stdout is piped");
+    let (send, lines) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
+
 /// A child killed and waited for when dropped: when its test fails before stopping it, it
 /// does not live on.
 pub struct KillOnDrop(pub Child);

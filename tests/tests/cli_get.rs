@@ -1,14 +1,12 @@
 //! `comb get` as a kubectl user reaches for it, on the converged demo (either backend):
 //! references, `-A`, `-l`, `-o name`, and `-w` printing a line per change.
 
-use std::io::{BufRead, BufReader};
 use std::process::Stdio;
-use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use comb_testkit::cli::{ConvergedDemo, comb};
 use comb_testkit::process::{
-    COMMAND_DEADLINE, KillOnDrop, OutputWithin as _, STOP_DEADLINE, stop_within,
+    COMMAND_DEADLINE, KillOnDrop, OutputWithin as _, STOP_DEADLINE, stdout_lines, stop_within,
 };
 
 fn names(table: &str) -> Vec<String> {
@@ -64,15 +62,7 @@ fn get_watch_prints_a_line_per_change() {
             .spawn()
             .expect("comb get -w starts"),
     );
-    let stdout = watching.0.stdout.take().expect("piped");
-    let (send, lines) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if send.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = stdout_lines(&mut watching.0);
     let next = |what: &str| {
         lines
             .recv_timeout(Duration::from_secs(60))

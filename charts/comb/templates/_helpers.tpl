@@ -158,6 +158,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - apiGroups: [apps]
   resources: [deployments, statefulsets, daemonsets]
   verbs: [get, list, watch, create, update, patch, delete]
+# Which ReplicaSet is a Deployment's current one: a rollout's old Pods' failures are not the verdict.
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [list]
 - apiGroups: [batch]
   resources: [jobs, cronjobs]
   verbs: [get, list, watch, create, update, patch, delete]

@@ -1,9 +1,12 @@
 //! Cleanup when a Comb CR is deleted (DESIGN.md §6, Deckhouse semantics): delete what the Comb
 //! recorded in `managedResources` and the objects of its `spec.orphanResources` kinds, but only
 //! namespaced objects that still carry its labels and are not marked keep, in the namespaces the
-//! layer's tenancy allows the Comb. Everything deleted, kept or skipped is logged with the word
+//! layer's tenancy allows the Comb. Which objects may go is the rule prune follows too
+//! ([`delete_verdict`](crate::engine::prune::delete_verdict)), and each delete is conditional
+//! on the copy it was decided on. Everything deleted, kept or skipped is logged with the word
 //! `orphan`, so that `grep orphan` finds it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use comb_api::{Comb, LabelKeys, ManagedObject, OrphanResource};
@@ -11,11 +14,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::engine::deploy::{Deletion, delete_as_decided};
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::prune::DeleteVerdict;
 use crate::engine::tenancy::Tenancy;
-
-/// The annotation value of `helm.sh/resource-policy` that keeps an object.
-const HELM_KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
 
 /// `<group>/deletion-policy`: with `Orphan`, deleting the Comb leaves everything in place.
 pub fn deletion_policy_annotation(group: &str) -> String {
@@ -29,38 +31,6 @@ pub fn orphans_everything(comb: &Comb, group: &str) -> bool {
         .as_ref()
         .and_then(|annotations| annotations.get(&deletion_policy_annotation(group)))
         .is_some_and(|policy| policy == "Orphan")
-}
-
-/// What cleanup does with one live object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Delete,
-    /// Marked keep (`<prefix>keep: "true"` or `helm.sh/resource-policy: keep`).
-    Keep,
-    /// Not ours (any more), or already going.
-    Skip(String),
-}
-
-/// The verdict on `object` for the Comb `namespace/name`.
-pub fn verdict(object: &Value, keys: &LabelKeys, namespace: &str, name: &str) -> Verdict {
-    let metadata = &object["metadata"];
-    let label = |key: &str| metadata["labels"][key].as_str();
-    if label(keys.name_label()) != Some(name) || label(keys.namespace_label()) != Some(namespace) {
-        return Verdict::Skip(format!(
-            "it no longer carries {}",
-            keys.label_selector(name, namespace)
-        ));
-    }
-    let annotation = |key: &str| metadata["annotations"][key].as_str();
-    if annotation(keys.keep_annotation()) == Some("true")
-        || annotation(HELM_KEEP.0) == Some(HELM_KEEP.1)
-    {
-        return Verdict::Keep;
-    }
-    if !metadata["deletionTimestamp"].is_null() {
-        return Verdict::Skip("it is being deleted already".to_string());
-    }
-    Verdict::Delete
 }
 
 /// What a cleanup did, object by object (`Kind name`).
@@ -183,6 +153,8 @@ async fn cleanup_recorded(
     act_on(ops, &target, &live, keys, namespace, name, report).await;
 }
 
+/// Deletes `target` as [`delete_as_decided`] decides on `live` (the copy read or listed), so
+/// that what is marked keep, not ours or changed since is decided on what the server has.
 async fn act_on(
     ops: &KubeOps,
     target: &ManagedObject,
@@ -193,19 +165,24 @@ async fn act_on(
     report: &mut CleanupReport,
 ) {
     let what = format!("{} {}", target.kind, target.name);
-    match verdict(live, keys, namespace, name) {
-        Verdict::Delete => match ops.delete(target).await {
-            Ok(()) => {
-                info!(object = %what, "orphan: deleted {what}");
-                report.deleted.push(what);
-            }
-            Err(error) => report.failures.push(format!("deleting {what}: {error}")),
-        },
-        Verdict::Keep => {
-            info!(object = %what, "orphan: kept {what}: annotated keep");
+    match delete_as_decided(ops, target, Cow::Borrowed(live), keys, namespace, name).await {
+        Ok(Deletion::Deleted) => {
+            info!(object = %what, "orphan: deleted {what}");
+            report.deleted.push(what);
+        }
+        Ok(Deletion::Gone) => {}
+        Ok(Deletion::Spared(DeleteVerdict::Keep(mark))) => {
+            info!(object = %what, "orphan: kept {what}: annotated {mark}");
             report.kept.push(what);
         }
-        Verdict::Skip(why) => report.note(&what, format!("left {what} alone: {why}")),
+        Ok(Deletion::Spared(DeleteVerdict::NotOurs(why))) => {
+            report.note(&what, format!("left {what} alone: {why}"));
+        }
+        Ok(Deletion::Spared(DeleteVerdict::Deleting | DeleteVerdict::Delete)) => report.note(
+            &what,
+            format!("left {what} alone: it is being deleted already"),
+        ),
+        Err(error) => report.failures.push(format!("deleting {what}: {error}")),
     }
 }
 
@@ -331,65 +308,6 @@ async fn served_versions(
 mod tests {
     use super::*;
     use comb_api::CombSpec;
-    use serde_json::json;
-
-    #[test]
-    fn verdicts() {
-        let keys = LabelKeys::default();
-        let object = |labels: Value, annotations: Value, deleting: bool| {
-            let mut object =
-                json!({"metadata": {"name": "x", "labels": labels, "annotations": annotations}});
-            if deleting {
-                object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-            }
-            object
-        };
-        let ours = json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "platform"});
-        let cases = [
-            (object(ours.clone(), json!({}), false), Verdict::Delete),
-            (
-                object(ours.clone(), json!({"comb.internal/keep": "true"}), false),
-                Verdict::Keep,
-            ),
-            (
-                object(ours.clone(), json!({"comb.internal/keep": "false"}), false),
-                Verdict::Delete,
-            ),
-            (
-                object(ours.clone(), json!({"helm.sh/resource-policy": "keep"}), false),
-                Verdict::Keep,
-            ),
-            (
-                object(ours.clone(), json!({}), true),
-                Verdict::Skip("it is being deleted already".into()),
-            ),
-            (
-                object(
-                    json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "other"}),
-                    json!({}),
-                    false,
-                ),
-                Verdict::Skip(
-                    "it no longer carries comb.internal/comb=db,comb.internal/comb-namespace=platform"
-                        .into(),
-                ),
-            ),
-            (
-                object(json!(null), json!(null), false),
-                Verdict::Skip(
-                    "it no longer carries comb.internal/comb=db,comb.internal/comb-namespace=platform"
-                        .into(),
-                ),
-            ),
-        ];
-        for (object, expected) in cases {
-            assert_eq!(
-                verdict(&object, &keys, "platform", "db"),
-                expected,
-                "{object}"
-            );
-        }
-    }
 
     #[test]
     fn the_orphan_policy() {

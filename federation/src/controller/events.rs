@@ -1,9 +1,12 @@
 //! Kubernetes Events (core/v1) on Comb CRs: phase transitions, dependency cycles, prune notes,
-//! cleanup. An Event that cannot be written is logged and counted, never a failed step.
+//! cleanup. An Event that cannot be written is logged and counted, never a failed step, and
+//! tried again by the next step.
 //!
 //! Events say what changed, once: [`Announced`] remembers per Comb what was said, so that the
 //! same Event is not written again by every step (a cleanup that keeps failing, a transition
 //! seen twice through a stale record) and each prune note is told the first time it comes.
+//! Said means the API took it: an Event whose write failed is kept and tried again by the
+//! Comb's next step, not lost.
 
 use std::collections::VecDeque;
 
@@ -86,45 +89,115 @@ pub fn event_for(
 }
 
 /// How many prune notes a Comb remembers having announced: more than a step makes (each note
-/// is one orphan), and few enough to be nothing next to the Comb itself.
+/// is one orphan), and few enough to be nothing next to the Comb itself. Also how many Events
+/// the API did not take a Comb keeps for its next step.
 const NOTES_KEPT: usize = 32;
 
-/// What was announced about one Comb by this run: the last Event, and the prune notes told.
+/// One Event about a Comb: what it says, and whether it tells a prune note.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announcement {
+    pub kind: EventType,
+    pub reason: String,
+    pub message: String,
+    /// A prune note: once the API took it, it is told.
+    pub note: bool,
+}
+
+impl Announcement {
+    pub fn new(kind: EventType, reason: &str, message: &str) -> Announcement {
+        Announcement {
+            kind,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            note: false,
+        }
+    }
+
+    /// The Event a prune note becomes ([`note_event`]).
+    pub fn of_note(note: &str) -> Announcement {
+        let (kind, reason) = note_event(note);
+        Announcement {
+            note: true,
+            ..Announcement::new(kind, reason, note)
+        }
+    }
+}
+
+/// What was announced about one Comb by this run: the last Event the API took, the prune notes
+/// told, and the Events the API did not take (tried again by the Comb's next step). An Event
+/// counts as said only once the API took it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Announced {
     last: Option<(String, String)>,
     notes: VecDeque<String>,
+    unsent: VecDeque<Announcement>,
 }
 
 impl Announced {
-    /// Whether the Event `reason`/`message` says something new: not what the last Event of
-    /// the Comb said. Records it as the last.
-    pub fn is_news(&mut self, reason: &str, message: &str) -> bool {
-        let event = (reason.to_string(), message.to_string());
-        if self.last.as_ref() == Some(&event) {
-            return false;
-        }
-        self.last = Some(event);
-        true
+    /// Whether `event` says something new: not what the last Event of the Comb said, and not
+    /// waiting to be tried again already.
+    pub fn is_news(&self, event: &Announcement) -> bool {
+        self.last
+            .as_ref()
+            .is_none_or(|(reason, message)| *reason != event.reason || *message != event.message)
+            && !self.unsent.contains(event)
     }
 
-    /// The notes of a step that were not announced before, in order, now recorded as announced.
-    /// A note in `previous_message` (the Ready message recorded before the step) was announced
-    /// when it came, by this run or the one before it.
+    /// The API took `event`: it is the last said, and a note it tells is told.
+    pub fn accepted(&mut self, event: &Announcement) {
+        self.last = Some((event.reason.clone(), event.message.clone()));
+        if event.note {
+            self.told(event.message.clone());
+        }
+    }
+
+    /// The API did not take `event`: kept for the next step (the oldest goes when too many
+    /// wait; it was logged when it failed).
+    pub fn refused(&mut self, event: Announcement) {
+        if self.unsent.contains(&event) {
+            return;
+        }
+        if self.unsent.len() == NOTES_KEPT {
+            self.unsent.pop_front();
+        }
+        self.unsent.push_back(event);
+    }
+
+    /// The Events to try again, oldest first; they are no longer kept.
+    pub fn take_unsent(&mut self) -> Vec<Announcement> {
+        self.unsent.drain(..).collect()
+    }
+
+    fn told(&mut self, note: String) {
+        if self.notes.contains(&note) {
+            return;
+        }
+        if self.notes.len() == NOTES_KEPT {
+            self.notes.pop_front();
+        }
+        self.notes.push_back(note);
+    }
+
+    /// The notes of a step that were not announced before, in order: each becomes an Event,
+    /// and counts as told once the API took it ([`Announced::accepted`]). A note in
+    /// `previous_message` (the Ready message recorded before the step) was announced when it
+    /// came, by this run or the one before it, unless its Event waits to be tried again.
     pub fn new_notes(&mut self, notes: &[String], previous_message: Option<&str>) -> Vec<String> {
         let recorded = |note: &str| {
             previous_message.is_some_and(|message| message.split("; ").any(|part| part == note))
         };
         let mut fresh = Vec::new();
         for note in notes {
-            if self.notes.contains(note) {
+            let waiting = self
+                .unsent
+                .iter()
+                .any(|event| event.note && event.message == *note);
+            if self.notes.contains(note) || waiting || fresh.contains(note) {
                 continue;
             }
-            if self.notes.len() == NOTES_KEPT {
-                self.notes.pop_front();
-            }
-            self.notes.push_back(note.clone());
-            if !recorded(note) {
+            if recorded(note) {
+                self.told(note.clone());
+            } else {
                 fresh.push(note.clone());
             }
         }
@@ -203,6 +276,19 @@ mod tests {
         assert_eq!(EventType::for_phase("Blocked"), EventType::Warning);
     }
 
+    /// Announces `events` as the controller does: news only, counted as said when `taken`.
+    fn announce(announced: &mut Announced, event: Announcement, taken: bool) -> bool {
+        if !announced.is_news(&event) {
+            return false;
+        }
+        if taken {
+            announced.accepted(&event);
+        } else {
+            announced.refused(event);
+        }
+        true
+    }
+
     #[test]
     fn the_same_event_is_not_said_twice_in_a_row() {
         let mut announced = Announced::default();
@@ -233,12 +319,47 @@ mod tests {
             ),
         ];
         for (reason, message, news) in steps {
+            let event = Announcement::new(EventType::Normal, reason, message);
             assert_eq!(
-                announced.is_news(reason, message),
+                announce(&mut announced, event, true),
                 news,
                 "{reason}: {message}"
             );
         }
+    }
+
+    #[test]
+    fn an_event_the_api_refused_is_tried_again_not_counted_as_said() {
+        let mut announced = Announced::default();
+        let healthy = Announcement::new(
+            EventType::Normal,
+            "Healthy",
+            "Pending (Deployed) -> Running (Healthy): healthy",
+        );
+        assert!(announce(&mut announced, healthy.clone(), false));
+        // Waiting for the next step: not news again meanwhile, and not said yet.
+        assert!(!announced.is_news(&healthy));
+        assert_eq!(announced.last, None);
+        // The next step tries it again; refused again, it waits again.
+        let retried = announced.take_unsent();
+        assert_eq!(retried, std::slice::from_ref(&healthy));
+        assert!(announced.is_news(&healthy));
+        announced.refused(healthy.clone());
+        announced.refused(healthy.clone());
+        assert_eq!(announced.unsent.len(), 1);
+        // Taken at last: said, so not news any more.
+        for event in announced.take_unsent() {
+            announce(&mut announced, event, true);
+        }
+        assert!(!announced.is_news(&healthy));
+        assert!(announced.take_unsent().is_empty());
+        // What waits stays bounded.
+        for i in 0..NOTES_KEPT + 3 {
+            announced.refused(Announcement::new(EventType::Warning, "X", &format!("{i}")));
+        }
+        let waiting = announced.take_unsent();
+        assert_eq!(waiting.len(), NOTES_KEPT);
+        assert_eq!(waiting[0].message, "3");
     }
 
     #[test]
@@ -249,11 +370,22 @@ mod tests {
         let scoped =
             "left Namespace team in place: cluster-scoped, never pruned automatically".to_string();
         let mut announced = Announced::default();
-        assert_eq!(
-            announced.new_notes(&[left.clone(), failed.clone()], Some("healthy")),
-            [left.clone(), failed.clone()]
+        let fresh = announced.new_notes(&[left.clone(), failed.clone()], Some("healthy"));
+        assert_eq!(fresh, [left.clone(), failed.clone()]);
+        // The API took the first Event and not the second.
+        announce(&mut announced, Announcement::of_note(&left), true);
+        announce(&mut announced, Announcement::of_note(&failed), false);
+        // The failed delete is noted again by the next step (and written into the Ready
+        // message): its Event waits to be tried again, so it is not new.
+        let previous = format!("healthy; {failed}");
+        assert!(
+            announced
+                .new_notes(&[left.clone(), failed.clone()], Some(&previous))
+                .is_empty()
         );
-        // The failed delete is tried and noted again by every step: told once.
+        let retried = announced.take_unsent();
+        assert_eq!(retried, [Announcement::of_note(&failed)]);
+        announce(&mut announced, retried[0].clone(), true);
         assert!(
             announced
                 .new_notes(std::slice::from_ref(&failed), None)
@@ -267,11 +399,16 @@ mod tests {
                 .new_notes(std::slice::from_ref(&scoped), Some(&previous))
                 .is_empty()
         );
+        assert!(restarted.notes.contains(&scoped));
         // Memory stays bounded; the oldest notes go first.
         let many: Vec<String> = (0..NOTES_KEPT + 5)
             .map(|i| format!("left Pod p{i} alone"))
             .collect();
-        assert_eq!(announced.new_notes(&many, None).len(), NOTES_KEPT + 5);
+        let fresh = announced.new_notes(&many, None);
+        assert_eq!(fresh.len(), NOTES_KEPT + 5);
+        for note in &fresh {
+            announce(&mut announced, Announcement::of_note(note), true);
+        }
         assert_eq!(announced.notes.len(), NOTES_KEPT);
         assert_eq!(announced.new_notes(&many[..1], None).len(), 1);
     }

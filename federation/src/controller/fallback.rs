@@ -260,16 +260,12 @@ impl Shared {
         for borrower in &borrowers {
             let id = (borrower.layer.index, borrower.key.clone());
             kept.insert(id.clone());
-            let recorded = borrower
-                .layer
-                .with_entry(&borrower.key, |entry| entry.recorded_status())
-                .flatten();
             let chain = chains.entry(id).or_insert_with(|| {
                 resumed_chain(
                     &self.config,
                     borrower.candidates.clone(),
                     borrower.fallback,
-                    recorded.as_ref(),
+                    borrower.layer.recorded_status(&borrower.key).as_ref(),
                 )
             });
             for (index, peer) in borrower.peers.iter().enumerate() {
@@ -402,8 +398,14 @@ impl Shared {
             return None;
         }
         let place = format!("Comb {}", peer.key);
-        let Some(status) = layer.with_entry(&peer.key, |entry| entry.cr.status()) else {
-            return Some(Observation::Unhealthy(format!("no {place}")));
+        let status = match layer.kept_status(&peer.key) {
+            None => return Some(Observation::Unhealthy(format!("no {place}"))),
+            Some(Err(_)) => {
+                return Some(Observation::Unhealthy(format!(
+                    "the status of {place} does not decode"
+                )));
+            }
+            Some(Ok(status)) => status,
         };
         if let Err(why) = peer_serves(&place, status.as_ref()) {
             return Some(Observation::Unhealthy(why));
@@ -436,7 +438,8 @@ impl Shared {
                 for peer in borrower.peers.iter().flatten() {
                     let status = peer
                         .layer
-                        .with_entry(&peer.key, |entry| entry.cr.status())
+                        .kept_status(&peer.key)
+                        .and_then(Result::ok)
                         .flatten();
                     for address in bridge_addresses(status.as_ref(), peer.same_server) {
                         let fresh = probes.get(&address).is_some_and(|(at, _)| {

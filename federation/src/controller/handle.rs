@@ -51,11 +51,7 @@ impl ControllerHandle {
                         status.error.unwrap_or_default()
                     ));
                 }
-                Ok(runtime.each_entry(|_, entry| {
-                    let mut comb = entry.cr.comb();
-                    comb.status = entry.recorded_status();
-                    comb
-                }))
+                Ok(runtime.recorded_combs())
             })
             .collect();
         crate::picture::Picture::build(&self.shared.config, &listed)

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use comb_api::{Comb, CombSpec, CombStatus};
+use comb_api::{Comb, CombStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::TypeMeta;
 use serde::Serialize;
@@ -20,7 +20,7 @@ use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::pack::Dictionary;
+use crate::engine::pack::{Dictionary, UndecodableCopies};
 use crate::error::{Error, Result};
 
 /// kubectl apply's copy of what it applied, on every Comb a user applies.
@@ -54,7 +54,7 @@ static STATUSES: Dictionary = Dictionary::new();
 
 impl KeptComb {
     pub fn new(cr: Comb) -> KeptComb {
-        let spec = SPECS.pack(&serde_json::to_string(&cr.spec).unwrap_or_default());
+        let spec = SPECS.pack(&kept_text(&cr.spec));
         KeptComb::with_spec(cr, spec)
     }
 
@@ -62,8 +62,7 @@ impl KeptComb {
         let status = cr
             .status
             .as_ref()
-            .and_then(|status| serde_json::to_string(status).ok())
-            .map(|text| STATUSES.pack(&text));
+            .map(|status| STATUSES.pack(&kept_text(status)));
         KeptComb {
             head: Head {
                 types: cr.types,
@@ -89,25 +88,19 @@ impl KeptComb {
         KeptComb::with_spec(cr, self.spec.clone())
     }
 
-    /// The whole CR.
-    pub fn comb(&self) -> Comb {
-        let mut comb = self.without_spec();
-        // Packed from a decoded spec, so it decodes.
-        comb.spec = SPECS.unpack_json(&self.spec).unwrap_or_default();
-        comb
-    }
-
-    /// The CR with the default spec in place of its own: metadata and status.
-    fn without_spec(&self) -> Comb {
+    /// The whole CR; an error when the kept spec or status does not decode (which the caller
+    /// reports, and never takes for a default spec or no status: a default spec renders
+    /// nothing, and its step would prune everything).
+    pub fn comb(&self) -> Result<Comb> {
         let head = &self.head;
-        Comb {
+        Ok(Comb {
             types: head.types.clone(),
             metadata: head.metadata.clone(),
-            spec: CombSpec::default(),
-            status: self.status(),
+            spec: SPECS.unpack_json(&self.spec)?,
+            status: self.status()?,
             spec_error: head.spec_error.clone(),
             status_error: head.status_error.clone(),
-        }
+        })
     }
 
     pub fn metadata(&self) -> &ObjectMeta {
@@ -115,9 +108,19 @@ impl KeptComb {
     }
 
     /// The recorded status.
-    pub fn status(&self) -> Option<CombStatus> {
-        STATUSES.unpack_json(self.status.as_deref()?)
+    pub fn status(&self) -> Result<Option<CombStatus>> {
+        self.status
+            .as_deref()
+            .map(|packed| STATUSES.unpack_json(packed))
+            .transpose()
     }
+}
+
+/// The JSON text a spec or status is kept as. Neither fails to encode (their maps have string
+/// keys); if one did, the empty text kept fails to decode and is reported when read, rather
+/// than passing for an empty spec or no status.
+fn kept_text(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 /// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
@@ -154,10 +157,11 @@ impl CombEntry {
         }
     }
 
-    /// What the Comb recorded last: the unwritten status, else the CR's.
-    pub fn recorded_status(&self) -> Option<CombStatus> {
+    /// What the Comb recorded last: the unwritten status, else the CR's (an error when the
+    /// kept status does not decode).
+    pub fn recorded_status(&self) -> Result<Option<CombStatus>> {
         match &self.unwritten {
-            Some(built) => built.comb.recorded_status().cloned(),
+            Some(built) => Ok(built.comb.recorded_status().cloned()),
             None => self.cr.status(),
         }
     }
@@ -281,6 +285,8 @@ pub struct LayerRuntime {
     /// Whether this replica steps the layer (always, but with sharding while it holds the
     /// layer's Lease): what only the stepping replica does (Events of cycles) asks it.
     holding: AtomicBool,
+    /// Where a kept CR that does not decode is reported.
+    undecodable: Arc<UndecodableCopies>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -296,6 +302,7 @@ impl LayerRuntime {
         ops: KubeOps,
         borrow_env: BorrowEnv,
         queue: WorkQueue,
+        undecodable: Arc<UndecodableCopies>,
     ) -> LayerRuntime {
         LayerRuntime {
             index,
@@ -314,7 +321,32 @@ impl LayerRuntime {
                 listed_scopes: HashSet::new(),
             }),
             holding: AtomicBool::new(true),
+            undecodable,
         }
+    }
+
+    /// Reports the kept CR of `key` that does not decode (counted, logged once).
+    pub fn report_undecodable(&self, key: &CombKey, error: &Error) {
+        self.report_undecodable_copy("Comb", &key.namespace, &key.name, error);
+    }
+
+    /// Reports a copy of `kind` `namespace/name` of the layer's context that does not decode.
+    pub fn report_undecodable_copy(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.undecodable
+            .report(&self.layer.context, kind, namespace, name, error);
+    }
+
+    /// `decoded`, or `None` after reporting why the kept CR of `key` does not decode.
+    fn reported<T>(&self, key: &CombKey, decoded: Result<T>) -> Option<T> {
+        decoded
+            .inspect_err(|error| self.report_undecodable(key, error))
+            .ok()
     }
 
     pub fn is_holding(&self) -> bool {
@@ -396,7 +428,18 @@ impl LayerRuntime {
             };
             cr_trigger(Some(&kept), &cr, own_write)
         } else {
-            cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
+            match entry.cr.comb() {
+                Ok(kept) => cr_trigger(Some(&kept), &cr, own_write),
+                // Nothing to compare with: the new version is a change, and replaces the copy.
+                Err(error) => {
+                    self.report_undecodable(key, &error);
+                    let kept = Comb {
+                        metadata: kept.clone(),
+                        ..Comb::default()
+                    };
+                    cr_trigger(Some(&kept), &cr, own_write).or(Some(Trigger::Changed))
+                }
+            }
         };
         if trigger == Some(Trigger::Created) {
             // Another object under the same name: nothing of the old one applies.
@@ -443,9 +486,42 @@ impl LayerRuntime {
         lock(&self.store).contains_key(key)
     }
 
-    /// The CR of `key` as last seen.
+    /// The CR of `key` as last seen; `None` when it is not known, or when the kept copy does
+    /// not decode (reported): the caller asks the API server, as for a CR it does not know.
     pub fn cr(&self, key: &CombKey) -> Option<Comb> {
-        lock(&self.store).get(key).map(|entry| entry.cr.comb())
+        self.kept_cr(key)?.ok()
+    }
+
+    /// The CR of `key` as last seen, or why the kept copy does not decode (reported).
+    pub fn kept_cr(&self, key: &CombKey) -> Option<Result<Comb>> {
+        let kept = lock(&self.store).get(key).map(|entry| entry.cr.comb())?;
+        Some(kept.inspect_err(|error| self.report_undecodable(key, error)))
+    }
+
+    /// What the Comb of `key` recorded last (see [`CombEntry::recorded_status`]); `None` also
+    /// when the kept status does not decode (reported).
+    pub fn recorded_status(&self, key: &CombKey) -> Option<CombStatus> {
+        let recorded = lock(&self.store)
+            .get(key)
+            .map(|entry| entry.recorded_status())?;
+        self.reported(key, recorded).flatten()
+    }
+
+    /// The status the CR of `key` carries as last seen (not a status only memory holds): what a
+    /// borrower reading it as its peer sees. `None` when it is not known; an error when the kept
+    /// status does not decode (reported).
+    pub fn kept_status(&self, key: &CombKey) -> Option<Result<Option<CombStatus>>> {
+        let kept = lock(&self.store).get(key).map(|entry| entry.cr.status())?;
+        Some(kept.inspect_err(|error| self.report_undecodable(key, error)))
+    }
+
+    /// Keeps `cr` (read from the API server) in place of the copy of `key` that does not
+    /// decode, whatever version the kept one was.
+    pub fn replace_undecodable(&self, key: &CombKey, mut cr: Comb) {
+        cr.metadata.managed_fields = None;
+        if let Some(entry) = lock(&self.store).get_mut(key) {
+            entry.cr = KeptComb::new(cr);
+        }
     }
 
     /// Runs `f` on the entry of `key`, if there is one.
@@ -460,6 +536,22 @@ impl LayerRuntime {
         keys.sort();
         keys.into_iter()
             .filter_map(|key| store.get(key).map(|entry| f(key, entry)))
+            .collect()
+    }
+
+    /// Every CR as last seen with its recorded status, in key order; a kept copy that does not
+    /// decode is reported and left out.
+    pub fn recorded_combs(&self) -> Vec<Comb> {
+        let decoded = self.each_entry(|key, entry| {
+            let comb = entry.cr.comb().and_then(|mut comb| {
+                comb.status = entry.recorded_status()?;
+                Ok(comb)
+            });
+            (key.clone(), comb)
+        });
+        decoded
+            .into_iter()
+            .filter_map(|(key, comb)| self.reported(&key, comb))
             .collect()
     }
 

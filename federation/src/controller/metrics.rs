@@ -1,5 +1,6 @@
 //! The controller's Prometheus metrics, served on `/metrics`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -9,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::engine::pack::CountUndecodable;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,6 +36,12 @@ struct ApiErrorLabels {
     operation: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CopyLabels {
+    context: String,
+    kind: String,
+}
+
 type HistogramFamily = Family<LayerLabels, Histogram, fn() -> Histogram>;
 
 fn step_histogram() -> Histogram {
@@ -55,6 +63,7 @@ pub struct Metrics {
     shard_members: Gauge,
     borrowers_on_fallback: Family<LayerLabels, Gauge>,
     upstream_checks: Family<CheckLabels, Counter>,
+    undecodable: Family<CopyLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -128,6 +137,13 @@ impl Metrics {
              kube context and result (ok or failed)",
             upstream_checks.clone(),
         );
+        let undecodable = Family::<CopyLabels, Counter>::default();
+        registry.register(
+            "undecodable_copies",
+            "Reads of a kept copy (a watched object, a Comb's spec or status) that did not \
+             decode, by kube context and kind; each object is also logged once",
+            undecodable.clone(),
+        );
         Metrics {
             registry,
             borrowers_on_fallback,
@@ -140,7 +156,13 @@ impl Metrics {
             shard_held,
             shard_acquisitions,
             shard_members,
+            undecodable,
         }
+    }
+
+    /// What counts the kept copies that do not decode, for the caches and the layers.
+    pub fn undecodable_counter(&self) -> Arc<dyn CountUndecodable> {
+        Arc::new(UndecodableCounter(self.undecodable.clone()))
     }
 
     pub fn set_shard_held(&self, layer: &str, held: bool) {
@@ -232,6 +254,20 @@ impl Metrics {
     }
 }
 
+/// [`Metrics`]'s count of kept copies that do not decode.
+struct UndecodableCounter(Family<CopyLabels, Counter>);
+
+impl CountUndecodable for UndecodableCounter {
+    fn undecodable(&self, context: &str, kind: &str) {
+        self.0
+            .get_or_create(&CopyLabels {
+                context: context.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +286,9 @@ mod tests {
         metrics.set_shard_members(3);
         metrics.set_borrowers_on_fallback("dev", 2);
         metrics.upstream_check("staging", false);
+        metrics
+            .undecodable_counter()
+            .undecodable("prod", "Deployment");
         let text = metrics.encode().unwrap();
         for line in [
             r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,
@@ -263,6 +302,7 @@ mod tests {
             "comb_shard_members 3",
             r#"comb_borrowers_on_fallback{layer="dev"} 2"#,
             r#"comb_upstream_checks_total{context="staging",result="failed"} 1"#,
+            r#"comb_undecodable_copies_total{context="prod",kind="Deployment"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use comb_api::{Comb, CombStatus, Phase, Reason};
 use tracing::{info, warn};
 
-use super::events::{self, EventType};
+use super::events::{self, Announcement, EventType};
 use super::graph::describe_cycles;
 use super::layer::LayerRuntime;
 use super::once::CombOutcome;
@@ -111,14 +111,13 @@ impl Shared {
             })
             .unwrap_or_default();
         for note in fresh {
-            let (kind, reason) = events::note_event(&note);
             info!("{note}");
-            self.event(layer, cr, kind, reason, &note).await;
+            self.announce(layer, cr, Announcement::of_note(&note)).await;
         }
     }
 
     /// Writes an Event about `cr`, unless it is the one written last about that Comb; a
-    /// failure is logged and counted.
+    /// failure is logged and counted, and the Comb's next step tries it again.
     pub(crate) async fn event(
         &self,
         layer: &LayerRuntime,
@@ -127,25 +126,52 @@ impl Shared {
         reason: &str,
         message: &str,
     ) {
-        let repeated = comb_key(cr)
-            .and_then(|key| {
-                layer.with_entry(&key, |entry| !entry.announced.is_news(reason, message))
-            })
-            .unwrap_or(false);
-        if repeated {
+        self.announce(layer, cr, Announcement::new(kind, reason, message))
+            .await;
+    }
+
+    /// Tries again the Events about `cr` the API did not take before (see [`Shared::event`]).
+    pub(crate) async fn retry_events(&self, layer: &LayerRuntime, cr: &Comb) {
+        let Some(key) = comb_key(cr) else { return };
+        let unsent = layer
+            .with_entry(&key, |entry| entry.announced.take_unsent())
+            .unwrap_or_default();
+        for event in unsent {
+            self.announce(layer, cr, event).await;
+        }
+    }
+
+    /// Writes `event` about `cr` when it is news, and counts it as said once the API took it.
+    async fn announce(&self, layer: &LayerRuntime, cr: &Comb, event: Announcement) {
+        let key = comb_key(cr);
+        let news = key
+            .as_ref()
+            .and_then(|key| layer.with_entry(key, |entry| entry.announced.is_news(&event)))
+            .unwrap_or(true);
+        if !news {
             return;
         }
-        let event = events::event_for(
+        let written = events::event_for(
             &self.config.group,
             cr,
-            kind,
-            reason,
-            message,
+            event.kind,
+            &event.reason,
+            &event.message,
             &self.options.identity,
         );
-        if let Err(error) = events::publish(layer.ops.client().clone(), &event).await {
-            self.metrics.api_error(layer.name(), "event");
-            warn!("{error}");
+        match events::publish(layer.ops.client().clone(), &written).await {
+            Ok(()) => {
+                if let Some(key) = &key {
+                    layer.with_entry(key, |entry| entry.announced.accepted(&event));
+                }
+            }
+            Err(error) => {
+                self.metrics.api_error(layer.name(), "event");
+                warn!("{error}; the next step of the Comb tries again");
+                if let Some(key) = &key {
+                    layer.with_entry(key, |entry| entry.announced.refused(event));
+                }
+            }
         }
     }
 
@@ -154,8 +180,10 @@ impl Shared {
         self.layers
             .iter()
             .flat_map(|layer| {
-                layer.each_entry(|key, entry| {
-                    let status = entry.recorded_status();
+                let recorded = layer.each_entry(|key, _| key.clone());
+                recorded.into_iter().map(move |key| {
+                    // A kept status that does not decode is reported; the outcome has none.
+                    let status = layer.recorded_status(&key);
                     let status = status.as_ref();
                     let ready = status.and_then(CombStatus::ready);
                     CombOutcome {

@@ -31,6 +31,7 @@ use crate::config::Config;
 use crate::engine::cache::ObjectCache;
 use crate::engine::class::ClassRegistry;
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::pack::UndecodableCopies;
 use crate::error::{Error, Result};
 use crate::webhook::Webhook;
 
@@ -62,6 +63,8 @@ impl Controller {
         config.check_pool(&pool)?;
         let mut ops_by_context: BTreeMap<String, KubeOps> = BTreeMap::new();
         let peers = Arc::new(LayerPeers::default());
+        let metrics = metrics::Metrics::new();
+        let undecodable = Arc::new(UndecodableCopies::counted_by(metrics.undecodable_counter()));
         let reads_from_watches = options.read_from_watches && options.once.is_none();
         let mut layers = Vec::new();
         for (index, layer) in config.layers.iter().enumerate() {
@@ -77,7 +80,9 @@ impl Controller {
                     // CLI does (its run is too short for watches to pay off).
                     if reads_from_watches {
                         let name_label = config.label_keys().name_label().to_string();
-                        ops = ops.with_cache(Arc::new(ObjectCache::new(name_label)));
+                        let cache = ObjectCache::new(name_label)
+                            .reporting_to(&layer.context, undecodable.clone());
+                        ops = ops.with_cache(Arc::new(cache));
                     }
                     ops_by_context.insert(layer.context.clone(), ops.clone());
                     ops
@@ -95,10 +100,10 @@ impl Controller {
                 ops,
                 borrow_env,
                 WorkQueue::new(config.resync, options.backoff, options.pacing),
+                undecodable.clone(),
             )));
         }
         peers.set(&layers);
-        let metrics = metrics::Metrics::new();
         for layer in &layers {
             metrics.set_layer_up(layer.name(), false);
             if layer

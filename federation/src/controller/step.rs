@@ -23,9 +23,9 @@ use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
-    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
+    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile_with_fallback,
 };
-use crate::engine::status::{StepRecord, build_status};
+use crate::engine::status::{StepRecord, build_status, rebuild_status};
 use crate::error::{Error, Result};
 
 /// How a step ended.
@@ -73,13 +73,36 @@ impl Outcome {
 pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey) -> StepReport {
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
-    let outcome = match layer.cr(key) {
+    let cr = match layer.kept_cr(key) {
+        None => None,
+        Some(Ok(cr)) => Some(cr),
+        Some(Err(_)) => match reread_cr(shared, layer, key).await {
+            Ok(cr) => cr,
+            Err(outcome) => return step_report(shared, layer, started, started_at, outcome),
+        },
+    };
+    if let Some(cr) = &cr {
+        // Events the API did not take before come first, in their order.
+        shared.retry_events(layer, cr).await;
+    }
+    let outcome = match cr {
         None => Outcome::cleanup("Gone", "Gone", false),
         Some(cr) if cr.metadata.deletion_timestamp.is_some() => {
             delete(shared, layer, key, cr).await
         }
         Some(cr) => reconcile_comb(shared, layer, key, cr).await,
     };
+    step_report(shared, layer, started, started_at, outcome)
+}
+
+/// The step's report of `outcome`, counted in the metrics.
+fn step_report(
+    shared: &Shared,
+    layer: &LayerRuntime,
+    started: Instant,
+    started_at: jiff::Timestamp,
+    outcome: Outcome,
+) -> StepReport {
     let duration = started.elapsed();
     shared.metrics.step(layer.name(), &outcome.phase, duration);
     StepReport {
@@ -90,6 +113,32 @@ pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey
         duration,
         reads: outcome.reads,
         again_after: outcome.again_after,
+    }
+}
+
+/// The CR of `key` from the API server, in place of a kept copy that does not decode (it was
+/// reported): never a step on a default spec. `None` when it is gone; a failed read is a
+/// failed step, retried with backoff.
+async fn reread_cr(
+    shared: &Shared,
+    layer: &LayerRuntime,
+    key: &CombKey,
+) -> std::result::Result<Option<Comb>, Outcome> {
+    match layer
+        .ops
+        .get_comb(&shared.config.group, &key.namespace, &key.name)
+        .await
+    {
+        Ok(cr) => {
+            layer.replace_undecodable(key, cr.clone());
+            Ok(Some(cr))
+        }
+        Err(error) if error.status_code() == Some(404) => Ok(None),
+        Err(error) => {
+            shared.metrics.api_error(layer.name(), "get");
+            warn!(%error, "reading the Comb again failed; retrying");
+            Err(Outcome::cleanup("Error", "ReadFailed", true))
+        }
     }
 }
 
@@ -150,7 +199,6 @@ async fn reconcile_comb(
     let env = StepEnv {
         ops: &ops,
         resolver: Some(&resolver),
-        fallback: fallback.as_ref(),
     };
     // Built anew for most steps: when the status was last written lives in the layer's entry.
     comb.set_status_written_at(
@@ -158,7 +206,7 @@ async fn reconcile_comb(
             .with_entry(key, |entry| entry.status_written_at)
             .flatten(),
     );
-    let status = reconcile(&mut comb, env, resolution).await;
+    let status = reconcile_with_fallback(&mut comb, env, resolution, fallback.as_ref()).await;
     let write_failed = status.condition(STATUS_WRITTEN).is_some();
     let stored = comb.cr().clone();
     let notes = comb.prune_notes().to_vec();
@@ -292,12 +340,23 @@ async fn build_failed(
     if previous == Some(&status) {
         return Outcome::of(&status, false);
     }
+    let rebuild = |current: &Comb| {
+        rebuild_status(
+            &record,
+            previous,
+            current.status.as_ref(),
+            cr.metadata.generation,
+            jiff::Timestamp::now(),
+        )
+    };
     let written = layer
         .ops
-        .write_comb_status(&shared.config.group, &mut cr.clone(), &status)
+        .write_comb_status(&shared.config.group, &mut cr.clone(), &status, rebuild)
         .await;
     match written {
         Ok(stored) => {
+            // Built again on a newer CR when the first write conflicted.
+            let status = stored.status.clone().unwrap_or(status);
             shared.own_write(layer, key, stored.clone());
             shared.after_status(layer, &stored, previous, &status).await;
             Outcome::of(&status, false)
@@ -361,10 +420,7 @@ async fn delete(
     } else {
         // What the Comb recorded last, even when that could not be written.
         let mut recorded = cr.clone();
-        if let Some(status) = layer
-            .with_entry(key, |entry| entry.recorded_status())
-            .flatten()
-        {
+        if let Some(status) = layer.recorded_status(key) {
             recorded.status = Some(status);
         }
         let ops = match layer.comb_ops(&key.namespace).await {
@@ -467,10 +523,7 @@ impl DependencyResolver for LayerResolver<'_> {
 impl LayerResolver<'_> {
     fn live(&self, instance: CombInstance, key: &CombKey) -> LiveDependency {
         // A dependency on a fallback serves from there: judged where it borrows from now.
-        let recorded = self
-            .layer
-            .with_entry(key, |entry| entry.recorded_status())
-            .flatten();
+        let recorded = self.layer.recorded_status(key);
         LiveDependency {
             controlling: self
                 .shared

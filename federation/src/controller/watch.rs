@@ -205,6 +205,28 @@ pub async fn watch_combs(
 /// watched as metadata.
 pub const METADATA_KINDS: [&str; 2] = ["Secret", "ConfigMap"];
 
+/// An object a watch delivered that does not encode as JSON (it cannot: its maps have string
+/// keys; were it to, it would be reported, never kept as `null`), by its name.
+struct Unencodable {
+    namespace: String,
+    name: String,
+    error: String,
+}
+
+/// One object a watch delivered, as JSON.
+type Delivered = Result<Value, Unencodable>;
+
+/// `event` with its object as JSON, or the object that does not encode.
+fn encoded(event: Event<Delivered>) -> Result<Event<Value>, Unencodable> {
+    Ok(match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(object) => Event::InitApply(object?),
+        Event::Apply(object) => Event::Apply(object?),
+        Event::Delete(object) => Event::Delete(object?),
+    })
+}
+
 /// The events of one kind's watch as JSON objects with their `apiVersion` and `kind` (list
 /// items come without). `managedFields` stay: the cache keeps them as one hash per manager,
 /// which tells deploy that comb's applied fields still stand.
@@ -213,7 +235,7 @@ fn object_events(
     kind: &ApiResource,
     scope: Option<&str>,
     config: watcher::Config,
-) -> BoxStream<'static, watcher::Result<Event<Value>>> {
+) -> BoxStream<'static, watcher::Result<Event<Delivered>>> {
     let types = TypeMeta {
         api_version: kind.api_version.clone(),
         kind: kind.kind.clone(),
@@ -239,7 +261,7 @@ fn json_events<K>(
     config: watcher::Config,
     types: TypeMeta,
     types_of: fn(&mut K) -> &mut Option<TypeMeta>,
-) -> BoxStream<'static, watcher::Result<Event<Value>>>
+) -> BoxStream<'static, watcher::Result<Event<Delivered>>>
 where
     K: kube::Resource
         + Clone
@@ -253,7 +275,11 @@ where
         .map_ok(move |event| {
             map_event(event, |mut object| {
                 *types_of(&mut object) = Some(types.clone());
-                serde_json::to_value(object).unwrap_or_default()
+                serde_json::to_value(&object).map_err(|error| Unencodable {
+                    namespace: object.meta().namespace.clone().unwrap_or_default(),
+                    name: object.meta().name.clone().unwrap_or_default(),
+                    error: error.to_string(),
+                })
             })
         })
         .boxed()
@@ -362,6 +388,23 @@ pub async fn watch_managed(
                 .await
                 {
                     return;
+                }
+                continue;
+            }
+        };
+        let event = match encoded(event) {
+            Ok(event) => event,
+            Err(object) => {
+                layer.report_undecodable_copy(
+                    &kind.kind,
+                    &object.namespace,
+                    &object.name,
+                    &object.error,
+                );
+                // Without it the scope's copies are not the server's: the steps read there
+                // from the API server until the watch lists again.
+                if let Some(cache) = &cache {
+                    cache.unwatched(&api_version, &kind_name, scope.as_deref());
                 }
                 continue;
             }
@@ -478,9 +521,16 @@ impl Forbidden {
 
 /// The Comb an object's labels name, and the object's name.
 fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
+    // Read as they are (label values are strings), not decoded: nothing to fail.
     let labels: Option<std::collections::BTreeMap<String, String>> = object
         .pointer("/metadata/labels")
-        .and_then(|labels| serde_json::from_value(labels.clone()).ok());
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+                .collect()
+        });
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)

@@ -14,6 +14,10 @@
 //! ours is dropped once the watch brings it, or after [`KEPT`] versions of the object without
 //! it (the watch passed it unseen), or when a list replaces the store.
 //!
+//! A copy that does not come back from its packed form is never read as an empty one: it is
+//! reported ([`UndecodableCopies`]: counted, logged once with its kind, namespace and name) and
+//! the read goes to the API server.
+//!
 //! What is kept is slimmed to what a step reads ([`slim`]): `managedFields` as a hash per
 //! manager (whether comb's applied fields still stand, without the sets), no last-applied
 //! annotation, no `data` of Secrets and ConfigMaps (secret values stay out of the
@@ -24,11 +28,12 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash as _, Hasher as _};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use comb_api::ManagedObject;
 
-use super::pack::Dictionary;
+use super::pack::{Dictionary, UndecodableCopies};
+use crate::error::{Error, Result};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -110,8 +115,12 @@ pub struct ObjectCache {
     kinds: RwLock<HashMap<(String, String), Mutex<KindStore>>>,
     /// Per object ([`as_applied_key`]): the hash of comb's applied fields
     /// ([`applied_fields_hash`]) when comb last applied it or found it as rendered, and the
-    /// applied digest it carried then.
+    /// applied digest it carried then. Forgotten when the object goes: comb's own delete, the
+    /// watch's deletion, a list that no longer has it.
     as_applied: Mutex<HashMap<Box<str>, KeptAsApplied>>,
+    /// The kube context the watches are of, for the reports of copies that do not decode.
+    context: String,
+    undecodable: Arc<UndecodableCopies>,
 }
 
 /// [`AsApplied`] as the cache keeps it, for every object comb applied.
@@ -290,11 +299,10 @@ impl KindStore {
         }
     }
 
-    /// The object again (packed by this store from JSON it wrote, so it unpacks and parses).
-    fn unpack(&self, stored: &Stored) -> Value {
-        self.dictionary
-            .unpack_json(&stored.packed)
-            .unwrap_or(Value::Null)
+    /// The object again (packed by this store from JSON it wrote, so it unpacks and parses
+    /// unless something is broken, which the caller reports).
+    fn unpack(&self, stored: &Stored) -> Result<Value> {
+        self.dictionary.unpack_json(&stored.packed)
     }
 
     fn covers(&self, namespace: Option<&str>) -> bool {
@@ -388,7 +396,35 @@ impl ObjectCache {
             name_label: name_label.into(),
             kinds: RwLock::new(HashMap::new()),
             as_applied: Mutex::new(HashMap::new()),
+            context: String::new(),
+            undecodable: Arc::new(UndecodableCopies::default()),
         }
+    }
+
+    /// The same cache, reporting a copy that does not decode to `undecodable` as one of kube
+    /// context `context` (it is logged in any case, and the read goes to the API server).
+    pub fn reporting_to(
+        mut self,
+        context: impl Into<String>,
+        undecodable: Arc<UndecodableCopies>,
+    ) -> ObjectCache {
+        self.context = context.into();
+        self.undecodable = undecodable;
+        self
+    }
+
+    /// Reports a stored copy of `kind` that did not decode.
+    fn report(&self, kind: &str, key: &ObjectKey, error: &Error) {
+        self.undecodable
+            .report(&self.context, kind, &key.0, &key.1, error);
+    }
+
+    /// Forgets what comb knew of `resource` as applied: the object is gone.
+    fn forget_as_applied(&self, api_version: &str, kind: &str, key: &ObjectKey) {
+        self.as_applied
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&as_applied_key(api_version, kind, &key.0, &key.1));
     }
 
     fn with_kind<T>(
@@ -469,6 +505,7 @@ impl ObjectCache {
                 .collect();
             for key in gone {
                 store.remove(&key);
+                self.forget_as_applied(api_version, kind, &key);
             }
             store.overlays.retain(|key, _| !in_scope(key));
             for (key, object) in listed {
@@ -489,13 +526,14 @@ impl ObjectCache {
         });
     }
 
-    /// A watched deletion.
+    /// A watched deletion: the object, our write of it and what comb knew of it as applied go.
     pub fn deleted(&self, api_version: &str, kind: &str, object: &Value) {
         let Some(key) = key_of(object) else { return };
         self.with_kind_or_new(api_version, kind, |store| {
             store.delivered(&key, version_of(object), true);
             store.remove(&key);
         });
+        self.forget_as_applied(api_version, kind, &key);
     }
 
     /// The objects of `kind` in `namespace` (all namespaces for `None`) matching the equality
@@ -552,13 +590,26 @@ impl ObjectCache {
                     .filter(|key| namespace.is_none_or(|ns| key.0 == ns))
                     .cloned(),
             );
-            Some(
-                keys.iter()
-                    .filter_map(|key| store.view(key))
-                    .map(|object| store.unpack(object))
-                    .filter(|object| matches(object, &terms))
-                    .collect(),
-            )
+            let mut objects = Vec::with_capacity(keys.len());
+            let mut undecodable = Vec::new();
+            for key in &keys {
+                let Some(stored) = store.view(key) else {
+                    continue;
+                };
+                match store.unpack(stored) {
+                    Ok(object) if matches(&object, &terms) => objects.push(object),
+                    Ok(_) => {}
+                    Err(error) => undecodable.push((key, error)),
+                }
+            }
+            // A list missing an object is no answer: the API server lists instead.
+            if !undecodable.is_empty() {
+                for (key, error) in undecodable {
+                    self.report(kind, key, &error);
+                }
+                return None;
+            }
+            Some(objects)
         })
         .flatten()
     }
@@ -575,7 +626,14 @@ impl ObjectCache {
                 namespace.unwrap_or_default().to_string(),
                 resource.name.clone(),
             );
-            store.view(&key).map(|object| store.unpack(object))
+            match store.unpack(store.view(&key)?) {
+                Ok(object) => Some(object),
+                Err(error) => {
+                    // The API server answers instead.
+                    self.report(&resource.kind, &key, &error);
+                    None
+                }
+            }
         })
         .flatten()
     }
@@ -970,6 +1028,87 @@ mod tests {
         listed(&cache, &[deployment("web", "web", "8", "listed")]);
         assert_eq!(images(&cache, "web"), Some(vec!["listed".into()]));
         assert_eq!(cache.get(&resource("old")), None);
+    }
+
+    /// A Deployment comb applied, as the server returns it (with comb's managed fields).
+    fn applied_by_comb(name: &str, version: &str) -> Value {
+        let mut object = deployment(name, name, version, "a");
+        object["metadata"]["managedFields"] = json!([{"manager": "comb", "operation": "Apply",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:image": {}}}}]);
+        object
+    }
+
+    fn as_applied_entries(cache: &ObjectCache) -> usize {
+        cache.as_applied.lock().unwrap().len()
+    }
+
+    #[test]
+    fn what_comb_knew_as_applied_goes_with_the_object() {
+        let cache = ObjectCache::new(LABEL);
+        let objects = ["web", "db", "mq"].map(|name| applied_by_comb(name, "1"));
+        listed(&cache, &objects);
+        for object in &objects {
+            cache.stands_as_applied(object, "comb", "sha256:d");
+        }
+        assert_eq!(as_applied_entries(&cache), 3);
+        assert!(cache.as_applied(&resource("web")).is_some());
+        // Someone else deletes web: the watch says so.
+        cache.deleted("apps/v1", "Deployment", &objects[0]);
+        assert_eq!(cache.as_applied(&resource("web")), None);
+        assert_eq!(as_applied_entries(&cache), 2);
+        // db went while the watch was down: the list after it no longer has it.
+        listed(&cache, &objects[2..]);
+        assert_eq!(cache.as_applied(&resource("db")), None);
+        assert_eq!(as_applied_entries(&cache), 1);
+        assert!(cache.as_applied(&resource("mq")).is_some());
+        // comb's own delete.
+        cache.removed(&resource("mq"));
+        assert_eq!(as_applied_entries(&cache), 0);
+    }
+
+    #[derive(Default)]
+    struct Counted(Mutex<Vec<(String, String)>>);
+
+    impl super::super::pack::CountUndecodable for Counted {
+        fn undecodable(&self, context: &str, kind: &str) {
+            self.0.lock().unwrap().push((context.into(), kind.into()));
+        }
+    }
+
+    #[test]
+    fn a_copy_that_does_not_decode_is_reported_and_never_read_as_empty() {
+        let counted = Arc::new(Counted::default());
+        let cache = ObjectCache::new(LABEL).reporting_to(
+            "prod",
+            Arc::new(UndecodableCopies::counted_by(counted.clone())),
+        );
+        listed(
+            &cache,
+            &[
+                deployment("web", "web", "1", "a"),
+                deployment("web-b", "web", "1", "b"),
+            ],
+        );
+        cache.with_kind("apps/v1", "Deployment", |store| {
+            let key = ("apps".to_string(), "web".to_string());
+            if let Some(stored) = store.objects.get_mut(&key) {
+                stored.packed = Box::from(&b"\x05\0\0\0broken"[..]);
+            }
+        });
+        // Neither a null object nor a list without it: the API server is asked instead.
+        assert_eq!(cache.get(&resource("web")), None);
+        assert_eq!(images(&cache, "web"), None);
+        assert!(cache.get(&resource("web-b")).is_some());
+        assert_eq!(
+            *counted.0.lock().unwrap(),
+            [
+                ("prod".to_string(), "Deployment".to_string()),
+                ("prod".to_string(), "Deployment".to_string())
+            ]
+        );
+        // The watch brings the object again: answered again.
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "2", "c"));
+        assert_eq!(images(&cache, "web"), Some(vec!["c".into(), "b".into()]));
     }
 
     #[test]

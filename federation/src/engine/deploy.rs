@@ -2,15 +2,20 @@
 
 use std::borrow::Cow;
 
-use comb_api::ManagedObject;
+use comb_api::{LabelKeys, ManagedObject};
 use serde_json::Value;
 
 use crate::engine::cache::{AsApplied, applied_fields_hash, is_slim};
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
-use crate::engine::kube_ops::{FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by};
+use crate::engine::kube_ops::{
+    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by, is_conflict,
+    unchanged_since,
+};
 use crate::engine::observe::{LiveObjects, fetch_live, object_name};
-use crate::engine::prune::{OrphanFate, PruneOutcome, PrunePlan, plan_prune, union};
+use crate::engine::prune::{
+    DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
+};
 use crate::engine::render::RenderedItem;
 use crate::error::{Error, Result};
 
@@ -213,10 +218,70 @@ fn is_empty(value: &Value) -> bool {
     }
 }
 
+/// How a delete decided on a copy ended ([`delete_as_decided`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    Deleted,
+    /// Not there any more.
+    Gone,
+    /// Not deleted: the verdict on the copy decided last (never [`DeleteVerdict::Delete`]).
+    Spared(DeleteVerdict),
+}
+
+/// Deletes `resource` if [`delete_verdict`] on `copy` (the watch's copy, a list's, a get's)
+/// says so for the Comb `namespace/name`, conditional on that copy ([`unchanged_since`]). When
+/// the API server finds the object changed since (409 Conflict: relabelled, marked keep,
+/// replaced, or only its status moved), it is read again from the server and decided again,
+/// at most [`CONFLICT_ATTEMPTS`] times; an object that changes under every attempt fails with
+/// a message saying so, and the caller's next step decides again. A 404 is [`Deletion::Gone`].
+pub async fn delete_as_decided(
+    ops: &KubeOps,
+    resource: &ManagedObject,
+    copy: Cow<'_, Value>,
+    keys: &LabelKeys,
+    namespace: &str,
+    name: &str,
+) -> Result<Deletion> {
+    let mut copy = copy;
+    let mut attempts = 1;
+    loop {
+        match delete_verdict(&copy, keys, namespace, name) {
+            DeleteVerdict::Delete => {}
+            spared => return Ok(Deletion::Spared(spared)),
+        }
+        match ops.delete(resource, unchanged_since(&copy)).await {
+            Ok(()) => return Ok(Deletion::Deleted),
+            Err(error) if error.status_code() == Some(404) => return Ok(Deletion::Gone),
+            Err(error) if is_conflict(&error) => {
+                if attempts == CONFLICT_ATTEMPTS {
+                    return Err(Error::Kube {
+                        request: format!("delete {}", resource.kind),
+                        message: format!(
+                            "{} {} changed before each of {CONFLICT_ATTEMPTS} deletes could go \
+                             out (409 Conflict); the next step decides again",
+                            resource.kind, resource.name
+                        ),
+                        source: None,
+                    });
+                }
+                attempts += 1;
+                // The watch may not have brought the change that conflicted yet.
+                match ops.get_opt_from_server(resource).await? {
+                    Some(fresh) => copy = Cow::Owned(fresh),
+                    None => return Ok(Deletion::Gone),
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// Executes a prune plan (reference §6.7): per group one list with **both** labels; what the
-/// list finds is deleted (Background), what it does not find is looked up to tell "lost our
-/// labels" (left alone, noted) from "gone". Cluster-scoped orphans were settled by the plan and
-/// are never looked up. Failures become notes and keep the orphan recorded for the next step.
+/// list finds is deleted (Background) as [`delete_as_decided`] decides on the listed copy (so
+/// an orphan marked keep stays, and one changed since is decided again), what it does not find
+/// is looked up to tell "lost our labels" (left alone, noted) from "gone". Cluster-scoped
+/// orphans were settled by the plan and are never looked up. Failures become notes and keep
+/// the orphan recorded for the next step.
 ///
 /// The plan places custom Kinds by the record, which an older comb wrote with a namespace for
 /// every Kind it did not know; so each group's scope is asked of discovery first, and a group
@@ -249,16 +314,29 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
             )
             .await;
         for orphan in &group.orphans {
-            let fate = match &listed {
-                Err(error) => OrphanFate::Unchecked(error.to_string()),
-                Ok(objects) if objects.iter().any(|o| object_name(o) == Some(&orphan.name)) => {
-                    match ops.delete(orphan).await {
-                        Ok(()) => OrphanFate::Deleted,
-                        Err(error) => OrphanFate::DeleteFailed(error.to_string()),
-                    }
+            let found = match &listed {
+                Err(error) => {
+                    outcome.record(orphan, OrphanFate::Unchecked(error.to_string()), &selector);
+                    continue;
                 }
+                Ok(objects) => objects
+                    .iter()
+                    .find(|object| object_name(object) == Some(&orphan.name)),
+            };
+            let fate = match found {
+                Some(copy) => orphan_fate(
+                    delete_as_decided(
+                        ops,
+                        orphan,
+                        Cow::Borrowed(copy),
+                        &ctx.settings.labels,
+                        &ctx.namespace,
+                        &ctx.name,
+                    )
+                    .await,
+                ),
                 // Any failure of the get counts as "does not exist", as in the reference.
-                Ok(_) => match ops.get(orphan).await {
+                None => match ops.get(orphan).await {
                     Ok(_) => OrphanFate::LostLabels,
                     Err(_) => OrphanFate::Gone,
                 },
@@ -267,6 +345,19 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
         }
     }
     outcome
+}
+
+/// What a delete decided on an orphan's copy means for the orphan.
+fn orphan_fate(deletion: Result<Deletion>) -> OrphanFate {
+    match deletion {
+        Ok(Deletion::Deleted) => OrphanFate::Deleted,
+        Ok(Deletion::Gone | Deletion::Spared(DeleteVerdict::Deleting | DeleteVerdict::Delete)) => {
+            OrphanFate::Gone
+        }
+        Ok(Deletion::Spared(DeleteVerdict::Keep(mark))) => OrphanFate::Kept(mark),
+        Ok(Deletion::Spared(DeleteVerdict::NotOurs(_))) => OrphanFate::LostLabels,
+        Err(error) => OrphanFate::DeleteFailed(error.to_string()),
+    }
 }
 
 /// The result of applying a set of items and pruning what they no longer name.

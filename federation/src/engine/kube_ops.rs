@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
+    Preconditions,
 };
 use kube::core::{ApiResource, GroupVersion, GroupVersionKind};
 use kube::discovery::Scope;
@@ -409,7 +410,9 @@ impl KubeOps {
         if let Some(live) = &live {
             match existing_treatment(&target.api_version, &target.kind, live) {
                 ExistingTreatment::Keep => return Ok(live.clone()),
-                ExistingTreatment::Recreate => return self.recreate(&target, &body).await,
+                ExistingTreatment::Recreate => {
+                    return self.recreate(&target, live, &body).await;
+                }
                 ExistingTreatment::Replace => self.migrate(&target, live, kept).await?,
             }
         }
@@ -482,9 +485,11 @@ impl KubeOps {
         Ok(stored)
     }
 
-    /// Deletes the object and creates it anew (a Job that failed or has not started).
-    async fn recreate(&self, target: &ManagedObject, body: &Value) -> Result<Value> {
-        self.delete(target).await?;
+    /// Deletes the object and creates it anew (a Job that failed or has not started, as
+    /// `live` shows it: a Job that started since is not deleted, and the next step decides
+    /// again).
+    async fn recreate(&self, target: &ManagedObject, live: &Value, body: &Value) -> Result<Value> {
+        self.delete(target, unchanged_since(live)).await?;
         match self.create(target, body).await? {
             Created::Stored(stored) => Ok(stored),
             Created::AlreadyExists => Err(kube_error(
@@ -523,11 +528,17 @@ impl KubeOps {
     }
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
-    /// too; without it the API server would orphan them.
+    /// too; without it the API server would orphan them. The delete carries `preconditions`
+    /// (see [`unchanged_since`], [`same_object`]): the API server refuses it with 409 Conflict
+    /// when the object is not the one the caller decided on, and the caller decides again.
     ///
     /// A cluster-scoped object is never deleted, whatever the caller recorded of it: the
     /// server's discovery decides, and the refusal is an error naming the object.
-    pub async fn delete(&self, resource: &ManagedObject) -> Result<()> {
+    pub async fn delete(
+        &self,
+        resource: &ManagedObject,
+        preconditions: Preconditions,
+    ) -> Result<()> {
         let request = format!("delete {}", resource.kind);
         if !self
             .resource_type(&resource.api_version, &resource.kind)
@@ -543,7 +554,11 @@ impl KubeOps {
             ));
         }
         let api = self.object_api(Access::Write, &request, resource).await?;
-        api.delete(&resource.name, &DeleteParams::background())
+        let params = DeleteParams {
+            preconditions: Some(preconditions),
+            ..DeleteParams::background()
+        };
+        api.delete(&resource.name, &params)
             .await
             .map_err(|error| api_error(&request, error))?;
         if let Some(cache) = &self.cache {
@@ -639,43 +654,60 @@ impl KubeOps {
             .map_err(|error| api_error(request, error))
     }
 
-    /// Writes `status` into the CR `cr`, and once more on a freshly read CR when the first write
-    /// fails (a conflict looks like any other failure): the one way every status is recorded.
-    /// `cr` becomes the freshly read CR when it was read again, so that a caller keeping it in
-    /// memory prunes against what the server has. Returns the CR as the server stored it; the
-    /// error is the last failure.
+    /// Writes `status` into the CR `cr` (conditional on the resourceVersion `cr` was read
+    /// with): the one way every status is recorded. Returns the CR as the server stored it.
     ///
-    /// A status equal to the one `cr` records is not written: `cr` is what the server has (as
-    /// far as the caller knows), and it is returned as it is.
+    /// When the write fails, the CR is read again and the status is built again on it by
+    /// `rebuild`, never written as it was built for the older copy: a conflict means someone
+    /// wrote the CR since (another replica's status, a spec edit, a label), and what that
+    /// write recorded counts. `rebuild` answers `None` when the fresh CR's status is newer
+    /// truth than the step's (it observed a later generation): it stands, unwritten over. A
+    /// conflict may repeat this up to [`CONFLICT_ATTEMPTS`] writes; any other failure gets one
+    /// more write, as the reference's (a failed read means no second write). `cr` becomes the
+    /// freshly read CR when it was read again, so that a caller keeping it in memory prunes
+    /// against what the server has; the error is the last failure.
+    ///
+    /// A status equal to the one the CR records is not written: `cr` is what the server has
+    /// (as far as the caller knows), and it is returned as it is.
     pub async fn write_comb_status(
         &self,
         group: &str,
         cr: &mut Comb,
         status: &CombStatus,
+        rebuild: impl Fn(&Comb) -> Option<CombStatus>,
     ) -> Result<Comb> {
-        if cr.status.as_ref() == Some(status) {
-            return Ok(cr.clone());
+        let mut status = status.clone();
+        let mut attempts = 1;
+        loop {
+            if cr.status.as_ref() == Some(&status) {
+                return Ok(cr.clone());
+            }
+            let mut with_status = cr.clone();
+            with_status.status = Some(status);
+            let error = match self.update_comb_status(group, &with_status).await {
+                Ok(stored) => return Ok(stored),
+                Err(error) => error,
+            };
+            if attempts == CONFLICT_ATTEMPTS || (attempts > 1 && !is_conflict(&error)) {
+                return Err(error);
+            }
+            attempts += 1;
+            tracing::debug!(
+                namespace = cr.metadata.namespace.as_deref(),
+                comb = cr.metadata.name.as_deref(),
+                error = %error,
+                "writing the status failed; reading the custom resource again to build it anew"
+            );
+            let (namespace, name) = (
+                cr.metadata.namespace.clone().unwrap_or_default(),
+                cr.metadata.name.clone().unwrap_or_default(),
+            );
+            *cr = self.get_comb(group, &namespace, &name).await?;
+            match rebuild(cr) {
+                Some(rebuilt) => status = rebuilt,
+                None => return Ok(cr.clone()),
+            }
         }
-        let mut with_status = cr.clone();
-        with_status.status = Some(status.clone());
-        let first = match self.update_comb_status(group, &with_status).await {
-            Ok(stored) => return Ok(stored),
-            Err(error) => error,
-        };
-        tracing::debug!(
-            namespace = cr.metadata.namespace.as_deref(),
-            comb = cr.metadata.name.as_deref(),
-            error = %first,
-            "writing the status failed; reading the custom resource again"
-        );
-        let (namespace, name) = (
-            cr.metadata.namespace.clone().unwrap_or_default(),
-            cr.metadata.name.clone().unwrap_or_default(),
-        );
-        *cr = self.get_comb(group, &namespace, &name).await?;
-        let mut fresh = cr.clone();
-        fresh.status = Some(status.clone());
-        self.update_comb_status(group, &fresh).await
     }
 
     /// The last `tail_lines` lines of one container's log; `previous` reads the instance before
@@ -766,6 +798,32 @@ enum Created {
     AlreadyExists,
 }
 
+/// The preconditions of a delete decided on `copy`: that very object (its uid), as it was
+/// then (its resourceVersion). Any write in between (relabelled, marked keep, replaced, or a
+/// controller's status) makes the API server refuse the delete with 409 Conflict; the caller
+/// reads the object again and decides again. A copy without them (not read from a server)
+/// sets none of them.
+pub fn unchanged_since(copy: &Value) -> Preconditions {
+    let field = |key: &str| {
+        copy.pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    Preconditions {
+        uid: field("uid"),
+        resource_version: field("resourceVersion"),
+    }
+}
+
+/// The precondition of a delete that holds whatever the object went through, as long as it
+/// is the object decided on (its uid): not one created anew under the same name.
+pub fn same_object(copy: &Value) -> Preconditions {
+    Preconditions {
+        resource_version: None,
+        ..unchanged_since(copy)
+    }
+}
+
 /// The identity of a manifest: apiVersion, kind, namespace and name.
 fn identity(manifest: &Value) -> Result<ManagedObject> {
     let field = |pointer: &str| manifest.pointer(pointer).and_then(Value::as_str);
@@ -809,10 +867,11 @@ fn api_error(request: &str, error: kube::Error) -> Error {
     Error::kube(request, error)
 }
 
-/// How often a migration of `managedFields` ([`KubeOps::ensure`]) is tried on an object that
-/// keeps changing under it (client-go's `retry.DefaultRetry` has 5 steps). The apply itself
-/// carries no resourceVersion and is forced, so it meets no conflict to retry.
-const CONFLICT_ATTEMPTS: u32 = 5;
+/// How often a conditional write is decided again on a fresh read when it meets a conflict
+/// (client-go's `retry.DefaultRetry` has 5 steps): a migration of `managedFields`
+/// ([`KubeOps::ensure`]), a delete decided on a copy, a status. The apply itself carries no
+/// resourceVersion and is forced, so it meets no conflict to retry.
+pub const CONFLICT_ATTEMPTS: u32 = 5;
 
 /// The field manager of the restart annotation (`comb restart`): comb's apply leaves it.
 pub const RESTART_MANAGER: &str = "comb-restart";
@@ -866,7 +925,7 @@ fn existence_matters(target: &ManagedObject) -> bool {
     )
 }
 
-fn is_conflict(error: &Error) -> bool {
+pub fn is_conflict(error: &Error) -> bool {
     error.status_code() == Some(409)
 }
 

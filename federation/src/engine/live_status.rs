@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::render::RenderedItem;
+use crate::engine::values::object_name;
 pub(crate) use crate::engine::values::{number_or, truthy};
 
 /// Waiting reasons that will not pass by waiting: the phase is `Error`.
@@ -154,32 +155,66 @@ pub fn needs_pods(items: &[RenderedItem], live: &[Option<Value>]) -> bool {
         .any(|(item, live)| item.workload && live.is_some())
 }
 
+/// Whether the ReplicaSets of the Comb must be read: a Deployment is rolling out and a Pod of
+/// some ReplicaSet fails, so whether that Pod is one the rollout replaces (its failure is not
+/// the verdict) or one it starts (it is) depends on which ReplicaSet is the Deployment's
+/// current one. Everywhere else the verdict needs no ReplicaSet, and none is read.
+pub fn needs_replica_sets(items: &[RenderedItem], live: &[Option<Value>], pods: &[Value]) -> bool {
+    let deployment_rolls_out = observe(items, live)
+        .into_iter()
+        .filter(|(item, _)| item.group == "apps" && item.kind == "Deployment")
+        .any(|(item, live)| {
+            live.is_some_and(|live| rolls_out(workload_problem(item, live).as_ref()))
+        });
+    deployment_rolls_out
+        && pods.iter().any(|pod| {
+            !deleting(pod)
+                && controller_of(pod).is_some_and(|(kind, _)| kind == "ReplicaSet")
+                && pod_state(pod)
+                    .1
+                    .is_some_and(|p| p.severity == Severity::Error)
+        })
+}
+
 /// The live status of a local Comb. `live[i]` is the live object of `items[i]` (`None`: missing
-/// or without the Comb's name label); `pods` are the Comb's pods (empty unless [`needs_pods`]).
+/// or without the Comb's name label); `pods` are the Comb's pods (empty unless [`needs_pods`]);
+/// `replica_sets` the Comb's ReplicaSets (empty unless [`needs_replica_sets`]).
 pub fn derive_local_status(
     items: &[RenderedItem],
     live: &[Option<Value>],
     pods: &[Value],
+    replica_sets: &[Value],
 ) -> LiveStatus {
     if items.is_empty() {
         return LiveStatus::from_problems(&[], Vec::new());
     }
-    let observed: Vec<(&RenderedItem, Option<&Value>)> = items
-        .iter()
-        .zip(
-            live.iter()
-                .map(Option::as_ref)
-                .chain(std::iter::repeat(None)),
-        )
-        .collect();
+    let observed = observe(items, live);
 
-    let mut pod_states = Vec::new();
-    let mut pod_problems = Vec::new();
-    for pod in pods {
-        let (state, problem) = pod_state(pod);
-        pod_states.push((state, problem));
+    // What keeps each live workload from ready; those rolling out say which Pods they replace.
+    let mut workload_problems = Vec::new();
+    let mut rollouts = Vec::new();
+    for &(item, live) in &observed {
+        let Some(live) = live else { continue };
+        let problem = workload_problem(item, live);
+        if rolls_out(problem.as_ref()) {
+            rollouts.extend(Rollout::of(item, live, replica_sets));
+        }
+        workload_problems.extend(problem);
     }
+
+    let mut pod_states: Vec<(PodState, Option<Problem>)> = pods
+        .iter()
+        .map(|pod| {
+            let (state, problem) = pod_state(pod);
+            // The failure of a Pod on its way out is not the Comb's verdict: a rollout replaces
+            // it (the crash loop an image fix ends), or it is being deleted.
+            let replaced = || deleting(pod) || rollouts.iter().any(|r| r.replaces(pod));
+            let problem = problem.filter(|p| p.severity != Severity::Error || !replaced());
+            (state, problem)
+        })
+        .collect();
     pod_states.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let mut pod_problems = Vec::new();
     let pods: Vec<PodState> = pod_states
         .into_iter()
         .map(|(state, problem)| {
@@ -206,12 +241,165 @@ pub fn derive_local_status(
         .map(|(item, _)| Problem::missing(item))
         .collect();
     problems.extend(pod_problems);
-    problems.extend(
-        observed
-            .iter()
-            .filter_map(|(item, live)| live.and_then(|live| workload_problem(item, live))),
-    );
+    problems.extend(workload_problems);
     LiveStatus::from_problems(&problems, pods)
+}
+
+/// Each item with its live object (`None` past the end of `live`).
+fn observe<'a>(
+    items: &'a [RenderedItem],
+    live: &'a [Option<Value>],
+) -> Vec<(&'a RenderedItem, Option<&'a Value>)> {
+    items
+        .iter()
+        .zip(
+            live.iter()
+                .map(Option::as_ref)
+                .chain(std::iter::repeat(None)),
+        )
+        .collect()
+}
+
+/// Whether a workload's problem is that its controller is rolling out its current spec.
+fn rolls_out(problem: Option<&Problem>) -> bool {
+    problem.is_some_and(|p| p.reason == Reason::RolloutInProgress)
+}
+
+/// The annotation the deployment controller numbers a Deployment's ReplicaSets with: the newest
+/// is the one it rolls out (`FindNewReplicaSet` once it has seen the spec).
+const DEPLOYMENT_REVISION: &str = "deployment.kubernetes.io/revision";
+/// The label a StatefulSet's Pods carry: the ControllerRevision they were made from.
+const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
+/// The label a DaemonSet's Pods carry: the template generation they were made from.
+const POD_TEMPLATE_GENERATION: &str = "pod-template-generation";
+/// The annotation the API server keeps on a DaemonSet: its template generation, one more on
+/// every template change (before its controller has seen it).
+const DAEMONSET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+/// Which Pods of a workload being rolled out are already of the revision it rolls out, told
+/// as its controller tells them.
+#[derive(Debug, PartialEq)]
+enum CurrentRevision<'a> {
+    /// A Deployment's Pods belong to the ReplicaSets it controls (`owned`); the current one is
+    /// the one of the newest revision, once its controller has seen the Deployment's spec
+    /// (`None` before: none of its Pods runs that spec for sure).
+    ReplicaSet {
+        owned: Vec<&'a str>,
+        current: Option<&'a str>,
+    },
+    /// A StatefulSet's or DaemonSet's current Pods carry the label `key` with this value.
+    Label { key: &'static str, value: &'a str },
+    /// Its controller has not told yet (a StatefulSet whose controller has not seen its spec):
+    /// none of its Pods runs the current revision for sure.
+    Unknown,
+}
+
+/// A workload of the Comb whose controller is rolling out its current spec.
+#[derive(Debug, PartialEq)]
+struct Rollout<'a> {
+    kind: &'a str,
+    name: &'a str,
+    current: CurrentRevision<'a>,
+}
+
+impl<'a> Rollout<'a> {
+    /// The rollout of a live workload `item` (a Deployment, StatefulSet or DaemonSet).
+    fn of(item: &'a RenderedItem, live: &'a Value, replica_sets: &'a [Value]) -> Option<Self> {
+        let (kind, name) = (item.kind.as_str(), item.name.as_str());
+        let current = match (item.group.as_str(), kind) {
+            ("apps", "Deployment") => {
+                let owned: Vec<&Value> = replica_sets
+                    .iter()
+                    .filter(|rs| controller_of(rs) == Some(("Deployment", name)))
+                    .collect();
+                let newest = owned.iter().copied().max_by_key(|rs| {
+                    let annotations = rs.pointer("/metadata/annotations");
+                    number_or(annotations.and_then(|a| a.get(DEPLOYMENT_REVISION)), 0)
+                });
+                CurrentRevision::ReplicaSet {
+                    current: newest
+                        .filter(|_| seen_by_controller(live))
+                        .and_then(object_name),
+                    owned: owned.iter().copied().filter_map(object_name).collect(),
+                }
+            }
+            // `status.updateRevision` is the revision of the spec its controller last saw.
+            ("apps", "StatefulSet") => match text(live.pointer("/status/updateRevision")) {
+                Some(value) if seen_by_controller(live) => CurrentRevision::Label {
+                    key: CONTROLLER_REVISION_HASH,
+                    value,
+                },
+                _ => CurrentRevision::Unknown,
+            },
+            ("apps", "DaemonSet") => match live
+                .pointer("/metadata/annotations")
+                .and_then(|annotations| text(annotations.get(DAEMONSET_TEMPLATE_GENERATION)))
+            {
+                Some(value) => CurrentRevision::Label {
+                    key: POD_TEMPLATE_GENERATION,
+                    value,
+                },
+                None => CurrentRevision::Unknown,
+            },
+            _ => return None,
+        };
+        Some(Rollout {
+            kind,
+            name,
+            current,
+        })
+    }
+
+    /// Whether `pod` runs a revision this rollout replaces.
+    fn replaces(&self, pod: &Value) -> bool {
+        let Some((owner_kind, owner)) = controller_of(pod) else {
+            return false;
+        };
+        match &self.current {
+            CurrentRevision::ReplicaSet { owned, current } => {
+                owner_kind == "ReplicaSet" && owned.contains(&owner) && *current != Some(owner)
+            }
+            _ if (owner_kind, owner) != (self.kind, self.name) => false,
+            CurrentRevision::Label { key, value } => label(pod, key) != Some(value),
+            CurrentRevision::Unknown => true,
+        }
+    }
+}
+
+/// Whether a workload's controller has seen its current spec (`status.observedGeneration`).
+fn seen_by_controller(live: &Value) -> bool {
+    let generation = live.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = live
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    match (generation, observed) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        (None, _) => true,
+        (Some(_), None) => false,
+    }
+}
+
+/// The kind and name of an object's controller (the owner reference marked `controller`).
+fn controller_of(object: &Value) -> Option<(&str, &str)> {
+    object
+        .pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|owner| Some((text(owner.get("kind"))?, text(owner.get("name"))?)))
+}
+
+/// Whether an object is being deleted (`metadata.deletionTimestamp`).
+fn deleting(object: &Value) -> bool {
+    object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|at| !at.is_null())
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
+    object
+        .pointer("/metadata/labels")
+        .and_then(|labels| text(labels.get(key)))
 }
 
 /// As `stop` leaves a Comb: every live Deployment and StatefulSet at 0 replicas, every live
@@ -301,19 +489,14 @@ fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
 /// (`status.observedGeneration`); an object no controller wrote is judged by its ready counts.
 fn rollout_problem(item: &RenderedItem, live: &Value, desired: i64) -> Option<Problem> {
     let (kind, name) = (item.kind.as_str(), &item.name);
-    let generation = live.pointer("/metadata/generation").and_then(Value::as_i64);
-    let observed = live
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
-    if let Some(generation) = generation
-        && observed.is_none_or(|observed| observed < generation)
-    {
+    if !seen_by_controller(live) {
+        let generation = number_or(live.pointer("/metadata/generation"), 0);
         return Some(Problem::pending(
             Reason::RolloutInProgress,
             format!("{kind} {name}: its controller has not seen generation {generation} yet"),
         ));
     }
-    observed?;
+    live.pointer("/status/observedGeneration")?;
     let status = |field: &str| number_or(live.pointer(&format!("/status/{field}")), 0);
     let (updated, ready, rolling) = match kind {
         "Deployment" => {
@@ -980,7 +1163,7 @@ mod tests {
             ),
         ];
         for (what, items, live, pods, want) in cases {
-            let status = derive_local_status(&items, &live, &pods);
+            let status = derive_local_status(&items, &live, &pods, &[]);
             assert_eq!(verdict(&status), want, "{what}");
             assert_eq!(status.healthy, want.0 == Phase::Running, "{what}");
         }
@@ -998,6 +1181,7 @@ mod tests {
             &[deployment(None)],
             &[live_deployment(1, 1)],
             &[init_done_then_waiting, ready_pod("nats-a")],
+            &[],
         );
         assert_eq!(
             serde_json::to_value(&status.pods).unwrap(),
@@ -1047,7 +1231,7 @@ mod tests {
     fn workloads_count_as_ready_only_when_their_rollout_is_done() {
         let ready_pods = || vec![ready_pod("a"), ready_pod("b")];
         let derive = |item: RenderedItem, live: Value| {
-            let status = derive_local_status(&[item], &[Some(live)], &ready_pods());
+            let status = derive_local_status(&[item], &[Some(live)], &ready_pods(), &[]);
             (
                 status.phase.clone(),
                 status
@@ -1128,5 +1312,391 @@ mod tests {
             ),
             rolling("DaemonSet agent: 1 of 2 updated, 2 ready")
         );
+    }
+
+    /// Deployment `web` (1 replica) at `generation`, as its controller last reported it, as a
+    /// watch's copy holds it (no Pod template spec).
+    fn live_web(generation: i64, status: Value) -> Option<Value> {
+        Some(
+            json!({"metadata": {"name": "web", "generation": generation},
+                    "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "web"}}}},
+                    "status": status}),
+        )
+    }
+    /// ReplicaSet `web-<hash>` of Deployment `web`, of `revision`.
+    fn web_replica_set(hash: &str, revision: &str) -> Value {
+        json!({"metadata": {"name": format!("web-{hash}"),
+                            "labels": {"app": "web", "pod-template-hash": hash},
+                            "annotations": {"deployment.kubernetes.io/revision": revision},
+                            "ownerReferences": [{"kind": "Deployment", "name": "web", "controller": true}]},
+               "spec": {"replicas": 1}})
+    }
+    /// Pod `name` controlled by `owner` (`Kind/name`), with `labels` and `status`.
+    fn owned_pod(name: &str, owner: &str, labels: Value, status: Value) -> Value {
+        let (kind, owner) = owner.split_once('/').unwrap();
+        json!({"metadata": {"name": name, "labels": labels,
+                            "ownerReferences": [{"kind": kind, "name": owner, "controller": true}]},
+               "status": status})
+    }
+    fn crashing() -> Value {
+        waiting(
+            "CrashLoopBackOff",
+            "back-off 10s restarting failed container",
+            2,
+        )
+    }
+    fn gated() -> Value {
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+               "reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates"}]})
+    }
+
+    #[test]
+    fn a_rollout_leaves_the_failures_of_the_pods_it_replaces_to_it() {
+        let web = || of_kind("apps/v1", "Deployment", "web", json!({"replicas": 1}));
+        // The image fix is rolling out: a new Pod is there, not ready; the old one still runs.
+        let fixing = |generation: i64| {
+            live_web(
+                generation,
+                json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1}),
+            )
+        };
+        // Revisions count, not names nor order: the new one sorts first.
+        let old_rs = web_replica_set("old", "9");
+        let new_rs = web_replica_set("new", "10");
+        let old_pod = |status: Value| {
+            owned_pod(
+                "web-old-a",
+                "ReplicaSet/web-old",
+                json!({"pod-template-hash": "old"}),
+                status,
+            )
+        };
+        let new_pod = |status: Value| {
+            owned_pod(
+                "web-new-b",
+                "ReplicaSet/web-new",
+                json!({"pod-template-hash": "new"}),
+                status,
+            )
+        };
+        let crash = |pod: &str| {
+            format!(
+                "Pod {pod}: CrashLoopBackOff: back-off 10s restarting failed container (2 restarts)"
+            )
+        };
+        let gated_message = "Pod web-new-b: SchedulingGated: Scheduling is blocked due to non-empty scheduling gates";
+        let rolling = "Deployment web: 1 of 1 updated, 0 ready";
+
+        type Case = (
+            &'static str,
+            RenderedItem,
+            Option<Value>,
+            Vec<Value>,
+            Vec<Value>,
+            (Phase, Option<&'static str>, Option<String>),
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "the old Pod crashes, the new one waits: the rollout is the verdict",
+                web(),
+                fixing(2),
+                vec![old_pod(crashing()), new_pod(gated())],
+                vec![old_rs.clone(), new_rs.clone()],
+                (
+                    Phase::Pending,
+                    Some("SchedulingGated"),
+                    Some(format!("{gated_message}; {rolling}")),
+                ),
+            ),
+            (
+                "the new Pod crashes: Error, naming it",
+                web(),
+                fixing(2),
+                vec![old_pod(crashing()), new_pod(crashing())],
+                vec![old_rs.clone(), new_rs.clone()],
+                (
+                    Phase::Error,
+                    Some("CrashLoopBackOff"),
+                    Some(format!("{}; {rolling}", crash("web-new-b"))),
+                ),
+            ),
+            (
+                "an edit its controller has not seen: no ReplicaSet has the new template yet",
+                web(),
+                fixing(3),
+                vec![old_pod(crashing())],
+                vec![old_rs.clone()],
+                (
+                    Phase::Pending,
+                    Some("RolloutInProgress"),
+                    Some(
+                        "Deployment web: its controller has not seen generation 3 yet".to_string(),
+                    ),
+                ),
+            ),
+            (
+                "its controller has not seen the edit: no Pod runs it for sure",
+                web(),
+                fixing(3),
+                vec![old_pod(crashing()), new_pod(crashing())],
+                vec![old_rs.clone(), new_rs.clone()],
+                (
+                    Phase::Pending,
+                    Some("RolloutInProgress"),
+                    Some(
+                        "Deployment web: its controller has not seen generation 3 yet".to_string(),
+                    ),
+                ),
+            ),
+            (
+                "the ReplicaSets were not read: every failure counts",
+                web(),
+                fixing(2),
+                vec![old_pod(crashing()), new_pod(gated())],
+                vec![],
+                (
+                    Phase::Error,
+                    Some("CrashLoopBackOff"),
+                    Some(format!(
+                        "{gated_message}; {}; {rolling}",
+                        crash("web-old-a")
+                    )),
+                ),
+            ),
+            (
+                "a ReplicaSet of another Deployment is not this rollout's",
+                web(),
+                fixing(2),
+                vec![owned_pod(
+                    "api-x",
+                    "ReplicaSet/api-old",
+                    json!({}),
+                    crashing(),
+                )],
+                vec![{
+                    let mut other = web_replica_set("old", "1");
+                    other["metadata"]["name"] = json!("api-old");
+                    other["metadata"]["ownerReferences"][0]["name"] = json!("api");
+                    other
+                }],
+                (
+                    Phase::Error,
+                    Some("CrashLoopBackOff"),
+                    Some(format!("{}; {rolling}", crash("api-x"))),
+                ),
+            ),
+            (
+                "no rollout: the Pods crash as they are",
+                web(),
+                live_web(
+                    1,
+                    json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}),
+                ),
+                vec![old_pod(crashing())],
+                vec![old_rs.clone()],
+                (
+                    Phase::Error,
+                    Some("CrashLoopBackOff"),
+                    Some(format!(
+                        "{}; Deployment web: 0 of 1 ready",
+                        crash("web-old-a")
+                    )),
+                ),
+            ),
+            (
+                "done, the old Pod still terminating",
+                web(),
+                live_web(
+                    2,
+                    json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+                           "readyReplicas": 1}),
+                ),
+                vec![
+                    {
+                        let mut pod = old_pod(crashing());
+                        pod["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:02:00Z");
+                        pod
+                    },
+                    new_pod(json!({"phase": "Running", "containerStatuses": [
+                        {"ready": true, "restartCount": 0, "state": {"running": {}}}]})),
+                ],
+                vec![],
+                (Phase::Running, None, None),
+            ),
+        ];
+        for (what, item, live, pods, replica_sets, want) in cases {
+            let status = derive_local_status(&[item], &[live], &pods, &replica_sets);
+            assert_eq!(
+                (
+                    status.phase.clone(),
+                    status.reason.as_ref().map(Reason::as_str),
+                    status.message.clone()
+                ),
+                want,
+                "{what}"
+            );
+            // The old Pod is still shown as it is.
+            assert_eq!(status.pods.len(), pods.len(), "{what}");
+        }
+    }
+
+    #[test]
+    fn statefulsets_and_daemonsets_tell_their_pods_by_revision() {
+        let db = || of_kind("apps/v1", "StatefulSet", "db", json!({"replicas": 2}));
+        let live_db = |observed: i64| {
+            Some(
+                json!({"metadata": {"generation": 2}, "spec": {"replicas": 2},
+                        "status": {"observedGeneration": observed, "replicas": 2, "readyReplicas": 0,
+                                   "updatedReplicas": 1, "currentRevision": "db-1",
+                                   "updateRevision": "db-2"}}),
+            )
+        };
+        let db_pod = |name: &str, revision: &str, status: Value| {
+            owned_pod(
+                name,
+                "StatefulSet/db",
+                json!({"controller-revision-hash": revision}),
+                status,
+            )
+        };
+        let agent = || of_kind("apps/v1", "DaemonSet", "agent", json!({}));
+        let live_agent = || {
+            Some(json!({"metadata": {"generation": 4,
+                                     "annotations": {"deprecated.daemonset.template.generation": "3"}},
+                        "status": {"observedGeneration": 4, "desiredNumberScheduled": 2,
+                                   "numberReady": 0, "updatedNumberScheduled": 1}}))
+        };
+        let agent_pod = |name: &str, generation: &str, status: Value| {
+            owned_pod(
+                name,
+                "DaemonSet/agent",
+                json!({"pod-template-generation": generation}),
+                status,
+            )
+        };
+        let cases = [
+            (
+                "a StatefulSet's old Pod crashes",
+                db(),
+                live_db(2),
+                vec![
+                    db_pod("db-0", "db-1", crashing()),
+                    db_pod("db-1", "db-2", gated()),
+                ],
+                Phase::Pending,
+            ),
+            (
+                "a StatefulSet's new Pod crashes",
+                db(),
+                live_db(2),
+                vec![
+                    db_pod("db-0", "db-2", crashing()),
+                    db_pod("db-1", "db-1", gated()),
+                ],
+                Phase::Error,
+            ),
+            (
+                "a StatefulSet whose controller has not seen its spec: its revision is not told yet",
+                db(),
+                live_db(1),
+                vec![db_pod("db-0", "db-2", crashing())],
+                Phase::Pending,
+            ),
+            (
+                "a Pod of another StatefulSet",
+                db(),
+                live_db(2),
+                vec![owned_pod(
+                    "cache-0",
+                    "StatefulSet/cache",
+                    json!({"controller-revision-hash": "cache-1"}),
+                    crashing(),
+                )],
+                Phase::Error,
+            ),
+            (
+                "a DaemonSet's old Pod crashes",
+                agent(),
+                live_agent(),
+                vec![agent_pod("agent-a", "2", crashing())],
+                Phase::Pending,
+            ),
+            (
+                "a DaemonSet's new Pod crashes",
+                agent(),
+                live_agent(),
+                vec![agent_pod("agent-a", "3", crashing())],
+                Phase::Error,
+            ),
+        ];
+        for (what, item, live, pods, want) in cases {
+            let status = derive_local_status(&[item], &[live], &pods, &[]);
+            assert_eq!(status.phase, want, "{what}: {:?}", status.message);
+        }
+    }
+
+    #[test]
+    fn replica_sets_are_read_only_when_a_rollout_meets_a_failing_pod() {
+        let web = || {
+            vec![of_kind(
+                "apps/v1",
+                "Deployment",
+                "web",
+                json!({"replicas": 1}),
+            )]
+        };
+        let rolling = || {
+            vec![live_web(
+                2,
+                json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 1}),
+            )]
+        };
+        let settled = || {
+            vec![live_web(
+                2,
+                json!({"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1}),
+            )]
+        };
+        let of_replica_set =
+            |status: Value| owned_pod("web-a", "ReplicaSet/web-old", json!({}), status);
+        let cases = [
+            (
+                "a rollout and a crashing Pod",
+                rolling(),
+                vec![of_replica_set(crashing())],
+                true,
+            ),
+            (
+                "no rollout",
+                settled(),
+                vec![of_replica_set(crashing())],
+                false,
+            ),
+            (
+                "only pending Pods",
+                rolling(),
+                vec![of_replica_set(gated())],
+                false,
+            ),
+            (
+                "the crashing Pod is being deleted anyway",
+                rolling(),
+                vec![{
+                    let mut pod = of_replica_set(crashing());
+                    pod["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+                    pod
+                }],
+                false,
+            ),
+            (
+                "a bare crashing Pod",
+                rolling(),
+                vec![pod("web-a", crashing())],
+                false,
+            ),
+        ];
+        for (what, live, pods, want) in cases {
+            assert_eq!(needs_replica_sets(&web(), &live, &pods), want, "{what}");
+        }
     }
 }

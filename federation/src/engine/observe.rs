@@ -3,7 +3,8 @@
 //! Live objects are read with the **name label only** (a same-named Comb of another namespace
 //! that applied a shared resource last still counts it as live), one list per resource type and
 //! namespace, sorted by resource id then namespace. Pods are read with both labels, and only when
-//! some workload is live.
+//! some workload is live; ReplicaSets (both labels, which a Deployment's Pod template carries)
+//! only when a Deployment rolls out while a Pod of a ReplicaSet fails.
 
 use std::collections::BTreeMap;
 
@@ -12,8 +13,9 @@ use serde_json::Value;
 use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::live_status::{LiveStatus, derive_local_status, needs_pods};
+use crate::engine::live_status::{LiveStatus, derive_local_status, needs_pods, needs_replica_sets};
 use crate::engine::render::RenderedItem;
+pub use crate::engine::values::object_name;
 use crate::error::Result;
 
 /// The live object of each rendered item (same order as the items), `None` where the object
@@ -64,20 +66,16 @@ pub async fn list_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Value>> {
     Ok(pods)
 }
 
-/// `metadata.name` of an object.
-pub fn object_name(object: &Value) -> Option<&str> {
-    object.pointer("/metadata/name").and_then(Value::as_str)
-}
-
 /// Reads what the cluster shows of rendered items and derives the local live status (§8.1):
-/// no items means Running without a single request; pods are read only when a workload is live.
+/// no items means Running without a single request; pods are read only when a workload is live,
+/// ReplicaSets only when the verdict depends on them.
 pub async fn observe_local(
     ops: &KubeOps,
     ctx: &CombContext,
     items: &[RenderedItem],
 ) -> Result<(LiveObjects, LiveStatus)> {
     if items.is_empty() {
-        return Ok((Vec::new(), derive_local_status(items, &[], &[])));
+        return Ok((Vec::new(), derive_local_status(items, &[], &[], &[])));
     }
     let live = fetch_live(ops, ctx, items, |_| true).await?;
     let pods = if needs_pods(items, &live) {
@@ -85,7 +83,18 @@ pub async fn observe_local(
     } else {
         Vec::new()
     };
-    let status = derive_local_status(items, &live, &pods);
+    let replica_sets = if needs_replica_sets(items, &live, &pods) {
+        ops.list(
+            "apps/v1",
+            "ReplicaSet",
+            Some(&ctx.namespace),
+            &ctx.label_selector(),
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
+    let status = derive_local_status(items, &live, &pods, &replica_sets);
     Ok((live, status))
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::engine::borrow::{Borrowing, live_status, resolved_endpoints};
 use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
-use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER};
+use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER, same_object};
 use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{list_pods, object_name};
 use crate::error::{Error, Result};
@@ -268,9 +268,12 @@ async fn act_on_kinds(
         let objects = ops
             .list(api_version, kind, Some(&ctx.namespace), &selector)
             .await?;
-        let mut names: Vec<&str> = objects.iter().filter_map(object_name).collect();
-        names.sort_unstable();
-        for name in names {
+        let mut named: Vec<(&str, &Value)> = objects
+            .iter()
+            .filter_map(|object| Some((object_name(object)?, object)))
+            .collect();
+        named.sort_unstable_by_key(|(name, _)| *name);
+        for (name, object) in named {
             let resource = ManagedObject {
                 api_version: api_version.to_string(),
                 kind: kind.to_string(),
@@ -289,7 +292,8 @@ async fn act_on_kinds(
                     body["metadata"] = json!({"name": name, "namespace": ctx.namespace});
                     ops.apply_as(&resource, &body, STOP_MANAGER).await?;
                 }
-                Action::Delete => ops.delete(&resource).await?,
+                // The Job listed, whatever its status did since; not one created anew.
+                Action::Delete => ops.delete(&resource, same_object(object)).await?,
             }
             touched.push(format!("{kind}/{name}"));
         }

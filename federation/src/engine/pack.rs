@@ -5,7 +5,10 @@
 //! Deployment's 1.4 KiB to a few hundred bytes. Packing and unpacking take microseconds; a step
 //! unpacks a handful of texts.
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use crate::error::{Error, Result};
 
 /// How much of the first text becomes the dictionary (LZ4 looks back 64 KiB at most).
 const DICTIONARY_MAX: usize = 16 * 1024;
@@ -30,18 +33,97 @@ impl Dictionary {
             .into_boxed_slice()
     }
 
-    /// The text of `packed`, which [`Dictionary::pack`] of this dictionary made (anything
-    /// else is `None`).
-    pub fn unpack(&self, packed: &[u8]) -> Option<String> {
-        let dictionary = self.0.get()?;
-        let bytes =
-            lz4_flex::block::decompress_size_prepended_with_dict(packed, dictionary).ok()?;
-        String::from_utf8(bytes).ok()
+    /// The text of `packed`, which [`Dictionary::pack`] of this dictionary made; anything
+    /// else is an [`Error::Undecodable`] saying what failed. It never fails for what this
+    /// process packed, unless memory or the code is broken: exactly what must not pass for an
+    /// empty copy.
+    pub fn unpack(&self, packed: &[u8]) -> Result<String> {
+        let dictionary = self
+            .0
+            .get()
+            .ok_or_else(|| undecodable("nothing was packed with its dictionary".into()))?;
+        let bytes = lz4_flex::block::decompress_size_prepended_with_dict(packed, dictionary)
+            .map_err(|error| undecodable(format!("it does not decompress: {error}")))?;
+        String::from_utf8(bytes)
+            .map_err(|error| undecodable(format!("it is not UTF-8 text: {error}")))
     }
 
     /// The JSON value of `packed`.
-    pub fn unpack_json<T: serde::de::DeserializeOwned>(&self, packed: &[u8]) -> Option<T> {
-        serde_json::from_str(&self.unpack(packed)?).ok()
+    pub fn unpack_json<T: serde::de::DeserializeOwned>(&self, packed: &[u8]) -> Result<T> {
+        serde_json::from_str(&self.unpack(packed)?)
+            .map_err(|error| undecodable(format!("it is not the JSON of what was kept: {error}")))
+    }
+}
+
+fn undecodable(message: String) -> Error {
+    Error::Undecodable(message)
+}
+
+/// Counts kept copies that do not decode, by context and kind: the controller's metric.
+pub trait CountUndecodable: Send + Sync {
+    fn undecodable(&self, context: &str, kind: &str);
+}
+
+/// How many objects the log remembers having named (more than any cluster holds broken).
+const LOGGED_MAX: usize = 4096;
+
+/// Where a kept copy (a watched object, a Comb's spec or status) that does not decode is
+/// reported: counted every time it is read ([`CountUndecodable`]), so that the count shows it
+/// persists, and logged once per object with its kind, namespace and name (never its content).
+/// The reader then does without the copy (asks the API server), never with an empty one.
+#[derive(Default)]
+pub struct UndecodableCopies {
+    counter: Option<Arc<dyn CountUndecodable>>,
+    logged: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for UndecodableCopies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UndecodableCopies").finish_non_exhaustive()
+    }
+}
+
+impl UndecodableCopies {
+    /// Counted by `counter`, and logged.
+    pub fn counted_by(counter: Arc<dyn CountUndecodable>) -> UndecodableCopies {
+        UndecodableCopies {
+            counter: Some(counter),
+            logged: Mutex::default(),
+        }
+    }
+
+    /// Reports the copy of `kind` `namespace/name` (in kube context `context`) that does not
+    /// decode; returns whether this was the first report of it (and so logged).
+    pub fn report(
+        &self,
+        context: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        error: &dyn std::fmt::Display,
+    ) -> bool {
+        if let Some(counter) = &self.counter {
+            counter.undecodable(context, kind);
+        }
+        let object = format!("{context}/{kind}/{namespace}/{name}");
+        let first = {
+            let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+            if logged.len() >= LOGGED_MAX {
+                logged.clear();
+            }
+            logged.insert(object)
+        };
+        if first {
+            tracing::error!(
+                context,
+                kind,
+                namespace,
+                name,
+                "a kept copy of {kind} {namespace}/{name} does not decode ({error}); it is read \
+                 from the API server instead (counted in comb_undecodable_copies_total)"
+            );
+        }
+        first
     }
 }
 
@@ -52,7 +134,13 @@ mod tests {
     #[test]
     fn texts_come_back_and_alike_texts_pack_small() {
         let dictionary = Dictionary::new();
-        assert_eq!(dictionary.unpack(b"nothing packed yet"), None);
+        assert_eq!(
+            dictionary
+                .unpack(b"nothing packed yet")
+                .unwrap_err()
+                .to_string(),
+            "nothing was packed with its dictionary"
+        );
         let texts: Vec<String> = (0..20)
             .map(|index| {
                 format!(
@@ -62,7 +150,7 @@ mod tests {
             .collect();
         let packed: Vec<Box<[u8]>> = texts.iter().map(|text| dictionary.pack(text)).collect();
         for (text, packed) in texts.iter().zip(&packed) {
-            assert_eq!(dictionary.unpack(packed).as_deref(), Some(text.as_str()));
+            assert_eq!(dictionary.unpack(packed).unwrap(), *text);
         }
         // The first is the dictionary: the others pack to their differences.
         assert!(
@@ -72,15 +160,51 @@ mod tests {
         );
         // Text unlike the dictionary still comes back, whole.
         let other = "é".repeat(10_000);
-        assert_eq!(dictionary.unpack(&dictionary.pack(&other)), Some(other));
-        assert_eq!(dictionary.unpack(b"\x05\0\0\0garbage"), None);
+        assert_eq!(dictionary.unpack(&dictionary.pack(&other)).unwrap(), other);
+        let garbage = dictionary.unpack(b"\x05\0\0\0garbage").unwrap_err();
+        assert!(
+            garbage.to_string().starts_with("it does not decompress"),
+            "{garbage}"
+        );
+        let cut = dictionary
+            .unpack_json::<serde_json::Value>(&dictionary.pack("{\"cut"))
+            .unwrap_err();
+        assert!(
+            cut.to_string()
+                .starts_with("it is not the JSON of what was kept"),
+            "{cut}"
+        );
+    }
+
+    #[derive(Default)]
+    struct Counted(Mutex<Vec<(String, String)>>);
+
+    impl CountUndecodable for Counted {
+        fn undecodable(&self, context: &str, kind: &str) {
+            self.0.lock().unwrap().push((context.into(), kind.into()));
+        }
+    }
+
+    #[test]
+    fn undecodable_copies_are_counted_each_time_and_logged_once() {
+        let counted = Arc::new(Counted::default());
+        let copies = UndecodableCopies::counted_by(counted.clone());
+        let error = Error::Undecodable("it does not decompress".into());
+        assert!(copies.report("prod", "Deployment", "apps", "web", &error));
+        assert!(!copies.report("prod", "Deployment", "apps", "web", &error));
+        assert!(copies.report("prod", "Comb", "apps", "web", &error));
+        assert_eq!(counted.0.lock().unwrap().len(), 3);
+        assert_eq!(
+            counted.0.lock().unwrap()[2],
+            ("prod".to_string(), "Comb".to_string())
+        );
     }
 
     #[test]
     fn a_first_text_longer_than_the_dictionary_still_packs() {
         let dictionary = Dictionary::new();
         let long = format!("a{}", "é".repeat(DICTIONARY_MAX));
-        assert_eq!(dictionary.unpack(&dictionary.pack(&long)), Some(long));
+        assert_eq!(dictionary.unpack(&dictionary.pack(&long)).unwrap(), long);
         assert!(dictionary.0.get().unwrap().len() <= DICTIONARY_MAX);
     }
 }

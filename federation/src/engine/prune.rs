@@ -4,10 +4,13 @@
 //! client edge executes a [`PrunePlan`] (one list per group with both labels; delete Background
 //! what is found, get what is not) and reports each orphan's [`OrphanFate`] to a
 //! [`PruneOutcome`], which keeps the notes and what stays recorded.
+//!
+//! Whether an object may be deleted at all is [`delete_verdict`]'s to say, for prune and for
+//! the cleanup of a deleted Comb alike: one rule, so that both honour the same keep marks.
 
 use std::collections::{BTreeMap, HashSet};
 
-use comb_api::{ManagedObject, group_of};
+use comb_api::{LabelKeys, ManagedObject};
 use serde_json::Value;
 
 use crate::engine::context::CombContext;
@@ -16,25 +19,9 @@ use crate::engine::render::RenderedItem;
 use crate::engine::tenancy::Tenancy;
 use crate::engine::values::clean_message;
 
-/// A resource's identity regardless of its API version.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ResourceKey {
-    pub group: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-}
+pub use crate::engine::status::{ResourceKey, union};
 
 impl ResourceKey {
-    pub fn of(resource: &ManagedObject) -> ResourceKey {
-        ResourceKey {
-            group: group_of(&resource.api_version).to_string(),
-            kind: resource.kind.clone(),
-            namespace: resource.namespace.clone(),
-            name: resource.name.clone(),
-        }
-    }
-
     pub fn of_item(item: &RenderedItem) -> ResourceKey {
         ResourceKey {
             group: item.group.clone(),
@@ -43,6 +30,55 @@ impl ResourceKey {
             name: item.name.clone(),
         }
     }
+}
+
+/// `helm.sh/resource-policy: keep`, Helm's mark of an object its release leaves in place.
+pub const HELM_KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
+
+/// What may become of an object a Comb would delete (prune, cleanup), decided on one copy of
+/// it. The delete then goes out conditional on that very copy (its uid and resourceVersion),
+/// so that a change in between (relabelled, marked keep, replaced) is decided again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteVerdict {
+    /// It carries both of the Comb's labels, is not marked keep and is not going yet.
+    Delete,
+    /// Marked keep: left in place. Names the mark (`comb.internal/keep: "true"`).
+    Keep(String),
+    /// Not the Comb's (any more): says why (`it no longer carries <selector>`).
+    NotOurs(String),
+    /// Being deleted already (a deletionTimestamp, finalizers pending).
+    Deleting,
+}
+
+/// The verdict on `object` for the Comb `namespace/name`: ours only with both labels (a
+/// same-named Comb of another namespace may have applied it last); then the keep marks,
+/// `<labelPrefix>keep: "true"` and `helm.sh/resource-policy: keep`; then whether it is going
+/// already.
+pub fn delete_verdict(
+    object: &Value,
+    keys: &LabelKeys,
+    namespace: &str,
+    name: &str,
+) -> DeleteVerdict {
+    let metadata = &object["metadata"];
+    let label = |key: &str| metadata["labels"][key].as_str();
+    if label(keys.name_label()) != Some(name) || label(keys.namespace_label()) != Some(namespace) {
+        return DeleteVerdict::NotOurs(format!(
+            "it no longer carries {}",
+            keys.label_selector(name, namespace)
+        ));
+    }
+    let annotation = |key: &str| metadata["annotations"][key].as_str();
+    if annotation(keys.keep_annotation()) == Some("true") {
+        return DeleteVerdict::Keep(format!("{}: \"true\"", keys.keep_annotation()));
+    }
+    if annotation(HELM_KEEP.0) == Some(HELM_KEEP.1) {
+        return DeleteVerdict::Keep(format!("{}: {}", HELM_KEEP.0, HELM_KEEP.1));
+    }
+    if !metadata["deletionTimestamp"].is_null() {
+        return DeleteVerdict::Deleting;
+    }
+    DeleteVerdict::Delete
 }
 
 /// Whether the recorded `managedResources` name other resources than the rendered items: the
@@ -133,17 +169,6 @@ pub fn changed_items<'a>(
     changed
 }
 
-/// `a ∪ b` by identity, keeping the first entry per identity, in order.
-pub fn union(first: &[ManagedObject], second: &[ManagedObject]) -> Vec<ManagedObject> {
-    let mut seen = HashSet::new();
-    first
-        .iter()
-        .chain(second)
-        .filter(|resource| seen.insert(ResourceKey::of(resource)))
-        .cloned()
-        .collect()
-}
-
 /// Namespaced orphans of one resource type in one namespace: one list finds them all.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PruneGroup {
@@ -229,12 +254,16 @@ pub fn plan_prune(
 pub enum OrphanFate {
     /// Found with both labels and deleted.
     Deleted,
+    /// Found with both labels but marked keep (the mark named): left in place, dropped from the
+    /// record, as Helm drops a kept object from its release.
+    Kept(String),
     /// Found with both labels; the delete failed with this message: kept for the next step.
     DeleteFailed(String),
-    /// Not in the list, but it exists: it lost our labels (or another namespace's Comb applied
-    /// it last). Left alone, dropped from the record.
+    /// Not in the list, but it exists, or read again after its delete met a change: it lost
+    /// our labels (or another namespace's Comb applied it last). Left alone, dropped from the
+    /// record.
     LostLabels,
-    /// Not in the list and gone.
+    /// Not in the list and gone (or already being deleted).
     Gone,
     /// Recorded with a namespace, but discovery says its Kind is cluster-scoped: left in place,
     /// dropped from the record.
@@ -266,6 +295,9 @@ impl PruneOutcome {
         match fate {
             OrphanFate::Deleted | OrphanFate::Gone => {}
             OrphanFate::ClusterScoped => self.notes.push(note_cluster_scoped(orphan)),
+            OrphanFate::Kept(mark) => self
+                .notes
+                .push(format!("left {kind} {name} in place: annotated {mark}")),
             OrphanFate::LostLabels => self.notes.push(format!(
                 "left {kind} {name} alone: it no longer carries {selector}"
             )),
@@ -325,6 +357,83 @@ mod tests {
             &Scopes::default(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn delete_verdicts() {
+        let keys = LabelKeys::default();
+        let object = |labels: Value, annotations: Value, deleting: bool| {
+            let mut object =
+                json!({"metadata": {"name": "x", "labels": labels, "annotations": annotations}});
+            if deleting {
+                object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            object
+        };
+        let ours = json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "platform"});
+        let not_ours = DeleteVerdict::NotOurs(
+            "it no longer carries comb.internal/comb=db,comb.internal/comb-namespace=platform"
+                .into(),
+        );
+        let cases = [
+            (
+                object(ours.clone(), json!({}), false),
+                DeleteVerdict::Delete,
+            ),
+            (
+                object(ours.clone(), json!({"comb.internal/keep": "true"}), false),
+                DeleteVerdict::Keep("comb.internal/keep: \"true\"".into()),
+            ),
+            (
+                object(ours.clone(), json!({"comb.internal/keep": "false"}), false),
+                DeleteVerdict::Delete,
+            ),
+            (
+                object(
+                    ours.clone(),
+                    json!({"helm.sh/resource-policy": "keep"}),
+                    false,
+                ),
+                DeleteVerdict::Keep("helm.sh/resource-policy: keep".into()),
+            ),
+            (
+                object(
+                    ours.clone(),
+                    json!({"helm.sh/resource-policy": "delete"}),
+                    false,
+                ),
+                DeleteVerdict::Delete,
+            ),
+            // Kept even while going: a finalizer holds it, and the mark still says keep.
+            (
+                object(ours.clone(), json!({"comb.internal/keep": "true"}), true),
+                DeleteVerdict::Keep("comb.internal/keep: \"true\"".into()),
+            ),
+            (
+                object(ours.clone(), json!({}), true),
+                DeleteVerdict::Deleting,
+            ),
+            (
+                object(
+                    json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "other"}),
+                    json!({"comb.internal/keep": "true"}),
+                    false,
+                ),
+                not_ours.clone(),
+            ),
+            (
+                object(json!({"comb.internal/comb": "db"}), json!({}), false),
+                not_ours.clone(),
+            ),
+            (object(json!(null), json!(null), false), not_ours),
+        ];
+        for (object, expected) in cases {
+            assert_eq!(
+                delete_verdict(&object, &keys, "platform", "db"),
+                expected,
+                "{object}"
+            );
+        }
     }
 
     #[test]
@@ -493,6 +602,7 @@ mod tests {
                 res("v1", "Service", Some("platform"), "stuck"),
                 res("v1", "Service", Some("platform"), "relabelled"),
                 res("v1", "Service", Some("platform"), "gone"),
+                res("v1", "Service", Some("platform"), "kept"),
                 res("v1", "ConfigMap", Some("platform"), "unlisted"),
             ],
             &[],
@@ -511,6 +621,10 @@ mod tests {
             ),
             ("relabelled", OrphanFate::LostLabels),
             ("gone", OrphanFate::Gone),
+            (
+                "kept",
+                OrphanFate::Kept("helm.sh/resource-policy: keep".into()),
+            ),
             (
                 "unlisted",
                 OrphanFate::Unchecked("Kubernetes API error (list ConfigMap): 503".into()),
@@ -534,6 +648,7 @@ mod tests {
                 "could not check ConfigMap unlisted for pruning: Kubernetes API error (list ConfigMap): 503",
                 "deleting Service stuck failed: Kubernetes API error (delete Service): 500 boom",
                 "left Service relabelled alone: it no longer carries comb.internal/comb=nats,comb.internal/comb-namespace=platform",
+                "left Service kept in place: annotated helm.sh/resource-policy: keep",
             ]
         );
         let desired = [

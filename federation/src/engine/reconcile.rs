@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use comb_api::{
-    CONFIG_READY, CombStatus, ConditionStatus, DEPENDENCIES_READY, ManagedObject,
+    CONFIG_READY, Comb, CombStatus, ConditionStatus, DEPENDENCIES_READY, ManagedObject,
     NO_RESOURCE_RECONCILIATION, Phase, Reason,
 };
 use futures::FutureExt;
@@ -31,7 +31,9 @@ use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::RenderedItem;
-use crate::engine::status::{Established, StepRecord, Verdict, build_status, last_resort_status};
+use crate::engine::status::{
+    Established, StepRecord, Verdict, build_status, last_resort_status, rebuild_status,
+};
 use crate::engine::values::clean_message;
 use crate::error::Result;
 
@@ -67,9 +69,6 @@ pub struct StepEnv<'a> {
     pub ops: &'a KubeOps,
     /// Finds dependencies; `None` blocks every Comb that has some (`NoResolver`).
     pub resolver: Option<&'a dyn DependencyResolver>,
-    /// Where the Comb's borrow stands on its layer's fallback chain, when the layer has one:
-    /// the step records it (the `UpstreamFallback` condition, the Ready message).
-    pub fallback: Option<&'a FallbackState>,
 }
 
 /// The message of the Ready condition while `spec.maintenance` stops reconciliation.
@@ -87,6 +86,18 @@ pub async fn reconcile(
     comb: &mut CombInstance,
     env: StepEnv<'_>,
     upstream: UpstreamResolution,
+) -> CombStatus {
+    reconcile_with_fallback(comb, env, upstream, None).await
+}
+
+/// [`reconcile`] of a borrower whose layer's borrow has a fallback: `fallback` says where it
+/// stands on the chain (the step records it: the `UpstreamFallback` condition, the Ready
+/// message), and `upstream` is the entry in use.
+pub async fn reconcile_with_fallback(
+    comb: &mut CombInstance,
+    env: StepEnv<'_>,
+    upstream: UpstreamResolution,
+    fallback: Option<&FallbackState>,
 ) -> CombStatus {
     let previous = comb.recorded_status().cloned();
     let resolved_local = matches!(upstream, UpstreamResolution::Local);
@@ -112,7 +123,7 @@ pub async fn reconcile(
                 clean_message(&panic_message(panic.as_ref())),
             ),
         };
-        if let Some(fallback) = env.fallback {
+        if let Some(fallback) = fallback {
             fallback.mark(&mut record);
         }
         record
@@ -696,7 +707,16 @@ async fn record_status(
         comb.set_progress_due(Some(due));
         return previous.clone();
     }
-    match write_status(comb, ops, &status).await {
+    let rebuild = |current: &Comb| {
+        rebuild_status(
+            record,
+            previous,
+            current.status.as_ref(),
+            generation,
+            Timestamp::now(),
+        )
+    };
+    match write_status(comb, ops, &status, rebuild).await {
         Ok(stored) => stored,
         Err(failure) => {
             tracing::warn!(
@@ -736,20 +756,27 @@ fn only_progress(previous: &CombStatus, status: &CombStatus) -> bool {
         && without_message(previous) == without_message(status)
 }
 
-/// Writes `status` through [`KubeOps::write_comb_status`] and adopts what the server stored
-/// (or, when writing failed, the CR it read again). The error is the message of the last failure.
+/// Writes `status` through [`KubeOps::write_comb_status`] (built again by `rebuild` on a CR
+/// read again) and adopts what the server stored (or, when writing failed, the CR it read
+/// again). The error is the message of the last failure.
 async fn write_status(
     comb: &mut CombInstance,
     ops: &KubeOps,
     status: &CombStatus,
+    rebuild: impl Fn(&Comb) -> Option<CombStatus>,
 ) -> std::result::Result<CombStatus, String> {
     let group = comb.settings().group.clone();
     let mut cr = comb.cr().clone();
-    let unchanged = cr.status.as_ref() == Some(status);
-    let written = ops.write_comb_status(&group, &mut cr, status).await;
+    let written = ops
+        .write_comb_status(&group, &mut cr, status, rebuild)
+        .await;
+    // What the server stored is a later version than the CR it was written over.
+    let wrote = written
+        .as_ref()
+        .is_ok_and(|stored| stored.metadata.resource_version != cr.metadata.resource_version);
     comb.adopt_cr(cr);
     let stored = written.map_err(|error| error.to_string())?;
-    if !unchanged {
+    if wrote {
         comb.set_status_written_at(Some(Instant::now()));
     }
     let recorded = stored.status.clone().unwrap_or_else(|| status.clone());

@@ -1,16 +1,48 @@
 //! Building the recorded `CombStatus` from what a reconcile step decided (reference §6.7
 //! carry-forward, §6.8 `_status_from`). Pure: `now` is a parameter.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use comb_api::{
     CONFIG_READY, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus, ConditionStatus,
-    DEPENDENCIES_READY, ManagedObject, Phase, READY, Reason, STATUS_WRITTEN,
+    DEPENDENCIES_READY, ManagedObject, Phase, READY, Reason, STATUS_WRITTEN, group_of,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::engine::values::clean_message;
+
+/// A resource's identity regardless of its API version: how `managedResources` entries are
+/// compared (a new API version of a Kind is the same object).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    pub group: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl ResourceKey {
+    pub fn of(resource: &ManagedObject) -> ResourceKey {
+        ResourceKey {
+            group: group_of(&resource.api_version).to_string(),
+            kind: resource.kind.clone(),
+            namespace: resource.namespace.clone(),
+            name: resource.name.clone(),
+        }
+    }
+}
+
+/// `a ∪ b` by identity, keeping the first entry per identity, in order.
+pub fn union(first: &[ManagedObject], second: &[ManagedObject]) -> Vec<ManagedObject> {
+    let mut seen = HashSet::new();
+    first
+        .iter()
+        .chain(second)
+        .filter(|resource| seen.insert(ResourceKey::of(resource)))
+        .cloned()
+        .collect()
+}
 
 /// What a step established as serving the Comb.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +200,50 @@ pub fn build_status(
         },
         observed_generation: generation,
     }
+}
+
+/// The status of a step built again on `current`, the status the CR records when writing the
+/// step's status met a conflict (someone wrote the CR after the step read it), never the one
+/// built for the older copy: [`build_status`] with `current` as the previous status (the
+/// conditions keep its times, carried fields come from it), and what `current` records as
+/// managed beyond what the step started from (`started_from`) stays recorded: another writer
+/// applied it meanwhile, and a record without it would never prune it. `None` when `current`
+/// observed a later generation than `generation`, the step's: its verdict is about a newer
+/// spec than the step's, and stands.
+pub fn rebuild_status(
+    record: &StepRecord,
+    started_from: Option<&CombStatus>,
+    current: Option<&CombStatus>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<CombStatus> {
+    let observed = current.and_then(|current| current.observed_generation);
+    if let (Some(observed), Some(generation)) = (observed, generation)
+        && observed > generation
+    {
+        return None;
+    }
+    let mut status = build_status(record, current, generation, None, now);
+    if record.managed.is_some() {
+        let known: HashSet<ResourceKey> = started_from
+            .map(CombStatus::managed)
+            .unwrap_or_default()
+            .iter()
+            .map(ResourceKey::of)
+            .collect();
+        let recorded_since: Vec<ManagedObject> = current
+            .map(CombStatus::managed)
+            .unwrap_or_default()
+            .iter()
+            .filter(|resource| !known.contains(&ResourceKey::of(resource)))
+            .cloned()
+            .collect();
+        if !recorded_since.is_empty() {
+            let managed = status.managed_resources.take().unwrap_or_default();
+            status.managed_resources = Some(union(&managed, &recorded_since));
+        }
+    }
+    Some(status)
 }
 
 /// `upstream` with the previous `observedAt` while the rest of what comb knows of the upstream
@@ -359,6 +435,109 @@ mod tests {
         );
         assert_eq!(status.observed_generation, Some(3));
         assert_eq!(status.phase, Some(Phase::Pending));
+    }
+
+    #[test]
+    fn a_status_is_built_again_on_a_newer_record() {
+        let now = at("2026-09-26T12:00:00Z");
+        let names = |status: &CombStatus| {
+            status
+                .managed()
+                .iter()
+                .map(|r| r.name.clone())
+                .collect::<Vec<_>>()
+        };
+        let started_from = previous();
+        // Since the step read the CR, another writer recorded `theirs` and a later Ready time.
+        let mut current = previous();
+        current
+            .managed_resources
+            .get_or_insert_with(Vec::new)
+            .push(resource("theirs"));
+        let mut ready = current.conditions.clone().unwrap();
+        ready[0].last_transition_time = Some(Time(at("2026-05-05T00:00:00Z")));
+        current.conditions = Some(ready);
+        let mut applied = StepRecord::finished(Phase::Running, Reason::Healthy, "healthy");
+        applied.managed = Some(vec![resource("web"), resource("old")]);
+        applied.established = Some(Established::Local);
+        let mut pruned = applied.clone();
+        pruned.managed = Some(vec![resource("web")]);
+        let carried = StepRecord::finished(Phase::Blocked, Reason::DependencyNotReady, "db");
+        // (case, the step's record, the status it started from, its generation, what the
+        // rebuilt status records as managed; `None`: nothing is rebuilt).
+        type Case<'a> = (
+            &'a str,
+            &'a StepRecord,
+            Option<&'a CombStatus>,
+            Option<i64>,
+            Option<Vec<&'a str>>,
+        );
+        let cases: [Case; 6] = [
+            // What the step applied, and what the other writer recorded since.
+            (
+                "applied",
+                &applied,
+                Some(&started_from),
+                Some(1),
+                Some(vec!["web", "old", "theirs"]),
+            ),
+            // What the step pruned stays pruned: only what was recorded since is added.
+            (
+                "pruned",
+                &pruned,
+                Some(&started_from),
+                Some(1),
+                Some(vec!["web", "theirs"]),
+            ),
+            // A step that applied nothing carries the newer record whole.
+            (
+                "carried",
+                &carried,
+                Some(&started_from),
+                Some(1),
+                Some(vec!["old", "theirs"]),
+            ),
+            // A step that started from no status adds all of it.
+            (
+                "first",
+                &pruned,
+                None,
+                Some(1),
+                Some(vec!["web", "old", "theirs"]),
+            ),
+            // The newer record observed a later generation: it stands.
+            (
+                "later generation",
+                &applied,
+                Some(&started_from),
+                Some(0),
+                None,
+            ),
+            // Without generations, nothing tells: built again.
+            (
+                "no generation",
+                &pruned,
+                Some(&started_from),
+                None,
+                Some(vec!["web", "theirs"]),
+            ),
+        ];
+        for (case, record, started_from, generation, expected) in cases {
+            let rebuilt = rebuild_status(record, started_from, Some(&current), generation, now);
+            assert_eq!(
+                rebuilt.as_ref().map(names),
+                expected.map(|names| names.iter().map(|n| n.to_string()).collect()),
+                "{case}"
+            );
+        }
+        // The conditions keep the newer record's times.
+        let rebuilt =
+            rebuild_status(&applied, Some(&started_from), Some(&current), Some(1), now).unwrap();
+        assert_eq!(
+            rebuilt.ready().unwrap().last_transition_time,
+            Some(Time(at("2026-05-05T00:00:00Z")))
+        );
+        assert_eq!(rebuilt.observed_generation, Some(1));
     }
 
     #[test]

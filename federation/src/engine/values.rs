@@ -31,6 +31,11 @@ pub fn truthy(value: Option<&Value>) -> bool {
     }
 }
 
+/// `metadata.name` of an object.
+pub fn object_name(object: &Value) -> Option<&str> {
+    object.pointer("/metadata/name").and_then(Value::as_str)
+}
+
 /// How the reference names a value that is not what it wanted: `an array`, `null`, or
 /// `a plain scalar` for strings, numbers and booleans.
 pub fn describe_value(value: &Value) -> &'static str {

@@ -122,7 +122,6 @@ impl Cluster {
         let env = StepEnv {
             ops: &self.ops,
             resolver: None,
-            fallback: None,
         };
         reconcile(comb, env, upstream).await
     }
@@ -172,7 +171,6 @@ impl Cluster {
         let env = StepEnv {
             ops: &self.ops,
             resolver,
-            fallback: None,
         };
         reconcile(comb, env, UpstreamResolution::Local).await
     }

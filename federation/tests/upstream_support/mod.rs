@@ -192,7 +192,6 @@ impl Layers {
             StepEnv {
                 ops: &ops,
                 resolver: None,
-                fallback: None,
             },
             upstream,
         )

@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 use super::object::{self, insert_nonzero};
 use super::replicaset::pod_from_template;
 use super::{Action, Kind, Plan, hash, pod};
+use crate::strategy::DAEMONSET_TEMPLATE_GENERATION;
 
 const REVISION_LABEL: &str = "controller-revision-hash";
 const GENERATION_LABEL: &str = "pod-template-generation";
@@ -54,7 +55,10 @@ pub fn plan(ds: &Value, pods: &[&Value], now: Timestamp) -> Plan {
 fn daemon_pod(ds: &Value, revision: &str) -> Value {
     let mut pod = pod_from_template(ds, Kind::DaemonSet);
     pod["metadata"]["labels"][REVISION_LABEL] = json!(revision);
-    pod["metadata"]["labels"][GENERATION_LABEL] = json!(object::generation(ds).to_string());
+    // The template generation the API server keeps, as the controller's `GetTemplateGeneration`.
+    let generation = object::annotation(ds, DAEMONSET_TEMPLATE_GENERATION)
+        .map_or_else(|| object::generation(ds).to_string(), str::to_string);
+    pod["metadata"]["labels"][GENERATION_LABEL] = json!(generation);
     // The controller pins each daemon Pod to its node through required node affinity.
     pod["spec"]["affinity"]["nodeAffinity"] = json!({
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::object::{self, add, carry_condition_times, format_time, parse_time};
 use super::{Action, Kind, Plan, SimConfig, hash, quantity};
+use crate::strategy::scheduling_gated;
 
 /// The one node every Pod runs on.
 pub const NODE_NAME: &str = "sandbox-node";
@@ -109,6 +110,9 @@ pub fn plan(pod: &Value, now: Timestamp, config: &SimConfig, pod_ip: &str) -> Pl
         }
         // Bound to a node that does not exist: no kubelet will ever run it.
         Some(_) => Plan::default(),
+        // Held by its scheduling gates (the API server said so when it was created): the
+        // scheduler waits until they are removed.
+        None if scheduling_gated(&pod["spec"]) => Plan::default(),
         None => match unschedulable_message(&pod["spec"]) {
             Some(message) => {
                 let wanted = vec![json!({

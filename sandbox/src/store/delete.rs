@@ -40,14 +40,17 @@ impl Store {
             .get(rt, &ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(rt, name))?;
+        // Checked as kube-apiserver's `rest.BeforeDelete` does, before anything else: a
+        // conflict naming the Kind (`ConfigMap`, `Deployment.apps`), uid first.
         if let Some(uid) = &options.precondition_uid
             && uid != meta::uid(&old)
         {
-            return Err(ApiError::conflict_because(
+            return Err(ApiError::precondition_failed(
                 rt,
                 name,
                 &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    "the UID in the precondition ({uid}) does not match the UID in record ({}). \
+                     The object might have been deleted and then recreated",
                     meta::uid(&old)
                 ),
             ));
@@ -55,11 +58,12 @@ impl Store {
         if let Some(rv) = &options.precondition_resource_version
             && rv != meta::resource_version(&old)
         {
-            return Err(ApiError::conflict_because(
+            return Err(ApiError::precondition_failed(
                 rt,
                 name,
                 &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    "the ResourceVersion in the precondition ({rv}) does not match the \
+                     ResourceVersion in record ({}). The object might have been modified",
                     meta::resource_version(&old)
                 ),
             ));

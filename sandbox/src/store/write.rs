@@ -431,6 +431,9 @@ impl Store {
                 ));
             }
         }
+        if subresource == Subresource::Main {
+            strategy::count_template_changes(rt, &old, &mut next);
+        }
         // A status update never makes a new generation (the status strategies keep the spec).
         if rt.tracks_generation()
             && subresource == Subresource::Main

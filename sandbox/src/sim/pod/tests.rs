@@ -93,6 +93,24 @@ fn scheduling() {
 }
 
 #[test]
+fn a_gated_pod_waits_for_its_gates_to_go() {
+    let mut gated = pod(json!([{"name": "a", "image": "nginx"}]));
+    gated["spec"].as_object_mut().map(|s| s.remove("nodeName"));
+    gated["spec"]["schedulingGates"] = json!([{"name": "example.com/hold"}]);
+    // Not even marked unschedulable: the API server said why it waits when it was created.
+    gated["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "128"}});
+    let plan_now = |pod: &Value| plan(pod, at(0), &config(0), "10.244.0.7");
+    assert_eq!(plan_now(&gated).actions.len(), 0);
+
+    gated["spec"]["containers"][0]["resources"] = json!({});
+    gated["spec"]["schedulingGates"] = json!([]);
+    match plan_now(&gated).actions.as_slice() {
+        [Action::Update(Kind::Pod, bound)] => assert_eq!(bound["spec"]["nodeName"], NODE_NAME),
+        other => panic!("expected a bind once the gates are gone, got {other:?}"),
+    }
+}
+
+#[test]
 fn an_unbound_pod_is_bound_or_marked_unschedulable() {
     let mut unbound = pod(json!([{"name": "a", "image": "nginx"}]));
     unbound["spec"]
