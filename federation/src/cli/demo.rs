@@ -542,6 +542,7 @@ mod tests {
             message: Some("m".into()),
             upstream: None,
             via: via.iter().map(|v| v.to_string()).collect(),
+            fallback: None,
             endpoints: Vec::new(),
             creation_timestamp: None,
         }

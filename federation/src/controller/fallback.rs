@@ -114,11 +114,14 @@ pub(crate) fn checked_contexts(config: &crate::config::Config) -> BTreeMap<Strin
     contexts
 }
 
-/// What a look at one API server found, as words for the chain: a refusal, a server that is
-/// not ready, or no answer in time.
+/// What a look at one API server found, as words for the chain: a server that says it is not
+/// ready (`/readyz` fails), one that cannot be reached (refused, or a proxy or load balancer in
+/// front of it answering 502, 503 or 504), or no answer in time.
 fn check_failure(outcome: Result<kube::Error, Duration>) -> String {
     match outcome {
-        Ok(kube::Error::Api(_)) => "context not ready".to_string(),
+        Ok(kube::Error::Api(status)) if !matches!(status.code, 502..=504) => {
+            "context not ready".to_string()
+        }
         Ok(_) => "context unreachable".to_string(),
         Err(timeout) => format!("context not answering within {}", written_duration(timeout)),
     }
@@ -390,7 +393,7 @@ impl Shared {
         let schedule = schedules.get(context)?;
         let api = lock(&self.fallbacks.api)
             .get(context)
-            .and_then(|health| health.observation(now, schedule.period, schedule.timeout))?;
+            .and_then(|health| health.observation(now, schedule.period))?;
         let Observation::Healthy { .. } = api else {
             return Some(api);
         };
@@ -567,10 +570,6 @@ async fn check_context(
             Ok(request) => request,
             Err(_) => return,
         };
-        lock(&shared.fallbacks.api)
-            .entry(context.clone())
-            .or_default()
-            .checking(Instant::now());
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,
             outcome = tokio::time::timeout(schedule.timeout, client.request_text(request)) => outcome,

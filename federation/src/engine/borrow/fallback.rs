@@ -152,6 +152,10 @@ impl Hysteresis {
             Observation::Healthy { seen_at } => {
                 self.last_healthy = self.last_healthy.max(seen_at.min(now));
                 self.healthy_run.get_or_insert(now);
+                // A reason is about the spell it was seen in, not one long over.
+                if self.is_healthy() {
+                    self.last_why = None;
+                }
             }
             Observation::Unhealthy(why) => {
                 self.healthy_run = None;
@@ -439,57 +443,35 @@ pub struct ApiHealth {
     pub answered_at: Option<Instant>,
     /// When a check last failed, and why; cleared by an answer.
     pub failed: Option<(Instant, String)>,
-    /// Since when the check now under way waits for its answer.
-    pub checking_since: Option<Instant>,
 }
 
 impl ApiHealth {
-    /// Records that a check starts at `at`.
-    pub fn checking(&mut self, at: Instant) {
-        self.checking_since = Some(at);
-    }
-
     /// Records an answer at `at`.
     pub fn answered(&mut self, at: Instant) {
         self.answered_at = Some(at);
         self.failed = None;
-        self.checking_since = None;
     }
 
     /// Records a failed check at `at`.
     pub fn failed(&mut self, at: Instant, why: impl Into<String>) {
         self.failed = Some((at, why.into()));
-        self.checking_since = None;
     }
 
-    /// What the checks say at `now`, for checks every `period` that may take `timeout`:
-    /// unhealthy after a failure, while a check waits longer than a period for its answer (a
-    /// server that takes connections and does not answer), or when the last answer is older
-    /// than a period and a timeout; healthy as of the last answer; `None` before any check
-    /// finished.
+    /// What the checks say at `now`, for checks every `period`: unhealthy after a failure, or
+    /// when no answer came for two periods (a server that takes connections and does not
+    /// answer: its check waits for its timeout); healthy as of the last answer; `None` before
+    /// any check finished.
     ///
     /// A check that is merely slow counts against the upstream too: that only delays the way
     /// back (a run of healthy looks starts again), never a switch, which waits for
     /// `unhealthyAfter` since the last answer.
-    pub fn observation(
-        &self,
-        now: Instant,
-        period: Duration,
-        timeout: Duration,
-    ) -> Option<Observation> {
+    pub fn observation(&self, now: Instant, period: Duration) -> Option<Observation> {
         if let Some((_, why)) = &self.failed {
             return Some(Observation::Unhealthy(why.clone()));
         }
-        let not_answering = || Some(Observation::Unhealthy("context not answering".to_string()));
-        if self
-            .checking_since
-            .is_some_and(|since| now.saturating_duration_since(since) > period)
-        {
-            return not_answering();
-        }
         let answered = self.answered_at?;
-        if now.saturating_duration_since(answered) > period + timeout {
-            return not_answering();
+        if now.saturating_duration_since(answered) > period * 2 {
+            return Some(Observation::Unhealthy("context not answering".to_string()));
         }
         Some(Observation::Healthy { seen_at: answered })
     }
@@ -865,18 +847,15 @@ mod tests {
     #[test]
     fn api_checks_turn_failures_and_hangs_into_unhealthy_looks() {
         let t0 = Instant::now();
-        let (period, timeout) = (secs(1), secs(2));
-        let look = |api: &ApiHealth, at: u64| api.observation(t0 + secs(at), period, timeout);
+        let look = |api: &ApiHealth, at: u64| api.observation(t0 + secs(at), secs(1));
         let mut api = ApiHealth::default();
         assert_eq!(look(&api, 0), None, "nothing checked yet");
-        api.checking(t0);
         api.answered(t0);
         assert_eq!(look(&api, 1), Some(Observation::Healthy { seen_at: t0 }));
-        api.checking(t0 + secs(1));
         assert_eq!(
             look(&api, 2),
             Some(Observation::Healthy { seen_at: t0 }),
-            "a check under way for a period is not late yet"
+            "one check late is not silence yet"
         );
         let not_answering = Some(Observation::Unhealthy("context not answering".into()));
         assert_eq!(look(&api, 3), not_answering, "a check that hangs");
@@ -894,7 +873,33 @@ mod tests {
                 seen_at: t0 + secs(6)
             })
         );
-        assert_eq!(look(&api, 10), not_answering, "no check for long");
+    }
+
+    #[test]
+    fn a_reason_is_about_the_spell_it_was_seen_in() {
+        let t0 = Instant::now();
+        let mut health = Hysteresis::healthy(t0);
+        health.observe(
+            t0,
+            Observation::Unhealthy("Comb platform/nats has not recorded a status".into()),
+            &POLICY,
+        );
+        health.observe(
+            t0 + secs(1),
+            Observation::Healthy {
+                seen_at: t0 + secs(1),
+            },
+            &POLICY,
+        );
+        health.judge(t0 + secs(31), &POLICY);
+        assert_eq!(
+            health.health(),
+            &Health::Unhealthy {
+                since: t0 + secs(31),
+                why: "no healthy observation".into()
+            },
+            "silence, not the old reason"
+        );
     }
 
     #[test]
