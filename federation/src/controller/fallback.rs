@@ -377,7 +377,7 @@ impl Shared {
     }
 
     /// What one look at `peer` finds at `now`; `None` while there is nothing to go by yet (no
-    /// check of its context has finished, its layer has not listed, an address is not probed).
+    /// check of its context has finished, an address is not probed).
     fn look(
         &self,
         peer: &Peer,
@@ -386,44 +386,44 @@ impl Shared {
         now: Instant,
     ) -> Option<Observation> {
         let layer = &peer.layer;
-        if layer.state() == LayerState::Down {
-            return Some(Observation::Unhealthy("context unreachable".to_string()));
-        }
         let context = &layer.layer.context;
         let schedule = schedules.get(context)?;
-        let api = lock(&self.fallbacks.api)
-            .get(context)
-            .and_then(|health| health.observation(now, schedule.period))?;
-        let Observation::Healthy { .. } = api else {
-            return Some(api);
+        let api = lock(&self.fallbacks.api).get(context).cloned()?;
+        let api_trouble = if layer.state() == LayerState::Down {
+            Some("context unreachable".to_string())
+        } else {
+            api.trouble(now, schedule.period)
         };
-        if !layer.is_listed() {
-            return None;
-        }
+        let serves = if layer.is_listed() {
+            self.serves(peer, fallback)
+        } else {
+            None
+        };
+        Observation::of(api.answered_at, api_trouble, serves)
+    }
+
+    /// Whether `peer`'s Comb serves, by its status as the watch holds it and (`probe: tcp`) the
+    /// probes of its addresses; `None` while an address is not probed yet.
+    fn serves(&self, peer: &Peer, fallback: &Fallback) -> Option<Result<(), String>> {
         let place = format!("Comb {}", peer.key);
-        let status = match layer.kept_status(&peer.key) {
-            None => return Some(Observation::Unhealthy(format!("no {place}"))),
-            Some(Err(_)) => {
-                return Some(Observation::Unhealthy(format!(
-                    "the status of {place} does not decode"
-                )));
-            }
+        let status = match peer.layer.kept_status(&peer.key) {
+            None => return Some(Err(format!("no {place}"))),
+            Some(Err(_)) => return Some(Err(format!("the status of {place} does not decode"))),
             Some(Ok(status)) => status,
         };
         if let Err(why) = peer_serves(&place, status.as_ref()) {
-            return Some(Observation::Unhealthy(why));
+            return Some(Err(why));
         }
         if fallback.probe == Some(Probe::Tcp) {
             let probes = lock(&self.fallbacks.probes);
             for address in bridge_addresses(status.as_ref(), peer.same_server) {
-                match probes.get(&address) {
-                    None => return None,
-                    Some((_, Err(why))) => return Some(Observation::Unhealthy(why.clone())),
-                    Some((_, Ok(()))) => {}
+                match probes.get(&address)? {
+                    (_, Err(why)) => return Some(Err(why.clone())),
+                    (_, Ok(())) => {}
                 }
             }
         }
-        Some(api)
+        Some(Ok(()))
     }
 
     /// Probes the addresses the bridges of `borrowers` with `probe: tcp` would use, each at most

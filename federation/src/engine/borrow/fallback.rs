@@ -81,8 +81,44 @@ impl HealthPolicy {
 pub enum Observation {
     /// It serves; its API server last answered at `seen_at` (at or before the look).
     Healthy { seen_at: Instant },
-    /// It does not serve, and why (`context unreachable`, `Comb platform/nats is Blocked`).
-    Unhealthy(String),
+    /// It does not serve, and why (`context unreachable`, `Comb platform/nats is Blocked`);
+    /// `seen_healthy_at`, when the look can tell, is the last time it did (its API server's last
+    /// answer, while its Comb served): an answer that came between two looks counts.
+    Unhealthy {
+        why: String,
+        seen_healthy_at: Option<Instant>,
+    },
+}
+
+impl Observation {
+    /// Unhealthy for `why`, with no word on when it last served.
+    pub fn unhealthy(why: impl Into<String>) -> Observation {
+        Observation::Unhealthy {
+            why: why.into(),
+            seen_healthy_at: None,
+        }
+    }
+
+    /// One look at an upstream from its parts: when its API server last answered and what is
+    /// wrong with it now (`api_trouble`: a failed check, no answer for a while, its watches
+    /// failing), and whether its Comb serves (`peer`: `None` while that cannot be told, such as
+    /// an address not probed yet). Trouble with the API server is named first: it is why the
+    /// rest cannot be trusted.
+    pub fn of(
+        answered_at: Option<Instant>,
+        api_trouble: Option<String>,
+        peer: Option<Result<(), String>>,
+    ) -> Option<Observation> {
+        match (api_trouble, peer) {
+            (Some(why), peer) => Some(Observation::Unhealthy {
+                why,
+                seen_healthy_at: answered_at.filter(|_| peer == Some(Ok(()))),
+            }),
+            (None, Some(Err(why))) => Some(Observation::unhealthy(why)),
+            (None, None) => None,
+            (None, Some(Ok(()))) => answered_at.map(|seen_at| Observation::Healthy { seen_at }),
+        }
+    }
 }
 
 /// An upstream's health after hysteresis.
@@ -157,7 +193,13 @@ impl Hysteresis {
                     self.last_why = None;
                 }
             }
-            Observation::Unhealthy(why) => {
+            Observation::Unhealthy {
+                why,
+                seen_healthy_at,
+            } => {
+                if let Some(seen_at) = seen_healthy_at {
+                    self.last_healthy = self.last_healthy.max(seen_at.min(now));
+                }
                 self.healthy_run = None;
                 self.last_why = Some(why);
             }
@@ -253,14 +295,6 @@ impl FallbackChain {
         }
     }
 
-    pub fn candidates(&self) -> impl Iterator<Item = &Candidate> {
-        self.entries.iter().map(|(candidate, _)| candidate)
-    }
-
-    pub fn policy(&self) -> &HealthPolicy {
-        &self.policy
-    }
-
     /// The entry in use.
     pub fn current(&self) -> &Candidate {
         &self.entries[self.current].0
@@ -269,11 +303,6 @@ impl FallbackChain {
     /// Whether the entry in use is a fallback.
     pub fn on_fallback(&self) -> bool {
         self.current > 0
-    }
-
-    /// The health of entry `index`.
-    pub fn health(&self, index: usize) -> Option<&Health> {
-        self.entries.get(index).map(|(_, health)| health.health())
     }
 
     /// Takes in what a look at entry `index` found at `now`. `local` needs no look: it is
@@ -457,23 +486,20 @@ impl ApiHealth {
         self.failed = Some((at, why.into()));
     }
 
-    /// What the checks say at `now`, for checks every `period`: unhealthy after a failure, or
-    /// when no answer came for two periods (a server that takes connections and does not
-    /// answer: its check waits for its timeout); healthy as of the last answer; `None` before
-    /// any check finished.
+    /// What is wrong with the API server at `now`, for checks every `period`: a failed check, or
+    /// no answer for two periods (a server that takes connections and does not answer: its
+    /// check waits for its timeout). `None` while it answers.
     ///
     /// A check that is merely slow counts against the upstream too: that only delays the way
     /// back (a run of healthy looks starts again), never a switch, which waits for
     /// `unhealthyAfter` since the last answer.
-    pub fn observation(&self, now: Instant, period: Duration) -> Option<Observation> {
+    pub fn trouble(&self, now: Instant, period: Duration) -> Option<String> {
         if let Some((_, why)) = &self.failed {
-            return Some(Observation::Unhealthy(why.clone()));
+            return Some(why.clone());
         }
         let answered = self.answered_at?;
-        if now.saturating_duration_since(answered) > period * 2 {
-            return Some(Observation::Unhealthy("context not answering".to_string()));
-        }
-        Some(Observation::Healthy { seen_at: answered })
+        (now.saturating_duration_since(answered) > period * 2)
+            .then(|| "context not answering".to_string())
     }
 }
 
@@ -502,7 +528,7 @@ mod tests {
                 let observation = if *healthy {
                     Observation::Healthy { seen_at: now }
                 } else {
-                    Observation::Unhealthy("context unreachable".into())
+                    Observation::unhealthy("context unreachable")
                 };
                 health.observe(now, observation, &POLICY);
                 health.is_healthy()
@@ -598,7 +624,7 @@ mod tests {
     }
 
     fn down(chain: &mut FallbackChain, index: usize, now: Instant, why: &str) {
-        chain.observe(index, now, Observation::Unhealthy(why.into()));
+        chain.observe(index, now, Observation::unhealthy(why));
     }
 
     fn up(chain: &mut FallbackChain, index: usize, now: Instant) {
@@ -845,34 +871,79 @@ mod tests {
     }
 
     #[test]
-    fn api_checks_turn_failures_and_hangs_into_unhealthy_looks() {
+    fn api_checks_turn_failures_and_hangs_into_trouble() {
         let t0 = Instant::now();
-        let look = |api: &ApiHealth, at: u64| api.observation(t0 + secs(at), secs(1));
+        let trouble = |api: &ApiHealth, at: u64| api.trouble(t0 + secs(at), secs(1));
         let mut api = ApiHealth::default();
-        assert_eq!(look(&api, 0), None, "nothing checked yet");
+        assert_eq!(trouble(&api, 0), None, "nothing checked yet");
         api.answered(t0);
-        assert_eq!(look(&api, 1), Some(Observation::Healthy { seen_at: t0 }));
+        assert_eq!(trouble(&api, 1), None);
+        assert_eq!(trouble(&api, 2), None, "one check late is not silence yet");
         assert_eq!(
-            look(&api, 2),
-            Some(Observation::Healthy { seen_at: t0 }),
-            "one check late is not silence yet"
+            trouble(&api, 3).as_deref(),
+            Some("context not answering"),
+            "a check that hangs"
         );
-        let not_answering = Some(Observation::Unhealthy("context not answering".into()));
-        assert_eq!(look(&api, 3), not_answering, "a check that hangs");
         api.failed(t0 + secs(3), "context not answering within 2s");
         assert_eq!(
-            look(&api, 3),
-            Some(Observation::Unhealthy(
-                "context not answering within 2s".into()
-            ))
+            trouble(&api, 3).as_deref(),
+            Some("context not answering within 2s")
         );
         api.answered(t0 + secs(6));
-        assert_eq!(
-            look(&api, 6),
-            Some(Observation::Healthy {
-                seen_at: t0 + secs(6)
-            })
+        assert_eq!(trouble(&api, 6), None);
+    }
+
+    #[test]
+    fn a_look_names_the_api_first_and_keeps_its_last_answer() {
+        let t0 = Instant::now();
+        let unreachable = Some("context unreachable".to_string());
+        let blocked = Err("Comb platform/nats is Blocked".to_string());
+        let cases = [
+            (
+                None,
+                Some(Ok(())),
+                Some(Observation::Healthy { seen_at: t0 }),
+            ),
+            (
+                unreachable.clone(),
+                Some(Ok(())),
+                Some(Observation::Unhealthy {
+                    why: "context unreachable".into(),
+                    seen_healthy_at: Some(t0),
+                }),
+            ),
+            (
+                unreachable.clone(),
+                Some(blocked.clone()),
+                Some(Observation::unhealthy("context unreachable")),
+            ),
+            (
+                None,
+                Some(blocked),
+                Some(Observation::unhealthy("Comb platform/nats is Blocked")),
+            ),
+            (None, None, None),
+        ];
+        for (api, peer, want) in cases {
+            assert_eq!(
+                Observation::of(Some(t0), api.clone(), peer.clone()),
+                want,
+                "{api:?} {peer:?}"
+            );
+        }
+        // The answer that came between two looks counts, though the look after it failed.
+        let mut health = Hysteresis::healthy(t0);
+        health.observe(
+            t0 + secs(40),
+            Observation::Unhealthy {
+                why: "context unreachable".into(),
+                seen_healthy_at: Some(t0 + secs(20)),
+            },
+            &POLICY,
         );
+        assert!(health.is_healthy(), "healthy at 20s, 30s have not passed");
+        health.judge(t0 + secs(50), &POLICY);
+        assert!(!health.is_healthy());
     }
 
     #[test]
@@ -881,7 +952,7 @@ mod tests {
         let mut health = Hysteresis::healthy(t0);
         health.observe(
             t0,
-            Observation::Unhealthy("Comb platform/nats has not recorded a status".into()),
+            Observation::unhealthy("Comb platform/nats has not recorded a status"),
             &POLICY,
         );
         health.observe(
