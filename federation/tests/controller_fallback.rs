@@ -13,12 +13,13 @@ use std::sync::{Arc, Mutex};
 use comb_api::{Comb, CombStatus};
 use comb_federation::controller::LayerState;
 use comb_sandbox::controls::PartitionMode;
-use controller_support::{Running, World, eventually};
+use comb_testkit::fixtures::verdict;
+use controller_support::{Running, World, comb_events, eventually};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
@@ -71,27 +72,61 @@ layers:
     ))
 }
 
+/// The three clusters, the controller with dev's fallback settings `dev_fallback`, and nats in
+/// every layer, dev borrowing staging's.
+async fn started(dev_fallback: &str) -> (World, Running) {
+    let world = three_clusters().await;
+    let running = world.run(config(&world, dev_fallback)).await;
+    nats_everywhere(&world).await;
+    (world, running)
+}
+
+/// Creates nats in each (context, namespace, published host), on port 4222, in order, each
+/// Running before the next: a borrower met before its upstreams recorded a status would count
+/// them as not serving from the start.
+async fn create_nats(world: &World, places: &[(&str, &str, &str)]) {
+    for (context, namespace, host) in places {
+        create_running(
+            world,
+            context,
+            namespace,
+            nats(&format!("{host}:4222"), 4222),
+        )
+        .await;
+    }
+}
+
+/// Creates nats in `context`'s `namespace` with `spec` and waits until it runs.
+async fn create_running(world: &World, context: &str, namespace: &str, spec: Value) {
+    world.create_comb(context, namespace, "nats", spec).await;
+    world
+        .wait_phase(context, namespace, "nats", "Running", None)
+        .await;
+}
+
+/// prod, staging and dev each with its own nats.
+const NATS_EVERYWHERE: [(&str, &str, &str); 3] = [
+    ("prod", "platform", PROD_NATS),
+    ("staging", "platform", STAGING_NATS),
+    ("dev", "platform", DEV_NATS),
+];
+
 /// Creates nats in every layer, each publishing its own address, and waits until dev borrows
 /// staging's.
 async fn nats_everywhere(world: &World) {
-    for (context, address) in [
-        ("prod", PROD_NATS),
-        ("staging", STAGING_NATS),
-        ("dev", DEV_NATS),
-    ] {
-        world
-            .create_comb(
-                context,
-                "platform",
-                "nats",
-                nats(&format!("{address}:4222"), 4222),
-            )
-            .await;
-    }
+    create_nats(world, &NATS_EVERYWHERE).await;
     wait_on(world, "dev's nats to borrow from staging", |status| {
         borrowed_from(status, "staging")
     })
     .await;
+}
+
+/// Waits until dev's nats borrows from staging again.
+async fn back_on_staging(world: &World) -> CombStatus {
+    wait_on(world, "dev's nats back on staging", |s| {
+        borrowed_from(s, "staging")
+    })
+    .await
 }
 
 /// Waits until dev's nats records a status `test` accepts, and returns it.
@@ -109,23 +144,6 @@ async fn wait_on(world: &World, what: &str, test: impl Fn(&CombStatus) -> bool) 
 /// answering`: the same partition.
 fn as_refused(message: &str) -> String {
     message.replace("(context not answering)", "(context unreachable)")
-}
-
-fn ready(status: &CombStatus) -> (String, String, String) {
-    let ready = status.ready().expect("a Ready condition");
-    (
-        status
-            .phase
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        ready
-            .reason
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        ready.message.clone().unwrap_or_default(),
-    )
 }
 
 /// The `UpstreamFallback` condition as (status, reason, message).
@@ -154,27 +172,7 @@ fn borrowed_from(status: &CombStatus, context: &str) -> bool {
 /// The Events on dev's nats, as (type, reason, message), oldest first.
 async fn events_of_nats(world: &World) -> Vec<(String, String, String)> {
     let events: Api<Event> = Api::namespaced(world.client("dev").await, "platform");
-    let mut list: Vec<Event> = events
-        .list(&ListParams::default())
-        .await
-        .expect("the Events list")
-        .items
-        .into_iter()
-        .filter(|event| {
-            event.involved_object.kind.as_deref() == Some("Comb")
-                && event.involved_object.name.as_deref() == Some("nats")
-        })
-        .collect();
-    list.sort_by_key(|event| event.first_timestamp.clone().map(|time| time.0));
-    list.into_iter()
-        .map(|event| {
-            (
-                event.type_.unwrap_or_default(),
-                event.reason.unwrap_or_default(),
-                event.message.unwrap_or_default(),
-            )
-        })
-        .collect()
+    comb_events(&events, "nats").await
 }
 
 fn metric(running: &Running, line_prefix: &str) -> Option<String> {
@@ -262,14 +260,7 @@ async fn bridge_address(world: &World) -> Option<String> {
 /// answers again, with what `comb get`, the status and the Events say at each switch, and a
 /// bridge that points somewhere at every version.
 async fn partitioned_staging(mode: PartitionMode, why: &str) {
-    let world = three_clusters().await;
-    let running = world
-        .run(config(
-            &world,
-            "fallback: [prod], unhealthyAfter: 1s, healthyAfter: 2s",
-        ))
-        .await;
-    nats_everywhere(&world).await;
+    let (world, running) = started("fallback: [prod], unhealthyAfter: 1s, healthyAfter: 2s").await;
     world
         .create_comb(
             "dev",
@@ -303,7 +294,7 @@ async fn partitioned_staging(mode: PartitionMode, why: &str) {
     let cut = jiff::Timestamp::now();
     world.controls("staging").partition_as(mode);
     let status = wait_on(&world, "dev's nats on prod", |s| borrowed_from(s, "prod")).await;
-    let (phase, reason, message) = ready(&status);
+    let (phase, reason, message) = verdict(&status);
     assert_eq!((phase.as_str(), reason.as_str()), ("Running", "Borrowed"));
     let said = match mode {
         PartitionMode::Refuse => as_refused(&message),
@@ -368,12 +359,9 @@ async fn partitioned_staging(mode: PartitionMode, why: &str) {
     .await;
 
     world.controls("staging").heal();
-    let status = wait_on(&world, "dev's nats back on staging", |s| {
-        borrowed_from(s, "staging")
-    })
-    .await;
+    let status = back_on_staging(&world).await;
     assert_eq!(
-        ready(&status).2,
+        verdict(&status).2,
         "borrowed from upstream Kubernetes::Comb::Upstream::K8s (context staging) via staging"
     );
     assert_eq!(
@@ -432,14 +420,7 @@ async fn a_hanging_upstream_is_noticed_by_the_checks() {
 /// back once staging's nats runs again; staging's API server answers all along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_comb_that_stops_serving_hands_its_borrowers_over() {
-    let world = three_clusters().await;
-    let running = world
-        .run(config(
-            &world,
-            "fallback: [prod], unhealthyAfter: 1s, healthyAfter: 2s",
-        ))
-        .await;
-    nats_everywhere(&world).await;
+    let (world, running) = started("fallback: [prod], unhealthyAfter: 1s, healthyAfter: 2s").await;
     world
         .patch_spec(
             "staging",
@@ -450,16 +431,13 @@ async fn an_upstream_comb_that_stops_serving_hands_its_borrowers_over() {
         .await;
     let status = wait_on(&world, "dev's nats on prod", |s| borrowed_from(s, "prod")).await;
     assert_eq!(
-        ready(&status).2,
+        verdict(&status).2,
         "staging unhealthy for 1s (Comb platform/nats is Maintenance); borrowing from prod"
     );
     world
         .patch_spec("staging", "platform", "nats", json!({"maintenance": null}))
         .await;
-    wait_on(&world, "dev's nats back on staging", |s| {
-        borrowed_from(s, "staging")
-    })
-    .await;
+    back_on_staging(&world).await;
     running.stop().await;
 }
 
@@ -467,21 +445,15 @@ async fn an_upstream_comb_that_stops_serving_hands_its_borrowers_over() {
 /// again as each layer comes back: to prod first, then to staging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_layer_above_unhealthy_the_borrower_runs_locally() {
-    let world = three_clusters().await;
-    let running = world
-        .run(config(
-            &world,
-            "fallback: [prod, local], unhealthyAfter: 1s, healthyAfter: 2s",
-        ))
-        .await;
-    nats_everywhere(&world).await;
+    let (world, running) =
+        started("fallback: [prod, local], unhealthyAfter: 1s, healthyAfter: 2s").await;
     world.controls("staging").partition();
     world.controls("prod").partition();
     let status = wait_on(&world, "dev's nats to run locally", |s| {
         s.phase.as_ref().is_some_and(|p| p == "Running") && s.upstream.is_none()
     })
     .await;
-    let (phase, reason, message) = ready(&status);
+    let (phase, reason, message) = verdict(&status);
     assert_eq!(
         (phase, reason, as_refused(&message)),
         (
@@ -507,7 +479,7 @@ async fn with_every_layer_above_unhealthy_the_borrower_runs_locally() {
     world.controls("prod").heal();
     let status = wait_on(&world, "dev's nats on prod", |s| borrowed_from(s, "prod")).await;
     assert_eq!(
-        as_refused(&ready(&status).2),
+        as_refused(&verdict(&status).2),
         "staging unhealthy for 1s (context unreachable); borrowing from prod"
     );
     world
@@ -516,10 +488,7 @@ async fn with_every_layer_above_unhealthy_the_borrower_runs_locally() {
         })
         .await;
     world.controls("staging").heal();
-    wait_on(&world, "dev's nats back on staging", |s| {
-        borrowed_from(s, "staging")
-    })
-    .await;
+    back_on_staging(&world).await;
     running.stop().await;
 }
 
@@ -537,20 +506,7 @@ layers:
  - {name: dev, context: dev, namespaces: [platform], borrow: {from: staging, fallback: [local], unhealthyAfter: 10s, healthyAfter: 2s}}",
         ))
         .await;
-    for (context, address) in [
-        ("prod", PROD_NATS),
-        ("staging", STAGING_NATS),
-        ("dev", DEV_NATS),
-    ] {
-        world
-            .create_comb(
-                context,
-                "platform",
-                "nats",
-                nats(&format!("{address}:4222"), 4222),
-            )
-            .await;
-    }
+    create_nats(&world, &NATS_EVERYWHERE).await;
     let status = wait_on(&world, "dev's nats through staging from prod", |s| {
         borrowed_from(s, "staging")
             && s.upstream.as_ref().and_then(|u| u.via.clone())
@@ -641,21 +597,16 @@ layers:
  - {name: dev, context: dev, namespaces: [platform], borrow: {from: staging, fallback: [mid], unhealthyAfter: 1s, healthyAfter: 2s}}",
         ))
         .await;
-    for (context, namespace, address) in [
-        ("prod", "platform", PROD_NATS),
-        ("mid", "mid", "192.0.2.40"),
-        ("staging", "platform", STAGING_NATS),
-        ("dev", "platform", DEV_NATS),
-    ] {
-        world
-            .create_comb(
-                context,
-                namespace,
-                "nats",
-                nats(&format!("{address}:4222"), 4222),
-            )
-            .await;
-    }
+    create_nats(
+        &world,
+        &[
+            ("prod", "platform", PROD_NATS),
+            ("mid", "mid", "192.0.2.40"),
+            ("staging", "platform", STAGING_NATS),
+            ("dev", "platform", DEV_NATS),
+        ],
+    )
+    .await;
     wait_on(&world, "dev's nats on staging", |s| {
         borrowed_from(s, "staging")
     })
@@ -669,7 +620,7 @@ layers:
             && s.phase.as_ref().is_some_and(|p| p == "Blocked")
     })
     .await;
-    let (phase, reason, message) = ready(&status);
+    let (phase, reason, message) = verdict(&status);
     assert_eq!(
         (phase, reason, as_refused(&message)),
         (
@@ -682,10 +633,7 @@ layers:
         )
     );
     world.controls("staging").heal();
-    wait_on(&world, "dev's nats back on staging", |s| {
-        borrowed_from(s, "staging")
-    })
-    .await;
+    back_on_staging(&world).await;
     running.stop().await;
 }
 
@@ -704,19 +652,18 @@ async fn a_tcp_probe_finds_an_address_that_takes_no_connections() {
             "fallback: [local], unhealthyAfter: 1s, healthyAfter: 2s, probe: tcp",
         ))
         .await;
-    for (context, address) in [
-        ("prod", PROD_NATS.to_string()),
-        ("staging", "localhost".to_string()),
-        ("dev", DEV_NATS.to_string()),
+    for (context, host) in [
+        ("prod", PROD_NATS),
+        ("staging", "localhost"),
+        ("dev", DEV_NATS),
     ] {
-        world
-            .create_comb(
-                context,
-                "platform",
-                "nats",
-                nats(&format!("{address}:{port}"), port),
-            )
-            .await;
+        create_running(
+            &world,
+            context,
+            "platform",
+            nats(&format!("{host}:{port}"), port),
+        )
+        .await;
     }
     wait_on(&world, "dev's nats on staging", |s| {
         borrowed_from(s, "staging")
@@ -738,17 +685,14 @@ async fn a_tcp_probe_finds_an_address_that_takes_no_connections() {
     })
     .await;
     assert_eq!(
-        ready(&status).2,
+        verdict(&status).2,
         format!(
             "staging unhealthy for 1s (tcp localhost:{port}: connection refused); running locally"
         )
     );
 
     let _listener = Answering::on(port);
-    wait_on(&world, "dev's nats back on staging", |s| {
-        borrowed_from(s, "staging")
-    })
-    .await;
+    back_on_staging(&world).await;
     let metrics: BTreeMap<String, String> = running
         .handle
         .metrics_text()

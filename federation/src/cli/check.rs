@@ -106,22 +106,32 @@ pub fn dependency_cycles(combs: &[Comb]) -> String {
     describe_cycles(&graph.cycles())
 }
 
-/// The Combs whose last step found an upstream loop (`UpstreamLoop`), with its message.
-pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
+/// `ns/name: message` of each Comb whose status has a condition `pick` chooses.
+fn combs_with(
+    combs: &[Comb],
+    pick: impl Fn(&comb_api::CombStatus) -> Option<&comb_api::CombCondition>,
+) -> Vec<String> {
     combs
         .iter()
         .filter_map(|comb| {
-            let ready = comb.status.as_ref()?.ready()?;
-            (ready.reason == Some(Reason::UpstreamLoop)).then(|| {
-                format!(
-                    "{}/{}: {}",
-                    comb.metadata.namespace.as_deref().unwrap_or_default(),
-                    comb.metadata.name.as_deref().unwrap_or_default(),
-                    ready.message.as_deref().unwrap_or_default()
-                )
-            })
+            let condition = pick(comb.status.as_ref()?)?;
+            Some(format!(
+                "{}/{}: {}",
+                comb.metadata.namespace.as_deref().unwrap_or_default(),
+                comb.metadata.name.as_deref().unwrap_or_default(),
+                condition.message.as_deref().unwrap_or_default()
+            ))
         })
         .collect()
+}
+
+/// The Combs whose last step found an upstream loop (`UpstreamLoop`), with its message.
+pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
+    combs_with(combs, |status| {
+        status
+            .ready()
+            .filter(|ready| ready.reason == Some(Reason::UpstreamLoop))
+    })
 }
 
 /// What a layer's Combs may name: the kube contexts of the kubeconfig and the layers.
@@ -508,20 +518,11 @@ pub fn fallback_check(layer: &Layer, up: &BTreeMap<&str, bool>) -> Option<Check>
 
 /// The Combs of a layer that borrow from a fallback (or run locally) now, with why.
 fn on_fallback(combs: &[Comb]) -> Vec<String> {
-    combs
-        .iter()
-        .filter_map(|comb| {
-            let condition = comb.status.as_ref()?.condition(UPSTREAM_FALLBACK)?;
-            (condition.status == ConditionStatus::True).then(|| {
-                format!(
-                    "{}/{}: {}",
-                    comb.metadata.namespace.as_deref().unwrap_or_default(),
-                    comb.metadata.name.as_deref().unwrap_or_default(),
-                    condition.message.as_deref().unwrap_or_default()
-                )
-            })
-        })
-        .collect()
+    combs_with(combs, |status| {
+        status
+            .condition(UPSTREAM_FALLBACK)
+            .filter(|condition| condition.status == ConditionStatus::True)
+    })
 }
 
 /// Every check of every layer.

@@ -458,6 +458,25 @@ impl Config {
         }
     }
 
+    /// [`Config::controlling`] as the Comb's recorded `status` shows it: on a fallback of its
+    /// layer's chain, the entry in use (what the CLI reads and renders; the controller knows the
+    /// chain itself).
+    pub fn controlling_as_recorded(
+        &self,
+        layer: &Layer,
+        namespace: &str,
+        name: &str,
+        status: Option<&CombStatus>,
+    ) -> Controlling {
+        match self.fallback_of(layer, namespace, name) {
+            Some((candidates, _)) => {
+                let entry = self.recorded_entry(&candidates, status);
+                self.controlling_on(layer, namespace, name, &candidates[entry])
+            }
+            None => self.controlling(layer, namespace, name),
+        }
+    }
+
     /// The controlling code's answer about the upstream of Comb `namespace/name` in `layer`
     /// (reference §5.1, the first source): borrow from the peer, run locally, or no say.
     pub fn controlling(&self, layer: &Layer, namespace: &str, name: &str) -> Controlling {

@@ -790,4 +790,15 @@ fn the_recorded_status_tells_which_entry_is_in_use() {
             "{status:?}"
         );
     }
+    let dev = config.layer("dev").unwrap();
+    let on_prod = status("True", Some("prod"));
+    assert_eq!(
+        config.controlling_as_recorded(dev, "team", "nats", Some(&on_prod)),
+        config.controlling_on(dev, "team", "nats", &candidates[1]),
+        "the CLI reads a borrower on fallback where it borrows from"
+    );
+    assert_eq!(
+        config.controlling_as_recorded(dev, "team", "nats", None),
+        config.controlling(dev, "team", "nats")
+    );
 }

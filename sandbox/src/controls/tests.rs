@@ -227,6 +227,21 @@ fn api() -> Router {
     })
 }
 
+/// A watch of Pods through `router`, past its first event.
+async fn open_watch(router: &Router) -> axum::body::BodyDataStream {
+    let watch = Request::builder()
+        .uri("/api/v1/namespaces/default/pods?watch=true")
+        .body(Body::empty())
+        .expect("a request");
+    let response = router.clone().oneshot(watch).await.expect("infallible");
+    let mut stream = response.into_body().into_data_stream();
+    assert_eq!(
+        stream.next().await.expect("an event").expect("data"),
+        Bytes::from("{\"type\":\"ADDED\"}\n")
+    );
+    stream
+}
+
 async fn call(router: &Router, method: Method, uri: &str, body: &str) -> (StatusCode, String) {
     let request = Request::builder()
         .method(method)
@@ -408,14 +423,7 @@ async fn delay_faults_hold_requests_back() {
 async fn a_partition_refuses_requests_and_cuts_watches_until_healed() {
     let controls = Controls::new();
     let router = controls.wrap(api());
-    let watch = Request::builder()
-        .uri("/api/v1/namespaces/default/pods?watch=true")
-        .body(Body::empty())
-        .expect("a request");
-    let response = router.clone().oneshot(watch).await.expect("infallible");
-    let mut stream = response.into_body().into_data_stream();
-    let first = stream.next().await.expect("an event").expect("data");
-    assert_eq!(first, Bytes::from("{\"type\":\"ADDED\"}\n"));
+    let mut stream = open_watch(&router).await;
 
     let (status, _) = call(&router, Method::POST, "/_sandbox/partition", "").await;
     assert_eq!(status, StatusCode::OK);
@@ -508,16 +516,7 @@ async fn the_request_log_records_requests_only_while_asked() {
 async fn a_hanging_partition_takes_requests_and_answers_them_once_healed() {
     let controls = Controls::new();
     let router = controls.wrap(api());
-    let watch = Request::builder()
-        .uri("/api/v1/namespaces/default/pods?watch=true")
-        .body(Body::empty())
-        .expect("a request");
-    let response = router.clone().oneshot(watch).await.expect("infallible");
-    let mut stream = response.into_body().into_data_stream();
-    assert_eq!(
-        stream.next().await.expect("an event").expect("data"),
-        Bytes::from("{\"type\":\"ADDED\"}\n")
-    );
+    let mut stream = open_watch(&router).await;
 
     let (status, body) = call(
         &router,
