@@ -441,21 +441,17 @@ pub fn written_duration(duration: Duration) -> String {
     text
 }
 
-/// Whether a peer Comb serves, by its recorded status: it runs (or rolls out a change, as its
-/// borrowers' own verdict `UpstreamRollingOut` treats it) and publishes endpoints. `place`
-/// names it in the reason (`Comb platform/nats`).
+/// Whether a peer Comb serves, by its recorded status: it is Running and publishes endpoints.
+/// Anything else is not serving, a rollout that takes longer than `unhealthyAfter` included:
+/// `Pending (Deployed)` is also what a Comb whose Pods are gone says while they do not come back,
+/// and its borrowers cannot tell the two apart. `place` names it in the reason
+/// (`Comb platform/nats`).
 pub fn peer_serves(place: &str, status: Option<&CombStatus>) -> Result<(), String> {
     let Some(status) = status else {
         return Err(format!("{place} has not recorded a status"));
     };
-    let rolling_out = status.phase == Some(Phase::Pending)
-        && status
-            .ready()
-            .and_then(|ready| ready.reason.as_ref())
-            .is_some_and(Reason::rolls_out);
     match &status.phase {
         Some(Phase::Running) => {}
-        _ if rolling_out => {}
         Some(phase) => return Err(format!("{place} is {phase}")),
         None => return Err(format!("{place} has no phase")),
     }
@@ -827,7 +823,7 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_serves_while_running_or_rolling_out_with_endpoints() {
+    fn a_peer_serves_while_running_with_endpoints() {
         let status =
             |value: serde_json::Value| -> CombStatus { serde_json::from_value(value).unwrap() };
         let endpoints = json!([{"name": "client", "port": 4222, "cluster": "10.0.0.1:4222"}]);
@@ -840,9 +836,9 @@ mod tests {
             ),
             (
                 Some(status(
-                    json!({"phase": "Pending", "conditions": ready("RolloutInProgress"), "endpoints": endpoints}),
+                    json!({"phase": "Pending", "conditions": ready("Deployed"), "endpoints": endpoints}),
                 )),
-                Ok(()),
+                Err("Comb platform/nats is Pending".to_string()),
             ),
             (
                 Some(status(
