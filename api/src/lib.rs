@@ -33,5 +33,5 @@ pub use phase::{Phase, Reason};
 pub use reference::CombRef;
 pub use status::{
     CONFIG_READY, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus, ConditionStatus,
-    DEPENDENCIES_READY, ManagedObject, READY, STATUS_WRITTEN, group_of,
+    DEPENDENCIES_READY, ManagedObject, READY, STATUS_WRITTEN, UPSTREAM_FALLBACK, group_of,
 };

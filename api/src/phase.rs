@@ -139,6 +139,10 @@ words! {
         NotChecked,
         Complete,
         WriteFailed,
+        /// `UpstreamFallback` True: the preferred upstream is unhealthy.
+        UpstreamUnhealthy,
+        /// `UpstreamFallback` False: borrowing from the preferred upstream.
+        PreferredUpstream,
         // The federation's own.
         BuildFailed,
         ManifestForbidden,
@@ -153,6 +157,18 @@ words! {
         RolloutInProgress,
         JobNotComplete,
         JobFailed,
+    }
+}
+
+impl Reason {
+    /// Whether a Pending Comb with this Ready reason is rolling out a change: it deployed one and
+    /// waits for it (`Deployed`), its workload controllers carry one out (`RolloutInProgress`),
+    /// or it borrows from an upstream that rolls out (`UpstreamRollingOut`).
+    pub fn rolls_out(&self) -> bool {
+        matches!(
+            self,
+            Reason::Deployed | Reason::RolloutInProgress | Reason::UpstreamRollingOut
+        )
     }
 }
 

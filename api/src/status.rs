@@ -62,6 +62,9 @@ pub const DEPENDENCIES_READY: &str = "DependenciesReady";
 pub const CONFIG_READY: &str = "ConfigReady";
 /// Condition type: present only when writing the status failed.
 pub const STATUS_WRITTEN: &str = "StatusWritten";
+/// Condition type: on a borrower whose layer's borrow has a `fallback`, True while it borrows
+/// from a fallback (or runs locally) because its preferred upstream is unhealthy.
+pub const UPSTREAM_FALLBACK: &str = "UpstreamFallback";
 
 /// One condition of a Comb.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

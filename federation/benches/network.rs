@@ -18,21 +18,33 @@
 //!    and back: the calls that failed, and those answered by anyone but staging's or dev's nats
 //!    (seconds from the start of the calls; each switch starts at 2 s).
 //!
+//! 3. **Fallback** (issue 22). Three clusters as `examples/fallback` sets them up (dev borrows
+//!    nats from staging, falls back to prod, `unhealthyAfter: 5s`, `healthyAfter: 10s`); dev's
+//!    client calls `nats:4222` `COMB_BENCH_RATE` times a second while staging's kube-apiserver
+//!    is stopped (its nats goes on serving), then while staging's nats Pods are gone (its node
+//!    cordoned, the Pods deleted), and each time back: the time to fail over (from the loss to
+//!    the first call answered by prod) and to come back (from staging's return to the first
+//!    call answered by it again), and the calls lost before the switch, after it and on the way
+//!    back.
+//!
+//! `cargo bench ... -- fallback` (or `propagation`, `continuity`) runs the sections whose name
+//! contains one of the words given; all by default.
+//!
 //! ```text
 //! cargo build -p comb-identity && tests/kube/build
 //! sudo COMB_TEST_BACKEND=kube cargo bench -p comb-federation --bench network
 //! ```
 
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result, bail};
 use comb_federation::cli::demo::{CONFIG_YAML, DemoWorld, RunningController, shortfalls};
 use comb_sandbox::Backend;
 use comb_sandbox::real::network::{CallOutcome, ClusterNetwork, ProxyMode};
+use comb_testkit::network::{Caller, failover};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const DB_BLUE: &str = "192.0.2.12";
 const DB_GREEN: &str = "192.0.2.10";
@@ -124,14 +136,32 @@ async fn answered_eventually(dev: &ClusterNetwork, target: &str, who: &str) -> R
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    // `cargo bench` passes `--bench`; the words are the sections to run.
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with('-'))
+        .collect();
+    let runs =
+        |section: &str| words.is_empty() || words.iter().any(|w| section.contains(w.as_str()));
+    let changes = setting("COMB_BENCH_CHANGES", 20);
+    let rate = setting("COMB_BENCH_RATE", 50).max(1);
+    if runs("propagation") || runs("continuity") {
+        demo_sections(changes, rate, &runs).await?;
+    }
+    if runs("fallback") {
+        fallback(rate).await?;
+    }
+    Ok(())
+}
+
+/// Sections 1 and 2, on the demo's layers.
+async fn demo_sections(changes: usize, rate: usize, runs: &dyn Fn(&str) -> bool) -> Result<()> {
     let Some(network) =
         comb_testkit::network::options_or_skip("bench network", ProxyMode::Nftables, 2)
     else {
         // The reason is printed: this bench needs the real backend, root and nft.
         return Ok(());
     };
-    let changes = setting("COMB_BENCH_CHANGES", 20);
-    let rate = setting("COMB_BENCH_RATE", 50).max(1);
     let world = DemoWorld::start_with(Backend::Kube, None, Duration::ZERO, Some(network)).await?;
     let dev = world.sandbox.network("dev").context("dev's network")?;
     let demo = RunningController::start(&world.config).await?;
@@ -169,8 +199,88 @@ async fn main() -> Result<()> {
         "comb network bench: the demo's layers on real control planes with the sandbox network"
     );
 
-    propagation(&world, &dev, changes).await?;
-    continuity(&world, &dev, demo, rate).await?;
+    if runs("propagation") {
+        propagation(&world, &dev, changes).await?;
+    }
+    if runs("continuity") {
+        continuity(&world, &dev, demo, rate).await?;
+    } else {
+        demo.stop().await?;
+    }
+    world.sandbox.shutdown().await;
+    Ok(())
+}
+
+/// Section 3: the fallback example's three clusters, and a failover each way staging is lost.
+async fn fallback(rate: usize) -> Result<()> {
+    let Some(network) =
+        comb_testkit::network::options_or_skip("bench network (fallback)", ProxyMode::Nftables, 3)
+    else {
+        return Ok(());
+    };
+    println!(
+        "\n3. Fallback: dev's client calls nats:4222 {rate} times a second; dev borrows from \
+         staging, falls back to prod (unhealthyAfter 5s, healthyAfter 10s)"
+    );
+    let world = DemoWorld::start_fallback(network).await?;
+    let controller = RunningController::start(&world.config).await?;
+    let dev = world.sandbox.network("dev").context("dev's network")?;
+    let real = world.sandbox.real().context("the real backend")?;
+    let (from, to) = ("staging/platform/nats-", "prod/platform/nats-");
+    let call = ("platform", "client", "nats:4222");
+    answered_eventually(&dev, call.2, from).await?;
+    // Each stage waits for 3 s of calls after the one before.
+    let (limit, settle) = (Duration::from_secs(120), 3 * rate);
+    let stopped = failover(
+        dev.clone(),
+        call,
+        rate,
+        (from, to),
+        async {
+            if let Err(error) = real.stop_api_server("staging").await {
+                eprintln!("stopping staging's kube-apiserver failed: {error}");
+            }
+        },
+        async {
+            if let Err(error) = real.start_api_server("staging").await {
+                eprintln!("starting staging's kube-apiserver again failed: {error}");
+            }
+        },
+        limit,
+        settle,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    println!(
+        "  {:<44} {}",
+        "staging's kube-apiserver stopped",
+        stopped.summary()
+    );
+    let gone = failover(
+        dev.clone(),
+        call,
+        rate,
+        (from, to),
+        async {
+            if let Err(error) = world
+                .take_pods_away("staging", "platform", "app=nats")
+                .await
+            {
+                eprintln!("{error:#}");
+            }
+        },
+        async {
+            if let Err(error) = world.let_pods_back("staging").await {
+                eprintln!("{error:#}");
+            }
+        },
+        limit,
+        settle,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    println!("  {:<44} {}", "staging's nats Pods gone", gone.summary());
+    controller.stop().await?;
     world.sandbox.shutdown().await;
     Ok(())
 }
@@ -239,37 +349,9 @@ async fn propagation(world: &DemoWorld, dev: &ClusterNetwork, changes: usize) ->
     Ok(())
 }
 
-/// Calls `target` from dev's client `rate` times a second until `stop`: every outcome, with
-/// the time since the start.
-fn caller(
-    dev: std::sync::Arc<ClusterNetwork>,
-    target: &'static str,
-    rate: usize,
-    stop: CancellationToken,
-) -> JoinHandle<Vec<(Duration, CallOutcome)>> {
-    tokio::spawn(async move {
-        let started = Instant::now();
-        let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate as u32);
-        let mut calls = Vec::new();
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => break,
-                _ = ticks.tick() => {}
-            }
-            let dev = dev.clone();
-            let at = started.elapsed();
-            calls.push(tokio::spawn(async move {
-                (at, dev.call("platform", "client", target).await)
-            }));
-        }
-        let mut outcomes = Vec::new();
-        for call in calls {
-            if let Ok(outcome) = call.await {
-                outcomes.push(outcome);
-            }
-        }
-        outcomes
-    })
+/// Calls `target` from dev's client `rate` times a second, until stopped.
+fn caller(dev: &Arc<ClusterNetwork>, target: &str, rate: usize) -> Caller {
+    Caller::start(dev.clone(), ("platform", "client", target), rate)
 }
 
 fn report(what: &str, outcomes: &[(Duration, CallOutcome)]) {
@@ -303,7 +385,7 @@ fn report(what: &str, outcomes: &[(Duration, CallOutcome)]) {
 
 async fn continuity(
     world: &DemoWorld,
-    dev: &std::sync::Arc<ClusterNetwork>,
+    dev: &Arc<ClusterNetwork>,
     demo: RunningController,
     rate: usize,
 ) -> Result<()> {
@@ -311,8 +393,7 @@ async fn continuity(
     answered_eventually(dev, "nats:4222", "prod/staging/nats-").await?;
 
     // A rollout upstream: staging's nats restarted.
-    let stop = CancellationToken::new();
-    let calls = caller(dev.clone(), "nats:4222", rate, stop.clone());
+    let calls = caller(dev, "nats:4222", rate);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = dev.call("platform", "client", "nats:4222").await;
     world
@@ -333,12 +414,10 @@ async fn continuity(
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    report("while staging's nats rolls out", &calls.await?);
+    report("while staging's nats rolls out", &calls.stop().await);
 
     // borrow -> local, then local -> borrow, each under calls of its own.
-    let stop = CancellationToken::new();
-    let calls = caller(dev.clone(), "nats:4222", rate, stop.clone());
+    let calls = caller(dev, "nats:4222", rate);
     tokio::time::sleep(Duration::from_secs(2)).await;
     demo.stop().await?;
     let local = RunningController::start(&world.config_from(
@@ -348,18 +427,21 @@ async fn continuity(
     .await?;
     answered_eventually(dev, "nats:4222", "dev/platform/nats-").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    report("while dev's nats switches borrow -> local", &calls.await?);
+    report(
+        "while dev's nats switches borrow -> local",
+        &calls.stop().await,
+    );
 
-    let stop = CancellationToken::new();
-    let calls = caller(dev.clone(), "nats:4222", rate, stop.clone());
+    let calls = caller(dev, "nats:4222", rate);
     tokio::time::sleep(Duration::from_secs(2)).await;
     local.stop().await?;
     let back = RunningController::start(&world.config).await?;
     answered_eventually(dev, "nats:4222", "prod/staging/nats-").await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.cancel();
-    report("while dev's nats switches local -> borrow", &calls.await?);
+    report(
+        "while dev's nats switches local -> borrow",
+        &calls.stop().await,
+    );
     back.stop().await?;
     Ok(())
 }

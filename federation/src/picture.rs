@@ -176,6 +176,23 @@ fn upstream_layer(
         let namespace = borrow.namespace.clone().unwrap_or(namespace.to_string());
         return Some((index, namespace));
     }
+    // A borrower on a fallback of its layer's chain: the peer there.
+    let fallbacks = config.layers[from]
+        .borrow
+        .iter()
+        .filter_map(|borrow| borrow.fallback.as_ref())
+        .flat_map(|fallback| &fallback.to);
+    for entry in fallbacks {
+        if let crate::engine::borrow::Candidate::Layer(name) = entry
+            && let Some(&index) = candidates
+                .iter()
+                .find(|&&index| config.layers[index].name == *name)
+            && let Some((_, namespace)) =
+                config.peer_up_the_chain(&config.layers[from], namespace, name)
+        {
+            return Some((index, namespace));
+        }
+    }
     candidates
         .iter()
         .find(|&&index| config.layers[index].manages(namespace))
@@ -564,6 +581,36 @@ mod tests {
         assert!(
             picture.layers[1].combs[1].stub,
             "staging builds mailer as its stub"
+        );
+    }
+
+    #[test]
+    fn a_borrower_on_fallback_points_at_the_fallbacks_peer() {
+        let config = Config::from_yaml(
+            "layers:
+  - {name: prod, context: prod, namespaces: [platform]}
+  - {name: staging, context: staging, namespaces: [staging], borrow: {from: prod, namespace: platform}}
+  - {name: dev, context: dev, namespaces: [apps], borrow: {from: staging, namespace: staging, fallback: [prod]}}
+",
+            "comb.yaml",
+            None,
+        )
+        .expect("the configuration is valid");
+        let picture = Picture::build(
+            &config,
+            &[
+                Ok(vec![comb("platform", "db", running("Healthy"))]),
+                Ok(vec![comb("staging", "db", borrowed("prod", &["prod"]))]),
+                Ok(vec![comb("apps", "db", borrowed("prod", &["prod"]))]),
+            ],
+        );
+        assert_eq!(
+            picture.edges[1],
+            Edge {
+                from: NodeId { layer: 2, comb: 0 },
+                to: EdgeTarget::Comb(NodeId { layer: 0, comb: 0 }),
+            },
+            "dev's db on its fallback borrows prod's platform/db, past staging"
         );
     }
 

@@ -5,9 +5,9 @@
 mod controller_support;
 
 use comb_sandbox::controls::Fault;
-use controller_support::{World, eventually};
+use controller_support::{World, comb_events, eventually};
 use k8s_openapi::api::core::v1::{Event, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const CONFIG: &str = "resync: 1h
@@ -37,27 +37,7 @@ fn web(services: &[&str], namespace: bool) -> Value {
 
 /// The Events on Comb web, as (type, reason, message), oldest first.
 async fn events_of_web(events: &Api<Event>) -> Vec<(String, String, String)> {
-    let mut list: Vec<Event> = events
-        .list(&ListParams::default())
-        .await
-        .expect("the Events list")
-        .items
-        .into_iter()
-        .filter(|event| {
-            event.involved_object.kind.as_deref() == Some("Comb")
-                && event.involved_object.name.as_deref() == Some("web")
-        })
-        .collect();
-    list.sort_by_key(|event| event.first_timestamp.clone().map(|time| time.0));
-    list.into_iter()
-        .map(|event| {
-            (
-                event.type_.unwrap_or_default(),
-                event.reason.unwrap_or_default(),
-                event.message.unwrap_or_default(),
-            )
-        })
-        .collect()
+    comb_events(events, "web").await
 }
 
 fn notes(events: &[(String, String, String)]) -> Vec<(String, String, String)> {

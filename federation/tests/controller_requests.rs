@@ -32,12 +32,16 @@ fn web(name: &str) -> Value {
     })
 }
 
+/// The check of an upstream's API server a borrow with a fallback makes (per upstream context,
+/// not per step): counted apart from the steps' reads.
+const UPSTREAM_CHECK: &str = "get /readyz";
+
 fn is_read(request: &str) -> bool {
-    request.starts_with("get ") || request.starts_with("list ")
+    (request.starts_with("get ") || request.starts_with("list ")) && request != UPSTREAM_CHECK
 }
 
 fn is_write(request: &str) -> bool {
-    !is_read(request) && !request.starts_with("watch ")
+    !is_read(request) && !request.starts_with("watch ") && request != UPSTREAM_CHECK
 }
 
 /// Steps of `layer` so far, by the step metric.
@@ -54,6 +58,8 @@ fn steps(metrics: &str, layer: &str) -> u64 {
 struct Measured {
     /// Requests by `<verb> <resource>`, per cluster.
     requests: BTreeMap<String, BTreeMap<String, u64>>,
+    /// How long the window was.
+    window: std::time::Duration,
     /// Steps per layer in the window.
     steps: BTreeMap<String, u64>,
     /// The debug view after the window.
@@ -99,9 +105,18 @@ impl Measured {
 /// Runs the controller on prod (local) and dev (borrowing from prod) until every Comb settled,
 /// then counts the requests of a window in which every Comb was stepped again by its resync.
 async fn settled_resync(world: &World, options: ControllerOptions) -> Measured {
-    let config = world.config(
-        "resync: 2s\nlayers:\n - {name: prod, context: prod, namespaces: [platform]}\n - {name: dev, context: dev, namespaces: [platform], borrow: {from: prod}}",
-    );
+    settled_resync_borrowing(world, options, "{from: prod}").await
+}
+
+/// [`settled_resync`] with dev's `borrow` as given.
+async fn settled_resync_borrowing(
+    world: &World,
+    options: ControllerOptions,
+    borrow: &str,
+) -> Measured {
+    let config = world.config(&format!(
+        "resync: 2s\nlayers:\n - {{name: prod, context: prod, namespaces: [platform]}}\n - {{name: dev, context: dev, namespaces: [platform], borrow: {borrow}}}",
+    ));
     let running = world.run_options(config, options).await;
     let names: Vec<String> = (0..COMBS).map(|i| format!("web-{i}")).collect();
     for context in ["prod", "dev"] {
@@ -164,7 +179,9 @@ async fn settled_resync(world: &World, options: ControllerOptions) -> Measured {
         world.kit.reset_requests(cluster);
     }
     let reset = jiff::Timestamp::now();
+    let started = std::time::Instant::now();
     eventually("a resync of every settled Comb", || stepped_since(reset)).await;
+    let window = started.elapsed();
     let requests = ["prod", "dev"]
         .into_iter()
         .map(|cluster| (cluster.to_string(), world.kit.requests(cluster)))
@@ -183,6 +200,7 @@ async fn settled_resync(world: &World, options: ControllerOptions) -> Measured {
     running.stop().await;
     Measured {
         requests,
+        window,
         steps,
         queue,
     }
@@ -253,6 +271,56 @@ async fn a_settled_resync_reads_nothing_from_the_api_servers() {
     println!(
         "/debug/queue of a settled borrowing Comb: {}",
         view[1]["combs"][0]
+    );
+}
+
+/// A borrow with a fallback adds one request to a settled resync, the check of its upstream's
+/// API server (`GET /readyz`, every tenth of `unhealthyAfter` within 250 ms..2 s, per upstream
+/// context, not per Comb): a settled layer sends nothing else, and silence proves nothing. The
+/// counts tell it apart by its path; nothing else is read or written.
+#[tokio::test]
+async fn a_settled_resync_with_a_fallback_adds_only_the_upstream_check() {
+    let world = World::start(
+        &["prod", "dev"],
+        &[],
+        &[("prod", "platform"), ("dev", "platform")],
+    )
+    .await;
+    let measured = settled_resync_borrowing(
+        &world,
+        test_options(),
+        "{from: prod, fallback: [local], unhealthyAfter: 5s}",
+    )
+    .await;
+    measured.report("reads from the watches, with a fallback");
+    let checks = measured.requests["prod"]
+        .get(UPSTREAM_CHECK)
+        .copied()
+        .unwrap_or(0);
+    // One check every 500 ms (5s / 10), whatever the number of borrowers.
+    let most = measured.window.as_millis() as u64 / 500 + 2;
+    println!(
+        "a settled resync with a fallback: {checks} upstream check(s) of prod in {:?} ({} borrowers)",
+        measured.window, COMBS
+    );
+    assert!(
+        (1..=most).contains(&checks),
+        "{checks} checks in {:?}, at most {most}",
+        measured.window
+    );
+    for cluster in ["prod", "dev"] {
+        let others: BTreeMap<&String, &u64> = measured.requests[cluster]
+            .iter()
+            .filter(|(request, _)| *request != UPSTREAM_CHECK && !request.starts_with("watch "))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "a settled resync in {cluster} sent more than the check: {others:?}"
+        );
+    }
+    assert!(
+        !measured.requests["dev"].contains_key(UPSTREAM_CHECK),
+        "dev is nobody's upstream: it is not checked"
     );
 }
 

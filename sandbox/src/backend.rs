@@ -106,6 +106,14 @@ impl Clusters {
         }
     }
 
+    /// The real control planes, on the real backend (to stop and start an API server).
+    pub fn real(&self) -> Option<&RealSandbox> {
+        match self {
+            Clusters::Emulator(_) => None,
+            Clusters::Kube(real) => Some(real),
+        }
+    }
+
     /// `(name, url)` of every cluster, in order.
     pub fn urls(&self) -> Vec<(String, String)> {
         match self {

@@ -12,7 +12,8 @@
 //! | `POST /_sandbox/faults` | `{"method": "GET", "path": "/apis/apps/v1/*", "verb": "list", "status": 500, "count": 2, "delayMs": 100}`: the next `count` matching API requests are delayed and/or answered with `status` as a `metav1.Status` |
 //! | `GET /_sandbox/faults` | the faults still armed |
 //! | `DELETE /_sandbox/faults` | disarms every fault |
-//! | `POST /_sandbox/partition` | every API request is refused (503, connection closed) and open watches are cut, until healed |
+//! | `POST /_sandbox/partition` | every API request is refused (503, connection closed) and open watches are cut, until healed; with `{"mode": "hang"}`, requests are taken and not answered and open watches go quiet until healed (then they are served, as a network that dropped packets delivers them when it comes back) |
+//! | `GET /_sandbox/partition` | `{"partitioned": true, "mode": "hang"}` |
 //! | `POST /_sandbox/heal` | ends the partition |
 //!
 //! Verbs are kube-apiserver's (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
@@ -368,11 +369,32 @@ struct State {
     log: Option<Vec<LoggedRequest>>,
 }
 
+/// How a partitioned cluster treats API requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartitionMode {
+    /// Refused (503, connection closed), open watches cut: a peer that is down.
+    #[default]
+    Refuse,
+    /// Taken and not answered, open watches quiet: a network that drops packets without
+    /// closing connections. Healing serves what waited.
+    Hang,
+}
+
+/// The body of `POST /_sandbox/partition` (empty: refuse).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PartitionRequest {
+    #[serde(default)]
+    mode: PartitionMode,
+}
+
 /// The controls of one cluster; clones share them.
 #[derive(Clone)]
 pub struct Controls {
     state: Arc<Mutex<State>>,
-    partition: Arc<watch::Sender<bool>>,
+    /// `None` while healed.
+    partition: Arc<watch::Sender<Option<PartitionMode>>>,
 }
 
 impl std::fmt::Debug for Controls {
@@ -399,7 +421,7 @@ impl Controls {
                 faults: Vec::new(),
                 log: None,
             })),
-            partition: Arc::new(watch::Sender::new(false)),
+            partition: Arc::new(watch::Sender::new(None)),
         }
     }
 
@@ -489,14 +511,24 @@ impl Controls {
 
     /// Refuses every API request and cuts open watches until [`Controls::heal`].
     pub fn partition(&self) {
-        self.partition.send_replace(true);
+        self.partition_as(PartitionMode::Refuse);
+    }
+
+    /// Partitions the cluster in `mode` until [`Controls::heal`].
+    pub fn partition_as(&self, mode: PartitionMode) {
+        self.partition.send_replace(Some(mode));
     }
 
     pub fn heal(&self) {
-        self.partition.send_replace(false);
+        self.partition.send_replace(None);
     }
 
     pub fn is_partitioned(&self) -> bool {
+        self.partition.borrow().is_some()
+    }
+
+    /// The partition's mode, `None` while healed.
+    pub fn partition_mode(&self) -> Option<PartitionMode> {
         *self.partition.borrow()
     }
 
@@ -609,8 +641,31 @@ impl Controls {
                 json_response(StatusCode::OK, &json!({}))
             }
             (Method::POST, "partition") => {
-                self.partition();
-                json_response(StatusCode::OK, &json!({"partitioned": true}))
+                let body = match axum::body::to_bytes(request.into_body(), MAX_BODY).await {
+                    Ok(body) => body,
+                    Err(error) => {
+                        return status_response(&ApiError::bad_request(format!(
+                            "unreadable body: {error}"
+                        )));
+                    }
+                };
+                let asked = if body.iter().all(u8::is_ascii_whitespace) {
+                    Ok(PartitionRequest::default())
+                } else {
+                    serde_json::from_slice::<PartitionRequest>(&body)
+                };
+                match asked {
+                    Ok(asked) => {
+                        self.partition_as(asked.mode);
+                        json_response(
+                            StatusCode::OK,
+                            &json!({"partitioned": true, "mode": asked.mode}),
+                        )
+                    }
+                    Err(error) => status_response(&ApiError::bad_request(format!(
+                        "a partition is {{\"mode\": \"refuse\"|\"hang\"}} (empty: refuse): {error}"
+                    ))),
+                }
             }
             (Method::POST, "heal") => {
                 self.heal();
@@ -618,7 +673,10 @@ impl Controls {
             }
             (Method::GET, "partition") => json_response(
                 StatusCode::OK,
-                &json!({"partitioned": self.is_partitioned()}),
+                &match self.partition_mode() {
+                    Some(mode) => json!({"partitioned": true, "mode": mode}),
+                    None => json!({"partitioned": false}),
+                },
             ),
             (method, other) => status_response(&ApiError::new(
                 404,
@@ -631,6 +689,16 @@ impl Controls {
     }
 
     async fn serve_api(&self, api: Router, request: Request<Body>) -> Response {
+        // A hanging partition takes the request and answers once healed (or refuses it, if the
+        // partition turned into a refusing one meanwhile).
+        let mut partition = self.partition.subscribe();
+        if partition
+            .wait_for(|mode| *mode != Some(PartitionMode::Hang))
+            .await
+            .is_err()
+        {
+            // The controls are gone: so is the partition.
+        }
         if self.is_partitioned() {
             let mut refused = status_response(&ApiError::new(
                 503,
@@ -681,47 +749,67 @@ impl Controls {
         if info.verb != "watch" {
             return response;
         }
-        // A partition cuts the streams that are already open, as a network partition would.
-        let partition = self.partition.subscribe();
-        response.map(|body| Body::from_stream(CutOnPartition::new(body, partition)))
+        // A partition cuts the streams that are already open, or holds them quiet while it
+        // hangs, as a network partition would.
+        response.map(|body| Body::from_stream(WatchUnderPartition::new(body, partition)))
     }
 }
 
-/// The body of a watch, ended with an error when the cluster is partitioned.
-struct CutOnPartition {
+/// The body of a watch under the controls: ended with an error when the cluster is partitioned
+/// (refusing), held back while a partition hangs.
+struct WatchUnderPartition {
     body: axum::body::BodyDataStream,
-    partitioned: BoxFuture<'static, ()>,
+    partition: watch::Receiver<Option<PartitionMode>>,
+    /// Resolves at the next change of the partition.
+    changed: BoxFuture<'static, ()>,
     cut: bool,
 }
 
-impl CutOnPartition {
-    fn new(body: Body, mut partition: watch::Receiver<bool>) -> CutOnPartition {
-        CutOnPartition {
+impl WatchUnderPartition {
+    fn new(body: Body, partition: watch::Receiver<Option<PartitionMode>>) -> WatchUnderPartition {
+        WatchUnderPartition {
             body: body.into_data_stream(),
-            partitioned: Box::pin(async move {
-                if partition.wait_for(|p| *p).await.is_err() {
-                    // The controls are gone, so no partition can come: wait forever.
-                    std::future::pending::<()>().await;
-                }
-            }),
+            changed: next_change(partition.clone()),
+            partition,
             cut: false,
         }
     }
 }
 
-impl Stream for CutOnPartition {
+/// Resolves when `partition` changes; never, once the controls are gone (no partition can come).
+fn next_change(mut partition: watch::Receiver<Option<PartitionMode>>) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        if partition.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    })
+}
+
+impl Stream for WatchUnderPartition {
     type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if self.cut {
             return Poll::Ready(None);
         }
-        if self.partitioned.as_mut().poll(cx).is_ready() {
-            self.cut = true;
-            return Poll::Ready(Some(Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "the sandbox cluster is partitioned",
-            ))));
+        // Registers for the next change whatever the mode is now, so a hang that heals wakes
+        // the stream.
+        while self.changed.as_mut().poll(cx).is_ready() {
+            // Seen here, so that the next future waits for the change after this one.
+            self.partition.borrow_and_update();
+            self.changed = next_change(self.partition.clone());
+        }
+        let mode = *self.partition.borrow();
+        match mode {
+            Some(PartitionMode::Refuse) => {
+                self.cut = true;
+                return Poll::Ready(Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the sandbox cluster is partitioned",
+                ))));
+            }
+            Some(PartitionMode::Hang) => return Poll::Pending,
+            None => {}
         }
         Pin::new(&mut self.body)
             .poll_next(cx)

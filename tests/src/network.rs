@@ -3,7 +3,11 @@
 //! [`CALLS`] times in a row, once the data path followed the objects (kube-proxy syncs at most
 //! once a second, and during a switch both sides may answer for a moment).
 
-use std::time::Duration;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
 
 use comb_sandbox::real::network::{
     CallOutcome, ClusterNetwork, Failure, NetworkOptions, ProxyMode,
@@ -100,4 +104,277 @@ pub async fn expect_failures(
         wrong.len()
     );
     calls.outcomes
+}
+
+/// Calls from a Pod at a steady rate, each call on its own (so a slow one delays none after
+/// it), every outcome kept with when the call started, until [`Caller::stop`].
+pub struct Caller {
+    started: Instant,
+    calls: Arc<Mutex<Vec<(Duration, CallOutcome)>>>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Caller {
+    /// Calls `target` from Pod `namespace/pod` of `network` `rate` times a second.
+    pub fn start(
+        network: Arc<ClusterNetwork>,
+        (namespace, pod, target): (&str, &str, &str),
+        rate: usize,
+    ) -> Caller {
+        let started = Instant::now();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let (namespace, pod, target) = (namespace.to_string(), pod.to_string(), target.to_string());
+        let log = calls.clone();
+        let task = tokio::spawn(async move {
+            let period = Duration::from_secs(1) / u32::try_from(rate.max(1)).unwrap_or(u32::MAX);
+            let mut ticks = tokio::time::interval(period);
+            let mut in_flight = Vec::new();
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = ticks.tick() => {}
+                }
+                let (network, namespace, pod, target, log) = (
+                    network.clone(),
+                    namespace.clone(),
+                    pod.clone(),
+                    target.clone(),
+                    log.clone(),
+                );
+                in_flight.push(tokio::spawn(async move {
+                    let at = started.elapsed();
+                    let outcome = network.call(&namespace, &pod, &target).await;
+                    lock(&log).push((at, outcome));
+                }));
+            }
+            for call in in_flight {
+                let _ = call.await;
+            }
+        });
+        Caller {
+            started,
+            calls,
+            stop,
+            task,
+        }
+    }
+
+    /// The time since the first call, on the clock of the calls' start times.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// When the first call that started at or after `since` and ended as `wanted` started.
+    pub fn first_since(
+        &self,
+        since: Duration,
+        wanted: impl Fn(&CallOutcome) -> bool,
+    ) -> Option<Duration> {
+        lock(&self.calls)
+            .iter()
+            .filter(|(at, outcome)| *at >= since && wanted(outcome))
+            .map(|(at, _)| *at)
+            .min()
+    }
+
+    /// How many calls that started at or after `since` have ended.
+    pub fn ended_since(&self, since: Duration) -> usize {
+        lock(&self.calls)
+            .iter()
+            .filter(|(at, _)| *at >= since)
+            .count()
+    }
+
+    /// Stops calling, waits for the calls under way: every outcome, by start time.
+    pub async fn stop(self) -> Vec<(Duration, CallOutcome)> {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+        let mut calls = std::mem::take(&mut *lock(&self.calls));
+        calls.sort_by_key(|(at, _)| *at);
+        calls
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether `outcome` was answered by a Pod whose identity starts with `who`.
+fn answered_by(outcome: &CallOutcome, who: &str) -> bool {
+    outcome
+        .answered_by
+        .as_deref()
+        .is_some_and(|by| by.starts_with(who))
+}
+
+/// Calls at a steady rate through a failover and back: from before `from` is lost until after
+/// the calls are answered by `from` again.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    /// Every call: when it started (since the first), and its outcome, by start time.
+    pub calls: Vec<(Duration, CallOutcome)>,
+    /// When `from` was lost, and when it was back, on the same clock.
+    pub lost_at: Duration,
+    pub back_at: Duration,
+    /// Whose answers mean which side (`cluster/namespace/` or a Pod's start).
+    pub from: String,
+    pub to: String,
+}
+
+impl Failover {
+    fn first_answer_since(&self, since: Duration, who: &str) -> Option<Duration> {
+        self.calls
+            .iter()
+            .find(|(at, outcome)| *at >= since && answered_by(outcome, who))
+            .map(|(at, _)| *at)
+    }
+
+    /// When the first call answered by `to` started, after the loss.
+    pub fn first_answer_by_to(&self) -> Option<Duration> {
+        self.first_answer_since(self.lost_at, &self.to)
+    }
+
+    /// From the loss to the first call answered by `to`.
+    pub fn time_to_fail_over(&self) -> Option<Duration> {
+        Some(self.first_answer_by_to()?.saturating_sub(self.lost_at))
+    }
+
+    /// From `from`'s return to the first call answered by it again.
+    pub fn time_to_come_back(&self) -> Option<Duration> {
+        let first = self.first_answer_since(self.back_at, &self.from)?;
+        Some(first.saturating_sub(self.back_at))
+    }
+
+    /// The calls that started in `[since, until)` and were answered by neither side.
+    pub fn lost(&self, since: Duration, until: Duration) -> Vec<&(Duration, CallOutcome)> {
+        self.calls
+            .iter()
+            .filter(|(at, outcome)| {
+                *at >= since
+                    && *at < until
+                    && !answered_by(outcome, &self.from)
+                    && !answered_by(outcome, &self.to)
+            })
+            .collect()
+    }
+
+    /// The calls lost before the switch (after the loss, before the first answer by `to`).
+    pub fn lost_before_switch(&self) -> Vec<&(Duration, CallOutcome)> {
+        let switched = self.first_answer_by_to().unwrap_or(Duration::MAX);
+        self.lost(self.lost_at, switched)
+    }
+
+    /// The calls lost once the first was answered by `to`, the way back included.
+    pub fn lost_after_switch(&self) -> Vec<&(Duration, CallOutcome)> {
+        match self.first_answer_by_to() {
+            Some(switched) => self.lost(switched, Duration::MAX),
+            None => Vec::new(),
+        }
+    }
+
+    /// The calls lost once `from` was back.
+    pub fn lost_on_the_way_back(&self) -> Vec<&(Duration, CallOutcome)> {
+        self.lost(self.back_at, Duration::MAX)
+    }
+
+    /// One line of figures, for the benchmark and the tests' output.
+    pub fn summary(&self) -> String {
+        let seconds = |d: Option<Duration>| {
+            d.map_or("never".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+        };
+        format!(
+            "{} calls; failed over in {}, {} lost before, {} after; came back in {}, {} lost on the way back",
+            self.calls.len(),
+            seconds(self.time_to_fail_over()),
+            self.lost_before_switch().len(),
+            self.lost_after_switch().len(),
+            seconds(self.time_to_come_back()),
+            self.lost_on_the_way_back().len(),
+        )
+    }
+}
+
+/// Calls `target` from Pod `namespace/pod` of `network` at `rate` a second through a failover,
+/// each stage waiting on what the calls met, within `limit`: answered by `from` `settle` times
+/// in a row; then `lose` takes `from` away, and once a call is answered by `to` and `settle`
+/// more have ended, `restore` brings it back; the calls go on until one is answered by `from`
+/// again and `settle` more have ended. What the calls met, or what did not happen in time.
+#[allow(clippy::too_many_arguments)]
+pub async fn failover(
+    network: Arc<ClusterNetwork>,
+    call: (&str, &str, &str),
+    rate: usize,
+    (from, to): (&str, &str),
+    lose: impl Future<Output = ()>,
+    restore: impl Future<Output = ()>,
+    limit: Duration,
+    settle: usize,
+) -> Result<Failover, String> {
+    let caller = Caller::start(network, call, rate);
+    let (namespace, pod, target) = call;
+    let waited = async |what: String, done: &dyn Fn() -> bool| -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        while !done() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{namespace}/{pod} -> {target}: not {what} within {limit:?}"
+                ));
+            }
+            tokio::time::sleep(crate::POLL).await;
+        }
+        Ok(())
+    };
+    // Answered by `from` `settle` times in a row before the loss: the baseline.
+    let baseline = waited(
+        format!("answered by {from}* {settle} times in a row"),
+        &|| {
+            let calls = lock(&caller.calls);
+            let mut ended: Vec<&(Duration, CallOutcome)> = calls.iter().collect();
+            ended.sort_by_key(|(at, _)| *at);
+            ended.len() >= settle
+                && ended[ended.len() - settle..]
+                    .iter()
+                    .all(|(_, outcome)| answered_by(outcome, from))
+        },
+    )
+    .await;
+    if let Err(error) = baseline {
+        caller.stop().await;
+        return Err(error);
+    }
+    let lost_at = caller.elapsed();
+    lose.await;
+    let switched = waited(format!("answered by {to}* after the loss"), &|| {
+        caller
+            .first_since(lost_at, |o| answered_by(o, to))
+            .is_some_and(|first| caller.ended_since(first) >= settle)
+    })
+    .await;
+    let back_at = caller.elapsed();
+    restore.await;
+    let returned = match &switched {
+        Ok(()) => {
+            waited(format!("answered by {from}* after its return"), &|| {
+                caller
+                    .first_since(back_at, |o| answered_by(o, from))
+                    .is_some_and(|first| caller.ended_since(first) >= settle)
+            })
+            .await
+        }
+        Err(_) => Ok(()),
+    };
+    let calls = caller.stop().await;
+    switched?;
+    returned?;
+    Ok(Failover {
+        calls,
+        lost_at,
+        back_at,
+        from: from.to_string(),
+        to: to.to_string(),
+    })
 }

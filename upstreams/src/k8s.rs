@@ -189,7 +189,7 @@ impl K8s {
 
 /// The address of a published peer endpoint usable from here: on the same API server its
 /// `cluster` address (else `external`), from another one only `external`.
-fn usable_address(same_server: bool, endpoint: &CombEndpoint) -> Option<&str> {
+pub fn usable_address(same_server: bool, endpoint: &CombEndpoint) -> Option<&str> {
     if same_server {
         present(&endpoint.cluster).or_else(|| present(&endpoint.external))
     } else {

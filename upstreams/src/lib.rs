@@ -21,7 +21,7 @@ mod static_upstream;
 mod upstream;
 
 pub use error::{Error, Result};
-pub use k8s::{K8S_CLASS, K8s, PEER_READ_TIMEOUT};
+pub use k8s::{K8S_CLASS, K8s, PEER_READ_TIMEOUT, usable_address};
 pub use replicate::{Replica, ReplicaKind};
 pub use resolve::{Resolved, UPSTREAM_NAMESPACE, UpstreamClasses, UpstreamFactory};
 pub use static_upstream::{STATIC_CLASS, Static};

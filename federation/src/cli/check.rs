@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
-use comb_api::{Comb, Reason};
+use comb_api::{Comb, ConditionStatus, Reason, UPSTREAM_FALLBACK};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -21,6 +21,8 @@ use crate::cli::output::{DataFormat, Table, serialize};
 use crate::config::Layer;
 use crate::controller::CombKey;
 use crate::controller::graph::{DependencyGraph, dependency_key, describe_cycles};
+use crate::engine::borrow::Candidate;
+use crate::engine::borrow::fallback::written_duration;
 use comb_kubeconfigs::describe_error;
 
 #[derive(Debug, clap::Args)]
@@ -104,22 +106,32 @@ pub fn dependency_cycles(combs: &[Comb]) -> String {
     describe_cycles(&graph.cycles())
 }
 
-/// The Combs whose last step found an upstream loop (`UpstreamLoop`), with its message.
-pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
+/// `ns/name: message` of each Comb whose status has a condition `pick` chooses.
+fn combs_with(
+    combs: &[Comb],
+    pick: impl Fn(&comb_api::CombStatus) -> Option<&comb_api::CombCondition>,
+) -> Vec<String> {
     combs
         .iter()
         .filter_map(|comb| {
-            let ready = comb.status.as_ref()?.ready()?;
-            (ready.reason == Some(Reason::UpstreamLoop)).then(|| {
-                format!(
-                    "{}/{}: {}",
-                    comb.metadata.namespace.as_deref().unwrap_or_default(),
-                    comb.metadata.name.as_deref().unwrap_or_default(),
-                    ready.message.as_deref().unwrap_or_default()
-                )
-            })
+            let condition = pick(comb.status.as_ref()?)?;
+            Some(format!(
+                "{}/{}: {}",
+                comb.metadata.namespace.as_deref().unwrap_or_default(),
+                comb.metadata.name.as_deref().unwrap_or_default(),
+                condition.message.as_deref().unwrap_or_default()
+            ))
         })
         .collect()
+}
+
+/// The Combs whose last step found an upstream loop (`UpstreamLoop`), with its message.
+pub fn upstream_loops(combs: &[Comb]) -> Vec<String> {
+    combs_with(combs, |status| {
+        status
+            .ready()
+            .filter(|ready| ready.reason == Some(Reason::UpstreamLoop))
+    })
 }
 
 /// What a layer's Combs may name: the kube contexts of the kubeconfig and the layers.
@@ -196,7 +208,8 @@ fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
 pub fn comb_checks(layer: &str, combs: &[Comb], names: &Names<'_>) -> Vec<Check> {
     let cycles = dependency_cycles(combs);
     let loops = upstream_loops(combs);
-    vec![
+    let on_fallback = on_fallback(combs);
+    let mut checks = vec![
         if cycles.is_empty() {
             Check::new(
                 "dependencies",
@@ -232,7 +245,22 @@ pub fn comb_checks(layer: &str, combs: &[Comb], names: &Names<'_>) -> Vec<Check>
             ),
             broken => Check::new("combs", layer, Outcome::Failed, broken.join("; ")),
         },
-    ]
+    ];
+    // Not a failure: the borrowers serve. The layer they prefer is what to look at (its own
+    // `upstream layer` check, or its Comb).
+    if !on_fallback.is_empty() {
+        checks.push(Check::new(
+            "on fallback",
+            layer,
+            Outcome::Ok,
+            format!(
+                "{} Comb(s) borrow from a fallback: {}",
+                on_fallback.len(),
+                on_fallback.join("; ")
+            ),
+        ));
+    }
+    checks
 }
 
 /// Every Comb's spec decodes (a CRD without a schema lets anything through).
@@ -439,6 +467,64 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
     }
 }
 
+/// Where the borrowers of `layer` go while the layer they borrow from is unhealthy, and whether
+/// they can get there: fine while some entry of its `fallback` is reachable (`local` always is).
+/// `None` for a layer without a fallback. `up` says which layers answered.
+pub fn fallback_check(layer: &Layer, up: &BTreeMap<&str, bool>) -> Option<Check> {
+    let fallback = layer.borrow.as_ref()?.fallback.as_ref()?;
+    let entries: Vec<(String, bool)> = fallback
+        .to
+        .iter()
+        .map(|entry| match entry {
+            Candidate::Layer(name) => {
+                let reachable = up.get(name.as_str()).copied().unwrap_or(false);
+                let state = if reachable {
+                    "reachable"
+                } else {
+                    "not reachable"
+                };
+                (format!("{name} ({state})"), reachable)
+            }
+            Candidate::Local => ("local".to_string(), true),
+        })
+        .collect();
+    let listed = entries
+        .iter()
+        .map(|(entry, _)| entry.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let policy = &fallback.policy;
+    let timing = format!(
+        "after {} unhealthy, back after {} healthy",
+        written_duration(policy.unhealthy_after),
+        written_duration(policy.healthy_after)
+    );
+    Some(if entries.iter().any(|(_, usable)| *usable) {
+        Check::new(
+            "fallback",
+            &layer.name,
+            Outcome::Ok,
+            format!("falls back to {listed} {timing}"),
+        )
+    } else {
+        Check::new(
+            "fallback",
+            &layer.name,
+            Outcome::Failed,
+            format!("falls back to {listed}: none is reachable"),
+        )
+    })
+}
+
+/// The Combs of a layer that borrow from a fallback (or run locally) now, with why.
+fn on_fallback(combs: &[Comb]) -> Vec<String> {
+    combs_with(combs, |status| {
+        status
+            .condition(UPSTREAM_FALLBACK)
+            .filter(|condition| condition.status == ConditionStatus::True)
+    })
+}
+
 /// Every check of every layer.
 pub async fn run_checks(federation: &Federation) -> Vec<Check> {
     let contexts = federation.pool.contexts();
@@ -483,6 +569,9 @@ pub async fn run_checks(federation: &Federation) -> Vec<Check> {
                     format!("borrows from {}, which is not reachable", borrow.from),
                 )
             });
+        }
+        if let Some(check) = fallback_check(layer, &up) {
+            checks.push(check);
         }
         if !up.get(layer.name.as_str()).copied().unwrap_or(false) {
             checks.push(Check::new(
@@ -627,6 +716,62 @@ mod tests {
             checks[2].detail,
             "apps/bad: spec.class: invalid type: integer `5`, expected a string"
         );
+    }
+
+    #[test]
+    fn a_fallback_is_fine_while_some_entry_is_reachable() {
+        let config = crate::config::Config::from_yaml(
+            "layers:
+  - {name: prod, context: prod}
+  - {name: staging, context: staging, borrow: {from: prod}}
+  - {name: dev, context: dev, borrow: {from: staging, fallback: [prod]}}
+  - {name: qa, context: qa, borrow: {from: staging, fallback: [prod, local], unhealthyAfter: 10s}}",
+            "test",
+            None,
+        )
+        .unwrap();
+        let up = BTreeMap::from([
+            ("prod", false),
+            ("staging", false),
+            ("dev", true),
+            ("qa", true),
+        ]);
+        assert_eq!(fallback_check(&config.layers[1], &up), None);
+        let dev = fallback_check(&config.layers[2], &up).unwrap();
+        assert_eq!(
+            (dev.outcome, dev.detail.as_str()),
+            (
+                Outcome::Failed,
+                "falls back to prod (not reachable): none is reachable"
+            )
+        );
+        let qa = fallback_check(&config.layers[3], &up).unwrap();
+        assert_eq!(
+            (qa.outcome, qa.detail.as_str()),
+            (
+                Outcome::Ok,
+                "falls back to prod (not reachable), local after 10s unhealthy, back after 1m healthy"
+            )
+        );
+        let mut nats = comb("nats", &[], None);
+        nats.status = Some(
+            serde_json::from_value(json!({"phase": "Running", "conditions": [
+                {"type": "UpstreamFallback", "status": "True", "reason": "UpstreamUnhealthy",
+                 "message": "staging unhealthy for 30s (context unreachable); borrowing from prod"}]}))
+            .unwrap(),
+        );
+        let checks = comb_checks("dev", &[nats, comb("db", &[], None)], &names());
+        let last = checks.last().unwrap();
+        assert_eq!(
+            (last.check, last.outcome, last.detail.as_str()),
+            (
+                "on fallback",
+                Outcome::Ok,
+                "1 Comb(s) borrow from a fallback: platform/nats: staging unhealthy for 30s \
+                 (context unreachable); borrowing from prod"
+            )
+        );
+        assert!(comb_checks("dev", &[comb("db", &[], None)], &names()).len() == 4);
     }
 
     #[test]

@@ -210,9 +210,12 @@ impl Federation {
             .await
             .with_context(|| format!("{} cannot be built", located.location))?;
         let ops = KubeOps::new(self.client(layer).await?);
-        let controlling = self
-            .config
-            .controlling(layer, comb.namespace(), comb.name());
+        let controlling = self.config.controlling_as_recorded(
+            layer,
+            comb.namespace(),
+            comb.name(),
+            located.comb.status.as_ref(),
+        );
         let env = self.config.borrow_env(&self.pool, layer);
         let upstream = borrow::resolution(&comb, &controlling, &env).await;
         Ok(Opened {

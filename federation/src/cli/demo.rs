@@ -18,9 +18,10 @@ use anyhow::Context as _;
 use comb_api::Comb;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
@@ -53,6 +54,26 @@ pub const COMBS_YAML: [(&str, &str); 3] = [
         include_str!("../../../examples/combs/staging.yaml"),
     ),
     ("dev", include_str!("../../../examples/combs/dev.yaml")),
+];
+
+/// The fallback example (`examples/fallback`): prod, staging and dev on clusters of their own;
+/// dev borrows nats from staging and falls back to prod while staging is unhealthy.
+pub const FALLBACK_CONFIG_YAML: &str = include_str!("../../../examples/fallback/comb.yaml");
+
+/// The fallback example's Combs, per layer: each runs nats behind a load balancer.
+pub const FALLBACK_COMBS_YAML: [(&str, &str); 3] = [
+    (
+        "prod",
+        include_str!("../../../examples/fallback/combs/prod.yaml"),
+    ),
+    (
+        "staging",
+        include_str!("../../../examples/fallback/combs/staging.yaml"),
+    ),
+    (
+        "dev",
+        include_str!("../../../examples/fallback/combs/dev.yaml"),
+    ),
 ];
 
 /// The sandbox clusters of the demo's three layers: `prod` and `dev` are clusters, `staging` is
@@ -122,28 +143,38 @@ impl DemoWorld {
         network: Option<NetworkOptions>,
     ) -> anyhow::Result<DemoWorld> {
         let (context, cluster, namespace) = STAGING;
-        let sandbox = Clusters::start(
-            backend,
-            SandboxOptions {
-                contexts: vec![ExtraContext {
-                    name: context.to_string(),
-                    cluster: cluster.to_string(),
-                    namespace: Some(namespace.to_string()),
-                }],
-                pod_ready_delay,
-                network,
-                ..SandboxOptions::clusters(CLUSTERS)
-            },
-            kube_bin,
-        )
-        .await
-        .context("starting the sandbox clusters failed")?;
+        let options = SandboxOptions {
+            contexts: vec![ExtraContext {
+                name: context.to_string(),
+                cluster: cluster.to_string(),
+                namespace: Some(namespace.to_string()),
+            }],
+            pod_ready_delay,
+            network,
+            ..SandboxOptions::clusters(CLUSTERS)
+        };
+        DemoWorld::start_for(backend, kube_bin, options, CONFIG_YAML).await
+    }
+
+    /// The clusters of `options` on `backend`, set up for the federation configuration
+    /// `config_yaml` (whose `kubeconfig` names where the clusters' kubeconfig goes, beside it):
+    /// the CRD in each cluster, the layers' namespaces. For other federations than the demo's
+    /// (the fallback's three clusters, say).
+    pub async fn start_for(
+        backend: Backend,
+        kube_bin: Option<PathBuf>,
+        options: SandboxOptions,
+        config_yaml: &str,
+    ) -> anyhow::Result<DemoWorld> {
+        let sandbox = Clusters::start(backend, options, kube_bin)
+            .await
+            .context("starting the sandbox clusters failed")?;
         let dir = tempfile::Builder::new()
             .prefix("comb-demo-")
             .tempdir()
             .context("creating a temporary directory failed")?;
         let config_path = dir.path().join("comb.yaml");
-        std::fs::write(&config_path, CONFIG_YAML)
+        std::fs::write(&config_path, config_yaml)
             .with_context(|| format!("writing {} failed", config_path.display()))?;
         let config = Config::load(&config_path)?;
         let kubeconfig = config
@@ -191,7 +222,8 @@ impl DemoWorld {
     async fn install(&self) -> anyhow::Result<()> {
         let crd = comb_api::crd(&self.config.group)?;
         let crd_name = format!("{}.{}", comb_api::PLURAL, self.config.group);
-        for cluster in CLUSTERS {
+        for (cluster, _) in self.sandbox.urls() {
+            let cluster = cluster.as_str();
             let crds: Api<CustomResourceDefinition> = Api::all(self.pool.client(cluster).await?);
             crds.patch(&crd_name, &PatchParams::apply(MANAGER), &Patch::Apply(&crd))
                 .await
@@ -322,6 +354,69 @@ impl DemoWorld {
                 self.apply(&layer.context, &packets::client_pod(namespace))
                     .await?;
             }
+        }
+        Ok(())
+    }
+
+    /// The fallback example on real clusters with `network`: its Combs applied and a client Pod
+    /// in each layer, to call from (the fallback's test and benchmark).
+    pub async fn start_fallback(network: NetworkOptions) -> anyhow::Result<DemoWorld> {
+        let world = DemoWorld::start_for(
+            Backend::Kube,
+            None,
+            SandboxOptions {
+                network: Some(network),
+                ..SandboxOptions::clusters(["prod", "staging", "dev"])
+            },
+            FALLBACK_CONFIG_YAML,
+        )
+        .await?;
+        for (layer, yaml) in FALLBACK_COMBS_YAML {
+            world.apply_combs(layer, yaml).await?;
+        }
+        world.apply_clients().await?;
+        Ok(world)
+    }
+
+    /// Takes the Pods labelled `selector` in `namespace` of cluster `cluster` away for good:
+    /// its nodes cordoned, then the Pods deleted, so that those their controllers make instead
+    /// stay Pending until [`DemoWorld::let_pods_back`].
+    pub async fn take_pods_away(
+        &self,
+        cluster: &str,
+        namespace: &str,
+        selector: &str,
+    ) -> anyhow::Result<()> {
+        self.cordon(cluster, true).await?;
+        let client = self.pool.client(cluster).await?;
+        Api::<Pod>::namespaced(client, namespace)
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(selector),
+            )
+            .await
+            .with_context(|| {
+                format!("deleting the Pods {selector} in {cluster}/{namespace} failed")
+            })?;
+        Ok(())
+    }
+
+    /// Uncordons cluster `cluster`'s nodes: the Pods [`DemoWorld::take_pods_away`] left Pending
+    /// are scheduled.
+    pub async fn let_pods_back(&self, cluster: &str) -> anyhow::Result<()> {
+        self.cordon(cluster, false).await
+    }
+
+    /// Marks every node of cluster `cluster` (un)schedulable.
+    async fn cordon(&self, cluster: &str, unschedulable: bool) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(self.pool.client(cluster).await?);
+        let patch = json!({"spec": {"unschedulable": unschedulable}});
+        for node in nodes.list(&ListParams::default()).await? {
+            let name = node.metadata.name.unwrap_or_default();
+            nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .with_context(|| format!("(un)cordoning node {name} of {cluster} failed"))?;
         }
         Ok(())
     }
@@ -679,6 +774,7 @@ mod tests {
             message: Some("m".into()),
             upstream: None,
             via: via.iter().map(|v| v.to_string()).collect(),
+            fallback: None,
             endpoints: Vec::new(),
             creation_timestamp: None,
         }

@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombEndpoint, CombRef, CombStatus, Phase, Reason};
+use comb_api::{
+    Comb, CombEndpoint, CombRef, CombStatus, ConditionStatus, Phase, Reason, UPSTREAM_FALLBACK,
+};
 use jiff::Timestamp;
 use kube::runtime::watcher;
 use serde::Serialize;
@@ -362,6 +364,9 @@ pub struct CombRow {
     pub upstream: Option<String>,
     /// The layers the service comes through, nearest first; empty when served here.
     pub via: Vec<String>,
+    /// Why it is on a fallback of its layer's chain (its `UpstreamFallback` message), while it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
     /// The published endpoints (the upstream's addresses while borrowing).
     pub endpoints: Vec<CombEndpoint>,
     pub creation_timestamp: Option<Timestamp>,
@@ -401,6 +406,7 @@ impl CombRow {
                 row.message.clone(),
                 row.upstream.clone(),
                 row.via.clone(),
+                row.fallback.clone(),
             )
         };
         shown(self) == shown(other)
@@ -435,6 +441,10 @@ impl CombRow {
             via: upstream
                 .and_then(|upstream| upstream.via.clone())
                 .unwrap_or_default(),
+            fallback: status
+                .and_then(|status| status.condition(UPSTREAM_FALLBACK))
+                .filter(|condition| condition.status == ConditionStatus::True)
+                .map(|condition| condition.message.clone().unwrap_or_default()),
             endpoints: status
                 .map(|status| status.endpoint_list().to_vec())
                 .unwrap_or_default(),
@@ -473,6 +483,16 @@ fn short_upstream_class(class: &str) -> String {
         .to_string()
 }
 
+/// Where a row borrows from, marked `(fallback)` while it is on one of its layer's fallbacks
+/// (`local (fallback)` while it runs its own).
+fn upstream_cell(row: &CombRow) -> String {
+    match (&row.upstream, &row.fallback) {
+        (Some(upstream), Some(_)) => format!("{upstream} (fallback)"),
+        (None, Some(_)) => "local (fallback)".to_string(),
+        (upstream, None) => upstream.clone().unwrap_or_default(),
+    }
+}
+
 /// The table of `get`; `wide` adds the Ready message.
 pub fn table(rows: &[CombRow], wide: bool, now: Timestamp) -> String {
     let mut headers = vec![
@@ -505,7 +525,7 @@ pub fn table(rows: &[CombRow], wide: bool, now: Timestamp) -> String {
             },
             row.phase.clone().unwrap_or_default(),
             row.reason.clone().unwrap_or_default(),
-            row.upstream.clone().unwrap_or_default(),
+            upstream_cell(row),
             list(&row.via),
             age,
         ];
@@ -549,6 +569,27 @@ mod tests {
             "metadata": {"name": "nats", "namespace": "platform"},
             "spec": {"class": "Manifests"}
         }));
+        let on_prod = comb(json!({
+            "metadata": {"name": "mq", "namespace": "platform"},
+            "spec": {"class": "Manifests"},
+            "status": {"phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Borrowed",
+                     "message": "staging unhealthy for 30s (context unreachable); borrowing from prod"},
+                    {"type": "UpstreamFallback", "status": "True", "reason": "UpstreamUnhealthy",
+                     "message": "staging unhealthy for 30s (context unreachable); borrowing from prod"}],
+                "upstream": {"class": "K8s", "context": "prod", "via": ["prod"]}}
+        }));
+        let on_own = comb(json!({
+            "metadata": {"name": "mail", "namespace": "platform"},
+            "spec": {"class": "Manifests"},
+            "status": {"phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Healthy",
+                     "message": "staging unhealthy for 30s (context unreachable); running locally"},
+                    {"type": "UpstreamFallback", "status": "True", "reason": "UpstreamUnhealthy",
+                     "message": "staging unhealthy for 30s (context unreachable); running locally"}]}
+        }));
         let dev = crate::config::Config::from_yaml(
             "layers: [{name: dev, context: dev, stubs: [nats]}]",
             "test",
@@ -561,6 +602,8 @@ mod tests {
             CombRow::of(&dev, &borrowed),
             CombRow::of(&dev, &fixed),
             CombRow::of(&dev, &fresh),
+            CombRow::of(&dev, &on_prod),
+            CombRow::of(&dev, &on_own),
         ]
     }
 
@@ -587,7 +630,7 @@ mod tests {
     fn tables_for_people() {
         let now: Timestamp = "2026-01-01T12:05:30Z".parse().unwrap();
         assert_eq!(
-            table(&rows(), false, now),
+            table(&rows()[..3], false, now),
             "LAYER   NAMESPACE   NAME    CLASS              PHASE     REASON     UPSTREAM   VIA             AGE\n\
              dev     platform    db      Manifests          Running   Borrowed   staging    staging, prod   5m30s\n\
              dev     platform    cache   Manifests          Running   <none>     Static     <none>          65m\n\
@@ -600,6 +643,25 @@ mod tests {
         );
         assert!(
             wide.contains("5m30s   borrowed from upstream K8s (context staging) via staging, prod")
+        );
+    }
+
+    #[test]
+    fn a_borrower_on_fallback_says_so() {
+        let rows = rows();
+        let message = "staging unhealthy for 30s (context unreachable); borrowing from prod";
+        assert_eq!(rows[3].fallback.as_deref(), Some(message));
+        assert_eq!(rows[0].fallback, None, "on its preferred upstream");
+        assert_eq!(
+            serde_json::to_value(&rows[3]).unwrap()["fallback"],
+            json!(message)
+        );
+        let now: Timestamp = "2026-01-01T12:05:30Z".parse().unwrap();
+        assert_eq!(
+            table(&rows[3..], false, now),
+            "LAYER   NAMESPACE   NAME   CLASS       PHASE     REASON     UPSTREAM           VIA      AGE\n\
+             dev     platform    mq     Manifests   Running   Borrowed   prod (fallback)    prod     <none>\n\
+             dev     platform    mail   Manifests   Running   Healthy    local (fallback)   <none>   <none>\n"
         );
     }
 

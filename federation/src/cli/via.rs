@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::process::ExitCode;
 
-use comb_api::{Comb, CombRef, CombStatus, Phase, Reason};
+use comb_api::{Comb, CombRef, CombStatus, ConditionStatus, Phase, Reason, UPSTREAM_FALLBACK};
 use serde::Serialize;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
@@ -40,6 +40,10 @@ pub struct Hop {
     pub message: Option<String>,
     /// The recorded `status.upstream.via`: where this hop's service comes through.
     pub via: Vec<String>,
+    /// Why the hop is on a fallback of its layer's chain, while it is (its `UpstreamFallback`
+    /// message); the next hop is then the fallback's Comb.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
     /// Why the Comb could not be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -57,6 +61,10 @@ impl Hop {
                 .and_then(|status| status.upstream.as_ref())
                 .and_then(|upstream| upstream.via.clone())
                 .unwrap_or_default(),
+            fallback: status
+                .and_then(|status| status.condition(UPSTREAM_FALLBACK))
+                .filter(|condition| condition.status == ConditionStatus::True)
+                .map(|condition| condition.message.clone().unwrap_or_default()),
             ..Hop::unread(at, None)
         }
     }
@@ -71,6 +79,7 @@ impl Hop {
             reason: None,
             message: None,
             via: Vec::new(),
+            fallback: None,
             error,
         }
     }
@@ -211,6 +220,11 @@ pub fn render(chain: &Chain) -> String {
         ]);
     }
     let mut text = table.render();
+    for hop in &chain.hops {
+        if let Some(why) = &hop.fallback {
+            text.push_str(&format!("{} is on a fallback: {why}\n", hop.comb));
+        }
+    }
     let Some(last) = chain.hops.last() else {
         return text;
     };
@@ -402,6 +416,69 @@ layers:
         let json = serde_json::to_value(&chain).unwrap();
         assert_eq!(json["end"], "served");
         assert_eq!(json["hops"][0]["via"], json!(["staging", "prod"]));
+    }
+
+    #[tokio::test]
+    async fn a_borrower_on_fallback_is_followed_to_the_fallback() {
+        let config = Config::from_yaml(
+            "layers:
+  - { name: prod, context: prod, namespaces: [platform] }
+  - { name: staging, context: staging, namespaces: [staging], borrow: { from: prod, namespace: platform } }
+  - name: dev
+    context: dev
+    namespaces: [platform]
+    borrow: { from: staging, namespace: staging, fallback: [prod] }",
+            "test",
+            None,
+        )
+        .unwrap();
+        let why = "staging unhealthy for 30s (context unreachable); borrowing from prod";
+        let mut on_prod = comb(
+            json!({"class": "Manifests"}),
+            "Running",
+            "Borrowed",
+            k8s("prod", &["prod"]),
+        );
+        let conditions = on_prod
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap();
+        conditions[0].message = Some(why.into());
+        conditions.push(
+            serde_json::from_value(json!({"type": "UpstreamFallback", "status": "True",
+                                          "reason": "UpstreamUnhealthy", "message": why}))
+            .unwrap(),
+        );
+        let combs = BTreeMap::from([
+            ("dev:platform/nats".to_string(), on_prod),
+            (
+                "prod:platform/nats".to_string(),
+                comb(json!({"class": "Manifests"}), "Running", "Healthy", None),
+            ),
+        ]);
+        let chain = walk(&config, at("dev", "platform", "nats"), |at| {
+            let found = found(&combs, &at);
+            async move { found }
+        })
+        .await;
+        assert_eq!(chain.end, End::Served);
+        assert_eq!(
+            render(&chain),
+            format!(
+                "LAYER   COMB            PHASE     REASON     VIA\n\
+                 dev     platform/nats   Running   Borrowed   prod\n\
+                 prod    platform/nats   Running   Healthy    <none>\n\
+                 dev:platform/nats is on a fallback: {why}\n\
+                 served by prod:platform/nats (Running)\n"
+            )
+        );
+        assert_eq!(
+            serde_json::to_value(&chain).unwrap()["hops"][0]["fallback"],
+            json!(why)
+        );
     }
 
     #[tokio::test]

@@ -14,7 +14,9 @@ mod validate;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use comb_api::{Comb, CombRef, LabelKeys, UpstreamSpec};
+use comb_api::{
+    Comb, CombRef, CombStatus, ConditionStatus, LabelKeys, UPSTREAM_FALLBACK, UpstreamSpec,
+};
 use comb_kubeconfigs::ClientPool;
 use kube::Api;
 use serde_json::{Map, Value, json};
@@ -26,7 +28,7 @@ pub use validate::{
     KubeContext, Problem, check_contexts,
 };
 
-use crate::engine::borrow::{BorrowEnv, Controlling};
+use crate::engine::borrow::{BorrowEnv, Candidate, Controlling, HealthPolicy};
 use crate::engine::class::Settings;
 use crate::engine::tenancy::{
     GroupKind, LayerScope, PolicyOrigin, ServiceAccountRef, Tenancy, UpstreamGrant, UpstreamPolicy,
@@ -109,6 +111,26 @@ pub struct Borrow {
     pub local: Vec<String>,
     /// Objects copied from the peer's namespace while borrowing.
     pub replicate: Vec<Replicate>,
+    /// Where the borrowers go while the layer borrowed from is unhealthy; `None`: nowhere.
+    pub fallback: Option<Fallback>,
+}
+
+/// `borrow.fallback` with its timing (issue 22): the entries a borrower moves to, in order,
+/// while the layer it borrows from is unhealthy, and when it counts as unhealthy and healthy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fallback {
+    /// Layers further up the chain than `borrow.from`, and/or `local` (last).
+    pub to: Vec<Candidate>,
+    pub policy: HealthPolicy,
+    /// How the addresses the bridge uses are looked at besides the API and the peer's status.
+    pub probe: Option<Probe>,
+}
+
+/// `borrow.probe`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// A TCP connect to each address the bridge uses, from the controller.
+    Tcp,
 }
 
 /// One object replicated from the upstream's namespace.
@@ -210,25 +232,33 @@ impl BorrowDecision<'_> {
                 namespace,
                 name,
                 replicate,
-            } => {
-                let mut spec = Map::new();
-                spec.insert("class".into(), json!("K8s"));
-                spec.insert("context".into(), json!(from.context));
-                spec.insert("namespace".into(), json!(namespace));
-                spec.insert("name".into(), json!(name));
-                if !replicate.is_empty() {
-                    let items: Vec<Value> = replicate
-                        .iter()
-                        .map(|item| json!({"kind": item.kind.as_str(), "name": item.name}))
-                        .collect();
-                    spec.insert("replicate".into(), Value::Array(items));
-                }
-                Some(Some(spec))
-            }
+            } => Some(Some(peer_spec(from, namespace, name, replicate))),
             BorrowDecision::Local => Some(None),
             BorrowDecision::NoSay => None,
         }
     }
+}
+
+/// The K8s upstream of peer `namespace/name` in layer `from`, copying `replicate`.
+fn peer_spec(
+    from: &Layer,
+    namespace: &str,
+    name: &str,
+    replicate: &[Replicate],
+) -> Map<String, Value> {
+    let mut spec = Map::new();
+    spec.insert("class".into(), json!("K8s"));
+    spec.insert("context".into(), json!(from.context));
+    spec.insert("namespace".into(), json!(namespace));
+    spec.insert("name".into(), json!(name));
+    if !replicate.is_empty() {
+        let items: Vec<Value> = replicate
+            .iter()
+            .map(|item| json!({"kind": item.kind.as_str(), "name": item.name}))
+            .collect();
+        spec.insert("replicate".into(), Value::Array(items));
+    }
+    spec
 }
 
 impl Config {
@@ -297,6 +327,154 @@ impl Config {
                 .as_ref()
                 .is_some_and(|borrow| borrow.from == name)
         })
+    }
+
+    /// The layers `name` borrows from, directly or through others, nearest first.
+    pub fn chain_above(&self, name: &str) -> Vec<&Layer> {
+        let mut chain: Vec<&Layer> = Vec::new();
+        let mut at = self.layer(name);
+        while let Some(next) = at
+            .and_then(|layer| layer.borrow.as_ref())
+            .and_then(|borrow| self.layer(&borrow.from))
+        {
+            // A checked configuration has no cycle; a hand-built one ends here.
+            if next.name == name || chain.iter().any(|seen| seen.name == next.name) {
+                break;
+            }
+            chain.push(next);
+            at = Some(next);
+        }
+        chain
+    }
+
+    /// The fallback chain of Comb `namespace/name` in `layer`: its preferred layer, then the
+    /// entries of the borrow's `fallback`, with the borrow's fallback settings. `None` when the
+    /// layer's borrow has no fallback or does not take this Comb.
+    pub fn fallback_of<'a>(
+        &'a self,
+        layer: &'a Layer,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(Vec<Candidate>, &'a Fallback)> {
+        let fallback = layer.borrow.as_ref()?.fallback.as_ref()?;
+        let BorrowDecision::Borrow { from, .. } = layer.borrow_decision(self, namespace, name)
+        else {
+            return None;
+        };
+        let candidates = std::iter::once(Candidate::Layer(from.name.clone()))
+            .chain(fallback.to.iter().cloned())
+            .collect();
+        Some((candidates, fallback))
+    }
+
+    /// Where the peer of Comb `namespace/name` of `layer` is in layer `target`, further up its
+    /// chain: that layer and the peer's namespace, each hop's `borrow.namespace` (else the
+    /// namespace so far) taken on the way. `None` when `target` is not on the chain.
+    pub fn peer_up_the_chain(
+        &self,
+        layer: &Layer,
+        namespace: &str,
+        target: &str,
+    ) -> Option<(&Layer, String)> {
+        let mut namespace = namespace.to_string();
+        let mut at = layer;
+        for next in self.chain_above(&layer.name) {
+            if let Some(hop) = at
+                .borrow
+                .as_ref()
+                .and_then(|borrow| borrow.namespace.clone())
+            {
+                namespace = hop;
+            }
+            if next.name == target {
+                return Some((next, namespace));
+            }
+            at = next;
+        }
+        None
+    }
+
+    /// The entry of `candidates` (a chain of [`Config::fallback_of`] for a Comb of `layer`) that a
+    /// recorded status shows in use: with its `UpstreamFallback` condition True, the fallback
+    /// layer whose context its upstream record names (or `local` without an upstream record);
+    /// else the preferred one. A status written before the configuration changed may name
+    /// neither: the preferred one then.
+    pub fn recorded_entry(&self, candidates: &[Candidate], status: Option<&CombStatus>) -> usize {
+        let on_fallback = status
+            .and_then(|status| status.condition(UPSTREAM_FALLBACK))
+            .is_some_and(|condition| condition.status == ConditionStatus::True);
+        if !on_fallback {
+            return 0;
+        }
+        let context = status
+            .and_then(|status| status.upstream.as_ref())
+            .and_then(|upstream| upstream.context.as_deref());
+        candidates
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, candidate)| match (candidate, context) {
+                (Candidate::Layer(name), Some(context)) => self
+                    .layer(name)
+                    .is_some_and(|layer| layer.context == context),
+                (Candidate::Local, None) => true,
+                _ => false,
+            })
+            .map_or(0, |(index, _)| index)
+    }
+
+    /// The controlling code's answer for Comb `namespace/name` of `layer` on entry `candidate` of
+    /// its fallback chain: borrow from the peer in that layer (the preferred one answers as
+    /// [`Config::controlling`] does), or run locally.
+    pub fn controlling_on(
+        &self,
+        layer: &Layer,
+        namespace: &str,
+        name: &str,
+        candidate: &Candidate,
+    ) -> Controlling {
+        let preferred = layer.borrow.as_ref().map(|borrow| borrow.from.as_str());
+        let source = format!("borrow.fallback of layer {}", layer.name);
+        match candidate {
+            Candidate::Layer(target) if Some(target.as_str()) == preferred => {
+                self.controlling(layer, namespace, name)
+            }
+            Candidate::Layer(target) => {
+                let Some((from, namespace)) = self.peer_up_the_chain(layer, namespace, target)
+                else {
+                    return self.controlling(layer, namespace, name);
+                };
+                let replicate = layer
+                    .borrow
+                    .as_ref()
+                    .map(|borrow| borrow.replicate.as_slice())
+                    .unwrap_or_default();
+                Controlling::new(
+                    source,
+                    UpstreamSpec::Declared(peer_spec(from, &namespace, name, replicate)),
+                )
+            }
+            Candidate::Local => Controlling::new(source, UpstreamSpec::Local),
+        }
+    }
+
+    /// [`Config::controlling`] as the Comb's recorded `status` shows it: on a fallback of its
+    /// layer's chain, the entry in use (what the CLI reads and renders; the controller knows the
+    /// chain itself).
+    pub fn controlling_as_recorded(
+        &self,
+        layer: &Layer,
+        namespace: &str,
+        name: &str,
+        status: Option<&CombStatus>,
+    ) -> Controlling {
+        match self.fallback_of(layer, namespace, name) {
+            Some((candidates, _)) => {
+                let entry = self.recorded_entry(&candidates, status);
+                self.controlling_on(layer, namespace, name, &candidates[entry])
+            }
+            None => self.controlling(layer, namespace, name),
+        }
     }
 
     /// The controlling code's answer about the upstream of Comb `namespace/name` in `layer`

@@ -69,6 +69,10 @@ pub struct RawBorrow {
     pub combs: Option<Vec<String>>,
     pub local: Option<Vec<String>>,
     pub replicate: Option<Vec<RawReplicate>>,
+    pub fallback: Option<Vec<String>>,
+    pub unhealthy_after: Option<Scalar>,
+    pub healthy_after: Option<Scalar>,
+    pub probe: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

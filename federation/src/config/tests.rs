@@ -610,3 +610,195 @@ fn hand_built_configs_are_checked() {
          layers[1].serviceAccount: 'Writer' is not a service account name (a DNS-1123 subdomain)"
     );
 }
+
+const CHAIN: &str = r#"
+layers:
+  - { name: prod, context: prod, namespaces: [platform] }
+  - name: staging
+    context: staging
+    namespaces: [staging]
+    borrow: { from: prod, namespace: platform }
+  - name: dev
+    context: dev
+    borrow:
+      from: staging
+      namespace: staging
+      fallback: [prod, local]
+      unhealthyAfter: 10s
+      healthyAfter: 1m
+      probe: tcp
+"#;
+
+#[test]
+fn reads_a_fallback_with_its_timing() {
+    let config = parse(CHAIN).unwrap();
+    let dev = config.layer("dev").unwrap();
+    let fallback = dev.borrow.as_ref().unwrap().fallback.as_ref().unwrap();
+    assert_eq!(
+        fallback,
+        &Fallback {
+            to: vec![Candidate::Layer("prod".into()), Candidate::Local],
+            policy: HealthPolicy {
+                unhealthy_after: Duration::from_secs(10),
+                healthy_after: Duration::from_secs(60),
+            },
+            probe: Some(Probe::Tcp),
+        }
+    );
+    let defaults = parse(
+        "layers:\n - {name: prod, context: prod}\n - {name: dev, context: dev, borrow: {from: prod, fallback: [local]}}",
+    )
+    .unwrap();
+    let fallback = defaults.layers[1]
+        .borrow
+        .as_ref()
+        .unwrap()
+        .fallback
+        .clone()
+        .unwrap();
+    assert_eq!(fallback.policy, HealthPolicy::default());
+    assert_eq!(fallback.policy.unhealthy_after, Duration::from_secs(30));
+    assert_eq!(fallback.policy.healthy_after, Duration::from_secs(60));
+    assert_eq!(fallback.probe, None);
+    assert_eq!(
+        parse(FULL).unwrap().layers[2]
+            .borrow
+            .as_ref()
+            .unwrap()
+            .fallback,
+        None,
+        "no fallback unless asked"
+    );
+}
+
+#[test]
+fn a_fallback_is_further_up_the_chain_or_local_last() {
+    let base = "layers:\n - {name: prod, context: prod}\n - {name: side, context: side}\n - {name: staging, context: staging, borrow: {from: prod}}\n";
+    let dev = |borrow: &str| format!("{base} - {{name: dev, context: dev, borrow: {borrow}}}");
+    let cases = [
+        (
+            dev("{from: staging, fallback: [qa]}"),
+            "comb.yaml: layers[3].borrow.fallback[0]: unknown layer \"qa\" (layers: prod, side, staging, dev)",
+        ),
+        (
+            dev("{from: staging, fallback: [staging]}"),
+            "comb.yaml: layers[3].borrow.fallback[0]: 'staging' is borrow.from itself; a fallback is a layer further up the chain, or local",
+        ),
+        (
+            dev("{from: staging, fallback: [side]}"),
+            "comb.yaml: layers[3].borrow.fallback[0]: 'side' is not further up the chain than staging (above it: prod); a fallback is a layer staging borrows from, directly or through others, or local",
+        ),
+        (
+            dev("{from: prod, fallback: [side]}"),
+            "comb.yaml: layers[3].borrow.fallback[0]: 'side' is not further up the chain: prod borrows from no layer, so the one fallback there is is local",
+        ),
+        (
+            dev("{from: staging, fallback: [local, prod, prod]}"),
+            "comb.yaml: layers[3].borrow.fallback[0]: local comes last: it is always healthy, so the entries after it would never be used; layers[3].borrow.fallback[2]: 'prod' is listed twice",
+        ),
+        (
+            dev("{from: staging, fallback: []}"),
+            "comb.yaml: layers[3].borrow.fallback: an empty list; leave the key out for no fallback",
+        ),
+        (
+            dev("{from: staging, unhealthyAfter: 5s, probe: tcp}"),
+            "comb.yaml: layers[3].borrow.probe: does nothing without borrow.fallback; name the layers to fall back to (e.g. fallback: [prod, local]) or remove it; layers[3].borrow.unhealthyAfter: does nothing without borrow.fallback; name the layers to fall back to (e.g. fallback: [prod, local]) or remove it",
+        ),
+        (
+            dev(
+                "{from: staging, fallback: [prod], unhealthyAfter: 30, healthyAfter: 0s, probe: http}",
+            ),
+            "comb.yaml: layers[3].borrow.healthyAfter: '0s' is zero; it must be longer than that; layers[3].borrow.probe: 'http' is not a probe; the one there is is tcp (a TCP connect to each address the bridge uses); layers[3].borrow.unhealthyAfter: '30' has no unit; write e.g. 30s",
+        ),
+        (
+            dev("{from: staging, fallback: prod}"),
+            "comb.yaml: layers[3].borrow.fallback: invalid type: string \"prod\", expected a sequence",
+        ),
+    ];
+    for (text, message) in cases {
+        assert_eq!(error_of(&text), message, "{text}");
+    }
+    parse(&dev("{from: staging, fallback: [prod, local]}")).unwrap();
+}
+
+#[test]
+fn the_peer_up_the_chain_takes_each_hops_namespace() {
+    let config = parse(CHAIN).unwrap();
+    let dev = config.layer("dev").unwrap();
+    let peer = |target: &str| {
+        config
+            .peer_up_the_chain(dev, "team", target)
+            .map(|(layer, namespace)| (layer.name.clone(), namespace))
+    };
+    assert_eq!(peer("staging"), Some(("staging".into(), "staging".into())));
+    assert_eq!(peer("prod"), Some(("prod".into(), "platform".into())));
+    assert_eq!(peer("dev"), None);
+    let (candidates, _) = config.fallback_of(dev, "team", "nats").unwrap();
+    assert_eq!(
+        candidates,
+        [
+            Candidate::Layer("staging".into()),
+            Candidate::Layer("prod".into()),
+            Candidate::Local
+        ]
+    );
+    assert_eq!(
+        config.fallback_of(config.layer("staging").unwrap(), "staging", "nats"),
+        None,
+        "staging's borrow has no fallback"
+    );
+    let on = |candidate: &Candidate| config.controlling_on(dev, "team", "nats", candidate);
+    assert_eq!(on(&candidates[0]), config.controlling(dev, "team", "nats"));
+    assert_eq!(on(&candidates[1]).source, "borrow.fallback of layer dev");
+    assert_eq!(
+        on(&candidates[1]).answer,
+        comb_api::UpstreamSpec::Declared(
+            json!({"class": "K8s", "context": "prod", "namespace": "platform", "name": "nats"})
+                .as_object()
+                .unwrap()
+                .clone()
+        )
+    );
+    assert_eq!(on(&Candidate::Local).answer, comb_api::UpstreamSpec::Local);
+}
+
+#[test]
+fn the_recorded_status_tells_which_entry_is_in_use() {
+    let config = parse(CHAIN).unwrap();
+    let (candidates, _) = config
+        .fallback_of(config.layer("dev").unwrap(), "team", "nats")
+        .unwrap();
+    let status = |fallback: &str, context: Option<&str>| -> comb_api::CombStatus {
+        let mut value = json!({"phase": "Running", "conditions": [
+            {"type": "UpstreamFallback", "status": fallback}]});
+        if let Some(context) = context {
+            value["upstream"] = json!({"class": "K8s", "context": context});
+        }
+        serde_json::from_value(value).unwrap()
+    };
+    let cases = [
+        (None, 0),
+        (Some(status("False", Some("staging"))), 0),
+        (Some(status("True", Some("prod"))), 1),
+        (Some(status("True", None)), 2),
+        (Some(status("True", Some("elsewhere"))), 0),
+    ];
+    for (status, entry) in cases {
+        assert_eq!(
+            config.recorded_entry(&candidates, status.as_ref()),
+            entry,
+            "{status:?}"
+        );
+    }
+    let dev = config.layer("dev").unwrap();
+    let on_prod = status("True", Some("prod"));
+    assert_eq!(
+        config.controlling_as_recorded(dev, "team", "nats", Some(&on_prod)),
+        config.controlling_on(dev, "team", "nats", &candidates[1]),
+        "the CLI reads a borrower on fallback where it borrows from"
+    );
+    assert_eq!(
+        config.controlling_as_recorded(dev, "team", "nats", None),
+        config.controlling(dev, "team", "nats")
+    );
+}

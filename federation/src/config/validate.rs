@@ -12,7 +12,11 @@ use comb_api::{DEFAULT_GROUP, DEFAULT_PREFIX, is_label_value};
 use super::duration::parse_positive_duration;
 use super::raw::{RawAllowUpstream, RawBorrow, RawConfig, RawLayer, Scalar};
 use super::selector::pattern_problem;
-use super::{AllowUpstream, Borrow, Config, Layer, Replicate, ReplicateKind, UpstreamTarget};
+use super::{
+    AllowUpstream, Borrow, Config, Fallback, Layer, Probe, Replicate, ReplicateKind, UpstreamTarget,
+};
+use crate::engine::borrow::fallback::{DEFAULT_HEALTHY_AFTER, DEFAULT_UNHEALTHY_AFTER};
+use crate::engine::borrow::{Candidate, HealthPolicy};
 use crate::engine::kinds::{builtin_kind, known_scope};
 use crate::engine::tenancy::{GroupKind, ServiceAccountRef};
 
@@ -84,20 +88,7 @@ pub fn from_raw(
     };
     let resync = match raw.resync {
         None => Some(DEFAULT_RESYNC),
-        Some(Scalar::Text(text)) => parse_positive_duration(&text)
-            .map_err(|message| problems.push(Problem::new("resync", message)))
-            .ok(),
-        Some(number) => {
-            problems.push(Problem::new(
-                "resync",
-                format!(
-                    "'{}' has no unit; write e.g. {}s",
-                    number.text(),
-                    number.text()
-                ),
-            ));
-            None
-        }
+        Some(scalar) => duration_from_raw("resync", scalar, &mut problems),
     };
     let layers = raw.layers.unwrap_or_default();
     let layers: Vec<Layer> = layers
@@ -272,7 +263,98 @@ fn service_account_from_raw(
     }
 }
 
-fn borrow_from_raw(key: &str, raw: RawBorrow, problems: &mut Vec<Problem>) -> Borrow {
+/// A positive duration as written (`30s`); a bare number is refused for its missing unit.
+fn duration_from_raw(key: &str, raw: Scalar, problems: &mut Vec<Problem>) -> Option<Duration> {
+    match raw {
+        Scalar::Text(text) => parse_positive_duration(&text)
+            .map_err(|message| problems.push(Problem::new(key, message)))
+            .ok(),
+        number => {
+            problems.push(Problem::new(
+                key,
+                format!(
+                    "'{}' has no unit; write e.g. {}s",
+                    number.text(),
+                    number.text()
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// `fallback`, `unhealthyAfter`, `healthyAfter` and `probe` of the borrow at `key`; the timing
+/// keys without `fallback` are refused, as they would do nothing.
+fn fallback_from_raw(
+    key: &str,
+    raw: &mut RawBorrow,
+    problems: &mut Vec<Problem>,
+) -> Option<Fallback> {
+    let mut timing = |name: &str, value: Option<Scalar>, default: Duration| {
+        value
+            .and_then(|value| duration_from_raw(&format!("{key}.{name}"), value, problems))
+            .unwrap_or(default)
+    };
+    let policy = HealthPolicy {
+        unhealthy_after: timing(
+            "unhealthyAfter",
+            raw.unhealthy_after.clone(),
+            DEFAULT_UNHEALTHY_AFTER,
+        ),
+        healthy_after: timing(
+            "healthyAfter",
+            raw.healthy_after.clone(),
+            DEFAULT_HEALTHY_AFTER,
+        ),
+    };
+    let probe = match raw.probe.as_deref() {
+        None => None,
+        Some("tcp") => Some(Probe::Tcp),
+        Some(other) => {
+            problems.push(Problem::new(
+                format!("{key}.probe"),
+                format!("'{other}' is not a probe; the one there is is tcp (a TCP connect to each address the bridge uses)"),
+            ));
+            None
+        }
+    };
+    let Some(entries) = raw.fallback.take() else {
+        for (name, given) in [
+            ("unhealthyAfter", raw.unhealthy_after.is_some()),
+            ("healthyAfter", raw.healthy_after.is_some()),
+            ("probe", raw.probe.is_some()),
+        ] {
+            if given {
+                problems.push(Problem::new(
+                    format!("{key}.{name}"),
+                    "does nothing without borrow.fallback; name the layers to fall back to \
+                     (e.g. fallback: [prod, local]) or remove it",
+                ));
+            }
+        }
+        return None;
+    };
+    if entries.is_empty() {
+        problems.push(Problem::new(
+            format!("{key}.fallback"),
+            "an empty list; leave the key out for no fallback",
+        ));
+    }
+    Some(Fallback {
+        to: entries
+            .into_iter()
+            .map(|entry| match entry.as_str() {
+                "local" => Candidate::Local,
+                _ => Candidate::Layer(entry),
+            })
+            .collect(),
+        policy,
+        probe,
+    })
+}
+
+fn borrow_from_raw(key: &str, mut raw: RawBorrow, problems: &mut Vec<Problem>) -> Borrow {
+    let fallback = fallback_from_raw(key, &mut raw, problems);
     let from = raw.from.unwrap_or_else(|| {
         problems.push(Problem::new(
             format!("{key}.from"),
@@ -324,6 +406,7 @@ fn borrow_from_raw(key: &str, raw: RawBorrow, problems: &mut Vec<Problem>) -> Bo
         combs: raw.combs.unwrap_or_else(|| vec!["*".to_string()]),
         local: raw.local.unwrap_or_default(),
         replicate,
+        fallback,
     }
 }
 
@@ -460,6 +543,63 @@ fn check_layer<'a>(
     }
     check_patterns(&format!("{bkey}.combs"), &borrow.combs, problems);
     check_patterns(&format!("{bkey}.local"), &borrow.local, problems);
+    if let Some(fallback) = &borrow.fallback {
+        check_fallback(config, &bkey, &borrow.from, fallback, problems);
+    }
+}
+
+/// The entries of `fallback` (of the borrow at `key`, from layer `from`): each a layer further
+/// up the chain than `from` (one `from` borrows from, directly or through others), or `local`,
+/// last; none twice.
+fn check_fallback(
+    config: &Config,
+    key: &str,
+    from: &str,
+    fallback: &Fallback,
+    problems: &mut Vec<Problem>,
+) {
+    let above: Vec<&str> = config
+        .chain_above(from)
+        .iter()
+        .map(|layer| layer.name.as_str())
+        .collect();
+    let mut listed = BTreeSet::new();
+    for (n, entry) in fallback.to.iter().enumerate() {
+        let ekey = format!("{key}.fallback[{n}]");
+        if !listed.insert(entry) {
+            problems.push(Problem::new(ekey, format!("'{entry}' is listed twice")));
+            continue;
+        }
+        let problem = match entry {
+            Candidate::Local if n + 1 < fallback.to.len() => Some(
+                "local comes last: it is always healthy, so the entries after it would never be \
+                 used"
+                    .to_string(),
+            ),
+            Candidate::Local => None,
+            Candidate::Layer(name) if above.contains(&name.as_str()) => None,
+            Candidate::Layer(name) if config.layer(name).is_none() => Some(format!(
+                "unknown layer \"{name}\" (layers: {})",
+                layer_names(config)
+            )),
+            Candidate::Layer(name) if name == from => Some(format!(
+                "'{name}' is borrow.from itself; a fallback is a layer further up the chain, or \
+                 local"
+            )),
+            Candidate::Layer(name) if above.is_empty() => Some(format!(
+                "'{name}' is not further up the chain: {from} borrows from no layer, so the one \
+                 fallback there is is local"
+            )),
+            Candidate::Layer(name) => Some(format!(
+                "'{name}' is not further up the chain than {from} (above it: {}); a fallback is a \
+                 layer {from} borrows from, directly or through others, or local",
+                above.join(", ")
+            )),
+        };
+        if let Some(problem) = problem {
+            problems.push(Problem::new(ekey, problem));
+        }
+    }
 }
 
 /// Each entry a namespace name, none twice.

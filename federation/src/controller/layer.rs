@@ -507,6 +507,14 @@ impl LayerRuntime {
         self.reported(key, recorded).flatten()
     }
 
+    /// The status the CR of `key` carries as last seen (not a status only memory holds): what a
+    /// borrower reading it as its peer sees. `None` when it is not known; an error when the kept
+    /// status does not decode (reported).
+    pub fn kept_status(&self, key: &CombKey) -> Option<Result<Option<CombStatus>>> {
+        let kept = lock(&self.store).get(key).map(|entry| entry.cr.status())?;
+        Some(kept.inspect_err(|error| self.report_undecodable(key, error)))
+    }
+
     /// Keeps `cr` (read from the API server) in place of the copy of `key` that does not
     /// decode, whatever version the kept one was.
     pub fn replace_undecodable(&self, key: &CombKey, mut cr: Comb) {

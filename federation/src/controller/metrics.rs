@@ -33,6 +33,12 @@ struct TransitionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    context: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiErrorLabels {
     layer: String,
     operation: String,
@@ -64,6 +70,8 @@ pub struct Metrics {
     shard_held: Family<LayerLabels, Gauge>,
     shard_acquisitions: Family<LayerLabels, Counter>,
     shard_members: Gauge,
+    borrowers_on_fallback: Family<LayerLabels, Gauge>,
+    upstream_checks: Family<CheckLabels, Counter>,
     undecodable: Family<CopyLabels, Counter>,
 }
 
@@ -131,6 +139,20 @@ impl Metrics {
             "Live replicas sharing the layers, as this replica sees them",
             shard_members.clone(),
         );
+        let borrowers_on_fallback = Family::<LayerLabels, Gauge>::default();
+        registry.register(
+            "borrowers_on_fallback",
+            "Borrowers of the layer that borrow from a fallback (or run locally) because their \
+             preferred upstream is unhealthy",
+            borrowers_on_fallback.clone(),
+        );
+        let upstream_checks = Family::<CheckLabels, Counter>::default();
+        registry.register(
+            "upstream_checks",
+            "Checks (GET /readyz) of the API servers that borrows with a fallback depend on, by \
+             kube context and result (ok or failed)",
+            upstream_checks.clone(),
+        );
         let undecodable = Family::<CopyLabels, Counter>::default();
         registry.register(
             "undecodable_copies",
@@ -140,6 +162,8 @@ impl Metrics {
         );
         Metrics {
             registry,
+            borrowers_on_fallback,
+            upstream_checks,
             reconciles,
             transitions,
             step_duration,
@@ -224,6 +248,24 @@ impl Metrics {
             .set(i64::from(up));
     }
 
+    pub fn set_borrowers_on_fallback(&self, layer: &str, count: i64) {
+        self.borrowers_on_fallback
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .set(count);
+    }
+
+    /// Counts a check of an upstream context's API server.
+    pub fn upstream_check(&self, context: &str, ok: bool) {
+        self.upstream_checks
+            .get_or_create(&CheckLabels {
+                context: context.to_string(),
+                result: if ok { "ok" } else { "failed" }.to_string(),
+            })
+            .inc();
+    }
+
     pub fn set_queue_depth(&self, layer: &str, depth: usize) {
         self.queue_depth
             .get_or_create(&LayerLabels {
@@ -272,6 +314,8 @@ mod tests {
         metrics.set_shard_held("prod", true);
         metrics.shard_acquired("prod");
         metrics.set_shard_members(3);
+        metrics.set_borrowers_on_fallback("dev", 2);
+        metrics.upstream_check("staging", false);
         metrics
             .undecodable_counter()
             .undecodable("prod", "Deployment");
@@ -287,6 +331,8 @@ mod tests {
             r#"comb_shard_held{layer="prod"} 1"#,
             r#"comb_shard_acquisitions_total{layer="prod"} 1"#,
             "comb_shard_members 3",
+            r#"comb_borrowers_on_fallback{layer="dev"} 2"#,
+            r#"comb_upstream_checks_total{context="staging",result="failed"} 1"#,
             r#"comb_undecodable_copies_total{context="prod",kind="Deployment"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in\n{text}");

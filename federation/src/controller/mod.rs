@@ -33,6 +33,7 @@ pub mod admin;
 pub mod backoff;
 pub mod deletion;
 pub mod events;
+mod fallback;
 mod fanout;
 pub mod graph;
 mod handle;
@@ -81,6 +82,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Arc<ClassRegistry>,
     pub(crate) layers: Vec<Arc<LayerRuntime>>,
     borrowers: Mutex<BorrowIndex>,
+    /// The upstreams of borrows with a fallback, as last looked at, and each borrower's chain.
+    fallbacks: fallback::Fallbacks,
     pub(crate) metrics: metrics::Metrics,
     transitions: broadcast::Sender<Transition>,
     /// Woken when a layer has listed its Combs.

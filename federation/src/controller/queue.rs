@@ -66,6 +66,8 @@ pub enum Trigger {
     Upstream,
     /// Its layer came back after being unreachable.
     LayerRecovered,
+    /// Its fallback chain moved: the upstream it borrows from changes.
+    Fallback,
     /// The periodic resync.
     Resync,
     /// The retry after a failed step.
@@ -73,19 +75,23 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    /// Whether the trigger cuts a backoff short: the user changed something, so the next step
-    /// may well succeed.
+    /// Whether the trigger cuts a backoff short: the user changed something, or the upstream to
+    /// borrow from changed, so the next step may well succeed.
     pub fn urgent(self) -> bool {
         matches!(
             self,
-            Trigger::Created | Trigger::Changed | Trigger::Deleting
+            Trigger::Created | Trigger::Changed | Trigger::Deleting | Trigger::Fallback
         )
     }
 
-    /// Whether the trigger is news from another Comb (a dependency or the upstream peer changed
-    /// status): it ends pacing, since the Comb's own writes cannot have caused it.
+    /// Whether the trigger is news from elsewhere (a dependency or the upstream peer changed
+    /// status, the fallback chain moved): it ends pacing, since the Comb's own writes cannot
+    /// have caused it.
     pub fn from_elsewhere(self) -> bool {
-        matches!(self, Trigger::Dependency | Trigger::Upstream)
+        matches!(
+            self,
+            Trigger::Dependency | Trigger::Upstream | Trigger::Fallback
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -97,6 +103,7 @@ impl Trigger {
             Trigger::Dependency => "dependency",
             Trigger::Upstream => "upstream",
             Trigger::LayerRecovered => "layer-recovered",
+            Trigger::Fallback => "fallback",
             Trigger::Resync => "resync",
             Trigger::Retry => "retry",
         }

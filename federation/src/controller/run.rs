@@ -106,6 +106,14 @@ impl Controller {
         peers.set(&layers);
         for layer in &layers {
             metrics.set_layer_up(layer.name(), false);
+            if layer
+                .layer
+                .borrow
+                .as_ref()
+                .is_some_and(|borrow| borrow.fallback.is_some())
+            {
+                metrics.set_borrowers_on_fallback(layer.name(), 0);
+            }
             metrics.set_queue_depth(layer.name(), 0);
         }
         let (transitions, _) = broadcast::channel(1024);
@@ -115,6 +123,7 @@ impl Controller {
                 registry: Arc::new(registry),
                 layers,
                 borrowers: Mutex::new(BorrowIndex::default()),
+                fallbacks: Default::default(),
                 metrics,
                 transitions,
                 listed: Notify::new(),
@@ -277,6 +286,8 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
             );
         }
     }
+    // The upstreams of fallbacks are looked at while this replica reconciles.
+    shared.spawn_upstream_checks(&mut tasks, &watches);
     let timed_out = match shared.options.sharding.clone() {
         Some(sharding) => {
             if let Err(error) = shards::coordinate(shared.clone(), sharding, shutdown.clone()).await

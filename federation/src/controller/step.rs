@@ -23,7 +23,7 @@ use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
-    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
+    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile_with_fallback,
 };
 use crate::engine::status::{StepRecord, build_status, rebuild_status};
 use crate::error::{Error, Result};
@@ -188,9 +188,7 @@ async fn reconcile_comb(
         shared.report_cycles(layer, cycles).await;
     }
     let previous = comb.recorded_status().cloned();
-    let controlling = shared
-        .config
-        .controlling(&layer.layer, &key.namespace, &key.name);
+    let (controlling, fallback) = shared.upstream_choice(layer, key, previous.as_ref());
     let ops = match layer.comb_ops(&key.namespace).await {
         Ok(ops) => ops.logging_reads(),
         Err(error) => return build_failed(shared, layer, key, &cr, error.to_string()).await,
@@ -208,7 +206,7 @@ async fn reconcile_comb(
             .with_entry(key, |entry| entry.status_written_at)
             .flatten(),
     );
-    let status = reconcile(&mut comb, env, resolution).await;
+    let status = reconcile_with_fallback(&mut comb, env, resolution, fallback.as_ref()).await;
     let write_failed = status.condition(STATUS_WRITTEN).is_some();
     let stored = comb.cr().clone();
     let notes = comb.prune_notes().to_vec();
@@ -223,6 +221,9 @@ async fn reconcile_comb(
     shared.own_write(layer, key, stored.clone());
     shared
         .after_status(layer, &stored, previous.as_ref(), &status)
+        .await;
+    shared
+        .announce_switch(layer, &stored, previous.as_ref(), &status)
         .await;
     shared
         .announce_notes(layer, &stored, &notes, previous.as_ref())
@@ -521,12 +522,13 @@ impl DependencyResolver for LayerResolver<'_> {
 
 impl LayerResolver<'_> {
     fn live(&self, instance: CombInstance, key: &CombKey) -> LiveDependency {
+        // A dependency on a fallback serves from there: judged where it borrows from now.
+        let recorded = self.layer.recorded_status(key);
         LiveDependency {
-            controlling: self.shared.config.controlling(
-                &self.layer.layer,
-                &key.namespace,
-                &key.name,
-            ),
+            controlling: self
+                .shared
+                .upstream_choice(self.layer, key, recorded.as_ref())
+                .0,
             instance,
             ops: self.layer.ops.clone(),
             env: self.layer.borrow_env.clone(),

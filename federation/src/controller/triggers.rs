@@ -6,6 +6,7 @@ use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, U
 
 use super::queue::{CombKey, Trigger};
 use crate::config::{BorrowDecision, Config};
+use crate::engine::borrow::Candidate;
 
 /// The key of a Comb CR, if it has a namespace and a name.
 pub fn comb_key(comb: &Comb) -> Option<CombKey> {
@@ -173,11 +174,26 @@ const K8S_UPSTREAMS: [&str; 2] = ["K8s", "Kubernetes::Comb::Upstream::K8s"];
 
 /// The peer a Comb of layer `layer` borrows from, as (layer index, key), when the layer's
 /// configuration or the CR's `spec.upstream` names a K8s upstream in a layer of this
-/// configuration. Upstreams a class decides at run time are not known here; resync covers them.
+/// configuration; on a fallback, the entry its recorded status shows in use (`None` while it
+/// runs locally). Upstreams a class decides at run time are not known here; resync covers them.
 pub fn upstream_peer(config: &Config, layer: usize, comb: &Comb) -> Option<(usize, CombKey)> {
     let key = comb_key(comb)?;
     let this = config.layers.get(layer)?;
     let index_of = |name: &str| config.layers.iter().position(|l| l.name == name);
+    if let Some((candidates, _)) = config.fallback_of(this, &key.namespace, &key.name) {
+        let entry = config.recorded_entry(&candidates, comb.status.as_ref());
+        return match candidates.get(entry)? {
+            Candidate::Local => None,
+            Candidate::Layer(target) => {
+                let (upstream, namespace) =
+                    config.peer_up_the_chain(this, &key.namespace, target)?;
+                Some((
+                    index_of(&upstream.name)?,
+                    CombKey::new(namespace, &key.name),
+                ))
+            }
+        };
+    }
     match this.borrow_decision(config, &key.namespace, &key.name) {
         BorrowDecision::Borrow {
             from,

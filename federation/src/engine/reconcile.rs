@@ -23,7 +23,7 @@ use jiff::Timestamp;
 
 // Step 1's answer is an input of `reconcile`: callers name it from here too.
 pub use crate::engine::borrow::UpstreamResolution;
-use crate::engine::borrow::{Borrowing, observe_upstream, replication_note};
+use crate::engine::borrow::{Borrowing, FallbackState, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
@@ -87,6 +87,18 @@ pub async fn reconcile(
     env: StepEnv<'_>,
     upstream: UpstreamResolution,
 ) -> CombStatus {
+    reconcile_with_fallback(comb, env, upstream, None).await
+}
+
+/// [`reconcile`] of a borrower whose layer's borrow has a fallback: `fallback` says where it
+/// stands on the chain (the step records it: the `UpstreamFallback` condition, the Ready
+/// message), and `upstream` is the entry in use.
+pub async fn reconcile_with_fallback(
+    comb: &mut CombInstance,
+    env: StepEnv<'_>,
+    upstream: UpstreamResolution,
+    fallback: Option<&FallbackState>,
+) -> CombStatus {
     let previous = comb.recorded_status().cloned();
     let resolved_local = matches!(upstream, UpstreamResolution::Local);
     let record = {
@@ -100,7 +112,7 @@ pub async fn reconcile(
             Reason::ReconcileFailed,
             "the step ended without a verdict",
         );
-        match AssertUnwindSafe(step.steps(&mut record, upstream))
+        let mut record = match AssertUnwindSafe(step.steps(&mut record, upstream))
             .catch_unwind()
             .await
         {
@@ -110,7 +122,11 @@ pub async fn reconcile(
                 Reason::ReconcileFailed,
                 clean_message(&panic_message(panic.as_ref())),
             ),
+        };
+        if let Some(fallback) = fallback {
+            fallback.mark(&mut record);
         }
+        record
     };
     comb.set_prune_notes(record.notes.clone());
     let recorded = AssertUnwindSafe(async {

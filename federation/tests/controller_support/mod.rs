@@ -290,6 +290,35 @@ pub fn test_options() -> ControllerOptions {
     }
 }
 
+/// The Events about Comb `name` in `namespace` of `context`, as (type, reason, message),
+/// oldest first.
+pub async fn comb_events(
+    events: &Api<k8s_openapi::api::core::v1::Event>,
+    name: &str,
+) -> Vec<(String, String, String)> {
+    let mut list: Vec<k8s_openapi::api::core::v1::Event> = events
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("the Events list")
+        .items
+        .into_iter()
+        .filter(|event| {
+            event.involved_object.kind.as_deref() == Some("Comb")
+                && event.involved_object.name.as_deref() == Some(name)
+        })
+        .collect();
+    list.sort_by_key(|event| event.first_timestamp.clone().map(|time| time.0));
+    list.into_iter()
+        .map(|event| {
+            (
+                event.type_.unwrap_or_default(),
+                event.reason.unwrap_or_default(),
+                event.message.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 /// The image of a Deployment's first container, if the Deployment is there.
 pub fn deployment_image(
     deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,

@@ -215,12 +215,31 @@ fn api() -> Router {
             let events = futures::stream::once(async {
                 Ok::<_, std::io::Error>(Bytes::from("{\"type\":\"ADDED\"}\n"))
             })
+            .chain(futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, std::io::Error>(Bytes::from("{\"type\":\"MODIFIED\"}\n"))
+            }))
             .chain(futures::stream::pending());
             Response::new(Body::from_stream(events))
         } else {
             Response::new(Body::from("ok"))
         }
     })
+}
+
+/// A watch of Pods through `router`, past its first event.
+async fn open_watch(router: &Router) -> axum::body::BodyDataStream {
+    let watch = Request::builder()
+        .uri("/api/v1/namespaces/default/pods?watch=true")
+        .body(Body::empty())
+        .expect("a request");
+    let response = router.clone().oneshot(watch).await.expect("infallible");
+    let mut stream = response.into_body().into_data_stream();
+    assert_eq!(
+        stream.next().await.expect("an event").expect("data"),
+        Bytes::from("{\"type\":\"ADDED\"}\n")
+    );
+    stream
 }
 
 async fn call(router: &Router, method: Method, uri: &str, body: &str) -> (StatusCode, String) {
@@ -404,14 +423,7 @@ async fn delay_faults_hold_requests_back() {
 async fn a_partition_refuses_requests_and_cuts_watches_until_healed() {
     let controls = Controls::new();
     let router = controls.wrap(api());
-    let watch = Request::builder()
-        .uri("/api/v1/namespaces/default/pods?watch=true")
-        .body(Body::empty())
-        .expect("a request");
-    let response = router.clone().oneshot(watch).await.expect("infallible");
-    let mut stream = response.into_body().into_data_stream();
-    let first = stream.next().await.expect("an event").expect("data");
-    assert_eq!(first, Bytes::from("{\"type\":\"ADDED\"}\n"));
+    let mut stream = open_watch(&router).await;
 
     let (status, _) = call(&router, Method::POST, "/_sandbox/partition", "").await;
     assert_eq!(status, StatusCode::OK);
@@ -424,7 +436,7 @@ async fn a_partition_refuses_requests_and_cuts_watches_until_healed() {
         call(&router, Method::GET, "/_sandbox/partition", "")
             .await
             .1,
-        r#"{"partitioned":true}"#
+        r#"{"partitioned":true,"mode":"refuse"}"#
     );
     assert_eq!(controls.request_count("list", "pods"), 0);
 
@@ -498,4 +510,82 @@ async fn the_request_log_records_requests_only_while_asked() {
     assert_eq!(status, StatusCode::OK);
     call(&router, Method::GET, "/version", "").await;
     assert!(controls.request_log().is_empty());
+}
+
+#[tokio::test]
+async fn a_hanging_partition_takes_requests_and_answers_them_once_healed() {
+    let controls = Controls::new();
+    let router = controls.wrap(api());
+    let mut stream = open_watch(&router).await;
+
+    let (status, body) = call(
+        &router,
+        Method::POST,
+        "/_sandbox/partition",
+        r#"{"mode": "hang"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, r#"{"partitioned":true,"mode":"hang"}"#)
+    );
+    assert_eq!(controls.partition_mode(), Some(PartitionMode::Hang));
+    // Neither the open watch nor a new request gets an answer while it hangs: the connection
+    // stays open and quiet.
+    let quiet = Duration::from_millis(200);
+    assert!(
+        tokio::time::timeout(quiet, stream.next()).await.is_err(),
+        "the watch stays open and quiet"
+    );
+    let waiting = tokio::spawn({
+        let router = router.clone();
+        async move { call(&router, Method::GET, "/api/v1/pods", "").await }
+    });
+    tokio::time::sleep(quiet).await;
+    assert!(!waiting.is_finished(), "the request waits");
+    assert_eq!(
+        call(&router, Method::GET, "/_sandbox/partition", "")
+            .await
+            .1,
+        r#"{"partitioned":true,"mode":"hang"}"#,
+        "the controls still answer"
+    );
+
+    call(&router, Method::POST, "/_sandbox/heal", "").await;
+    assert_eq!(
+        waiting.await.expect("the request ends"),
+        (StatusCode::OK, "ok".to_string()),
+        "what waited is served once healed"
+    );
+    assert_eq!(
+        stream
+            .next()
+            .await
+            .expect("the watch goes on")
+            .expect("data"),
+        Bytes::from("{\"type\":\"MODIFIED\"}\n")
+    );
+
+    // A hang that turns into a refusing partition cuts the watch and refuses what waited.
+    controls.partition_as(PartitionMode::Hang);
+    let waiting = tokio::spawn({
+        let router = router.clone();
+        async move { call(&router, Method::GET, "/api/v1/pods", "").await }
+    });
+    tokio::time::sleep(quiet).await;
+    controls.partition();
+    assert!(stream.next().await.expect("the cut").is_err());
+    assert_eq!(
+        waiting.await.expect("the request ends").0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let (status, body) = call(
+        &router,
+        Method::POST,
+        "/_sandbox/partition",
+        r#"{"mode": "sideways"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.contains("refuse"), "{body}");
 }

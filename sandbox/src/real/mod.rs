@@ -161,6 +161,16 @@ pub struct RealCluster {
     api_url: String,
     controls: Controls,
     network: Option<Arc<ClusterNetwork>>,
+    api_server: Arc<tokio::sync::Mutex<ApiServer>>,
+}
+
+/// A cluster's kube-apiserver, which a test may stop and start again: its process while it
+/// runs, and what starts it on the same port and storage.
+struct ApiServer {
+    process: Option<Component>,
+    binary: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
 }
 
 impl std::fmt::Debug for RealCluster {
@@ -400,6 +410,63 @@ impl RealSandbox {
         })
     }
 
+    /// Stops cluster `name`'s kube-apiserver and waits until it is gone: the control plane is
+    /// down (its proxy answers 502, watches end) while everything it set up goes on: the Pods,
+    /// their network, kube-proxy's rules. [`RealSandbox::start_api_server`] brings it back.
+    pub async fn stop_api_server(&self, name: &str) -> Result<()> {
+        let cluster = self.cluster(name)?;
+        let mut api_server = cluster.api_server.lock().await;
+        if let Some(mut process) = api_server.process.take() {
+            process.stop_and_wait(Duration::from_secs(10)).await;
+        }
+        Ok(())
+    }
+
+    /// Starts cluster `name`'s kube-apiserver again (when stopped) on its port and storage, and
+    /// waits until it is ready.
+    pub async fn start_api_server(&self, name: &str) -> Result<()> {
+        let cluster = self.cluster(name)?;
+        let mut api_server = cluster.api_server.lock().await;
+        if api_server.process.is_none() {
+            let process = Component::spawn(
+                "kube-apiserver",
+                &api_server.binary,
+                &api_server.args,
+                &api_server.log,
+                None,
+            )?;
+            api_server.process = Some(process);
+        }
+        let failed = |process: &Component, message: String| Error::ComponentFailed {
+            cluster: name.to_string(),
+            component: process.name.clone(),
+            message: format!("{message}; its log ends: {}", process.log_tail(12)),
+            log: process.log.clone(),
+        };
+        let readyz = format!("{}/readyz", cluster.api_url);
+        let deadline = tokio::time::Instant::now() + START_LIMIT;
+        loop {
+            let answer = api_request(&self.client, &self.token, Method::GET, &readyz, None).await;
+            if answer.is_ok_and(|(status, _)| status == StatusCode::OK) {
+                return Ok(());
+            }
+            let Some(process) = api_server.process.as_mut() else {
+                return Ok(());
+            };
+            if let Some(status) = process.exited() {
+                return Err(failed(process, format!("it exited ({status})")));
+            }
+            if tokio::time::Instant::now() > deadline {
+                let waited = START_LIMIT.as_secs();
+                return Err(failed(
+                    process,
+                    format!("waited {waited}s for it to be ready"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Stops the proxies and every process, and waits for them.
     pub async fn shutdown(mut self) {
         for network in self.clusters.iter().filter_map(|c| c.network.as_ref()) {
@@ -413,6 +480,9 @@ impl RealSandbox {
         let (mut etcds, mut others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.components)
             .into_iter()
             .partition(|component| component.name == "etcd");
+        for cluster in &self.clusters {
+            others.extend(cluster.api_server.lock().await.process.take());
+        }
         for group in [&mut others, &mut etcds] {
             for component in group.iter_mut() {
                 component.stop();
@@ -583,27 +653,24 @@ impl ClusterSetup {
         })
         .await?;
 
-        components.push(self.spawn(
-            "kube-apiserver",
-            vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--cert-dir={}", path(&self.dir)),
-                format!("--tls-cert-file={}", path(&cert)),
-                format!("--tls-private-key-file={}", path(&key)),
-                format!("--client-ca-file={}", path(&ca)),
-                format!("--token-auth-file={}", path(&tokens)),
-                "--authorization-mode=RBAC".into(),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", path(&sa_pub)),
-                format!("--service-account-signing-key-file={}", path(&sa_key)),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                "--allow-privileged=true".into(),
-                "--profiling=false".into(),
-            ],
-            None,
-        )?);
+        let api_server_args: Vec<String> = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--cert-dir={}", path(&self.dir)),
+            format!("--tls-cert-file={}", path(&cert)),
+            format!("--tls-private-key-file={}", path(&key)),
+            format!("--client-ca-file={}", path(&ca)),
+            format!("--token-auth-file={}", path(&tokens)),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", path(&sa_pub)),
+            format!("--service-account-signing-key-file={}", path(&sa_key)),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--allow-privileged=true".into(),
+            "--profiling=false".into(),
+        ];
+        components.push(self.spawn("kube-apiserver", api_server_args.clone(), None)?);
         self.wait_until(components, 1, "kube-apiserver to be ready", || async {
             self.get_json(&format!("{api_url}/readyz"))
                 .await
@@ -729,6 +796,18 @@ impl ClusterSetup {
             shutdown.clone(),
         ));
         let proxy = tokio::spawn(serve(listener, router, Some(acceptor), shutdown));
+        // The cluster holds its kube-apiserver apart from the other components, so that a test
+        // can stop and start it ([`RealSandbox::stop_api_server`]).
+        let process = components
+            .iter()
+            .position(|component| component.name == "kube-apiserver")
+            .map(|index| components.remove(index));
+        let api_server = ApiServer {
+            process,
+            binary: self.bin_dir.join("kube-apiserver"),
+            args: api_server_args,
+            log: self.dir.join("kube-apiserver.log"),
+        };
         Ok((
             RealCluster {
                 name: self.name.clone(),
@@ -736,6 +815,7 @@ impl ClusterSetup {
                 api_url,
                 controls,
                 network,
+                api_server: Arc::new(tokio::sync::Mutex::new(api_server)),
             },
             proxy,
         ))

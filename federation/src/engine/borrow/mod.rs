@@ -3,15 +3,21 @@
 //! - [`resolve`]: which upstream, if any (step 1);
 //! - [`observe`]: what the upstream says, checked in the reference's order, and the bridge;
 //! - [`redirect`]: the declared endpoints pointed at the upstream;
-//! - [`live`]: what the cluster shows now, locally or while borrowing.
+//! - [`live`]: what the cluster shows now, locally or while borrowing;
+//! - [`fallback`]: which entry of a layer's chain a borrower uses while its preferred upstream
+//!   is unhealthy.
 //!
 //! Reconcile (step 5b) then replicates, applies the bridge and prunes.
 
+pub mod fallback;
 pub mod live;
 pub mod observe;
 pub mod redirect;
 pub mod resolve;
 
+pub use fallback::{
+    ApiHealth, Candidate, FallbackChain, FallbackState, HealthPolicy, Observation, Switch,
+};
 pub use live::{
     borrowed_endpoints, borrowed_status, derive_borrowed_status, live_status, resolved_endpoints,
 };

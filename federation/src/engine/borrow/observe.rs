@@ -129,10 +129,7 @@ impl UpstreamObservation {
 /// (`Deployed`), its workload controllers are carrying it out (`RolloutInProgress`), or it is
 /// itself a borrower whose upstream rolls out.
 fn rolls_out(status: &UpstreamStatus) -> bool {
-    matches!(
-        status.reason,
-        Some(Reason::Deployed | Reason::RolloutInProgress | Reason::UpstreamRollingOut)
-    )
+    status.reason.as_ref().is_some_and(Reason::rolls_out)
 }
 
 /// `upstream <Class>`, plus ` (context <ctx>)` when the status named one.

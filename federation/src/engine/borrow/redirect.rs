@@ -68,7 +68,7 @@ pub fn redirect(
 
 /// `address` with `port` appended when it is a host without one (an IPv6 literal in brackets);
 /// anything else as it is (the bridge names what does not parse).
-fn with_port(address: &str, port: i32) -> String {
+pub(crate) fn with_port(address: &str, port: i32) -> String {
     match Address::parse(address) {
         Some(Address { port: None, host }) => {
             if address.starts_with('[') || !matches!(host, Host::Ipv6(_)) {
