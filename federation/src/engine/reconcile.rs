@@ -736,24 +736,32 @@ async fn record_status(
 /// [`only_progress`]).
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-/// Whether `status` differs from `previous` in condition messages only, both Pending or both
-/// Blocked: what a rollout's progress changes (`1 of 3 ready`), or a wait for dependencies
-/// (one fewer not healthy), while a transition (phase, a reason, a condition's status) or any
-/// other field differs in more.
+/// Whether `status` differs from `previous` in progress only, both Pending or both Blocked:
+/// condition messages (a rollout's `1 of 3 ready`, a wait for dependencies with one fewer not
+/// healthy) and the phase of the upstream it waits on (with its `observedAt`: staging going
+/// from Blocked to Pending while dev waits for its endpoints), while a transition (phase, a
+/// reason, a condition's status) or any other field differs in more. Such a change is the
+/// Comb's wait going on, not a transition of its own. `via` is not progress: a loop is found
+/// by each Comb of it writing the chain one layer longer, until `maxUpstreamDepth` cuts it, so
+/// a longer chain is written at once.
 fn only_progress(previous: &CombStatus, status: &CombStatus) -> bool {
     let waiting =
         |status: &CombStatus| matches!(status.phase, Some(Phase::Pending | Phase::Blocked));
-    let without_message = |status: &CombStatus| {
+    let without_progress = |status: &CombStatus| {
         let mut status = status.clone();
         for condition in status.conditions.iter_mut().flatten() {
             condition.message = None;
+        }
+        if let Some(upstream) = status.upstream.as_mut() {
+            upstream.phase = None;
+            upstream.observed_at = None;
         }
         status
     };
     waiting(previous)
         && previous.phase == status.phase
         && previous != status
-        && without_message(previous) == without_message(status)
+        && without_progress(previous) == without_progress(status)
 }
 
 /// Writes `status` through [`KubeOps::write_comb_status`] (built again by `rebuild` on a CR
@@ -836,6 +844,52 @@ mod tests {
         let mut published = status("Pending", "Deployed", "2 of 3 ready", "");
         published.endpoints = Some(Vec::new());
         assert!(!only_progress(&rolling, &published));
+        // The upstream it waits on moves on: progress; its chain (how loops are found) or its
+        // reachability: more.
+        let upstream = |phase: &str, at: &str, via: &[&str], reachable: bool| {
+            let mut waiting = status(
+                "Blocked",
+                "UpstreamEndpointsMissing",
+                &format!(
+                    "upstream K8s offers no reachable address for endpoint(s) http (it is {phase})"
+                ),
+                "",
+            );
+            waiting.upstream = Some(
+                serde_json::from_value(json!({
+                    "class": "K8s", "context": "staging", "reachable": reachable,
+                    "phase": phase, "observedAt": at, "via": via,
+                }))
+                .unwrap(),
+            );
+            waiting
+        };
+        let blocked_upstream = upstream("Blocked", "2026-01-01T00:00:00Z", &["staging"], true);
+        for (next, progress) in [
+            (
+                upstream("Pending", "2026-01-01T00:00:01Z", &["staging"], true),
+                true,
+            ),
+            (
+                upstream(
+                    "Pending",
+                    "2026-01-01T00:00:01Z",
+                    &["staging", "prod"],
+                    true,
+                ),
+                false,
+            ),
+            (
+                upstream("Blocked", "2026-01-01T00:00:01Z", &["staging"], false),
+                false,
+            ),
+        ] {
+            assert_eq!(
+                only_progress(&blocked_upstream, &next),
+                progress,
+                "{next:?}"
+            );
+        }
         let errored = status("Error", "CrashLoopBackOff", "restarted 3 times", "");
         let again = status("Error", "CrashLoopBackOff", "restarted 4 times", "");
         assert!(!only_progress(&errored, &again));
