@@ -31,6 +31,7 @@
 
 pub mod admin;
 pub mod backoff;
+mod coordinator;
 pub mod deletion;
 pub mod events;
 mod fanout;
@@ -51,6 +52,7 @@ mod step;
 pub mod transition;
 pub mod triggers;
 mod watch;
+mod work;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -65,7 +67,7 @@ pub use layer::{LayerState, LayerStatus};
 pub use leader::LeaderElection;
 pub use once::{CombOutcome, RunOutcome};
 pub use options::{ControllerOptions, OnceOptions, default_identity};
-pub use queue::{CombKey, QueueEntryView, Trigger};
+pub use queue::{QueueEntryView, Trigger};
 pub use run::Controller;
 pub use shards::{ShardView, Sharding, ShardsView};
 pub use transition::{PhaseReason, Transition};

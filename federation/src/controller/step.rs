@@ -14,13 +14,13 @@ use tracing::{info, warn};
 use super::Shared;
 use super::deletion::{cleanup, orphans_everything};
 use super::events::EventType;
-use super::graph::dependency_key;
 use super::layer::{Built, LayerRuntime, Origin};
-use super::queue::{CombKey, StepReport};
+use super::queue::StepReport;
 use super::reads::StepPeers;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
+use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
     Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
