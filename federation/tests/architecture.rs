@@ -528,9 +528,15 @@ const CRATES_MAY_USE: &[(&str, &[&str])] = &[
     ("comb-kubeconfigs", &["comb-api"]),
     ("comb-upstreams", &["comb-api", "comb-kubeconfigs"]),
     ("comb-sandbox", &["comb-api", "comb-kubeconfigs"]),
+    // comb-federation behind the `federation` feature, which only comb-federation's tests use.
     (
         "comb-testkit",
-        &["comb-api", "comb-kubeconfigs", "comb-sandbox"],
+        &[
+            "comb-api",
+            "comb-kubeconfigs",
+            "comb-sandbox",
+            "comb-federation",
+        ],
     ),
     (
         "comb-federation",
