@@ -662,3 +662,6 @@ impl LayerRuntime {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
