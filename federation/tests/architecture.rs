@@ -538,6 +538,8 @@ const CRATES_MAY_USE: &[(&str, &[&str])] = &[
             "comb-federation",
         ],
     ),
+    // The server each Pod of the sandbox network runs: dependency-free on purpose.
+    ("comb-identity", &[]),
     (
         "comb-federation",
         &[

@@ -30,6 +30,7 @@ pub mod controller;
 #[cfg(feature = "federation")]
 pub mod engine;
 pub mod fixtures;
+pub mod network;
 pub mod process;
 pub mod shared;
 #[cfg(feature = "federation")]
@@ -139,6 +140,7 @@ pub struct Setup {
     store: StoreOptions,
     shared: bool,
     backend: Option<Backend>,
+    network: Option<comb_sandbox::real::network::NetworkOptions>,
 }
 
 impl Setup {
@@ -152,6 +154,7 @@ impl Setup {
             store: StoreOptions::default(),
             shared: false,
             backend: None,
+            network: None,
         }
     }
 
@@ -206,6 +209,16 @@ impl Setup {
         self
     }
 
+    /// With the sandbox network ([`network::options_or_skip`] gives the options): clusters of
+    /// the test's own on the real backend, whose Pods answer calls
+    /// ([`Clusters::network`](comb_sandbox::Clusters::network)).
+    pub fn network(mut self, options: comb_sandbox::real::network::NetworkOptions) -> Setup {
+        self.network = Some(options);
+        self.backend = Some(Backend::Kube);
+        self.shared = false;
+        self
+    }
+
     pub async fn start(self) -> World {
         let backend = self.backend.unwrap_or_else(Backend::from_env);
         let shared = self.shared && backend == Backend::Kube;
@@ -233,6 +246,7 @@ impl Setup {
                     .collect(),
                 pod_ready_delay: Duration::ZERO,
                 store: self.store.clone(),
+                network: self.network.clone(),
                 ..SandboxOptions::default()
             };
             let clusters = Clusters::start(backend, options, None)

@@ -16,7 +16,7 @@ use crate::engine::observe::{LiveObjects, fetch_live, object_name};
 use crate::engine::prune::{
     DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
 };
-use crate::engine::render::RenderedItem;
+use crate::engine::render::{RenderedItem, TRIGGER_TIME_ANNOTATION};
 use crate::error::{Error, Result};
 
 /// Applies rendered items in manifest order and returns the stored objects.
@@ -56,8 +56,14 @@ pub async fn deploy(
     let labels = &ctx.settings.labels;
     let kept = [restart_path(labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
+    let mut unselected = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let mut live_object = live.get(index).and_then(Option::as_ref).map(Cow::Borrowed);
+        if let Some(before) = live_object.as_deref()
+            && loses_its_selector(item, before)
+        {
+            unselected.push(item);
+        }
         if let Some(object) = live_object.as_deref()
             && is_slim(object)
         {
@@ -117,7 +123,105 @@ pub async fn deploy(
             }
         }
     }
+    // Once the bridge's own EndpointSlices are written too.
+    for service in unselected {
+        if let Err(error) = forget_selected_endpoints(ops, service).await {
+            tracing::warn!(
+                comb = %ctx.name, namespace = %ctx.namespace, service = %service.name, %error,
+                "the endpoints of the Service's old selector stay: part of its traffic still goes to the Pods it selected"
+            );
+        }
+    }
     Ok(applied)
+}
+
+/// The controllers that keep a Service's endpoints for its selector, by the label they put on
+/// their EndpointSlices: kube-controller-manager's EndpointSlice controller, and its mirroring
+/// controller, which copies the Endpoints object of a Service without a selector.
+const SELECTOR_SLICE_MANAGERS: [&str; 2] = [
+    "endpointslice-controller.k8s.io",
+    "endpointslicemirroring-controller.k8s.io",
+];
+
+/// Whether applying `item` takes the selector away from the live Service `before`: a local
+/// Service replaced in place by a bridge (a selector-less Service and EndpointSlices of comb's).
+fn loses_its_selector(item: &RenderedItem, before: &Value) -> bool {
+    let selects = |service: &Value| {
+        service["spec"]["selector"]
+            .as_object()
+            .is_some_and(|selector| !selector.is_empty())
+    };
+    item.kind == "Service" && item.group.is_empty() && selects(before) && !selects(&item.manifest)
+}
+
+/// Deletes what kube-controller-manager kept for the selector `service` no longer has. Its
+/// controllers leave a Service's endpoints as they are when the selector is removed (by design,
+/// kubernetes#91072), and the mirroring controller even copies the stale Endpoints object into
+/// a new EndpointSlice: kube-proxy would go on sending part of the bridge's connections to the
+/// Pods the Service selected (gone once comb prunes them). The network proved it: calls to a
+/// bridge that replaced a local Service failed, or reached whichever Pod got the old IP next.
+/// These objects are the Service's own (owned by it, named after it), so comb's.
+async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Result<()> {
+    let namespace = service.namespace.clone();
+    // The Endpoints object first: the mirroring controller would mirror it again.
+    let endpoints = ManagedObject {
+        api_version: "v1".into(),
+        kind: "Endpoints".into(),
+        namespace: namespace.clone(),
+        name: service.name.clone(),
+    };
+    if let Some(live) = ops.get_opt_from_server(&endpoints).await?
+        && !applied_by(&live, FIELD_MANAGER)
+    {
+        delete_stale(ops, &endpoints, &live).await?;
+    }
+    for manager in SELECTOR_SLICE_MANAGERS {
+        let selector = format!(
+            "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by={manager}",
+            service.name
+        );
+        for slice in ops
+            .list(
+                "discovery.k8s.io/v1",
+                "EndpointSlice",
+                namespace.as_deref(),
+                &selector,
+            )
+            .await?
+        {
+            let Some(name) = object_name(&slice) else {
+                continue;
+            };
+            let stale = ManagedObject {
+                api_version: "discovery.k8s.io/v1".into(),
+                kind: "EndpointSlice".into(),
+                namespace: namespace.clone(),
+                name: name.to_string(),
+            };
+            delete_stale(ops, &stale, &slice).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `resource` as it was read (`copy`), as every delete of comb's goes out: a
+/// controller that rewrote it in between (409) gets it read again and deleted as it is now,
+/// a few times; one that deleted it (404) did the job.
+async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: &Value) -> Result<()> {
+    let mut copy = Cow::Borrowed(copy);
+    for attempt in 1..=CONFLICT_ATTEMPTS {
+        match ops.delete(resource, unchanged_since(&copy)).await {
+            Err(error) if error.status_code() == Some(404) => return Ok(()),
+            Err(error) if is_conflict(&error) && attempt < CONFLICT_ATTEMPTS => {
+                match ops.get_opt_from_server(resource).await? {
+                    Some(fresh) => copy = Cow::Owned(fresh),
+                    None => return Ok(()),
+                }
+            }
+            other => return other,
+        }
+    }
+    Ok(())
 }
 
 /// The Pod template annotation a restart writes, as a path of field names: a migration of an
@@ -185,7 +289,21 @@ pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> 
             .iter()
             // A listed object has no apiVersion and kind of its own: the list's are its.
             .filter(|(key, _)| !matches!(key.as_str(), "status" | "apiVersion" | "kind"))
-            .all(|(key, wanted)| holds(live.get(key), wanted))
+            .all(|(key, wanted)| match (key.as_str(), wanted) {
+                // The time of the render, not of the change: the digest says whether it changed.
+                ("metadata", Value::Object(metadata))
+                    if metadata
+                        .get("annotations")
+                        .is_some_and(|a| a.get(TRIGGER_TIME_ANNOTATION).is_some()) =>
+                {
+                    let mut metadata = metadata.clone();
+                    if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
+                        annotations.remove(TRIGGER_TIME_ANNOTATION);
+                    }
+                    holds(live.get(key), &Value::Object(metadata))
+                }
+                _ => holds(live.get(key), wanted),
+            })
 }
 
 /// Whether the live value `live` has every field `wanted` sets, with its value. Lists match
@@ -466,6 +584,35 @@ mod tests {
             json!("IfNotPresent");
         live["status"] = json!({"replicas": 1});
         live
+    }
+
+    #[test]
+    fn a_bridge_slice_is_stamped_with_its_trigger_time_and_not_rewritten_for_it() {
+        let ctx = test_context("db", "platform", json!({}));
+        let slice = |address: &str| {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "db-1", "labels": {"kubernetes.io/service-name": "db"}},
+                   "addressType": "IPv4", "ports": [{"name": "postgres", "port": 5432}],
+                   "endpoints": [{"addresses": [address]}]})
+        };
+        let render = |address: &str| {
+            render_manifest("Manifests", &slice(address), &ctx, &Scopes::default())
+                .expect("renders")
+        };
+        let first = render("192.0.2.10");
+        let stamped = first.manifest["metadata"]["annotations"][TRIGGER_TIME_ANNOTATION]
+            .as_str()
+            .expect("a trigger time");
+        assert!(stamped.parse::<jiff::Timestamp>().is_ok(), "{stamped}");
+        // Rendered again later: another time, the same digest; the live slice stands.
+        let mut live = first.manifest.clone();
+        live["metadata"]["annotations"][TRIGGER_TIME_ANNOTATION] = json!("2020-01-01T00:00:00Z");
+        live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
+        let again = render("192.0.2.10");
+        assert_eq!(again.digest, first.digest);
+        assert!(unchanged(&again, &live, DIGEST));
+        // Another address: another digest, written with a fresh stamp.
+        assert!(!unchanged(&render("192.0.2.11"), &live, DIGEST));
     }
 
     #[test]
