@@ -1,43 +1,76 @@
-//! The engine's modules form a one-way chain (docs/architecture.md): no module of
-//! `federation/src/engine` reaches, through `crate::engine::...` or `super::...` paths, a module
-//! that reaches it back. Within a directory module (`engine/borrow/`) the same holds for its
-//! children. Test code (`#[cfg(test)]` items, `tests.rs`) may use anything and is not counted.
+//! The architecture of docs/architecture.md, checked on the source.
+//!
+//! - **No cycle in any folder.** The modules of `federation/src` are read from `lib.rs` down
+//!   through their `mod` declarations; each module's paths (`use` trees, and paths in types and
+//!   expressions) that name a module of the crate (`crate::...`, `super::...`, `self::...`, a
+//!   child module) are its edges. Within each folder (the crate root, `controller/`, `engine/`,
+//!   `engine/borrow/`, ...) the children, and the folder's own items (its `mod.rs`), must form a
+//!   one-way graph: the test fails naming each cycle. A folder re-exporting its children is not
+//!   an edge; a path through a re-export counts for the module it names. Test code
+//!   (`#[cfg(test)]` items, `tests.rs`) may use anything and is not read; a doc comment's link is
+//!   not a path.
+//! - **Who may call whom**: the top-level modules of comb-federation use only what the table of
+//!   docs/architecture.md allows, and each crate of the workspace depends only on the crates its
+//!   table allows (`cargo metadata`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
-/// Module -> the modules it uses.
+/// A module's path from the crate root (`["engine", "borrow", "observe"]`; the root is `[]`).
+type ModulePath = Vec<String>;
+
+/// Node -> the nodes it uses.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// The paths a file names, as segment lists, outside test code.
-#[derive(Default)]
-struct Paths(Vec<Vec<String>>);
+/// One module of the crate as its source says it.
+#[derive(Debug, Default)]
+struct Module {
+    /// Its child modules (declared with `mod`, test-only ones left out).
+    children: BTreeSet<String>,
+    /// The paths it names outside test code and outside its re-exports: what it uses.
+    paths: Vec<Vec<String>>,
+    /// What it imports (`use a::b::C as D;`): the name `D` -> the path `a::b::C`.
+    imports: BTreeMap<String, Vec<String>>,
+    /// What it re-exports (`pub use a::b::C as D;`), the same way. A re-export alone is not a
+    /// use: a path through it counts for the module the re-exported item is in.
+    reexports: BTreeMap<String, Vec<String>>,
+}
 
-impl Paths {
-    fn push_use(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
-        match tree {
-            syn::UseTree::Path(path) => {
-                prefix.push(path.ident.to_string());
-                self.push_use(prefix, &path.tree);
-                prefix.pop();
+/// The paths of one `use` tree, each with the name it binds (`None` for a glob).
+fn use_paths(
+    prefix: &mut Vec<String>,
+    tree: &syn::UseTree,
+    out: &mut Vec<(Option<String>, Vec<String>)>,
+) {
+    match tree {
+        syn::UseTree::Path(path) => {
+            prefix.push(path.ident.to_string());
+            use_paths(prefix, &path.tree, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(name) => {
+            let mut segments = prefix.clone();
+            if name.ident != "self" {
+                segments.push(name.ident.to_string());
             }
-            syn::UseTree::Name(name) => self.push_segments(prefix, &name.ident),
-            syn::UseTree::Rename(rename) => self.push_segments(prefix, &rename.ident),
-            syn::UseTree::Glob(_) => self.0.push(prefix.clone()),
-            syn::UseTree::Group(group) => {
-                for tree in &group.items {
-                    self.push_use(prefix, tree);
-                }
+            let bound = segments.last().cloned();
+            out.push((bound, segments));
+        }
+        syn::UseTree::Rename(rename) => {
+            let mut segments = prefix.clone();
+            if rename.ident != "self" {
+                segments.push(rename.ident.to_string());
+            }
+            out.push((Some(rename.rename.to_string()), segments));
+        }
+        syn::UseTree::Glob(_) => out.push((None, prefix.clone())),
+        syn::UseTree::Group(group) => {
+            for tree in &group.items {
+                use_paths(prefix, tree, out);
             }
         }
-    }
-
-    fn push_segments(&mut self, prefix: &[String], last: &syn::Ident) {
-        let mut segments = prefix.to_vec();
-        segments.push(last.to_string());
-        self.0.push(segments);
     }
 }
 
@@ -62,23 +95,80 @@ fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
         syn::Item::Trait(item) => &item.attrs,
         syn::Item::Type(item) => &item.attrs,
         syn::Item::Use(item) => &item.attrs,
+        syn::Item::Macro(item) => &item.attrs,
         _ => &[],
     }
 }
 
-impl<'ast> Visit<'ast> for Paths {
+/// The paths of one module's own items (not of its inline child modules, read as modules of
+/// their own).
+#[derive(Default)]
+struct Reader<'ast> {
+    module: Module,
+    /// Inline child modules (`mod name { ... }`) with their items.
+    inline: Vec<(String, &'ast [syn::Item])>,
+    /// File child modules (`mod name;`).
+    files: Vec<String>,
+}
+
+impl<'ast> Visit<'ast> for Reader<'ast> {
     fn visit_item(&mut self, item: &'ast syn::Item) {
-        if !is_test_only(item_attrs(item)) {
-            syn::visit::visit_item(self, item);
+        if is_test_only(item_attrs(item)) {
+            return;
+        }
+        match item {
+            syn::Item::Mod(module) => {
+                let name = module.ident.to_string();
+                self.module.children.insert(name.clone());
+                match &module.content {
+                    Some((_, items)) => self.inline.push((name, items)),
+                    None => self.files.push(name),
+                }
+            }
+            syn::Item::Use(item) => {
+                let mut found = Vec::new();
+                use_paths(&mut Vec::new(), &item.tree, &mut found);
+                let reexport = !matches!(item.vis, syn::Visibility::Inherited);
+                for (bound, segments) in found {
+                    match (bound, reexport) {
+                        (Some(name), true) => {
+                            self.module.reexports.insert(name, segments);
+                        }
+                        (Some(name), false) => {
+                            self.module.imports.insert(name, segments.clone());
+                            self.module.paths.push(segments);
+                        }
+                        // A glob re-export is not followed; a glob import is a use.
+                        (None, true) => {}
+                        (None, false) => self.module.paths.push(segments),
+                    }
+                }
+            }
+            _ => syn::visit::visit_item(self, item),
         }
     }
 
-    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
-        self.push_use(&mut Vec::new(), &item.tree);
+    /// A macro's arguments are tokens to syn; those that read as expressions (`format!`,
+    /// `assert!`, `tracing::info!`'s values) are read as such.
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        syn::visit::visit_macro(self, mac);
+        let arguments = mac.parse_body_with(
+            syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated,
+        );
+        if let Ok(arguments) = arguments {
+            let mut inner = Reader::default();
+            for argument in &arguments {
+                inner.visit_expr(argument);
+            }
+            self.module.paths.extend(inner.module.paths);
+        }
     }
 
+    /// `pub(crate)` names no module it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_path(&mut self, path: &'ast syn::Path) {
-        self.0.push(
+        self.module.paths.push(
             path.segments
                 .iter()
                 .map(|segment| segment.ident.to_string())
@@ -88,86 +178,210 @@ impl<'ast> Visit<'ast> for Paths {
     }
 }
 
-/// The module a path names, seen from a file whose module is `at` (`["borrow", "observe"]`):
-/// the first segment after `crate::engine`, or after `super` one level up.
-fn target(at: &[String], segments: &[String]) -> Option<Vec<String>> {
-    let rest = match segments {
-        [krate, engine, rest @ ..] if krate == "crate" && engine == "engine" => rest.to_vec(),
-        [first, rest @ ..] if first == "super" => {
-            let parent = at.get(..at.len().checked_sub(1)?)?;
-            parent.iter().chain(rest).cloned().collect()
-        }
-        _ => return None,
-    };
-    (!rest.is_empty()).then_some(rest)
+/// A crate's modules, read from its root file down its `mod` declarations.
+#[derive(Debug, Default)]
+struct Crate {
+    modules: BTreeMap<ModulePath, Module>,
 }
 
-/// The engine's files, each with its module path (`engine/borrow/mod.rs` is `["borrow"]`).
-fn engine_files(dir: &Path, at: &[String]) -> Vec<(Vec<String>, PathBuf)> {
-    let mut files = Vec::new();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|error| panic!("reading {}: {error}", dir.display()))
-        .map(|entry| entry.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        let stem = path
-            .file_stem()
-            .and_then(|stem| stem.to_str())
-            .expect("a UTF-8 file name")
-            .to_string();
-        if path.is_dir() {
-            let mut inner = at.to_vec();
-            inner.push(stem);
-            files.extend(engine_files(&path, &inner));
-        } else if path.extension().is_some_and(|ext| ext == "rs") && stem != "tests" {
-            let mut module = at.to_vec();
-            if stem != "mod" {
-                module.push(stem);
-            }
-            files.push((module, path));
+impl Crate {
+    /// Reads the crate whose root is `root` (`src/lib.rs`).
+    fn read(root: &Path) -> Crate {
+        let mut krate = Crate::default();
+        let dir = root
+            .parent()
+            .expect("the root file's directory")
+            .to_path_buf();
+        krate.read_file(Vec::new(), root, &dir);
+        krate
+    }
+
+    /// Reads the module `at` from `file`; its file children are in `dir`.
+    fn read_file(&mut self, at: ModulePath, file: &Path, dir: &Path) {
+        let text = std::fs::read_to_string(file)
+            .unwrap_or_else(|error| panic!("reading {}: {error}", file.display()));
+        let parsed = syn::parse_file(&text)
+            .unwrap_or_else(|error| panic!("{} does not parse: {error}", file.display()));
+        self.read_items(at, &parsed.items, dir);
+    }
+
+    fn read_items(&mut self, at: ModulePath, items: &[syn::Item], dir: &Path) {
+        let mut reader = Reader::default();
+        for item in items {
+            reader.visit_item(item);
+        }
+        let Reader {
+            module,
+            inline,
+            files,
+        } = reader;
+        self.modules.insert(at.clone(), module);
+        for name in files {
+            let mut child = at.clone();
+            child.push(name.clone());
+            let (file, child_dir) = child_file(dir, &name);
+            self.read_file(child, &file, &child_dir);
+        }
+        for (name, items) in inline {
+            let mut child = at.clone();
+            child.push(name.clone());
+            self.read_items(child, items, &dir.join(&name));
         }
     }
-    files
-}
 
-/// The graph of the engine's modules at `depth` 1 (`borrow`, `render`, ...), and of each
-/// directory module's children (`borrow::observe` -> `borrow::redirect`) at depth 2. A parent
-/// declaring and re-exporting its children is not an edge.
-fn engine_graphs(engine: &Path) -> Vec<Graph> {
-    let mut top = Graph::new();
-    let mut inner: BTreeMap<String, Graph> = BTreeMap::new();
-    for (module, path) in engine_files(engine, &[]) {
-        let text = std::fs::read_to_string(&path).expect("a readable source file");
-        let file = syn::parse_file(&text)
-            .unwrap_or_else(|error| panic!("{} does not parse: {error}", path.display()));
-        let mut paths = Paths::default();
-        paths.visit_file(&file);
-        let Some(first) = module.first() else {
-            continue;
-        };
-        top.entry(first.clone()).or_default();
-        for segments in &paths.0 {
-            let Some(target) = target(&module, segments) else {
-                continue;
-            };
-            if target[0] != *first {
-                top.entry(first.clone())
-                    .or_default()
-                    .insert(target[0].clone());
-            } else if let (Some(from), Some(to)) = (module.get(1), target.get(1))
-                && from != to
+    fn is_module(&self, path: &[String]) -> bool {
+        self.modules.contains_key(path)
+    }
+
+    /// The absolute path a path of module `at` names, when it starts at the crate root, at
+    /// `self`, at `super` or at a child module of `at`; `None` for anything else (another crate,
+    /// a local name).
+    fn absolute(&self, at: &[String], segments: &[String]) -> Option<Vec<String>> {
+        let (mut base, mut rest) = match segments.first().map(String::as_str) {
+            Some("crate") => (Vec::new(), &segments[1..]),
+            Some("self") => (at.to_vec(), &segments[1..]),
+            Some("super") => (at.to_vec(), segments),
+            Some(first)
+                if self
+                    .modules
+                    .get(at)
+                    .is_some_and(|m| m.children.contains(first)) =>
             {
-                inner
-                    .entry(first.clone())
-                    .or_default()
-                    .entry(format!("{first}::{from}"))
-                    .or_default()
-                    .insert(format!("{first}::{to}"));
+                (at.to_vec(), segments)
+            }
+            _ => return None,
+        };
+        while let Some(("super", after)) = rest.split_first().map(|(s, r)| (s.as_str(), r)) {
+            base.pop()?;
+            rest = after;
+        }
+        base.extend(rest.iter().cloned());
+        Some(base)
+    }
+
+    /// The module an absolute path names or names an item of, following re-exports to where
+    /// the item is defined.
+    fn module_of(&self, path: &[String]) -> ModulePath {
+        let mut path = path.to_vec();
+        // Re-exports chain through a few modules at most; the bound ends a cycle of them.
+        for _ in 0..16 {
+            let mut at = Vec::new();
+            let mut followed = None;
+            for (index, segment) in path.iter().enumerate() {
+                let mut next = at.clone();
+                next.push(segment.clone());
+                if self.is_module(&next) {
+                    at = next;
+                    continue;
+                }
+                if let Some(target) = self.modules[&at].reexports.get(segment)
+                    && let Some(mut target) = self.absolute(&at, target)
+                {
+                    target.extend(path[index + 1..].iter().cloned());
+                    followed = Some(target);
+                }
+                break;
+            }
+            match followed {
+                Some(target) if target != path => path = target,
+                _ => return at,
             }
         }
+        Vec::new()
     }
-    std::iter::once(top).chain(inner.into_values()).collect()
+
+    /// Each module -> the modules of the crate it uses (itself left out).
+    fn uses(&self) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
+        let mut uses: BTreeMap<ModulePath, BTreeSet<ModulePath>> = BTreeMap::new();
+        for (at, module) in &self.modules {
+            let used = uses.entry(at.clone()).or_default();
+            for segments in &module.paths {
+                // A path starting with a name the module imports or re-exports starts where
+                // that name comes from.
+                let expanded: Vec<String>;
+                let segments = match segments.split_first().and_then(|(first, rest)| {
+                    let imported = module.imports.get(first).or(module.reexports.get(first))?;
+                    Some((imported, rest))
+                }) {
+                    Some((imported, rest)) => {
+                        expanded = imported.iter().chain(rest).cloned().collect();
+                        &expanded
+                    }
+                    _ => segments,
+                };
+                let Some(absolute) = self.absolute(at, segments) else {
+                    continue;
+                };
+                let target = self.module_of(&absolute);
+                if target != *at {
+                    used.insert(target);
+                }
+            }
+        }
+        uses
+    }
+
+    /// For each folder (a module with children), the graph among its children and its own
+    /// items (named `folder (own items)`), keyed by the folder (`crate`, `controller`, ...).
+    fn folder_graphs(&self) -> BTreeMap<String, Graph> {
+        let uses = self.uses();
+        let mut graphs: BTreeMap<String, Graph> = BTreeMap::new();
+        for (folder, module) in &self.modules {
+            if module.children.is_empty() {
+                continue;
+            }
+            let folder_name = name(folder);
+            let own = format!("{folder_name} (own items)");
+            let node = |path: &ModulePath| -> Option<String> {
+                let rest = path.strip_prefix(folder.as_slice())?;
+                Some(match rest.first() {
+                    None => own.clone(),
+                    Some(child) => {
+                        let mut child_path = folder.clone();
+                        child_path.push(child.clone());
+                        name(&child_path)
+                    }
+                })
+            };
+            let graph = graphs.entry(folder_name.clone()).or_default();
+            for child in &module.children {
+                let mut child_path = folder.clone();
+                child_path.push(child.clone());
+                graph.entry(name(&child_path)).or_default();
+            }
+            for (from, targets) in &uses {
+                let Some(from_node) = node(from) else {
+                    continue;
+                };
+                for target in targets {
+                    if let Some(to_node) = node(target)
+                        && to_node != from_node
+                    {
+                        graph.entry(from_node.clone()).or_default().insert(to_node);
+                    }
+                }
+            }
+        }
+        graphs
+    }
+}
+
+/// `controller::run`; the crate root is `crate`.
+fn name(path: &[String]) -> String {
+    if path.is_empty() {
+        "crate".to_string()
+    } else {
+        path.join("::")
+    }
+}
+
+/// The file of child module `name` of a module whose children live in `dir`, and the directory
+/// of the child's own children.
+fn child_file(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let flat = dir.join(format!("{name}.rs"));
+    let nested = dir.join(name).join("mod.rs");
+    let file = if flat.exists() { flat } else { nested };
+    (file, dir.join(name))
 }
 
 /// Every cycle found, each as `a -> b -> a`; empty when the graph is one-way.
@@ -203,98 +417,336 @@ fn cycles(graph: &Graph) -> Vec<String> {
     found
 }
 
+/// Every cycle of every folder's graph.
+fn all_cycles(krate: &Crate) -> Vec<String> {
+    krate.folder_graphs().values().flat_map(cycles).collect()
+}
+
+fn federation() -> Crate {
+    Crate::read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs"))
+}
+
 #[test]
-fn the_engine_modules_form_a_one_way_chain() {
-    let engine = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
-    let graphs = engine_graphs(&engine);
-    let top = &graphs[0];
-    // The parse saw the engine: the data path's modules and what they use.
-    for (module, uses) in [
-        ("reconcile", "borrow"),
-        ("render", "context"),
-        ("borrow", "observe"),
+fn no_folder_of_the_crate_has_a_cycle() {
+    let krate = federation();
+    let graphs = krate.folder_graphs();
+    // The parse saw the crate: every folder, and the data path's modules with what they use.
+    for folder in [
+        "crate",
+        "controller",
+        "engine",
+        "engine::borrow",
+        "webhook",
+        "cli",
     ] {
         assert!(
-            top.get(module).is_some_and(|used| used.contains(uses)),
-            "{module} should use {uses}: {top:?}"
+            graphs.contains_key(folder),
+            "no folder {folder}: {:?}",
+            graphs.keys()
         );
     }
-    let found: Vec<String> = graphs.iter().flat_map(cycles).collect();
+    for (folder, module, uses) in [
+        ("engine", "engine::reconcile", "engine::borrow"),
+        ("engine", "engine::render", "engine::context"),
+        (
+            "engine::borrow",
+            "engine::borrow::observe",
+            "engine::borrow::redirect",
+        ),
+        ("controller", "controller::step", "controller::layer"),
+        ("crate", "controller", "engine"),
+    ] {
+        assert!(
+            graphs[folder]
+                .get(module)
+                .is_some_and(|used| used.contains(uses)),
+            "{module} should use {uses}: {:?}",
+            graphs[folder]
+        );
+    }
+    let found = all_cycles(&krate);
     assert!(
         found.is_empty(),
-        "the engine's modules have cycles:\n  {}",
+        "federation/src has cycles:\n  {}",
         found.join("\n  ")
     );
 }
 
-#[test]
-fn a_cycle_in_source_files_fails_by_name() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("architecture-cycle");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("borrow")).expect("a scratch directory");
-    for (file, text) in [
-        ("reconcile.rs", "use crate::engine::borrow::Borrowing;"),
-        ("borrow/mod.rs", "pub mod observe;\npub mod resolve;"),
-        ("borrow/resolve.rs", "use super::observe::Stop;"),
-        (
-            "borrow/observe.rs",
-            "fn f(_: &crate::engine::reconcile::StepEnv) {}\nuse crate::engine::borrow::resolve::X;",
-        ),
-    ] {
-        std::fs::write(dir.join(file), text).expect("a scratch file");
+/// The top-level modules of comb-federation and what each may use (docs/architecture.md, "Inside
+/// comb-federation"); `error` and `logging` are for everyone.
+const MAY_USE: &[(&str, &[&str])] = &[
+    ("error", &[]),
+    ("logging", &[]),
+    ("engine", &[]),
+    ("config", &["engine"]),
+    ("picture", &["engine", "config"]),
+    ("webhook", &["engine", "config"]),
+    ("controller", &["engine", "config", "webhook", "picture"]),
+    (
+        "cli",
+        &["engine", "config", "controller", "webhook", "picture"],
+    ),
+];
+
+/// What a top-level module uses outside what it may, as `from -> to` lines.
+fn forbidden_uses(krate: &Crate) -> Vec<String> {
+    let graphs = krate.folder_graphs();
+    let mut found = Vec::new();
+    for (from, uses) in &graphs["crate"] {
+        let allowed = MAY_USE
+            .iter()
+            .find(|(module, _)| module == from)
+            .map(|(_, allowed)| *allowed);
+        let Some(allowed) = allowed else {
+            found.push(format!("{from}: not in the table of docs/architecture.md"));
+            continue;
+        };
+        for to in uses {
+            let everyone = ["error", "logging"].contains(&to.as_str());
+            if !everyone && !allowed.contains(&to.as_str()) {
+                found.push(format!("{from} -> {to}"));
+            }
+        }
     }
-    let found: Vec<String> = engine_graphs(&dir).iter().flat_map(cycles).collect();
+    found
+}
+
+#[test]
+fn the_crate_modules_use_only_what_the_table_allows() {
+    let found = forbidden_uses(&federation());
+    assert!(
+        found.is_empty(),
+        "uses docs/architecture.md does not allow:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The workspace's crates and the crates of the workspace each may depend on (normal
+/// dependencies; tests may use the test kit and the emulator).
+const CRATES_MAY_USE: &[(&str, &[&str])] = &[
+    ("comb-api", &[]),
+    ("comb-kubeconfigs", &["comb-api"]),
+    ("comb-upstreams", &["comb-api", "comb-kubeconfigs"]),
+    ("comb-sandbox", &["comb-api", "comb-kubeconfigs"]),
+    // comb-federation behind the `federation` feature, which only comb-federation's tests use.
+    (
+        "comb-testkit",
+        &[
+            "comb-api",
+            "comb-kubeconfigs",
+            "comb-sandbox",
+            "comb-federation",
+        ],
+    ),
+    // The server each Pod of the sandbox network runs: dependency-free on purpose.
+    ("comb-identity", &[]),
+    (
+        "comb-federation",
+        &[
+            "comb-api",
+            "comb-kubeconfigs",
+            "comb-upstreams",
+            "comb-sandbox",
+        ],
+    ),
+];
+
+/// Crates that give a client or an async runtime, which `comb-api` stays without.
+const CLIENT_OR_RUNTIME: &[&str] = &["kube", "kube-client", "kube-runtime", "tokio", "hyper"];
+
+#[test]
+fn the_crates_depend_only_on_what_the_table_allows() {
+    let metadata = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        metadata.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&metadata.stderr)
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&metadata.stdout).expect("cargo metadata prints JSON");
+    let mut seen = BTreeSet::new();
+    let mut found = Vec::new();
+    for package in metadata["packages"].as_array().expect("packages") {
+        let name = package["name"].as_str().expect("a package name");
+        let allowed = CRATES_MAY_USE
+            .iter()
+            .find(|(krate, _)| *krate == name)
+            .map(|(_, allowed)| *allowed)
+            .unwrap_or_else(|| panic!("{name} is not in the table of docs/architecture.md"));
+        seen.insert(name);
+        for dependency in package["dependencies"].as_array().expect("dependencies") {
+            let dependency_name = dependency["name"].as_str().expect("a dependency name");
+            let normal = dependency["kind"].is_null();
+            if normal && dependency_name.starts_with("comb-") && !allowed.contains(&dependency_name)
+            {
+                found.push(format!("{name} -> {dependency_name}"));
+            }
+            if normal && name == "comb-api" && CLIENT_OR_RUNTIME.contains(&dependency_name) {
+                found.push(format!("{name} -> {dependency_name} (a client or runtime)"));
+            }
+        }
+    }
     assert_eq!(
-        found,
+        seen.len(),
+        CRATES_MAY_USE.len(),
+        "every crate read: {seen:?}"
+    );
+    assert!(
+        found.is_empty(),
+        "dependencies docs/architecture.md does not allow:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// Writes `files` (path under `src/`, text) as a scratch crate and reads it.
+fn scratch_crate(name: &str, files: &[(&str, &str)]) -> Crate {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    for (file, text) in files {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("a scratch directory");
+        std::fs::write(&path, text).expect("a scratch file");
+    }
+    Crate::read(&dir.join("lib.rs"))
+}
+
+#[test]
+fn a_cycle_in_any_folder_fails_by_name() {
+    let krate = scratch_crate(
+        "architecture-cycles",
+        &[
+            (
+                "lib.rs",
+                "pub mod controller;\npub mod engine;\npub mod webhook;",
+            ),
+            // The crate root: controller <-> webhook through a re-export of controller's.
+            (
+                "webhook.rs",
+                "use crate::controller::CombKey;\nuse crate::engine::Env;",
+            ),
+            (
+                "controller/mod.rs",
+                "mod run;\nmod shards;\npub mod queue;\npub use queue::CombKey;\n\
+                 pub struct Shared;\nfn serve(_: crate::webhook::Webhook) {}",
+            ),
+            ("controller/queue.rs", "pub struct CombKey;"),
+            // Two siblings: a type one way, a function the other.
+            (
+                "controller/run.rs",
+                "use super::shards::{Fence, coordinate};\npub struct LayerWork;",
+            ),
+            (
+                "controller/shards.rs",
+                "pub struct Fence;\nfn coordinate(_: &super::run::LayerWork) {}\n\
+                 fn share(_: &super::Shared) {}",
+            ),
+            // A folder's own items and a child.
+            (
+                "engine/mod.rs",
+                "pub mod borrow;\npub mod reconcile;\npub struct Env(reconcile::Step);",
+            ),
+            (
+                "engine/reconcile.rs",
+                "pub struct Step;\nfn f(_: &super::Env) {}",
+            ),
+            // A nested folder, through `self::` and `super::super::`.
+            (
+                "engine/borrow/mod.rs",
+                "pub mod observe;\npub mod resolve;\npub use self::resolve::resolve;",
+            ),
+            (
+                "engine/borrow/resolve.rs",
+                "pub fn resolve() { super::observe::observe() }",
+            ),
+            (
+                "engine/borrow/observe.rs",
+                "/// Not an import: [`super::super::reconcile`], [`crate::webhook`].\n\
+                 pub fn observe() { super::resolve() }\n\
+                 #[cfg(test)] mod tests { use crate::engine::borrow::resolve; }",
+            ),
+        ],
+    );
+    assert_eq!(
+        all_cycles(&krate),
         [
-            "borrow -> reconcile -> borrow",
-            "borrow::observe -> borrow::resolve -> borrow::observe"
+            "controller::run -> controller::shards -> controller::run",
+            "controller -> webhook -> controller",
+            "engine (own items) -> engine::reconcile -> engine (own items)",
+            "engine::borrow::observe -> engine::borrow::resolve -> engine::borrow::observe",
+        ]
+    );
+    // The re-export of `queue::CombKey` is followed to `queue`: the controller's own items are
+    // not a node in a cycle with `shards` because of it; `Shared` is.
+    let graphs = krate.folder_graphs();
+    assert_eq!(
+        graphs["controller"]["controller::shards"],
+        ["controller (own items)", "controller::run"]
+            .map(str::to_string)
+            .into()
+    );
+    // The table allows the controller the webhook, not the other way.
+    assert_eq!(forbidden_uses(&krate), ["webhook -> controller"]);
+}
+
+#[test]
+fn a_module_that_breaks_the_table_is_named() {
+    let krate = scratch_crate(
+        "architecture-table",
+        &[
+            (
+                "lib.rs",
+                "pub mod engine;\npub mod controller;\npub mod extra;",
+            ),
+            ("engine.rs", "fn f(_: crate::controller::Shared) {}"),
+            ("controller.rs", "pub struct Shared;"),
+            ("extra.rs", ""),
+        ],
+    );
+    assert_eq!(
+        forbidden_uses(&krate),
+        [
+            "engine -> controller",
+            "extra: not in the table of docs/architecture.md"
         ]
     );
 }
 
 #[test]
-fn a_cycle_is_found_and_named() {
-    let graph: Graph = [
-        ("borrow", vec!["reconcile", "class"]),
-        ("reconcile", vec!["borrow"]),
-        ("class", vec!["render"]),
-        ("render", vec![]),
-    ]
-    .into_iter()
-    .map(|(from, to)| {
-        (
-            from.to_string(),
-            to.into_iter().map(str::to_string).collect(),
-        )
-    })
-    .collect();
-    assert_eq!(cycles(&graph), ["borrow -> reconcile -> borrow"]);
-
-    let file = syn::parse_file(
-        "use crate::engine::render::{RenderedItem, render_manifest};\n\
-         use super::redirect::redirect;\n\
-         fn f(_: &crate::engine::class::CombInstance) {}\n\
-         #[cfg(test)] mod tests { use crate::engine::status::clean_message; }",
-    )
-    .expect("parses");
-    let mut paths = Paths::default();
-    paths.visit_file(&file);
-    let at = ["borrow".to_string(), "observe".to_string()];
-    let targets: BTreeSet<Vec<String>> = paths
-        .0
-        .iter()
-        .filter_map(|segments| target(&at, segments))
-        .map(|target| target[..2.min(target.len())].to_vec())
-        .collect();
-    let expected: BTreeSet<Vec<String>> = [
-        ["render", "RenderedItem"],
-        ["render", "render_manifest"],
-        ["borrow", "redirect"],
-        ["class", "CombInstance"],
-    ]
-    .iter()
-    .map(|pair| pair.iter().map(|s| s.to_string()).collect())
-    .collect();
-    assert_eq!(targets, expected, "test code is not counted");
+fn paths_are_read_as_rust_resolves_them() {
+    let krate = scratch_crate(
+        "architecture-paths",
+        &[
+            (
+                "lib.rs",
+                "pub mod a;\npub mod b;\npub use b::inner::Deep as Shallow;",
+            ),
+            (
+                "a.rs",
+                "fn f(_: crate::Shallow, _: &b_alias::X) {}\nuse crate::b as b_alias;",
+            ),
+            ("b/mod.rs", "pub mod inner;"),
+            ("b/inner.rs", "pub struct Deep;"),
+        ],
+    );
+    let uses = krate.uses();
+    let of = |path: &[&str]| -> BTreeSet<String> {
+        uses[&path.iter().map(|s| s.to_string()).collect::<Vec<_>>()]
+            .iter()
+            .map(|target| name(target))
+            .collect()
+    };
+    // Through the root's re-export to where `Deep` is defined; the alias is the module `b`.
+    assert_eq!(of(&["a"]), ["b", "b::inner"].map(str::to_string).into());
+    // The root re-exporting a descendant's item is not a use.
+    assert_eq!(of(&[]), BTreeSet::new());
 }

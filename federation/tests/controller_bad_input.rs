@@ -2,10 +2,9 @@
 //! schema) is recorded as `Error`/`BuildFailed` naming the field, the others converge, and the
 //! layer is listed once, not in a loop.
 
-mod controller_support;
-
 use comb_api::DEFAULT_GROUP;
-use controller_support::{World, web};
+use comb_testkit::controller::World;
+use comb_testkit::fixtures::web;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

@@ -1,10 +1,8 @@
 //! Deleting a Comb: its finalizer holds the CR until what it deployed is gone, except what is
 //! marked keep, what is cluster-scoped, and everything under the Orphan deletion policy.
 
-mod controller_support;
-
 use comb_sandbox::controls::Fault;
-use controller_support::World;
+use comb_testkit::controller::World;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, Namespace, PersistentVolumeClaim, Secret, Service,

@@ -1,12 +1,12 @@
 //! Dependencies inside a layer: a Comb waits for the Combs it depends on and goes on as soon as
 //! they are healthy; dependency cycles are reported and their Combs stay Blocked.
 
-mod controller_support;
-
 use std::time::Duration;
 
 use comb_federation::controller::{ControllerHandle, ControllerOptions, Transition};
-use controller_support::{World, eventually, test_options, web};
+use comb_testkit::controller::{World, test_options};
+use comb_testkit::fixtures::web;
+use comb_testkit::wait_until;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -81,7 +81,7 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
         ("b", "platform/b -> platform/a -> platform/b"),
     ] {
         let expected = format!("dependency cycle: {cycle}");
-        eventually(&format!("{name} Blocked by the cycle"), || {
+        wait_until(&format!("{name} Blocked by the cycle"), || {
             let (combs, expected) = (combs.clone(), expected.clone());
             async move {
                 let comb = combs.get(name).await.ok()?;
@@ -97,7 +97,7 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
         .await;
     }
     let events: Api<Event> = Api::namespaced(world.client("prod").await, "platform");
-    let cycle_events = eventually("an Event on each Comb of the cycle", || {
+    let cycle_events = wait_until("an Event on each Comb of the cycle", || {
         let events = events.clone();
         async move {
             let list = events.list(&ListParams::default()).await.ok()?;

@@ -2,10 +2,9 @@
 //! first time it comes, not only a Ready message the next step overwrites, and no Event is
 //! written again by the steps that repeat it.
 
-mod controller_support;
-
 use comb_sandbox::controls::Fault;
-use controller_support::{World, comb_events, eventually};
+use comb_testkit::controller::{World, comb_events};
+use comb_testkit::wait_until;
 use k8s_openapi::api::core::v1::{Event, Service};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -110,7 +109,7 @@ async fn each_prune_note_is_an_event_once() {
             format!("left Service old alone: it no longer carries {selector}"),
         ),
     ];
-    let told = eventually("an Event for each note", || {
+    let told = wait_until("an Event for each note", || {
         let events = events.clone();
         async move {
             let told = notes(&events_of_web(&events).await);
@@ -153,7 +152,7 @@ async fn each_prune_note_is_an_event_once() {
             .await
             .expect("web annotated");
         let handle = running.handle.clone();
-        eventually("another step of web", || {
+        wait_until("another step of web", || {
             let handle = handle.clone();
             async move { (last_step(&handle) != before).then_some(()) }
         })
@@ -205,7 +204,7 @@ async fn an_event_the_api_refused_is_written_by_the_next_step() {
     let client = world.client("prod").await;
     let events: Api<Event> = Api::namespaced(client, "platform");
     // The step after it wrote it, with its own: both transitions are told, once each.
-    let told = eventually("the refused Event written after all", || {
+    let told = wait_until("the refused Event written after all", || {
         let events = events.clone();
         async move {
             let told = events_of_web(&events).await;

@@ -5,16 +5,15 @@
 //! connections. Every test waits on conditions with the kit's deadline; `unhealthyAfter` and
 //! `healthyAfter` are short so that the switches come quickly.
 
-mod controller_support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use comb_api::{Comb, CombStatus};
 use comb_federation::controller::LayerState;
 use comb_sandbox::controls::PartitionMode;
+use comb_testkit::controller::{Running, World, comb_events};
 use comb_testkit::fixtures::verdict;
-use controller_support::{Running, World, comb_events, eventually};
+use comb_testkit::wait_until;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Service};
@@ -132,7 +131,7 @@ async fn back_on_staging(world: &World) -> CombStatus {
 /// Waits until dev's nats records a status `test` accepts, and returns it.
 async fn wait_on(world: &World, what: &str, test: impl Fn(&CombStatus) -> bool) -> CombStatus {
     let combs: Api<Comb> = world.combs("dev", "platform").await;
-    eventually(what, async || {
+    wait_until(what, async || {
         let status = combs.get("nats").await.ok()?.status?;
         test(&status).then_some(status)
     })
@@ -326,11 +325,11 @@ async fn partitioned_staging(mode: PartitionMode, why: &str) {
             "staging's watches stay open and quiet: only the checks could tell"
         );
     }
-    eventually("the bridge to point at prod", async || {
+    wait_until("the bridge to point at prod", async || {
         bridge_address(&world).await.as_deref() == Some(PROD_NATS)
     })
     .await;
-    eventually("an Event of the switch", async || {
+    wait_until("an Event of the switch", async || {
         events_of_nats(&world).await.contains(&(
             "Warning".into(),
             "UpstreamFallback".into(),
@@ -343,7 +342,7 @@ async fn partitioned_staging(mode: PartitionMode, why: &str) {
         Some("1")
     );
     // Its dependent was woken by the change and judged it again (still healthy: it serves).
-    eventually("app to be stepped after the switch", || {
+    wait_until("app to be stepped after the switch", || {
         let handle = running.handle.clone();
         async move {
             handle.queue().iter().any(|layer| {
@@ -368,11 +367,11 @@ async fn partitioned_staging(mode: PartitionMode, why: &str) {
         fallback_condition(&status).map(|c| c.0),
         Some("False".into())
     );
-    eventually("the bridge to point at staging again", async || {
+    wait_until("the bridge to point at staging again", async || {
         bridge_address(&world).await.as_deref() == Some(STAGING_NATS)
     })
     .await;
-    eventually("an Event of the way back", async || {
+    wait_until("an Event of the way back", async || {
         events_of_nats(&world).await.contains(&(
             "Normal".into(),
             "UpstreamRecovered".into(),
@@ -548,7 +547,7 @@ layers:
         .unwrap_or(0)
     };
     let before = checks(&running);
-    eventually("10s of staging's checks", || {
+    wait_until("10s of staging's checks", || {
         let after = checks(&running);
         async move { after >= before + 12 }
     })

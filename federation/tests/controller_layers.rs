@@ -1,10 +1,10 @@
 //! Several layers in one controller: a layer whose API server is down is reported and waits
 //! while the others go on; a borrower follows its upstream peer's status at once.
 
-mod controller_support;
-
 use comb_federation::controller::LayerState;
-use controller_support::{World, deployment_image as image, eventually, web};
+use comb_testkit::controller::World;
+use comb_testkit::fixtures::{deployment_image as image, web};
+use comb_testkit::wait_until;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
@@ -40,7 +40,7 @@ async fn a_partitioned_layer_is_down_while_another_keeps_reconciling() {
         world.client("dev").await.apiserver_version().await
     );
     eprintln!("partitioned: {}", world.controls("dev").is_partitioned());
-    let down = eventually("dev to be down", || {
+    let down = wait_until("dev to be down", || {
         let handle = handle.clone();
         async move { handle.layer("dev").filter(|l| l.state == LayerState::Down) }
     })
@@ -76,7 +76,7 @@ async fn a_partitioned_layer_is_down_while_another_keeps_reconciling() {
     assert_eq!(handle.layer("dev").unwrap().state, LayerState::Down);
 
     world.controls("dev").heal();
-    eventually("dev to be up again", || {
+    wait_until("dev to be up again", || {
         let handle = handle.clone();
         async move { handle.layer("dev").filter(|l| l.state == LayerState::Up) }
     })
@@ -132,7 +132,7 @@ async fn watches_resume_after_410_expired() {
     // web among it (in-process, past the partitioned HTTP server).
     let handle = running.handle.clone();
     world.controls("prod").partition();
-    eventually("prod to be down", || {
+    wait_until("prod to be down", || {
         let handle = handle.clone();
         async move { handle.layer("prod").filter(|l| l.state == LayerState::Down) }
     })
@@ -274,7 +274,7 @@ async fn a_layer_down_from_the_start_stays_down_until_it_answers() {
     );
     let running = world.run(config).await;
     let handle = running.handle.clone();
-    eventually("dev to be down", || {
+    wait_until("dev to be down", || {
         let handle = handle.clone();
         async move { handle.layer("dev").filter(|l| l.state == LayerState::Down) }
     })
@@ -292,7 +292,7 @@ async fn a_layer_down_from_the_start_stays_down_until_it_answers() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     world.controls("dev").heal();
-    eventually("dev to be up", || {
+    wait_until("dev to be up", || {
         let handle = handle.clone();
         async move { handle.layer("dev").filter(|l| l.state == LayerState::Up) }
     })

@@ -1,12 +1,11 @@
 //! `comb run --once`: run until every Comb is settled, exit 1 when one ended in Error or the
 //! timeout hit, through the library (through the `comb` binary: tests/tests/cli_run_once.rs).
 
-mod controller_support;
-
 use std::time::Duration;
 
 use comb_federation::controller::{ControllerOptions, OnceOptions};
-use controller_support::{World, test_options, web};
+use comb_testkit::controller::{World, test_options};
+use comb_testkit::fixtures::web;
 use serde_json::json;
 
 const CONFIG: &str = "resync: 1h\nlayers: [{name: prod, context: prod, namespaces: [platform]}]";

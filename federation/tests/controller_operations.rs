@@ -1,12 +1,12 @@
 //! Running the controller: the admin server (metrics, health, readiness, the queue) and leader
 //! election between two replicas.
 
-mod controller_support;
-
 use std::net::SocketAddr;
 
 use comb_federation::controller::{ControllerOptions, LeaderElection};
-use controller_support::{World, eventually, test_options, web};
+use comb_testkit::controller::{World, test_options};
+use comb_testkit::fixtures::web;
+use comb_testkit::wait_until;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
@@ -57,7 +57,7 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
         .wait_phase("prod", "platform", "web", "Running", None)
         .await;
     let handle = running.handle.clone();
-    let address = eventually("the admin server to listen", || {
+    let address = wait_until("the admin server to listen", || {
         let handle = handle.clone();
         async move { handle.admin_address() }
     })
@@ -74,12 +74,12 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
         r#"comb_transitions_total{layer="prod",phase="Running",reason="Healthy"} 1"#,
         r#"comb_step_duration_seconds_count{layer="prod"}"#,
     ];
-    eventually("the metrics of the Running step", || async {
+    wait_until("the metrics of the Running step", || async {
         let (code, metrics) = get(address, "/metrics").await;
         (code == 200 && lines.iter().all(|line| metrics.contains(line))).then_some(())
     })
     .await;
-    let queue = eventually("web idle in the queue", || async {
+    let queue = wait_until("web idle in the queue", || async {
         let (_, body) = get(address, "/debug/queue").await;
         let queue: serde_json::Value = serde_json::from_str(&body).ok()?;
         (queue[0]["combs"][0]["state"] == "idle").then_some(queue)
@@ -170,7 +170,7 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_stops() {
     );
 
     first.stop().await;
-    eventually("the second replica to take the Lease", || {
+    wait_until("the second replica to take the Lease", || {
         let leases = leases.clone();
         async move {
             let lease = leases.get("comb-controller").await.ok()?;

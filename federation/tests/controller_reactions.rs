@@ -1,9 +1,8 @@
 //! The controller reacts to what happens to a Comb's CR and resources, without waiting for a
 //! resync (every configuration here resyncs once an hour).
 
-mod controller_support;
-
-use controller_support::{World, deployment_image as image, web};
+use comb_testkit::controller::World;
+use comb_testkit::fixtures::{deployment_image as image, web};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -144,7 +143,7 @@ async fn maintenance_leaves_a_hand_edited_resource_alone() {
         .controls("prod")
         .request_count("update", "deployments");
     // The edits woke web: wait for a step that started after them and is over.
-    controller_support::eventually("a step after the hand edit", || {
+    comb_testkit::wait_until("a step after the hand edit", || {
         let handle = running.handle.clone();
         async move {
             let queue = handle.queue();

@@ -4,12 +4,11 @@
 //! watches' answers (`read_from_watches: false`, as `--once` reads) is counted too, for the
 //! record (`cargo test -p comb-federation --test controller_requests -- --nocapture`).
 
-mod controller_support;
-
 use std::collections::BTreeMap;
 
 use comb_federation::controller::{ControllerOptions, LayerQueue};
-use controller_support::{World, eventually, test_options};
+use comb_testkit::controller::{World, test_options};
+use comb_testkit::wait_until;
 use serde_json::{Value, json};
 
 const COMBS: usize = 3;
@@ -169,7 +168,7 @@ async fn settled_resync_borrowing(
         }
     };
     let ran = jiff::Timestamp::now();
-    eventually("every Comb to step again after it ran", || {
+    wait_until("every Comb to step again after it ran", || {
         stepped_since(ran)
     })
     .await;
@@ -180,7 +179,7 @@ async fn settled_resync_borrowing(
     }
     let reset = jiff::Timestamp::now();
     let started = std::time::Instant::now();
-    eventually("a resync of every settled Comb", || stepped_since(reset)).await;
+    wait_until("a resync of every settled Comb", || stepped_since(reset)).await;
     let window = started.elapsed();
     let requests = ["prod", "dev"]
         .into_iter()
@@ -355,7 +354,7 @@ async fn an_edit_writes_the_deployment_once_though_the_steps_read_from_the_watch
         json!("nginx:2");
     world.patch_spec("prod", "platform", "web-0", edited).await;
     let handle = running.handle.clone();
-    eventually("the edit to be rolled out and the Comb settled", || {
+    wait_until("the edit to be rolled out and the Comb settled", || {
         let handle = handle.clone();
         let world = &world;
         async move {

@@ -5,13 +5,11 @@
 //! (issue 19). Phases are counted as the controller records them (its transitions: one per
 //! status write that changes the phase or the Ready reason).
 
-mod controller_support;
-
 use std::collections::BTreeMap;
 
 use comb_federation::controller::{ControllerHandle, Transition};
+use comb_testkit::controller::World;
 use comb_testkit::fixtures::{held_web, release_held_pods, web};
-use controller_support::World;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -161,7 +159,7 @@ async fn an_image_edit_of_a_statefulset_is_one_pending_along_the_chain() {
 
 /// One layer, prod (namespace platform), its controller running, and Comb `web` running
 /// `image` in it.
-async fn web_in_prod(image: &str) -> (World, controller_support::Running) {
+async fn web_in_prod(image: &str) -> (World, comb_testkit::controller::Running) {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
     let running =
         world

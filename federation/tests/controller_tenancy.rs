@@ -10,10 +10,9 @@
 //! 403 in the message, the status is still written (the controller's identity), and the
 //! controller's own ClusterRole needs `impersonate` on `serviceaccounts` for any of it to work.
 
-mod controller_support;
-
 use comb_sandbox::controls::Controls;
-use controller_support::{World, web};
+use comb_testkit::controller::World;
+use comb_testkit::fixtures::web;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::RoleBinding;

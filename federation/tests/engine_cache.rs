@@ -1,13 +1,12 @@
 //! The copies a step reads, fed by a real watch (as the controller feeds them): what comb
 //! remembers of an object as applied goes when the object goes, whoever deletes it.
 
-mod engine_support;
-
 use std::sync::Arc;
 
 use comb_federation::engine::cache::ObjectCache;
 use comb_federation::engine::reconcile::{StepEnv, UpstreamResolution, reconcile};
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject};
 use kube::runtime::watcher::{self, Event};

@@ -1,8 +1,6 @@
 //! The Error outcomes of a reconcile step (reference §6.9): each failure is a phase with its
 //! reason and message, never a failed or panicking step.
 
-mod engine_support;
-
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -10,7 +8,8 @@ use comb_federation::engine::class::{CombClass, CombContext};
 use comb_federation::engine::deploy::deploy;
 use comb_federation::engine::reconcile::UpstreamResolution;
 use comb_federation::error::{Error, Result};
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use serde_json::{Value, json};
 
 #[tokio::test]

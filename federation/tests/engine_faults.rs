@@ -1,11 +1,10 @@
 //! Reconcile when the API server fails (fault injection in the sandbox): a deploy that stops
 //! half-way, status writes that fail, a status write that conflicts.
 
-mod engine_support;
-
 use comb_api::{CombStatus, ConditionStatus, READY, STATUS_WRITTEN};
 use comb_federation::engine::class::CombInstance;
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use serde_json::json;
 
 const STATUS_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats/status";

@@ -1,10 +1,9 @@
 //! The operations on a Comb against a sandbox cluster (reference §9): stop and restart and how
 //! reconcile answers them, logs, describe, endpoint.
 
-mod engine_support;
-
 use comb_federation::engine::operations::{describe, endpoint, logs, restart, stop};
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use serde_json::json;
 
 const RESTARTED_AT: &str = "comb.internal/restartedAt";

@@ -4,8 +4,6 @@
 //! so a change in between is decided again (prune and cleanup alike). The layer allows the
 //! cluster-scoped Kinds these tests write.
 
-mod engine_support;
-
 use std::sync::Arc;
 
 use comb_api::LabelKeys;
@@ -15,7 +13,8 @@ use comb_federation::engine::class::CombInstance;
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{StepEnv, UpstreamResolution, reconcile};
 use comb_federation::engine::tenancy::{GroupKind, Tenancy};
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use serde_json::json;
 
 fn namespace(name: &str) -> serde_json::Value {

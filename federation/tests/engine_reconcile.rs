@@ -1,12 +1,11 @@
 //! One reconcile step against a sandbox cluster, outcome by outcome (reference §6, steps 1-4,
 //! 5a, 6): Disabled, Blocked, NeedsConfig, the local path, maintenance.
 
-mod engine_support;
-
 use std::collections::BTreeMap;
 
 use comb_api::{CONFIG_READY, ConditionStatus, DEPENDENCIES_READY};
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, TypeMeta};
 use serde_json::{Value, json};

@@ -5,16 +5,15 @@
 //! numbers are printed for the record
 //! (`cargo test -p comb-federation --test engine_requests -- --nocapture`).
 
-mod engine_support;
-mod upstream_support;
-
 use std::collections::BTreeMap;
 
 use comb_api::CombStatus;
 use comb_federation::engine::borrow::Controlling;
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::db_spec;
+use comb_testkit::fixtures::*;
+use comb_testkit::upstream::{DbChain, Layers};
 use serde_json::{Value, json};
-use upstream_support::{DbChain, Layers, db_spec};
 
 fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
@@ -110,7 +109,7 @@ async fn requests_per_step() {
 }
 
 fn running(status: &CombStatus) -> bool {
-    let (phase, reason, _) = upstream_support::verdict(status);
+    let (phase, reason, _) = comb_testkit::fixtures::verdict(status);
     phase == "Running" && (reason == "Healthy" || reason == "Borrowed")
 }
 
@@ -174,7 +173,7 @@ async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
         layers.reset_requests();
         let status = layers.step(context, comb, controlling).await;
         assert!(running(&status), "{context}: {status:#?}");
-        verdicts.push((context, upstream_support::verdict(&status)));
+        verdicts.push((context, comb_testkit::fixtures::verdict(&status)));
         let requests = chain_requests(&layers);
         report(&format!("settled step of {context}"), &requests);
         assert_eq!(writes(&requests), BTreeMap::new(), "{context}");
@@ -196,7 +195,7 @@ async fn settled_chain_writes_nothing_and_an_edit_stays_within_budget() {
                           comb: &mut comb_federation::engine::class::CombInstance,
                           controlling: &Controlling| {
         let status = layers.step(context, comb, controlling).await;
-        let verdict = (context, upstream_support::verdict(&status));
+        let verdict = (context, comb_testkit::fixtures::verdict(&status));
         let before = verdicts.iter().rev().find(|(c, _)| *c == context);
         if before != Some(&verdict) {
             transitions += 1;

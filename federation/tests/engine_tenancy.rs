@@ -1,8 +1,6 @@
 //! A Comb cannot escape its layer (DESIGN.md §6, tenancy): a manifest for another namespace or
 //! a cluster-scoped one is refused before the step writes anything, unless the layer allows it.
 
-mod engine_support;
-
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -11,7 +9,8 @@ use comb_federation::engine::class::{CombClass, CombContext};
 use comb_federation::engine::endpoints::EndpointDecl;
 use comb_federation::engine::tenancy::{GroupKind, PolicyOrigin, Tenancy};
 use comb_federation::error::Result;
-use engine_support::*;
+use comb_testkit::engine::*;
+use comb_testkit::fixtures::*;
 use serde_json::{Value, json};
 
 /// The tenancy of layer `dev`, `layers[1]` of its configuration.

@@ -1,14 +1,11 @@
 //! Borrowing across layers on sandbox clusters: the chain prod <- staging <- dev, a loop, and an
 //! upstream whose API server is partitioned away.
 
-mod upstream_support;
-
 use comb_api::CombStatus;
 use comb_federation::engine::borrow::Controlling;
+use comb_testkit::fixtures::{db_spec, endpoints, managed, slice_addresses, verdict};
+use comb_testkit::upstream::{DbChain, Layers, borrow};
 use serde_json::{Value, json};
-use upstream_support::{
-    DbChain, Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict,
-};
 
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";
 

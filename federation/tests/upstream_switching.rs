@@ -1,8 +1,6 @@
 //! Starting and ending to borrow on sandbox clusters: local -> borrowed -> local, replication
 //! while borrowing, a bridge that cannot be built, and the errors of the upstream path.
 
-mod upstream_support;
-
 use std::collections::BTreeMap;
 
 use comb_api::managed_fields::{FIELD_MANAGER, applied_by};
@@ -11,13 +9,14 @@ use comb_federation::engine::borrow::Controlling;
 use comb_federation::engine::class::CombInstance;
 use comb_sandbox::controls::Fault;
 use comb_testkit::fixtures::expect;
+use comb_testkit::fixtures::{db_spec, endpoints, managed, slice_addresses, verdict};
+use comb_testkit::upstream::{Layers, borrow};
 use comb_testkit::wait_until;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
-use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
 
 const STATIC: &str = "upstream Kubernetes::Comb::Upstream::Static";
 const K8S: &str = "upstream Kubernetes::Comb::Upstream::K8s";

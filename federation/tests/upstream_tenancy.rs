@@ -7,10 +7,8 @@
 //! The layers: `prod` (cluster prod, namespace `billing`, the Comb `ledger` and its Secret
 //! `ledger-keys`) and `dev` (cluster dev, namespace `team-a`).
 
-mod controller_support;
-
 use comb_sandbox::Backend;
-use controller_support::World;
+use comb_testkit::controller::World;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};

@@ -62,13 +62,7 @@ pub fn apply_patch(
                         "the server rejected our request due to an error in our request: {e}"
                     ))
                 })?;
-            json_patch::patch(&mut result, &operations).map_err(|e| {
-                ApiError::new(
-                    422,
-                    "Invalid",
-                    format!("the server rejected our request due to an error in our request: {e}"),
-                )
-            })?;
+            json_patch_as_kube_apiserver(&mut result, operations)?;
         }
         PatchKind::Strategic => {
             if custom {
@@ -90,6 +84,38 @@ pub fn apply_patch(
         }
     }
     Ok(result)
+}
+
+/// Applies a JSON patch's operations in order as kube-apiserver does with evanphx/json-patch
+/// (v4), which differs from RFC 6902 in one place clients rely on: a `test` of an absent
+/// member against `null` passes (its parent must exist), so kube-runtime's `finalizer()` can
+/// guard "no finalizers yet" with it. A refused patch is a 422 whose message names no
+/// operation, as the real server's does.
+fn json_patch_as_kube_apiserver(
+    target: &mut Value,
+    operations: json_patch::Patch,
+) -> Result<(), ApiError> {
+    for operation in operations.0 {
+        if let json_patch::PatchOperation::Test(test) = &operation
+            && test.value.is_null()
+            && let Some((parent, member)) = test.path.split_back()
+            && target.pointer(parent.as_str()).is_some_and(|parent| {
+                parent
+                    .as_object()
+                    .is_some_and(|fields| !fields.contains_key(member.decoded().as_ref()))
+            })
+        {
+            continue;
+        }
+        json_patch::patch(target, &[operation]).map_err(|_| {
+            ApiError::new(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn directive_error(message: impl Into<String>) -> ApiError {
@@ -455,6 +481,24 @@ mod tests {
             false,
         );
         assert_eq!(failed.expect_err("test op fails").code, 422);
+        let guarded = json!([{"op": "test", "path": "/metadata/annotations", "value": null},
+                             {"op": "add", "path": "/metadata/annotations", "value": {"a": "b"}}]);
+        let added = apply_patch(PatchKind::Json, &deployment(), &guarded, None, false)
+            .expect("an absent member tests as null");
+        assert_eq!(added["metadata"]["annotations"], json!({"a": "b"}));
+        let present = apply_patch(PatchKind::Json, &added, &guarded, None, false);
+        assert_eq!(present.expect_err("a present member is not null").code, 422);
+        let no_parent = apply_patch(
+            PatchKind::Json,
+            &deployment(),
+            &json!([{"op": "test", "path": "/metadata/absent/member", "value": null}]),
+            None,
+            false,
+        );
+        assert_eq!(
+            no_parent.expect_err("an absent parent is missing").code,
+            422
+        );
         let refused = apply_patch(PatchKind::Strategic, &deployment(), &json!({}), None, true);
         assert_eq!(refused.expect_err("custom").code, 415);
     }

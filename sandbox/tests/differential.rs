@@ -128,6 +128,11 @@ fn annotated_workload(kind: &str) -> Value {
                                  "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
 }
 
+/// A JSON patch (`application/json-patch+json`, RFC 6902).
+fn json_patch(path: &str, operations: Value) -> Step {
+    patch(path, "application/json-patch+json", operations)
+}
+
 /// A JSON merge patch (`application/merge-patch+json`), what most probes patch with.
 fn merge_patch(path: &str, body: Value) -> Step {
     patch(path, "application/merge-patch+json", body)
@@ -294,6 +299,11 @@ fn patch_error_code(v: Value) -> Value {
     let mut view = patch_error(v);
     view["error"] = Value::Null;
     view
+}
+
+/// The finalizers a patch left, or how it was refused.
+fn finalizers(v: Value) -> Value {
+    json!({"finalizers": v["metadata"]["finalizers"], "code": v["code"], "reason": v["reason"], "message": v["message"]})
 }
 
 fn code_only(v: Value) -> Value {
@@ -1023,6 +1033,44 @@ fn probes() -> Vec<Probe> {
                 ..get("/openapi/v2")
             }
             .view(|_| json!({}))],
+        ),
+        probe(
+            "json patch of finalizers, as kube-runtime's finalizer() sends it",
+            vec![
+                post(COMBS, comb("comb-json-patch", "Stub")).view(code_only),
+                // `test` of an absent member against null passes (evanphx/json-patch, which
+                // kube-apiserver applies with), then the list is added.
+                json_patch(
+                    &format!("{COMBS}/comb-json-patch"),
+                    json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                           {"op": "add", "path": "/metadata/finalizers", "value": ["comb.internal/cleanup"]}]),
+                )
+                .view(finalizers),
+                // The same patch again: the member is there now, so null no longer matches.
+                json_patch(
+                    &format!("{COMBS}/comb-json-patch"),
+                    json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                           {"op": "add", "path": "/metadata/finalizers", "value": ["comb.internal/cleanup"]}]),
+                )
+                .view(finalizers),
+                json_patch(
+                    &format!("{COMBS}/comb-json-patch"),
+                    json!([{"op": "test", "path": "/metadata/finalizers", "value": ["comb.internal/cleanup"]},
+                           {"op": "add", "path": "/metadata/finalizers/-", "value": "example.com/other"}]),
+                )
+                .view(finalizers),
+                // A member under an absent parent is missing, not null.
+                json_patch(
+                    &format!("{COMBS}/comb-json-patch"),
+                    json!([{"op": "test", "path": "/metadata/absent/member", "value": null}]),
+                )
+                .view(finalizers),
+                json_patch(
+                    &format!("{COMBS}/comb-json-patch"),
+                    json!([{"op": "remove", "path": "/metadata/finalizers/5"}]),
+                )
+                .view(finalizers),
+            ],
         ),
         probe(
             "protobuf create of a deployment, as kubectl create deployment sends it",

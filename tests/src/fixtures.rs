@@ -137,3 +137,63 @@ pub async fn release_held_pods(
     }
     released
 }
+
+/// The image of the first container of a workload's pod template (a Deployment's).
+pub fn first_image(workload: &Value) -> &Value {
+    &workload["spec"]["template"]["spec"]["containers"][0]["image"]
+}
+
+/// The spec of a `Manifests` Comb with these manifests and a `client` endpoint on 4222.
+pub fn manifests_spec(manifests: Vec<Value>) -> Value {
+    json!({"class": "Manifests", "config": {
+        "manifests": manifests,
+        "endpoints": [{"name": "client", "port": 4222}]
+    }})
+}
+
+/// The addresses of each endpoint of an EndpointSlice (a real API server also defaults each
+/// endpoint's `conditions` to `{}`).
+pub fn slice_addresses(slice: &Value) -> Vec<Value> {
+    slice["endpoints"]
+        .as_array()
+        .expect("endpoints")
+        .iter()
+        .map(|endpoint| endpoint["addresses"].clone())
+        .collect()
+}
+
+/// A `Manifests` spec: Deployment and Service `db` (type `service_type`) on port 5432, and the
+/// endpoint `postgres` (with `external` when given).
+pub fn db_spec(service_type: &str, external: Option<&str>) -> Value {
+    let mut endpoint = json!({"name": "postgres", "port": 5432});
+    if let Some(external) = external {
+        endpoint["external"] = json!(external);
+    }
+    json!({"class": "Manifests", "config": {
+        "endpoints": [endpoint],
+        "manifests": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"},
+             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
+                      "template": {"metadata": {"labels": {"app": "db"}},
+                                   "spec": {"containers": [{"name": "postgres", "image": "postgres:17"}]}}}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
+             "spec": {"type": service_type, "selector": {"app": "db"},
+                      "ports": [{"name": "postgres", "port": 5432}]}}
+        ]
+    }})
+}
+
+/// The image of a Deployment's first container, if the Deployment is there.
+pub fn deployment_image(
+    deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
+) -> Option<String> {
+    deployment?
+        .spec
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .image
+        .clone()
+}

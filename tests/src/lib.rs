@@ -12,6 +12,10 @@
 //!   the code under test.
 //! - [`comb`] is the `comb` binary of this workspace, for the end-to-end tests; [`kubectl`]
 //!   finds the real kubectl or says why a test skips (and fails in CI, where it must be there).
+//! - With the `federation` feature (comb-federation's tests turn it on), comb-federation's
+//!   side: `controller` runs the real controller on the kit's clusters, `engine` drives one
+//!   reconcile step on one cluster, `upstream` the borrowing chain prod <- staging <- dev.
+//!   [`fixtures`] holds the specs and manifests every suite builds on.
 //!
 //! On the real backend a control plane takes seconds to start. [`Setup::shared`] lets a test
 //! that touches only its own namespaces use its test binary's one set of control planes (see
@@ -21,10 +25,16 @@
 
 pub mod bin;
 pub mod cli;
+#[cfg(feature = "federation")]
+pub mod controller;
+#[cfg(feature = "federation")]
+pub mod engine;
 pub mod fixtures;
 pub mod network;
 pub mod process;
 pub mod shared;
+#[cfg(feature = "federation")]
+pub mod upstream;
 
 use std::collections::BTreeMap;
 use std::fmt::{Debug, Display};

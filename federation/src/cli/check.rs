@@ -19,10 +19,10 @@ use serde::Serialize;
 use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::output::{DataFormat, Table, serialize};
 use crate::config::Layer;
-use crate::controller::CombKey;
-use crate::controller::graph::{DependencyGraph, dependency_key, describe_cycles};
+use crate::controller::graph::{DependencyGraph, describe_cycles};
 use crate::engine::borrow::Candidate;
 use crate::engine::borrow::fallback::written_duration;
+use crate::engine::keys::{CombKey, dependency_key};
 use comb_kubeconfigs::describe_error;
 
 #[derive(Debug, clap::Args)]
@@ -307,7 +307,7 @@ async fn reachable(federation: &Federation, layer: &Layer) -> Result<String, Str
     let client = federation
         .client(layer)
         .await
-        .map_err(|error| crate::cli::one_line(&error))?;
+        .map_err(|error| crate::cli::output::one_line(&error))?;
     let version = client
         .apiserver_version()
         .await
@@ -329,7 +329,7 @@ async fn crd_check(federation: &Federation, layer: &Layer) -> Check {
             .get_opt(&name)
             .await
             .map_err(|error| describe_error(&error)),
-        Err(error) => Err(crate::cli::one_line(&error)),
+        Err(error) => Err(crate::cli::output::one_line(&error)),
     };
     match found {
         Ok(Some(crd)) => {
@@ -380,7 +380,7 @@ async fn permission_check(federation: &Federation, layer: &Layer) -> Check {
                 "permissions",
                 &layer.name,
                 Outcome::Failed,
-                crate::cli::one_line(&error),
+                crate::cli::output::one_line(&error),
             );
         }
     };
@@ -590,7 +590,7 @@ pub async fn run_checks(federation: &Federation) -> Vec<Check> {
                 "combs",
                 &layer.name,
                 Outcome::Failed,
-                crate::cli::one_line(&error),
+                crate::cli::output::one_line(&error),
             )),
         }
     }

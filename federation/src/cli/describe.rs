@@ -181,7 +181,7 @@ pub fn run(
         // A Comb that cannot be built is described all the same: what it recorded says why.
         let description = match federation.build(registry, located.clone()).await {
             Ok(opened) => opened.describe().await?,
-            Err(error) => Description::unbuilt(&located.comb, crate::cli::one_line(&error)),
+            Err(error) => Description::unbuilt(&located.comb, crate::cli::output::one_line(&error)),
         };
         let described = Described::new(&located.location, description);
         print!(

@@ -469,7 +469,7 @@ pub async fn collect_rows(
             .await
         {
             Ok(combs) => rows.extend(combs.iter().map(|comb| CombRow::of(layer, comb))),
-            Err(error) => failures.push(crate::cli::one_line(&error)),
+            Err(error) => failures.push(crate::cli::output::one_line(&error)),
         }
     }
     (rows, failures)

@@ -36,7 +36,7 @@ pub fn run(global: &GlobalArgs, args: GraphArgs) -> anyhow::Result<ExitCode> {
                 federation
                     .list_combs(layer, None)
                     .await
-                    .map_err(|error| crate::cli::one_line(&error)),
+                    .map_err(|error| crate::cli::output::one_line(&error)),
             );
         }
         let picture = Picture::build(&federation.config, &listed);

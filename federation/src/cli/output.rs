@@ -259,9 +259,49 @@ pub fn env_file(place: &str, writer: &str, combs: &[EnvComb]) -> String {
     text
 }
 
+/// The error and its causes on one line, as anyhow's `{:#}` prints them, but without the text
+/// of a client error: the message above it already holds the server's words, and kube's own
+/// Display appends a Debug dump of the server's Status.
+pub fn one_line(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        if cause.downcast_ref::<kube::Error>().is_some()
+            || cause.downcast_ref::<Box<kube::Error>>().is_some()
+        {
+            break;
+        }
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_is_one_line_without_the_clients_debug_dump() {
+        let status = kube::core::Status {
+            code: 503,
+            reason: "ServiceUnavailable".into(),
+            message: "the layer is partitioned".into(),
+            ..Default::default()
+        };
+        let error = anyhow::Error::from(crate::error::Error::kube(
+            "get Comb dev:platform/db",
+            kube::Error::Api(Box::new(status)),
+        ))
+        .context("opening dev:db failed");
+        assert_eq!(
+            one_line(&error),
+            "opening dev:db failed: Kubernetes API error (get Comb dev:platform/db): \
+             503 ServiceUnavailable: the layer is partitioned"
+        );
+    }
 
     #[test]
     fn tables_align_and_mark_empty_cells() {

@@ -18,8 +18,8 @@
 //!
 //! Without a `fallback` anywhere nothing here runs: no check, no chain.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use comb_api::{CombStatus, ConditionStatus, UPSTREAM_FALLBACK};
@@ -29,37 +29,19 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::events::EventType;
+use super::fallback_state::lock;
 use super::layer::{LayerRuntime, LayerState};
-use super::queue::{CombKey, Trigger};
+use super::queue::Trigger;
 use crate::config::{Fallback, Probe};
 use crate::engine::borrow::fallback::{peer_serves, written_duration};
 use crate::engine::borrow::redirect::with_port;
 use crate::engine::borrow::{
-    ApiHealth, Candidate, Controlling, FallbackChain, FallbackState, HealthPolicy, Observation,
+    Candidate, Controlling, FallbackChain, FallbackState, HealthPolicy, Observation,
 };
+use crate::engine::keys::CombKey;
 
 /// How many TCP probes run at once.
 const PROBES_AT_ONCE: usize = 16;
-
-/// What the controller knows about the upstreams of borrows with a fallback, and each such
-/// borrower's chain.
-#[derive(Debug, Default)]
-pub(crate) struct Fallbacks {
-    /// Per upstream kube context: what its checks found.
-    api: Mutex<HashMap<String, ApiHealth>>,
-    /// Per address: when it was last probed, and what that found.
-    probes: Mutex<HashMap<String, Probed>>,
-    /// Per borrower: its chain.
-    chains: Mutex<HashMap<(usize, CombKey), FallbackChain>>,
-}
-
-/// When an address was probed, and what that found.
-type Probed = (Instant, Result<(), String>);
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its map consistent.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// How often one upstream context is checked, and how long a check may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

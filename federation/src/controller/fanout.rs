@@ -9,8 +9,9 @@ use tracing::warn;
 use super::Shared;
 use super::graph::BorrowIndex;
 use super::layer::{self, LayerRuntime};
-use super::queue::{CombKey, Trigger};
+use super::queue::Trigger;
 use super::triggers::{self, Source};
+use crate::engine::keys::CombKey;
 
 impl Shared {
     /// A Comb CR as watched: store it, wake it, and wake whoever reacts to its status.

@@ -6,17 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use petgraph::algo::kosaraju_scc;
 use petgraph::graphmap::DiGraphMap;
 
-use super::queue::CombKey;
-
-/// The Comb a `dependsOn` entry names inside a layer: `name` in the Comb's own namespace,
-/// `ns/name` in `ns`. `None` for an entry that cannot name a Comb (the step reports it).
-pub fn dependency_key(reference: &str, namespace: &str) -> Option<CombKey> {
-    let (ns, name) = match reference.split_once('/') {
-        Some((ns, name)) => (ns, name),
-        None => (namespace, reference),
-    };
-    (!ns.is_empty() && !name.is_empty() && !name.contains('/')).then(|| CombKey::new(ns, name))
-}
+use crate::engine::keys::CombKey;
 
 /// Edges from each Comb to the Combs it depends on.
 #[derive(Debug, Default)]
@@ -182,21 +172,6 @@ mod tests {
             graph.set(&key(from), to.iter().map(|name| key(name)).collect());
         }
         graph
-    }
-
-    #[test]
-    fn dependency_keys() {
-        assert_eq!(
-            dependency_key("db", "platform"),
-            Some(CombKey::new("platform", "db"))
-        );
-        assert_eq!(
-            dependency_key("infra/vault", "platform"),
-            Some(CombKey::new("infra", "vault"))
-        );
-        assert_eq!(dependency_key("a/b/c", "platform"), None);
-        assert_eq!(dependency_key("/db", "platform"), None);
-        assert_eq!(dependency_key("", "platform"), None);
     }
 
     #[test]

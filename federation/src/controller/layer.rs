@@ -12,13 +12,14 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::events::Announced;
-use super::graph::{DependencyGraph, dependency_key};
-use super::queue::{CombKey, Trigger, WorkQueue};
+use super::graph::DependencyGraph;
+use super::queue::{Trigger, WorkQueue};
 use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_signature};
 
 use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
+use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::pack::{Dictionary, UndecodableCopies};
 use crate::error::{Error, Result};
@@ -669,3 +670,6 @@ impl LayerRuntime {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

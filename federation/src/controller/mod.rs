@@ -31,9 +31,11 @@
 
 pub mod admin;
 pub mod backoff;
+mod coordinator;
 pub mod deletion;
 pub mod events;
 mod fallback;
+mod fallback_state;
 mod fanout;
 pub mod graph;
 mod handle;
@@ -52,6 +54,7 @@ mod step;
 pub mod transition;
 pub mod triggers;
 mod watch;
+mod work;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -66,7 +69,7 @@ pub use layer::{LayerState, LayerStatus};
 pub use leader::LeaderElection;
 pub use once::{CombOutcome, RunOutcome};
 pub use options::{ControllerOptions, OnceOptions, default_identity};
-pub use queue::{CombKey, QueueEntryView, Trigger};
+pub use queue::{QueueEntryView, Trigger};
 pub use run::Controller;
 pub use shards::{ShardView, Sharding, ShardsView};
 pub use transition::{PhaseReason, Transition};
@@ -83,7 +86,7 @@ pub(crate) struct Shared {
     pub(crate) layers: Vec<Arc<LayerRuntime>>,
     borrowers: Mutex<BorrowIndex>,
     /// The upstreams of borrows with a fallback, as last looked at, and each borrower's chain.
-    fallbacks: fallback::Fallbacks,
+    fallbacks: fallback_state::Fallbacks,
     pub(crate) metrics: metrics::Metrics,
     transitions: broadcast::Sender<Transition>,
     /// Woken when a layer has listed its Combs.

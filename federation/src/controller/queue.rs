@@ -15,7 +15,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -25,28 +24,7 @@ use tokio::time::Instant;
 
 use super::backoff::BackoffPolicy;
 use crate::engine::cache::ReadSummary;
-
-/// A Comb of a layer: namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct CombKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl CombKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> CombKey {
-        CombKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-}
-
-impl fmt::Display for CombKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+use crate::engine::keys::CombKey;
 
 /// Why a Comb is stepped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -9,8 +9,8 @@ use comb_api::Comb;
 use comb_upstreams::PeerCombs;
 
 use super::layer::{LayerRuntime, LayerState};
-use super::queue::CombKey;
 use crate::engine::cache::ReadLog;
+use crate::engine::keys::CombKey;
 
 /// Peer Combs as the layers' Comb watches hold them: a layer of the peer's context that manages
 /// its namespace, has listed and is not down answers (a down layer's CRs may be stale; the read

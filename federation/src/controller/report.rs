@@ -10,9 +10,9 @@ use super::events::{self, Announcement, EventType};
 use super::graph::describe_cycles;
 use super::layer::LayerRuntime;
 use super::once::CombOutcome;
-use super::queue::CombKey;
 use super::triggers::comb_key;
 use super::{Shared, Transition};
+use crate::engine::keys::CombKey;
 
 impl Shared {
     pub(super) fn spawn_cycle_report(

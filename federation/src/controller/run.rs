@@ -9,8 +9,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use comb_kubeconfigs::ClientPool;
-use futures::FutureExt;
-use kube::api::ApiResource;
 use tokio::sync::{Notify, broadcast};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -22,10 +20,10 @@ use super::layer::LayerRuntime;
 use super::once::{RunOutcome, SettleView, is_settled};
 use super::queue::WorkQueue;
 use super::reads::LayerPeers;
-use super::shards::{self, Fence};
+use super::work::{Fence, LayerWork};
 use super::{
-    ControllerHandle, ControllerOptions, OnceOptions, Shared, Transition, admin, leader, metrics,
-    queue, step, watch,
+    ControllerHandle, ControllerOptions, OnceOptions, Shared, Transition, admin, coordinator,
+    leader, metrics, watch,
 };
 use crate::config::Config;
 use crate::engine::cache::ObjectCache;
@@ -290,7 +288,8 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
     shared.spawn_upstream_checks(&mut tasks, &watches);
     let timed_out = match shared.options.sharding.clone() {
         Some(sharding) => {
-            if let Err(error) = shards::coordinate(shared.clone(), sharding, shutdown.clone()).await
+            if let Err(error) =
+                coordinator::coordinate(shared.clone(), sharding, shutdown.clone()).await
             {
                 error!(%error, "sharding failed");
             }
@@ -342,174 +341,6 @@ async fn run_every_layer(shared: &Arc<Shared>, shutdown: &CancellationToken) -> 
         work.join().await;
     }
     timed_out
-}
-
-/// The work of one layer: its managed-resource watches and its workers. Started for every
-/// layer, or with sharding once this replica holds the layer's Lease; stopped when it no longer
-/// may step the layer.
-pub(super) struct LayerWork {
-    layer: Arc<LayerRuntime>,
-    /// Workers take no more jobs; watches end.
-    stop: CancellationToken,
-    /// Running steps are dropped (the Lease is lost).
-    abort: CancellationToken,
-    tasks: JoinSet<()>,
-}
-
-impl LayerWork {
-    /// Starts the work of `layer` under `fence`; `requeue`: step every Comb of the layer (a
-    /// replica that takes a layer over does not know what happened while another held it).
-    pub(super) fn start(
-        shared: &Arc<Shared>,
-        layer: &Arc<LayerRuntime>,
-        fence: Arc<Fence>,
-        requeue: bool,
-    ) -> LayerWork {
-        let stop = CancellationToken::new();
-        let abort = CancellationToken::new();
-        let mut tasks = JoinSet::new();
-        layer.set_holding(true);
-        let span = info_span!("layer", layer = layer.name());
-        for scope in layer.scopes() {
-            for (group, version, kind) in watch::WATCHED_KINDS {
-                let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-                tasks.spawn(
-                    watch::watch_managed(
-                        shared.clone(),
-                        layer.clone(),
-                        ApiResource::from_gvk(&gvk),
-                        scope.clone(),
-                        stop.clone(),
-                    )
-                    .instrument(span.clone()),
-                );
-            }
-        }
-        if requeue {
-            for key in layer.keys() {
-                layer.queue.enqueue(&key, queue::Trigger::Created);
-            }
-        }
-        for _ in 0..shared.options.workers_per_layer.max(1) {
-            tasks.spawn(work(
-                shared.clone(),
-                layer.clone(),
-                stop.clone(),
-                abort.clone(),
-                fence.subscribe(),
-            ));
-        }
-        LayerWork {
-            layer: layer.clone(),
-            stop,
-            abort,
-            tasks,
-        }
-    }
-
-    /// Takes no more jobs; running steps finish ([`LayerWork::join`] waits for them).
-    pub(super) fn stop(&self) {
-        self.stop.cancel();
-    }
-
-    pub(super) fn abort_token(&self) -> CancellationToken {
-        self.abort.clone()
-    }
-
-    /// Waits until every worker and watch of the layer ended.
-    pub(super) async fn join(mut self) {
-        self.stop.cancel();
-        while self.tasks.join_next().await.is_some() {}
-        self.layer.set_holding(false);
-    }
-}
-
-/// One worker of a layer: steps Combs from its queue until the queue closes or the work stops.
-/// Under a fence (sharding), no step starts after the soft deadline until a renewal moves it,
-/// and a step still running at the hard deadline is dropped: past it another replica may hold
-/// the layer.
-async fn work(
-    shared: Arc<Shared>,
-    layer: Arc<LayerRuntime>,
-    stop: CancellationToken,
-    abort: CancellationToken,
-    mut fence: tokio::sync::watch::Receiver<shards::Deadlines>,
-) {
-    loop {
-        let deadlines = *fence.borrow_and_update();
-        let soft = deadlines.map(|(soft, _)| soft);
-        if soft.is_some_and(|soft| tokio::time::Instant::now() >= soft) {
-            // The Lease is late: wait for its renewal (or the end).
-            tokio::select! {
-                () = stop.cancelled() => return,
-                changed = fence.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-            }
-            continue;
-        }
-        let soft_passed = async move {
-            match soft {
-                Some(soft) => tokio::time::sleep_until(soft).await,
-                None => std::future::pending().await,
-            }
-        };
-        let job = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            job = layer.queue.next() => job,
-            () = soft_passed => continue,
-        };
-        let Some(job) = job else { return };
-        let span = info_span!(
-            "comb",
-            layer = layer.name(),
-            namespace = %job.key.namespace,
-            comb = %job.key.name,
-            trigger = job.trigger.as_str(),
-        );
-        let started_at = jiff::Timestamp::now();
-        let stepping = std::panic::AssertUnwindSafe(step::step(&shared, &layer, &job.key))
-            .catch_unwind()
-            .instrument(span.clone());
-        let stepped = tokio::select! {
-            stepped = stepping => Some(stepped),
-            () = shards::fence_expired(fence.clone(), abort.clone()) => None,
-        };
-        let report = match stepped {
-            Some(Ok(report)) => report,
-            Some(Err(_)) => {
-                span.in_scope(|| error!("the step panicked; retrying with backoff"));
-                queue::StepReport {
-                    phase: Some("Error".to_string()),
-                    reason: Some("ReconcileFailed".to_string()),
-                    failed: true,
-                    started_at,
-                    duration: Duration::ZERO,
-                    reads: None,
-                    again_after: None,
-                }
-            }
-            None => {
-                span.in_scope(|| warn!("the layer's Lease is ending: the running step is dropped"));
-                queue::StepReport {
-                    phase: None,
-                    reason: Some("ShardLost".to_string()),
-                    failed: true,
-                    started_at,
-                    duration: Duration::ZERO,
-                    reads: None,
-                    again_after: None,
-                }
-            }
-        };
-        layer.queue.finish(&job.key, report);
-        shared
-            .metrics
-            .set_queue_depth(layer.name(), layer.queue.depth());
-    }
 }
 
 /// `--once`: waits until every layer has listed and every Comb is settled; returns whether the

@@ -14,13 +14,13 @@ use tracing::{info, warn};
 use super::Shared;
 use super::deletion::{cleanup, orphans_everything};
 use super::events::EventType;
-use super::graph::dependency_key;
 use super::layer::{Built, LayerRuntime, Origin};
-use super::queue::{CombKey, StepReport};
+use super::queue::StepReport;
 use super::reads::StepPeers;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
+use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
     Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile_with_fallback,
@@ -154,6 +154,27 @@ fn has_finalizer(cr: &Comb, finalizer: &str) -> bool {
         .is_some_and(|list| list.iter().any(|f| f == finalizer))
 }
 
+/// The CR's finalizers with `ours` added after the others, or `None` when it has ours already.
+fn finalizers_with(cr: &Comb, ours: &str) -> Option<Vec<String>> {
+    if has_finalizer(cr, ours) {
+        return None;
+    }
+    let mut finalizers = cr.metadata.finalizers.clone().unwrap_or_default();
+    finalizers.push(ours.to_string());
+    Some(finalizers)
+}
+
+/// The CR's finalizers but `ours`, in their order.
+fn finalizers_without(cr: &Comb, ours: &str) -> Vec<String> {
+    cr.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|finalizer| *finalizer != ours)
+        .cloned()
+        .collect()
+}
+
 async fn reconcile_comb(
     shared: &Arc<Shared>,
     layer: &Arc<LayerRuntime>,
@@ -162,12 +183,9 @@ async fn reconcile_comb(
 ) -> Outcome {
     let group = &shared.config.group;
     let finalizer = finalizer(group);
-    let cr = if has_finalizer(&cr, &finalizer) {
-        cr
-    } else {
-        let mut finalizers = cr.metadata.finalizers.clone().unwrap_or_default();
-        finalizers.push(finalizer.clone());
-        match set_finalizers(&layer.ops, group, &cr, &finalizers).await {
+    let cr = match finalizers_with(&cr, &finalizer) {
+        None => cr,
+        Some(finalizers) => match set_finalizers(&layer.ops, group, &cr, &finalizers).await {
             Ok(stored) => {
                 shared.own_write(layer, key, stored.clone());
                 stored
@@ -177,7 +195,7 @@ async fn reconcile_comb(
                 warn!(%error, "adding the finalizer {finalizer} failed; retrying");
                 return Outcome::cleanup("Error", "FinalizerFailed", true);
             }
-        }
+        },
     };
     let mut comb = match instance_for(shared, layer, key, &cr).await {
         Ok(comb) => comb,
@@ -252,10 +270,54 @@ fn step_borrow_env(env: &BorrowEnv, ops: &KubeOps) -> BorrowEnv {
     env
 }
 
-/// The Comb of `cr`, built anew; or the one whose status could not be written, while uid and
-/// generation stay (its in-memory status survives a newer CR), and rebuilt with that status
-/// when only the generation changed. A build failure of the same uid and generation is not
-/// retried.
+/// What a step of a Comb starts from, by what the layer kept of it.
+enum Start {
+    /// The Comb whose status could not be written, of the CR's uid and generation: its
+    /// in-memory status survives a newer CR.
+    Unwritten(Box<Built>),
+    /// Its build failed for the CR's uid and generation: not tried again until the CR changes.
+    Unbuildable(String),
+    /// Built anew, starting from `kept_record` when there is one (the unwritten status of an
+    /// older generation of the same object).
+    Build {
+        kept_record: Option<Box<CombStatus>>,
+    },
+}
+
+/// What a step of `cr` starts from, given the layer's `unwritten` Comb and `failure` (pure).
+fn start_from(
+    unwritten: Option<Box<Built>>,
+    failure: Option<(Origin, String)>,
+    cr: &Comb,
+) -> Start {
+    // A record only memory holds (its write failed) outlives a spec edit: the Comb rebuilt for
+    // the new generation starts from it, so its next step prunes what that record owns
+    // (reference S154). A new uid is another Comb and starts from its own CR.
+    let kept_record = unwritten
+        .as_ref()
+        .filter(|built| built.origin.uid == cr.metadata.uid)
+        .and_then(|built| built.comb.recorded_status().cloned().map(Box::new));
+    if let Some(mut built) = unwritten.filter(|built| built.is_of(cr)) {
+        let comb = &mut built.comb;
+        // The layer's CR is the latest known (the layer orders versions by its watch), so a
+        // different resourceVersion is a later one.
+        if cr.metadata.resource_version != comb.cr().metadata.resource_version {
+            let kept = comb.recorded_status().cloned();
+            comb.adopt_cr(cr.clone());
+            if let Some(status) = kept {
+                comb.keep_status(status);
+            }
+        }
+        return Start::Unwritten(built);
+    }
+    match failure {
+        Some((origin, message)) if origin == Origin::of(cr) => Start::Unbuildable(message),
+        _ => Start::Build { kept_record },
+    }
+}
+
+/// The Comb of `cr` ([`start_from`]), built anew when it must be; a build failure is kept
+/// for the CR's uid and generation.
 async fn instance_for(
     shared: &Shared,
     layer: &LayerRuntime,
@@ -267,31 +329,11 @@ async fn instance_for(
             (entry.unwritten.clone(), entry.build_failure.clone())
         })
         .unwrap_or_default();
-    // A record only memory holds (its write failed) outlives a spec edit: the Comb rebuilt for
-    // the new generation starts from it, so its next step prunes what that record owns
-    // (reference S154). A new uid is another Comb and starts from its own CR.
-    let kept_record = unwritten
-        .as_ref()
-        .filter(|built| built.origin.uid == cr.metadata.uid && !built.is_of(cr))
-        .and_then(|built| built.comb.recorded_status().cloned());
-    if let Some(built) = unwritten.filter(|built| built.is_of(cr)) {
-        let mut comb = built.comb;
-        // The layer's CR is the latest known (the layer orders versions by its watch), so a
-        // different resourceVersion is a later one.
-        if cr.metadata.resource_version != comb.cr().metadata.resource_version {
-            let kept = comb.recorded_status().cloned();
-            comb.adopt_cr(cr.clone());
-            if let Some(status) = kept {
-                comb.keep_status(status);
-            }
-        }
-        return Ok(comb);
-    }
-    if let Some((origin, message)) = failure
-        && origin == Origin::of(cr)
-    {
-        return Err(message);
-    }
+    let kept_record = match start_from(unwritten, failure, cr) {
+        Start::Unwritten(built) => return Ok(built.comb),
+        Start::Unbuildable(message) => return Err(message),
+        Start::Build { kept_record } => kept_record,
+    };
     let mut comb = build(shared, layer, cr).await.inspect_err(|message| {
         layer.with_entry(key, |entry| {
             entry.build_failure = Some((Origin::of(cr), message.clone()));
@@ -299,7 +341,7 @@ async fn instance_for(
         });
     })?;
     if let Some(status) = kept_record {
-        comb.keep_status(status);
+        comb.keep_status(*status);
     }
     Ok(comb)
 }
@@ -337,6 +379,7 @@ async fn build_failed(
         jiff::Timestamp::now(),
     );
     layer.with_entry(key, |entry| entry.stepped = true);
+    // Built the same again (the carried-forward times included): nothing to write.
     if previous == Some(&status) {
         return Outcome::of(&status, false);
     }
@@ -453,15 +496,7 @@ async fn delete(
             .event(layer, &cr, EventType::Normal, "CleanedUp", &summary)
             .await;
     }
-    let remaining: Vec<String> = cr
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .filter(|f| **f != finalizer)
-        .cloned()
-        .collect();
-    match set_finalizers(&layer.ops, group, &cr, &remaining).await {
+    match set_finalizers(&layer.ops, group, &cr, &finalizers_without(&cr, &finalizer)).await {
         Ok(_) => Outcome::cleanup("Deleted", "CleanedUp", false),
         Err(error) if error.status_code() == Some(404) => {
             Outcome::cleanup("Deleted", "CleanedUp", false)
@@ -574,3 +609,6 @@ impl Dependency for Unbuildable {
         Err(Error::Build(self.0.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests;

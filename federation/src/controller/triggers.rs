@@ -4,9 +4,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec};
 
-use super::queue::{CombKey, Trigger};
+use super::queue::Trigger;
 use crate::config::{BorrowDecision, Config};
 use crate::engine::borrow::Candidate;
+use crate::engine::keys::CombKey;
 
 /// The key of a Comb CR, if it has a namespace and a name.
 pub fn comb_key(comb: &Comb) -> Option<CombKey> {

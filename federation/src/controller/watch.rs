@@ -22,9 +22,10 @@ use tracing::{debug, warn};
 use super::Shared;
 use super::backoff::Retries;
 use super::layer::LayerRuntime;
-use super::queue::{CombKey, Trigger};
+use super::queue::Trigger;
 use super::triggers::{Source, comb_key, owner_of};
 use crate::engine::cache::ObjectCache;
+use crate::engine::keys::CombKey;
 
 /// Objects per page of a watch's list: every watch of every layer lists at once when comb
 /// starts, and each page is decoded whole before its objects are taken in; the process keeps
@@ -127,7 +128,7 @@ pub async fn watch_combs(
     let stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE));
     futures::pin_mut!(stream);
     let mut retries = shared.watch_retries();
-    let mut listing: Option<HashSet<super::queue::CombKey>> = None;
+    let mut listing: Option<HashSet<CombKey>> = None;
     loop {
         let item = tokio::select! {
             () = cancel.cancelled() => return,

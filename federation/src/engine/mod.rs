@@ -18,7 +18,7 @@
 //! - [`comb_api::CombRef`]: how a person names one (`[LAYER:][NAMESPACE/]NAME`), before it is
 //!   found; `config::CombLocation` is where one was found (layer, context, namespace, name) and
 //!   `config::LocatedComb` that location with the CR read there. The controller keys its queue by
-//!   `controller::queue::CombKey` (namespace and name within one layer).
+//!   [`keys::CombKey`] (namespace and name within one layer).
 //! - [`class::CombInstance`]: a Comb built from its CR (`ClassRegistry::build`): the class, the
 //!   checked context and the CR; everything the engine does takes one.
 //! - [`context::CombContext`]: what a class method reads about its Comb (name, namespace,
@@ -35,6 +35,7 @@ pub mod context;
 pub mod deploy;
 pub mod digest;
 pub mod endpoints;
+pub mod keys;
 pub mod kinds;
 pub mod kube_ops;
 pub mod live_status;

@@ -8,10 +8,9 @@ use comb_kubeconfigs::ClientPool;
 use kube::config::Kubeconfig;
 
 use crate::config::{Config, Layer};
-use crate::controller::graph::dependency_key;
-use crate::controller::queue::CombKey;
 use crate::engine::borrow::spec_upstream;
 use crate::engine::class::{ClassRegistry, CombInstance};
+use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kinds::Scopes;
 use crate::engine::render::RenderedItem;
 use crate::error::Error;

@@ -1,9 +1,6 @@
-//! The federation controller over the kit's clusters (`comb_testkit`), for the controller
-//! tests: the real controller runs on them through `kube::Client`, and what it does is awaited
-//! with the kit's deadline, never slept for.
-
-// Each test binary uses a part of it.
-#![allow(dead_code, unused_imports)]
+//! The federation controller over the kit's clusters, for the controller tests: the real
+//! controller runs on them through `kube::Client`, and what it does is awaited with the kit's
+//! deadline, never slept for.
 
 use std::time::Duration;
 
@@ -17,16 +14,17 @@ use comb_federation::error::Result;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::StoreOptions;
 use comb_sandbox::controls::Controls;
-use comb_testkit::{Backend, Setup};
 use kube::api::{Api, DeleteParams};
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::{Backend, Setup, wait_until};
+
 /// The kit's clusters and a client pool over them.
 pub struct World {
-    pub kit: comb_testkit::World,
+    pub kit: crate::World,
     pub pool: ClientPool,
 }
 
@@ -159,7 +157,7 @@ impl World {
         reason: Option<&str>,
     ) -> Comb {
         let api = self.combs(context, namespace).await;
-        eventually(
+        wait_until(
             &format!("{context}:{namespace}/{name} to be {phase} {reason:?}"),
             || {
                 let api = api.clone();
@@ -182,7 +180,7 @@ impl World {
     /// Waits until Comb `namespace/name` of `context` is gone (its finalizer done).
     pub async fn wait_gone(&self, context: &str, namespace: &str, name: &str) {
         let combs = self.combs(context, namespace).await;
-        comb_testkit::wait_until(format!("Comb {namespace}/{name} to be gone"), async || {
+        wait_until(format!("Comb {namespace}/{name} to be gone"), async || {
             combs
                 .get_opt(name)
                 .await
@@ -203,7 +201,7 @@ impl World {
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     {
-        eventually(what, || async {
+        wait_until(what, || async {
             let object = api.get_opt(name).await.ok()?;
             test(object.as_ref()).then_some(object)
         })
@@ -229,7 +227,7 @@ impl Running {
     /// Waits for the controller to return (`--once`).
     pub async fn finish(&mut self) -> RunOutcome {
         let task = self.task.take().expect("running");
-        tokio::time::timeout(comb_testkit::deadline() * 4, task)
+        tokio::time::timeout(crate::deadline() * 4, task)
             .await
             .expect("the controller stops in time")
             .expect("the controller task does not panic")
@@ -242,7 +240,7 @@ impl Running {
         what: &str,
         test: impl Fn(&Transition) -> bool,
     ) -> Transition {
-        let deadline = tokio::time::Instant::now() + comb_testkit::deadline();
+        let deadline = tokio::time::Instant::now() + crate::deadline();
         loop {
             match tokio::time::timeout_at(deadline, self.transitions.recv()).await {
                 Ok(Ok(transition)) if test(&transition) => return transition,
@@ -318,22 +316,3 @@ pub async fn comb_events(
         })
         .collect()
 }
-
-/// The image of a Deployment's first container, if the Deployment is there.
-pub fn deployment_image(
-    deployment: Option<&k8s_openapi::api::apps::v1::Deployment>,
-) -> Option<String> {
-    deployment?
-        .spec
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .image
-        .clone()
-}
-
-pub use comb_testkit::fixtures::web;
-/// The kit's one wait: polls until the condition holds, failing the test after its deadline.
-pub use comb_testkit::wait_until as eventually;

@@ -1,16 +1,13 @@
-//! The engine over one test cluster, for the engine integration tests: the kit's clusters
-//! (`comb_testkit`), plus the engine's side (the class registry, one reconcile step, settling).
+//! The engine over one test cluster, for the engine integration tests: the kit's clusters,
+//! plus the engine's side (the class registry, one reconcile step, settling).
 //!
 //! A test's cluster is `test` (the Comb CRD installed, Pods Ready at once) on the backend
 //! `COMB_TEST_BACKEND` names, and its Combs live in [`Cluster::ns`]. [`Cluster::start`] gives
 //! it the test binary's shared cluster on the real backend, in a namespace of its own and with
-//! its requests counted apart (see `comb_testkit::Setup::shared`); [`Cluster::start_own`]
+//! its requests counted apart (see [`Setup::shared`]); [`Cluster::start_own`]
 //! gives it a cluster of its own, namespace [`NS`], for a test that injects faults, writes
 //! cluster-scoped objects or names the namespace in what it asserts. What the tests observe
 //! they read as the kit's observer, whose requests the counts leave out.
-
-// Each test binary uses a part of it.
-#![allow(dead_code, unused_imports)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,9 +24,11 @@ use comb_federation::engine::tenancy::{GroupKind, Tenancy};
 use comb_federation::error::{Error, Result};
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Fault;
-use comb_testkit::{Backend, Setup, World};
 use kube::api::Api;
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use crate::fixtures::manifests_spec;
+use crate::{Backend, Setup, World, wait_until};
 
 /// The namespace the Combs of a test on its own cluster live in.
 pub const NS: &str = "platform";
@@ -179,7 +178,7 @@ impl Cluster {
     /// `healthy`).
     pub async fn settle(&self, comb: &mut CombInstance) -> CombStatus {
         let name = comb.name().to_string();
-        comb_testkit::wait_until(format!("{name} to settle"), async || {
+        wait_until(format!("{name} to settle"), async || {
             let status = self.reconcile(comb).await;
             let ready = status.ready().expect("Ready");
             if ready.reason.as_ref().map(|r| r.as_str()) == Some("Healthy")
@@ -202,7 +201,7 @@ impl Cluster {
 
     /// Waits until `check` holds, with the kit's deadline.
     pub async fn wait_until(&self, what: &str, check: impl AsyncFn(&Cluster) -> bool) {
-        comb_testkit::wait_until(what, async || check(self).await).await
+        wait_until(what, async || check(self).await).await
     }
 
     /// The object of `kind` named `name` in the test namespace (or cluster-scoped), if any.
@@ -309,21 +308,6 @@ pub fn resource(api_version: &str, kind: &str, name: &str) -> ManagedObject {
         namespace: Some(NS.into()),
         name: name.into(),
     }
-}
-
-pub use comb_testkit::fixtures::{config_map, deployment, expect, managed, service, verdict};
-
-/// The spec of a `Manifests` Comb with these manifests and a `client` endpoint on 4222.
-/// The image of the first container of a workload's pod template (a Deployment's).
-pub fn first_image(workload: &Value) -> &Value {
-    &workload["spec"]["template"]["spec"]["containers"][0]["image"]
-}
-
-pub fn manifests_spec(manifests: Vec<Value>) -> Value {
-    json!({"class": "Manifests", "config": {
-        "manifests": manifests,
-        "endpoints": [{"name": "client", "port": 4222}]
-    }})
 }
 
 /// A tenancy that allows, besides a Comb's own namespace, these cluster-scoped Kinds.

@@ -1,10 +1,7 @@
-//! The borrowing tests' layers over the kit's clusters (`comb_testkit`): `prod` and `dev` on
+//! The borrowing tests' layers over the kit's clusters: `prod` and `dev` on
 //! two API servers, and `staging`, a second context on prod's server whose Combs live in
 //! namespace `staging`. Each context is a layer of the same name. Steps are driven directly
 //! (resolution, then one reconcile step), the way the federation controller runs them.
-
-// Each test binary uses a part of it.
-#![allow(dead_code, unused_imports)]
 
 use std::collections::BTreeMap;
 
@@ -16,9 +13,11 @@ use comb_federation::engine::reconcile::{StepEnv, reconcile};
 use comb_federation::engine::tenancy::UpstreamGrant;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Controls;
-use comb_testkit::{Backend, Setup, World, wait_until};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+
+use crate::fixtures::db_spec;
+use crate::{Backend, Setup, World, wait_until};
 
 /// The clusters, and the engine's view of them.
 pub struct Layers {
@@ -260,17 +259,6 @@ impl Layers {
     }
 }
 
-/// The addresses of each endpoint of an EndpointSlice (a real API server also defaults each
-/// endpoint's `conditions` to `{}`).
-pub fn slice_addresses(slice: &Value) -> Vec<Value> {
-    slice["endpoints"]
-        .as_array()
-        .expect("endpoints")
-        .iter()
-        .map(|endpoint| endpoint["addresses"].clone())
-        .collect()
-}
-
 /// The chain of `db` Combs the upstream tests walk: prod serving (a LoadBalancer), staging
 /// (namespace staging of prod's server) borrowing from prod, dev (another server) borrowing
 /// from staging; with the controlling code of each borrowing layer.
@@ -313,27 +301,4 @@ pub fn borrow(layer: &str, answer: Value) -> Controlling {
         format!("the borrow of layer {layer}"),
         UpstreamSpec::Declared(answer.as_object().cloned().expect("an object")),
     )
-}
-
-pub use comb_testkit::fixtures::{endpoints, managed, verdict};
-
-/// A `Manifests` spec: Deployment and Service `db` (type `service_type`) on port 5432, and the
-/// endpoint `postgres` (with `external` when given).
-pub fn db_spec(service_type: &str, external: Option<&str>) -> Value {
-    let mut endpoint = json!({"name": "postgres", "port": 5432});
-    if let Some(external) = external {
-        endpoint["external"] = json!(external);
-    }
-    json!({"class": "Manifests", "config": {
-        "endpoints": [endpoint],
-        "manifests": [
-            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"},
-             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
-                      "template": {"metadata": {"labels": {"app": "db"}},
-                                   "spec": {"containers": [{"name": "postgres", "image": "postgres:17"}]}}}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db"},
-             "spec": {"type": service_type, "selector": {"app": "db"},
-                      "ports": [{"name": "postgres", "port": 5432}]}}
-        ]
-    }})
 }

@@ -1,0 +1,298 @@
+//! The work of one layer: its managed-resource watches and its workers, started for every
+//! layer, or with sharding once this replica holds the layer's Lease, and stopped when it no
+//! longer may step the layer. Under a [`Fence`] (sharding) no step starts after the soft
+//! deadline, and a step still running at the hard one is dropped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use kube::api::ApiResource;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, error, info_span, warn};
+
+use super::layer::LayerRuntime;
+use super::{Shared, queue, step, watch as watches};
+
+/// The work of one layer: its managed-resource watches and its workers. Started for every
+/// layer, or with sharding once this replica holds the layer's Lease; stopped when it no longer
+/// may step the layer.
+pub(super) struct LayerWork {
+    layer: Arc<LayerRuntime>,
+    /// Workers take no more jobs; watches end.
+    stop: CancellationToken,
+    /// Running steps are dropped (the Lease is lost).
+    abort: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl LayerWork {
+    /// Starts the work of `layer` under `fence`; `requeue`: step every Comb of the layer (a
+    /// replica that takes a layer over does not know what happened while another held it).
+    pub(super) fn start(
+        shared: &Arc<Shared>,
+        layer: &Arc<LayerRuntime>,
+        fence: Arc<Fence>,
+        requeue: bool,
+    ) -> LayerWork {
+        let stop = CancellationToken::new();
+        let abort = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        layer.set_holding(true);
+        let span = info_span!("layer", layer = layer.name());
+        for scope in layer.scopes() {
+            for (group, version, kind) in watches::WATCHED_KINDS {
+                let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+                tasks.spawn(
+                    watches::watch_managed(
+                        shared.clone(),
+                        layer.clone(),
+                        ApiResource::from_gvk(&gvk),
+                        scope.clone(),
+                        stop.clone(),
+                    )
+                    .instrument(span.clone()),
+                );
+            }
+        }
+        if requeue {
+            for key in layer.keys() {
+                layer.queue.enqueue(&key, queue::Trigger::Created);
+            }
+        }
+        for _ in 0..shared.options.workers_per_layer.max(1) {
+            tasks.spawn(work(
+                shared.clone(),
+                layer.clone(),
+                stop.clone(),
+                abort.clone(),
+                fence.subscribe(),
+            ));
+        }
+        LayerWork {
+            layer: layer.clone(),
+            stop,
+            abort,
+            tasks,
+        }
+    }
+
+    /// Takes no more jobs; running steps finish ([`LayerWork::join`] waits for them).
+    pub(super) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    pub(super) fn abort_token(&self) -> CancellationToken {
+        self.abort.clone()
+    }
+
+    /// Waits until every worker and watch of the layer ended.
+    pub(super) async fn join(mut self) {
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
+        self.layer.set_holding(false);
+    }
+}
+
+/// One worker of a layer: steps Combs from its queue until the queue closes or the work stops.
+/// Under a fence (sharding), no step starts after the soft deadline until a renewal moves it,
+/// and a step still running at the hard deadline is dropped: past it another replica may hold
+/// the layer.
+async fn work(
+    shared: Arc<Shared>,
+    layer: Arc<LayerRuntime>,
+    stop: CancellationToken,
+    abort: CancellationToken,
+    mut fence: watch::Receiver<Deadlines>,
+) {
+    loop {
+        let deadlines = *fence.borrow_and_update();
+        let soft = deadlines.map(|(soft, _)| soft);
+        if soft.is_some_and(|soft| tokio::time::Instant::now() >= soft) {
+            // The Lease is late: wait for its renewal (or the end).
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = fence.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            continue;
+        }
+        let soft_passed = async move {
+            match soft {
+                Some(soft) => tokio::time::sleep_until(soft).await,
+                None => std::future::pending().await,
+            }
+        };
+        let job = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            job = layer.queue.next() => job,
+            () = soft_passed => continue,
+        };
+        let Some(job) = job else { return };
+        let span = info_span!(
+            "comb",
+            layer = layer.name(),
+            namespace = %job.key.namespace,
+            comb = %job.key.name,
+            trigger = job.trigger.as_str(),
+        );
+        let started_at = jiff::Timestamp::now();
+        let stepping = std::panic::AssertUnwindSafe(step::step(&shared, &layer, &job.key))
+            .catch_unwind()
+            .instrument(span.clone());
+        let stepped = tokio::select! {
+            stepped = stepping => Some(stepped),
+            () = fence_expired(fence.clone(), abort.clone()) => None,
+        };
+        let report = match stepped {
+            Some(Ok(report)) => report,
+            Some(Err(_)) => {
+                span.in_scope(|| error!("the step panicked; retrying with backoff"));
+                queue::StepReport {
+                    phase: Some("Error".to_string()),
+                    reason: Some("ReconcileFailed".to_string()),
+                    failed: true,
+                    started_at,
+                    duration: Duration::ZERO,
+                    reads: None,
+                    again_after: None,
+                }
+            }
+            None => {
+                span.in_scope(|| warn!("the layer's Lease is ending: the running step is dropped"));
+                queue::StepReport {
+                    phase: None,
+                    reason: Some("ShardLost".to_string()),
+                    failed: true,
+                    started_at,
+                    duration: Duration::ZERO,
+                    reads: None,
+                    again_after: None,
+                }
+            }
+        };
+        layer.queue.finish(&job.key, report);
+        shared
+            .metrics
+            .set_queue_depth(layer.name(), layer.queue.depth());
+    }
+}
+
+/// The soft and hard deadlines of a layer's work: no step starts after the first, a running
+/// step is dropped at the second. `None`: no limit (the layer is not sharded).
+pub(super) type Deadlines = Option<(Instant, Instant)>;
+
+/// The deadlines a layer's workers obey, moved on by every renewal.
+pub(super) struct Fence {
+    deadlines: watch::Sender<Deadlines>,
+}
+
+impl Fence {
+    pub(super) fn unlimited() -> Arc<Fence> {
+        Arc::new(Fence {
+            deadlines: watch::Sender::new(None),
+        })
+    }
+
+    pub(super) fn until(deadlines: (Instant, Instant)) -> Arc<Fence> {
+        Arc::new(Fence {
+            deadlines: watch::Sender::new(Some(deadlines)),
+        })
+    }
+
+    pub(super) fn extend(&self, deadlines: (Instant, Instant)) {
+        self.deadlines.send_replace(Some(deadlines));
+    }
+
+    pub(super) fn subscribe(&self) -> watch::Receiver<Deadlines> {
+        self.deadlines.subscribe()
+    }
+}
+
+/// Resolves once the hard deadline passes (as renewals move it) or `abort` is cancelled.
+pub(super) async fn fence_expired(
+    mut deadlines: watch::Receiver<Deadlines>,
+    abort: CancellationToken,
+) {
+    loop {
+        let hard = deadlines.borrow_and_update().map(|(_, hard)| hard);
+        let passed = async move {
+            match hard {
+                Some(hard) => tokio::time::sleep_until(hard).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = abort.cancelled() => return,
+            () = passed => return,
+            changed = deadlines.changed() => {
+                if changed.is_err() {
+                    // The fence is gone: nothing moves the deadline any more.
+                    tokio::select! {
+                        () = abort.cancelled() => {}
+                        () = async move {
+                            match hard {
+                                Some(hard) => tokio::time::sleep_until(hard).await,
+                                None => std::future::pending().await,
+                            }
+                        } => {}
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_fence_drops_a_step_at_its_hard_deadline_unless_a_renewal_moved_it() {
+        let start = Instant::now();
+        let seconds = Duration::from_secs;
+        let fence = Fence::until((start + seconds(2), start + seconds(3)));
+        let expired = tokio::spawn(fence_expired(fence.subscribe(), CancellationToken::new()));
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        // A renewal before the hard deadline moves it.
+        fence.extend((start + seconds(4), start + seconds(5)));
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            !expired.is_finished(),
+            "past the old deadline, before the new"
+        );
+        tokio::time::sleep(Duration::from_millis(1_600)).await;
+        tokio::task::yield_now().await;
+        assert!(expired.is_finished(), "past the new deadline");
+
+        // Without a limit only the abort ends it.
+        let abort = CancellationToken::new();
+        let unlimited = Fence::unlimited();
+        let expired = tokio::spawn(fence_expired(unlimited.subscribe(), abort.clone()));
+        tokio::time::sleep(seconds(3_600)).await;
+        tokio::task::yield_now().await;
+        assert!(!expired.is_finished());
+        abort.cancel();
+        expired.await.unwrap();
+
+        // A fence dropped keeps its last deadline.
+        let fence = Fence::until((start, Instant::now() + seconds(1)));
+        let expired = tokio::spawn(fence_expired(fence.subscribe(), CancellationToken::new()));
+        drop(fence);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::task::yield_now().await;
+        assert!(!expired.is_finished());
+        tokio::time::sleep(seconds(1)).await;
+        tokio::task::yield_now().await;
+        assert!(expired.is_finished());
+    }
+}
