@@ -149,6 +149,31 @@ words! {
         /// `spec.upstream` names a peer or copies its layer's `allowUpstreams` does not allow.
         UpstreamForbidden,
         Maintenance,
+        // The controller's own: steps that record no status, and its Events.
+        /// The kept copy of the CR did not decode and reading it again failed.
+        ReadFailed,
+        /// Adding or removing comb's finalizer failed.
+        FinalizerFailed,
+        /// Deleting a Comb's objects failed; the finalizer stays.
+        CleanupFailed,
+        /// Cleanup waits for the other finalizers of the CR.
+        OtherFinalizers,
+        /// Cleanup done, the finalizer removed.
+        CleanedUp,
+        /// The CR was gone when its step came.
+        Gone,
+        /// The layer's shard Lease ended while the step ran: it is dropped.
+        ShardLost,
+        /// The Comb is in a dependency cycle (an Event).
+        DependencyCycle,
+        /// A prune left an object in place (an Event).
+        PruneSkipped,
+        /// A prune failed (an Event).
+        PruneFailed,
+        /// A borrower switched to a fallback (an Event).
+        UpstreamFallback,
+        /// A borrower on a fallback switched back to its preferred upstream (an Event).
+        UpstreamRecovered,
         // The live status (§8).
         NotDeployed,
         Stopped,

@@ -216,7 +216,7 @@ async fn no_wake_up_is_lost_over_fifty_stops_and_starts_of_a_dependency() {
         .wait_phase("prod", "platform", "api", "Running", None)
         .await;
     let handle = running.handle.clone();
-    let mut api_phase = "Running".to_string();
+    let mut api_phase = comb_api::Phase::Running;
     for round in 0..ROUNDS {
         // Stopped: api finds db unhealthy.
         set_db_image(&world, &format!("crashloop:{round}")).await;

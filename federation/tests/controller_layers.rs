@@ -224,7 +224,7 @@ async fn a_borrower_follows_its_upstream_without_a_resync() {
     // the next transition of dev's db is what follows.
     running
         .transition("dev's db to borrow", |t| {
-            t.layer == "dev" && t.new.reason.as_deref() == Some("Borrowed")
+            t.layer == "dev" && t.new.reason == Some(comb_api::Reason::Borrowed)
         })
         .await;
     let borrowed = world

@@ -42,7 +42,7 @@ async fn settled_combs_exit_0() {
     let phases: Vec<(String, Option<String>)> = outcome
         .combs
         .iter()
-        .map(|c| (c.name.clone(), c.phase.clone()))
+        .map(|c| (c.name.clone(), c.phase.as_ref().map(ToString::to_string)))
         .collect();
     assert_eq!(
         phases,
@@ -72,8 +72,8 @@ async fn a_comb_in_error_exits_1() {
     let outcome = running.finish().await;
     assert!(!outcome.timed_out);
     let odd = outcome.combs.iter().find(|c| c.name == "odd").unwrap();
-    assert_eq!(odd.phase.as_deref(), Some("Error"));
-    assert_eq!(odd.reason.as_deref(), Some("BuildFailed"));
+    assert_eq!(odd.phase, Some(comb_api::Phase::Error));
+    assert_eq!(odd.reason, Some(comb_api::Reason::BuildFailed));
     assert!(
         odd.message
             .as_deref()
@@ -105,8 +105,12 @@ async fn a_crash_loop_ends_in_error_and_exits_1() {
     let outcome = running.finish().await;
     assert!(!outcome.timed_out, "{outcome:?}");
     let web = outcome.combs.iter().find(|c| c.name == "web").unwrap();
-    assert_eq!(web.phase.as_deref(), Some("Error"), "{web:?}");
-    assert_eq!(web.reason.as_deref(), Some("CrashLoopBackOff"), "{web:?}");
+    assert_eq!(web.phase, Some(comb_api::Phase::Error), "{web:?}");
+    assert_eq!(
+        web.reason.as_ref().map(comb_api::Reason::as_str),
+        Some("CrashLoopBackOff"),
+        "{web:?}"
+    );
     assert_eq!(outcome.exit_code(), 1);
     world
         .wait_phase("prod", "platform", "web", "Error", Some("CrashLoopBackOff"))

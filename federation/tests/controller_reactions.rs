@@ -74,7 +74,7 @@ async fn editing_the_image_redeploys_and_reaches_running() {
         .await;
     let redeployed = running
         .transition("web redeployed", |t| {
-            t.name == "web" && t.new.reason.as_deref() == Some("Deployed")
+            t.name == "web" && t.new.reason == Some(comb_api::Reason::Deployed)
         })
         .await;
     assert!(

@@ -376,7 +376,7 @@ async fn an_edit_writes_the_deployment_once_though_the_steps_read_from_the_watch
             let settled = comb.as_ref().is_some_and(|comb| {
                 comb.state == "idle"
                     && comb.last_phase.as_deref() == Some("Running")
-                    && comb.last_reason.as_deref() == Some("Healthy")
+                    && comb.last_reason == Some(comb_api::Reason::Healthy)
             });
             if image.as_deref() == Some("nginx:2") && settled {
                 Ok(())

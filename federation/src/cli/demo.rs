@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use comb_api::Comb;
+use comb_api::{Comb, Phase};
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -614,7 +614,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
         }
 
         let deadline = tokio::time::Instant::now() + args.timeout;
-        let mut states: BTreeMap<String, String> = BTreeMap::new();
+        let mut states: BTreeMap<String, Phase> = BTreeMap::new();
         let mut rows = Vec::new();
         let mut missing = shortfalls(&rows);
         let mut next_check = tokio::time::Instant::now();

@@ -193,7 +193,9 @@ fn print_outcome(outcome: &RunOutcome) {
             comb.layer,
             comb.namespace,
             comb.name,
-            comb.phase.as_deref().unwrap_or("(no status)")
+            comb.phase
+                .as_ref()
+                .map_or("(no status)", |phase| phase.as_str())
         );
         if let Some(reason) = &comb.reason {
             line.push_str(&format!(" ({reason})"));

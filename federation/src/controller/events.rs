@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use comb_api::{Comb, KIND, VERSION};
+use comb_api::{Comb, KIND, Phase, Reason, VERSION};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, PostParams};
@@ -24,9 +24,9 @@ pub enum EventType {
 
 impl EventType {
     /// Warnings for the phases that need someone's attention.
-    pub fn for_phase(phase: &str) -> EventType {
+    pub fn for_phase(phase: &Phase) -> EventType {
         match phase {
-            "Error" | "Blocked" | "NeedsConfig" => EventType::Warning,
+            Phase::Error | Phase::Blocked | Phase::NeedsConfig => EventType::Warning,
             _ => EventType::Normal,
         }
     }
@@ -97,17 +97,17 @@ const NOTES_KEPT: usize = 32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Announcement {
     pub kind: EventType,
-    pub reason: String,
+    pub reason: Reason,
     pub message: String,
     /// A prune note: once the API took it, it is told.
     pub note: bool,
 }
 
 impl Announcement {
-    pub fn new(kind: EventType, reason: &str, message: &str) -> Announcement {
+    pub fn new(kind: EventType, reason: Reason, message: &str) -> Announcement {
         Announcement {
             kind,
-            reason: reason.to_string(),
+            reason,
             message: message.to_string(),
             note: false,
         }
@@ -128,7 +128,7 @@ impl Announcement {
 /// counts as said only once the API took it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Announced {
-    last: Option<(String, String)>,
+    last: Option<(Reason, String)>,
     notes: VecDeque<String>,
     unsent: VecDeque<Announcement>,
 }
@@ -208,11 +208,11 @@ impl Announced {
 /// The Event a prune note becomes: its type and reason. Something left in place is a
 /// decision (`Normal`, `PruneSkipped`); a delete or a check that failed needs a look
 /// (`Warning`, `PruneFailed`), and is tried again by the next step.
-pub fn note_event(note: &str) -> (EventType, &'static str) {
+pub fn note_event(note: &str) -> (EventType, Reason) {
     if note.starts_with("left ") {
-        (EventType::Normal, "PruneSkipped")
+        (EventType::Normal, Reason::PruneSkipped)
     } else {
-        (EventType::Warning, "PruneFailed")
+        (EventType::Warning, Reason::PruneFailed)
     }
 }
 
@@ -260,7 +260,7 @@ mod tests {
         let event = event_for(
             "comb.internal",
             &comb,
-            EventType::for_phase("Running"),
+            EventType::for_phase(&Phase::Running),
             "Healthy",
             "Pending (Deployed) -> Running (Healthy): healthy",
             "comb-0",
@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(object.uid.as_deref(), Some("u-1"));
         assert_eq!(event.type_.as_deref(), Some("Normal"));
         assert_eq!(event.reason.as_deref(), Some("Healthy"));
-        assert_eq!(EventType::for_phase("Blocked"), EventType::Warning);
+        assert_eq!(EventType::for_phase(&Phase::Blocked), EventType::Warning);
     }
 
     /// Announces `events` as the controller does: news only, counted as said when `taken`.
@@ -319,7 +319,7 @@ mod tests {
             ),
         ];
         for (reason, message, news) in steps {
-            let event = Announcement::new(EventType::Normal, reason, message);
+            let event = Announcement::new(EventType::Normal, Reason::from(reason), message);
             assert_eq!(
                 announce(&mut announced, event, true),
                 news,
@@ -333,7 +333,7 @@ mod tests {
         let mut announced = Announced::default();
         let healthy = Announcement::new(
             EventType::Normal,
-            "Healthy",
+            Reason::Healthy,
             "Pending (Deployed) -> Running (Healthy): healthy",
         );
         assert!(announce(&mut announced, healthy.clone(), false));
@@ -355,7 +355,11 @@ mod tests {
         assert!(announced.take_unsent().is_empty());
         // What waits stays bounded.
         for i in 0..NOTES_KEPT + 3 {
-            announced.refused(Announcement::new(EventType::Warning, "X", &format!("{i}")));
+            announced.refused(Announcement::new(
+                EventType::Warning,
+                Reason::from("X"),
+                &format!("{i}"),
+            ));
         }
         let waiting = announced.take_unsent();
         assert_eq!(waiting.len(), NOTES_KEPT);
@@ -418,19 +422,19 @@ mod tests {
         let cases = [
             (
                 "left Service x alone: it no longer carries comb.internal/comb=a",
-                (EventType::Normal, "PruneSkipped"),
+                (EventType::Normal, Reason::PruneSkipped),
             ),
             (
                 "left ClusterRole r in place: cluster-scoped, never pruned automatically",
-                (EventType::Normal, "PruneSkipped"),
+                (EventType::Normal, Reason::PruneSkipped),
             ),
             (
                 "deleting Service x failed: Kubernetes API error (delete Service): 500 boom",
-                (EventType::Warning, "PruneFailed"),
+                (EventType::Warning, Reason::PruneFailed),
             ),
             (
                 "could not check Service x for pruning: 503",
-                (EventType::Warning, "PruneFailed"),
+                (EventType::Warning, Reason::PruneFailed),
             ),
         ];
         for (note, event) in cases {

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use comb_api::{CombStatus, ConditionStatus, UPSTREAM_FALLBACK};
+use comb_api::{CombStatus, ConditionStatus, Reason, UPSTREAM_FALLBACK};
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -116,7 +116,7 @@ pub(crate) fn fallback_event(
     previous: Option<&CombStatus>,
     status: &CombStatus,
     fallback: &Fallback,
-) -> Option<(EventType, &'static str, String)> {
+) -> Option<(EventType, Reason, String)> {
     let condition = |status: Option<&CombStatus>| {
         status
             .and_then(|status| status.condition(UPSTREAM_FALLBACK))
@@ -131,11 +131,11 @@ pub(crate) fn fallback_event(
     match (before, after) {
         (Some(before), after) if before == after => None,
         (_, (ConditionStatus::True, message)) => {
-            Some((EventType::Warning, "UpstreamFallback", message))
+            Some((EventType::Warning, Reason::UpstreamFallback, message))
         }
         (Some((ConditionStatus::True, _)), (_, message)) => Some((
             EventType::Normal,
-            "UpstreamRecovered",
+            Reason::UpstreamRecovered,
             format!(
                 "healthy again for {}; {message}",
                 written_duration(fallback.policy.healthy_after)
@@ -726,8 +726,11 @@ mod tests {
         for (previous, status, want) in cases {
             let got = fallback_event(previous, status, &fallback);
             assert_eq!(
-                got.as_ref()
-                    .map(|(kind, reason, message)| (*kind, *reason, message.as_str())),
+                got.as_ref().map(|(kind, reason, message)| (
+                    *kind,
+                    reason.as_str(),
+                    message.as_str()
+                )),
                 want,
                 "{previous:?} -> {status:?}"
             );

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use comb_api::{Phase, Reason};
 use serde::Serialize;
 
 /// What `--once` knows about one Comb at a moment.
@@ -13,7 +14,7 @@ pub struct SettleView {
     /// A step is queued or running.
     pub busy: bool,
     /// The recorded phase.
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     /// How long its recorded status has stayed the same.
     pub unchanged_for: Duration,
 }
@@ -23,7 +24,7 @@ pub struct SettleView {
 pub fn is_settled(view: &SettleView, settle: Duration) -> bool {
     view.stepped
         && !view.busy
-        && (view.phase.as_deref() != Some("Pending") || view.unchanged_for >= settle)
+        && (view.phase != Some(Phase::Pending) || view.unchanged_for >= settle)
 }
 
 /// One Comb as the run left it.
@@ -33,9 +34,9 @@ pub struct CombOutcome {
     pub namespace: String,
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -54,7 +55,7 @@ impl RunOutcome {
             || self
                 .combs
                 .iter()
-                .any(|comb| comb.phase.as_deref() == Some("Error"));
+                .any(|comb| comb.phase == Some(Phase::Error));
         u8::from(failed)
     }
 }
@@ -69,7 +70,7 @@ mod tests {
         let view = |stepped, busy, phase: Option<&str>, secs| SettleView {
             stepped,
             busy,
-            phase: phase.map(str::to_string),
+            phase: phase.map(Phase::from),
             unchanged_for: Duration::from_secs(secs),
         };
         let cases = [
@@ -93,7 +94,7 @@ mod tests {
             layer: "prod".into(),
             namespace: "platform".into(),
             name: "nats".into(),
-            phase: Some(phase.into()),
+            phase: Some(Phase::from(phase)),
             reason: None,
             message: None,
         };

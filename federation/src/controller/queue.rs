@@ -18,6 +18,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use comb_api::{Phase, Reason};
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -103,12 +104,58 @@ pub enum Activity {
     },
 }
 
+/// What a step left its Comb as (the debug view, the metrics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepState {
+    /// A reconcile step recorded this phase, with this Ready reason.
+    Recorded {
+        phase: Phase,
+        reason: Option<Reason>,
+    },
+    /// The step failed before it could record a status (reading the CR, adding the
+    /// finalizer, a panic): `Error` with the reason.
+    Failed(Reason),
+    /// The CR is being deleted and its cleanup goes on (why it waits or failed).
+    Deleting(Reason),
+    /// Cleanup done, the finalizer removed.
+    Deleted,
+    /// The CR was gone when the step came.
+    Gone,
+    /// The step was dropped unfinished (the layer's shard Lease ended).
+    Dropped(Reason),
+}
+
+impl StepState {
+    /// The phase word the debug view and the metrics show: the recorded phase, `Error`,
+    /// `Deleting`, `Deleted`, `Gone`; none for a dropped step.
+    pub fn phase_word(&self) -> Option<&str> {
+        match self {
+            StepState::Recorded { phase, .. } => Some(phase.as_str()),
+            StepState::Failed(_) => Some(Phase::Error.as_str()),
+            StepState::Deleting(_) => Some("Deleting"),
+            StepState::Deleted => Some("Deleted"),
+            StepState::Gone => Some("Gone"),
+            StepState::Dropped(_) => None,
+        }
+    }
+
+    pub fn reason(&self) -> Option<&Reason> {
+        match self {
+            StepState::Recorded { reason, .. } => reason.as_ref(),
+            StepState::Failed(reason)
+            | StepState::Deleting(reason)
+            | StepState::Dropped(reason) => Some(reason),
+            StepState::Deleted => Some(&Reason::CleanedUp),
+            StepState::Gone => Some(&Reason::Gone),
+        }
+    }
+}
+
 /// How a step ended, as the queue needs to know it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepReport {
-    /// The phase and reason the step recorded (for the debug view).
-    pub phase: Option<String>,
-    pub reason: Option<String>,
+    /// What the step left the Comb as (for the debug view).
+    pub state: StepState,
     /// Whether to retry with backoff (phase Error, or the status could not be written).
     pub failed: bool,
     /// When the step started, as wall time (for the debug view).
@@ -470,8 +517,14 @@ impl QueueState {
                         backoff_until,
                         pending: entry.pending,
                         failures: entry.failures,
-                        last_phase: entry.last.as_ref().and_then(|last| last.phase.clone()),
-                        last_reason: entry.last.as_ref().and_then(|last| last.reason.clone()),
+                        last_phase: entry
+                            .last
+                            .as_ref()
+                            .and_then(|last| last.state.phase_word().map(str::to_string)),
+                        last_reason: entry
+                            .last
+                            .as_ref()
+                            .and_then(|last| last.state.reason().cloned()),
                         last_step_at: entry.last.as_ref().map(|last| last.started_at),
                         last_step_millis: entry.last.as_ref().map(|last| {
                             u64::try_from(last.duration.as_millis()).unwrap_or(u64::MAX)
@@ -527,7 +580,7 @@ pub struct QueueEntryView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_phase: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_reason: Option<String>,
+    pub last_reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_step_at: Option<jiff::Timestamp>,
     #[serde(skip_serializing_if = "Option::is_none")]

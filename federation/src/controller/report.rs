@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use comb_api::{Comb, CombStatus, Phase, Reason};
+use comb_api::{Comb, CombStatus, Reason};
 use tracing::{info, warn};
 
 use super::events::{self, Announcement, EventType};
@@ -46,8 +46,14 @@ impl Shared {
         members.dedup();
         for key in members {
             if let Some(cr) = layer.cr(key) {
-                self.event(layer, &cr, EventType::Warning, "DependencyCycle", &message)
-                    .await;
+                self.event(
+                    layer,
+                    &cr,
+                    EventType::Warning,
+                    Reason::DependencyCycle,
+                    &message,
+                )
+                .await;
             }
         }
     }
@@ -75,19 +81,20 @@ impl Shared {
         info!("{change}");
         self.metrics.transition(
             layer.name(),
-            &transition.new.phase,
-            transition.new.reason.as_deref().unwrap_or_default(),
+            transition.new.phase.as_str(),
+            transition.new.reason.as_ref().map_or("", Reason::as_str),
         );
         let reason = transition
             .new
             .reason
             .clone()
-            .unwrap_or_else(|| transition.new.phase.clone());
+            // A status without a Ready reason: the Event says its phase.
+            .unwrap_or_else(|| Reason::from(transition.new.phase.as_str()));
         self.event(
             layer,
             cr,
             EventType::for_phase(&transition.new.phase),
-            &reason,
+            reason,
             &change,
         )
         .await;
@@ -128,7 +135,7 @@ impl Shared {
         layer: &LayerRuntime,
         cr: &Comb,
         kind: EventType,
-        reason: &str,
+        reason: Reason,
         message: &str,
     ) {
         self.announce(layer, cr, Announcement::new(kind, reason, message))
@@ -160,7 +167,7 @@ impl Shared {
             &self.config.group,
             cr,
             event.kind,
-            &event.reason,
+            event.reason.as_str(),
             &event.message,
             &self.options.identity,
         );
@@ -195,8 +202,8 @@ impl Shared {
                         layer: layer.name().to_string(),
                         namespace: key.namespace.clone(),
                         name: key.name.clone(),
-                        phase: status.and_then(|s| s.phase.as_ref().map(Phase::to_string)),
-                        reason: ready.and_then(|r| r.reason.as_ref().map(Reason::to_string)),
+                        phase: status.and_then(|s| s.phase.clone()),
+                        reason: ready.and_then(|r| r.reason.clone()),
                         message: ready.and_then(|r| r.message.clone()),
                     }
                 })

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::Phase;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -447,7 +446,7 @@ impl Shared {
                     &SettleView {
                         stepped: entry.stepped,
                         busy: layer.queue.is_busy(key),
-                        phase: entry.recorded_phase().as_ref().map(Phase::to_string),
+                        phase: entry.recorded_phase(),
                         unchanged_for: entry.changed_at.elapsed(),
                     },
                     settle,

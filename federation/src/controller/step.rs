@@ -15,7 +15,7 @@ use super::Shared;
 use super::deletion::{cleanup, orphans_everything};
 use super::events::EventType;
 use super::layer::{Built, LayerRuntime, Origin};
-use super::queue::StepReport;
+use super::queue::{StepReport, StepState};
 use super::reads::StepPeers;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::cache::ReadSummary;
@@ -28,11 +28,9 @@ use crate::engine::reconcile::{
 use crate::engine::status::{StepRecord, build_status, rebuild_status};
 use crate::error::{Error, Result};
 
-/// How a step ended.
+/// How a step went: what it left the Comb as, and what the queue does next.
 struct Outcome {
-    /// The phase it recorded (`Deleting` while cleaning up, `Deleted` once done).
-    phase: String,
-    reason: Option<String>,
+    state: StepState,
     /// Retry with backoff.
     failed: bool,
     /// Where a reconcile step's reads went.
@@ -43,29 +41,32 @@ struct Outcome {
 
 impl Outcome {
     fn of(status: &CombStatus, failed: bool) -> Outcome {
+        let state = match &status.phase {
+            Some(phase) => StepState::Recorded {
+                phase: phase.clone(),
+                reason: status.ready().and_then(|ready| ready.reason.clone()),
+            },
+            // A status without a phase is none comb records; say what failed.
+            None => StepState::Failed(Reason::StatusFailed),
+        };
+        Outcome::new(state, failed)
+    }
+
+    fn new(state: StepState, failed: bool) -> Outcome {
         Outcome {
-            phase: status
-                .phase
-                .as_ref()
-                .map(Phase::to_string)
-                .unwrap_or_default(),
-            reason: status
-                .ready()
-                .and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
+            state,
             failed,
             reads: None,
             again_after: None,
         }
     }
 
-    fn cleanup(phase: &str, reason: &str, failed: bool) -> Outcome {
-        Outcome {
-            phase: phase.to_string(),
-            reason: Some(reason.to_string()),
-            failed,
-            reads: None,
-            again_after: None,
-        }
+    fn failed(reason: Reason) -> Outcome {
+        Outcome::new(StepState::Failed(reason), true)
+    }
+
+    fn deleting(reason: Reason, failed: bool) -> Outcome {
+        Outcome::new(StepState::Deleting(reason), failed)
     }
 }
 
@@ -86,7 +87,7 @@ pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey
         shared.retry_events(layer, cr).await;
     }
     let outcome = match cr {
-        None => Outcome::cleanup("Gone", "Gone", false),
+        None => Outcome::new(StepState::Gone, false),
         Some(cr) if cr.metadata.deletion_timestamp.is_some() => {
             delete(shared, layer, key, cr).await
         }
@@ -104,10 +105,11 @@ fn step_report(
     outcome: Outcome,
 ) -> StepReport {
     let duration = started.elapsed();
-    shared.metrics.step(layer.name(), &outcome.phase, duration);
+    if let Some(phase) = outcome.state.phase_word() {
+        shared.metrics.step(layer.name(), phase, duration);
+    }
     StepReport {
-        phase: Some(outcome.phase),
-        reason: outcome.reason,
+        state: outcome.state,
         failed: outcome.failed,
         started_at,
         duration,
@@ -137,7 +139,7 @@ async fn reread_cr(
         Err(error) => {
             shared.metrics.api_error(layer.name(), "get");
             warn!(%error, "reading the Comb again failed; retrying");
-            Err(Outcome::cleanup("Error", "ReadFailed", true))
+            Err(Outcome::failed(Reason::ReadFailed))
         }
     }
 }
@@ -193,7 +195,7 @@ async fn reconcile_comb(
             Err(error) => {
                 shared.metrics.api_error(layer.name(), "finalizer");
                 warn!(%error, "adding the finalizer {finalizer} failed; retrying");
-                return Outcome::cleanup("Error", "FinalizerFailed", true);
+                return Outcome::failed(Reason::FinalizerFailed);
             }
         },
     };
@@ -456,7 +458,7 @@ async fn delete(
     let finalizer = finalizer(group);
     if !has_finalizer(&cr, &finalizer) {
         // Other finalizers hold it; nothing of ours is left to do.
-        return Outcome::cleanup("Deleting", "OtherFinalizers", false);
+        return Outcome::deleting(Reason::OtherFinalizers, false);
     }
     if orphans_everything(&cr, group) {
         info!("orphan: {group}/deletion-policy is Orphan, leaving every resource in place");
@@ -470,7 +472,7 @@ async fn delete(
             Ok(ops) => ops,
             Err(error) => {
                 warn!(%error, "orphan: cleanup cannot start, retrying");
-                return Outcome::cleanup("Deleting", "CleanupFailed", true);
+                return Outcome::deleting(Reason::CleanupFailed, true);
             }
         };
         let report = cleanup(
@@ -486,25 +488,29 @@ async fn delete(
             let summary = report.summary();
             warn!("orphan: cleanup incomplete, retrying: {summary}");
             shared
-                .event(layer, &cr, EventType::Warning, "CleanupFailed", &summary)
+                .event(
+                    layer,
+                    &cr,
+                    EventType::Warning,
+                    Reason::CleanupFailed,
+                    &summary,
+                )
                 .await;
-            return Outcome::cleanup("Deleting", "CleanupFailed", true);
+            return Outcome::deleting(Reason::CleanupFailed, true);
         }
         let summary = report.summary();
         info!("orphan: cleanup done: {summary}");
         shared
-            .event(layer, &cr, EventType::Normal, "CleanedUp", &summary)
+            .event(layer, &cr, EventType::Normal, Reason::CleanedUp, &summary)
             .await;
     }
     match set_finalizers(&layer.ops, group, &cr, &finalizers_without(&cr, &finalizer)).await {
-        Ok(_) => Outcome::cleanup("Deleted", "CleanedUp", false),
-        Err(error) if error.status_code() == Some(404) => {
-            Outcome::cleanup("Deleted", "CleanedUp", false)
-        }
+        Ok(_) => Outcome::new(StepState::Deleted, false),
+        Err(error) if error.status_code() == Some(404) => Outcome::new(StepState::Deleted, false),
         Err(error) => {
             shared.metrics.api_error(layer.name(), "finalizer");
             warn!(%error, "removing the finalizer {finalizer} failed; retrying");
-            Outcome::cleanup("Deleting", "FinalizerFailed", true)
+            Outcome::deleting(Reason::FinalizerFailed, true)
         }
     }
 }

@@ -2,15 +2,15 @@
 
 use std::fmt;
 
-use comb_api::{CombStatus, Reason};
+use comb_api::{CombStatus, Phase, Reason};
 use serde::Serialize;
 
 /// A phase with the reason of its Ready condition, shown as `Pending (Deployed)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct PhaseReason {
-    pub phase: String,
+    pub phase: Phase,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<Reason>,
 }
 
 impl PhaseReason {
@@ -18,10 +18,8 @@ impl PhaseReason {
     pub fn of(status: Option<&CombStatus>) -> Option<PhaseReason> {
         let status = status?;
         Some(PhaseReason {
-            phase: status.phase.as_ref()?.to_string(),
-            reason: status
-                .ready()
-                .and_then(|ready| ready.reason.as_ref().map(Reason::to_string)),
+            phase: status.phase.clone()?,
+            reason: status.ready().and_then(|ready| ready.reason.clone()),
         })
     }
 }
@@ -30,7 +28,7 @@ impl fmt::Display for PhaseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.reason {
             Some(reason) => write!(f, "{} ({reason})", self.phase),
-            None => f.write_str(&self.phase),
+            None => f.write_str(self.phase.as_str()),
         }
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use comb_api::Reason;
 use futures::FutureExt;
 use kube::api::ApiResource;
 use tokio::sync::watch;
@@ -156,8 +157,7 @@ async fn work(
             Some(Err(_)) => {
                 span.in_scope(|| error!("the step panicked; retrying with backoff"));
                 queue::StepReport {
-                    phase: Some("Error".to_string()),
-                    reason: Some("ReconcileFailed".to_string()),
+                    state: queue::StepState::Failed(Reason::ReconcileFailed),
                     failed: true,
                     started_at,
                     duration: Duration::ZERO,
@@ -168,8 +168,7 @@ async fn work(
             None => {
                 span.in_scope(|| warn!("the layer's Lease is ending: the running step is dropped"));
                 queue::StepReport {
-                    phase: None,
-                    reason: Some("ShardLost".to_string()),
+                    state: queue::StepState::Dropped(Reason::ShardLost),
                     failed: true,
                     started_at,
                     duration: Duration::ZERO,

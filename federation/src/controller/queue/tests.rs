@@ -22,8 +22,10 @@ fn key(name: &str) -> CombKey {
 
 fn report(failed: bool) -> StepReport {
     StepReport {
-        phase: Some(if failed { "Error" } else { "Running" }.to_string()),
-        reason: None,
+        state: StepState::Recorded {
+            phase: if failed { Phase::Error } else { Phase::Running },
+            reason: None,
+        },
         failed,
         started_at: jiff::Timestamp::UNIX_EPOCH,
         duration: Duration::from_millis(5),

@@ -220,12 +220,14 @@ fn a_step_reports_the_phase_and_ready_reason_it_recorded() {
     let running = status(Phase::Running, "applied 2 resource(s)");
     let outcome = Outcome::of(&running, false);
     assert_eq!(
+        (outcome.state, outcome.failed),
         (
-            outcome.phase.as_str(),
-            outcome.reason.as_deref(),
-            outcome.failed
-        ),
-        ("Running", Some("Deployed"), false)
+            StepState::Recorded {
+                phase: Phase::Running,
+                reason: Some(Reason::Deployed)
+            },
+            false
+        )
     );
     let no_ready = CombStatus {
         conditions: None,
@@ -233,9 +235,17 @@ fn a_step_reports_the_phase_and_ready_reason_it_recorded() {
     };
     let outcome = Outcome::of(&no_ready, true);
     assert_eq!(
-        (outcome.phase.as_str(), outcome.reason, outcome.failed),
-        ("Running", None, true)
+        (outcome.state, outcome.failed),
+        (
+            StepState::Recorded {
+                phase: Phase::Running,
+                reason: None
+            },
+            true
+        )
     );
+    // A status without a phase is none comb records: the step failed to make one.
     let outcome = Outcome::of(&CombStatus::default(), true);
-    assert_eq!((outcome.phase.as_str(), outcome.reason), ("", None));
+    assert_eq!(outcome.state, StepState::Failed(Reason::StatusFailed));
+    assert_eq!(outcome.state.phase_word(), Some("Error"));
 }
