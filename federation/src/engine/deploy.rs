@@ -5,14 +5,12 @@ use std::borrow::Cow;
 use comb_api::{LabelKeys, ManagedObject};
 use serde_json::Value;
 
-use crate::engine::cache::{AsApplied, applied_fields_hash, is_slim};
+use crate::engine::cache::AsApplied;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
-use crate::engine::kube_ops::{
-    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by, is_conflict,
-    unchanged_since,
-};
-use crate::engine::observe::{LiveObjects, fetch_live, object_name};
+use crate::engine::kube_ops::{CONFLICT_ATTEMPTS, KubeOps, is_conflict, unchanged_since};
+use crate::engine::observe::{LiveObjects, fetch_live};
+use crate::engine::projection::{Fingerprint, Projection};
 use crate::engine::prune::{
     DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
 };
@@ -36,7 +34,7 @@ pub async fn deploy(
     ctx: &CombContext,
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
-) -> Result<Vec<Value>> {
+) -> Result<Vec<Projection>> {
     let read_here;
     let live = match live {
         Some(live) => live,
@@ -48,73 +46,59 @@ pub async fn deploy(
                         "reading the live objects failed: {}",
                         error.to_string().trim_end()
                     ),
-                    applied: Vec::new(),
+                    applied: 0,
                 })?;
             &read_here
         }
     };
-    let labels = &ctx.settings.labels;
-    let kept = [restart_path(labels.restart_annotation())];
+    let kept = [restart_path(ctx.settings.labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
     for (index, item) in items.iter().enumerate() {
-        let mut live_object = live.get(index).and_then(Option::as_ref).map(Cow::Borrowed);
-        if let Some(object) = live_object.as_deref()
-            && is_slim(object)
-        {
-            let as_applied = ops.as_applied(&item.resource());
-            if unchanged_since_apply(
-                item,
-                object,
-                labels.digest_annotation(),
-                as_applied.as_ref(),
-            ) {
+        let failed = |applied: &Vec<Projection>, what: &str, error: Error| Error::Deploy {
+            message: format!(
+                "{what} {} {}: {}",
+                item.kind,
+                item.name,
+                error.to_string().trim_end()
+            ),
+            applied: applied.len(),
+        };
+        let resource = item.resource();
+        let mut live_object = live.get(index).and_then(Option::clone);
+        if let Some(object) = &live_object {
+            if unchanged_since_apply(item, object, ops.as_applied(&resource).as_ref()) {
                 applied.push(object.clone());
                 continue;
             }
-            // The watch's slimmed copy cannot tell every field (nor serve a takeover): the
-            // whole object, read once; then comb's fields are remembered as standing.
-            live_object = match ops.get_opt_from_server(&item.resource()).await {
-                Ok(whole) => whole.map(Cow::Owned),
-                Err(error) => {
-                    return Err(Error::Deploy {
-                        message: format!(
-                            "get {} {}: {}",
-                            item.kind,
-                            item.name,
-                            error.to_string().trim_end()
-                        ),
-                        applied,
-                    });
-                }
+            // What comb knows of it cannot tell every field: the whole object, read once; then
+            // comb's fields are remembered as standing.
+            let whole = match ops.get_whole(&resource).await {
+                Ok(whole) => whole,
+                Err(error) => return Err(failed(&applied, "get", error)),
             };
-        }
-        if let Some(object) = live_object.as_deref()
-            && unchanged(item, object, labels.digest_annotation())
-        {
-            ops.stands_as_applied(object, &item.digest);
-            applied.push(object.clone());
-            continue;
+            live_object = None;
+            if let Some(whole) = whole {
+                let object = ops
+                    .project(&item.api_version, &item.kind, &whole)
+                    .map_err(|error| failed(&applied, "get", error))?;
+                if unchanged(item, &whole, &object) {
+                    ops.stands_as_applied(&resource, &object, &item.digest);
+                    applied.push(object);
+                    continue;
+                }
+                live_object = Some(object);
+            }
         }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
         match ops
-            .ensure_keeping(&item.manifest, live_object.as_deref(), kept)
+            .ensure_keeping(&item.manifest, live_object.as_ref(), kept)
             .await
         {
             Ok(stored) => {
-                ops.stands_as_applied(&stored, &item.digest);
+                ops.stands_as_applied(&resource, &stored, &item.digest);
                 applied.push(stored);
             }
-            Err(error) => {
-                return Err(Error::Deploy {
-                    message: format!(
-                        "ensure {} {}: {}",
-                        item.kind,
-                        item.name,
-                        error.to_string().trim_end()
-                    ),
-                    applied,
-                });
-            }
+            Err(error) => return Err(failed(&applied, "ensure", error)),
         }
     }
     Ok(applied)
@@ -135,57 +119,51 @@ fn restart_path(restart_annotation: &str) -> Vec<String> {
     .collect()
 }
 
-/// Whether the watch's slimmed copy `live` ([`is_slim`]) of `item`'s object stands as comb
-/// last knew it as rendered (`as_applied`, by applying it or finding it so): the conditions of
-/// [`unchanged`] that the copy can tell, and comb's applied fields the very set they were then.
-/// A field another manager changed since is that manager's now, so comb's set is smaller.
+/// Whether `live`, what comb knows of `item`'s object, stands as comb last knew it as
+/// rendered (`as_applied`, by applying it or finding it so): the conditions of [`unchanged`]
+/// that the projection can tell, and comb's applied fields the very set they were then. A
+/// field another manager changed since is that manager's now, so comb's set is smaller.
 pub fn unchanged_since_apply(
     item: &RenderedItem,
-    live: &Value,
-    digest_annotation: &str,
+    live: &Projection,
     as_applied: Option<&AsApplied>,
 ) -> bool {
     let Some(as_applied) = as_applied else {
         return false;
     };
-    as_applied.digest == item.digest
-        && stands_applied(item, live, digest_annotation)
-        && applied_fields_hash(live, FIELD_MANAGER).as_deref()
-            == Some(as_applied.fields_hash.as_str())
+    as_applied.digest == Fingerprint::of(&item.digest)
+        && stands_applied(item, live)
+        && live.managed.comb == Some(as_applied.fields)
 }
 
 /// What [`unchanged`] asks besides the fields: the rendered digest, not a Job to create anew,
 /// applied by comb, no stop's fields.
-fn stands_applied(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
-    let digest = live
-        .pointer("/metadata/annotations")
-        .and_then(|annotations| annotations.get(digest_annotation))
-        .and_then(Value::as_str);
-    digest == Some(item.digest.as_str())
+fn stands_applied(item: &RenderedItem, live: &Projection) -> bool {
+    live.carries_digest(&item.digest)
         && existing_treatment(&item.api_version, &item.kind, live) != ExistingTreatment::Recreate
-        && applied_by(live, FIELD_MANAGER)
-        && !applied_by(live, STOP_MANAGER)
+        && live.applied_by_comb()
+        && !live.managed.stopped
 }
 
-/// Whether `live` stands as applying `item` would leave it, so that deploy writes nothing: it
+/// Whether the object stands as applying `item` would leave it, so that deploy writes
+/// nothing (`whole` is the object as the API server has it, `live` its projection): it
 /// carries the rendered digest, it is not a Job to create anew, comb applied it (an object an
-/// older comb replaced is applied
-/// once, to take its fields over), no stop holds fields of it, and every field the manifest
-/// sets has the manifest's value live (a workload scaled or edited by hand is applied again).
-/// What the server adds (defaults, other managers' fields) does not count; a value the server
-/// normalises differently (a quantity `1000m` stored as `1`) only costs an apply that changes
-/// nothing.
-pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
+/// older comb replaced is applied once, to take its fields over), no stop holds fields of it,
+/// and every field the manifest sets has the manifest's value live (a workload scaled or
+/// edited by hand is applied again). What the server adds (defaults, other managers' fields)
+/// does not count; a value the server normalises differently (a quantity `1000m` stored as
+/// `1`) only costs an apply that changes nothing.
+pub fn unchanged(item: &RenderedItem, whole: &Value, live: &Projection) -> bool {
     let Some(manifest) = item.manifest.as_object() else {
         return false;
     };
     // A Job that failed (or never started) is created anew whatever it holds.
-    stands_applied(item, live, digest_annotation)
+    stands_applied(item, live)
         && manifest
             .iter()
             // A listed object has no apiVersion and kind of its own: the list's are its.
             .filter(|(key, _)| !matches!(key.as_str(), "status" | "apiVersion" | "kind"))
-            .all(|(key, wanted)| holds(live.get(key), wanted))
+            .all(|(key, wanted)| holds(whole.get(key), wanted))
 }
 
 /// Whether the live value `live` has every field `wanted` sets, with its value. Lists match
@@ -237,7 +215,7 @@ pub enum Deletion {
 pub async fn delete_as_decided(
     ops: &KubeOps,
     resource: &ManagedObject,
-    copy: Cow<'_, Value>,
+    copy: Cow<'_, Projection>,
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
@@ -266,7 +244,7 @@ pub async fn delete_as_decided(
                 }
                 attempts += 1;
                 // The watch may not have brought the change that conflicted yet.
-                match ops.get_opt_from_server(resource).await? {
+                match ops.get_fresh(resource).await? {
                     Some(fresh) => copy = Cow::Owned(fresh),
                     None => return Ok(Deletion::Gone),
                 }
@@ -288,6 +266,7 @@ pub async fn delete_as_decided(
 /// of a cluster-scoped Kind is left in place with the plan's note.
 pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneOutcome {
     let selector = ctx.label_selector();
+    let selected = ctx.comb_selector();
     let mut outcome = PruneOutcome::new(plan);
     for group in &plan.groups {
         match ops.is_namespaced(&group.api_version, &group.kind).await {
@@ -310,7 +289,7 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                 &group.api_version,
                 &group.kind,
                 Some(&group.namespace),
-                &selector,
+                &selected,
             )
             .await;
         for orphan in &group.orphans {
@@ -319,9 +298,7 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                     outcome.record(orphan, OrphanFate::Unchecked(error.to_string()), &selector);
                     continue;
                 }
-                Ok(objects) => objects
-                    .iter()
-                    .find(|object| object_name(object) == Some(&orphan.name)),
+                Ok(objects) => objects.iter().find(|object| *object.name == orphan.name),
             };
             let fate = match found {
                 Some(copy) => orphan_fate(
@@ -405,7 +382,7 @@ pub async fn apply_and_prune(
         Err(Error::Deploy { message, applied }) => {
             let stored: Vec<ManagedObject> = desired
                 .iter()
-                .take(applied.len())
+                .take(applied)
                 .chain(replicas)
                 .cloned()
                 .collect();
@@ -431,6 +408,11 @@ mod tests {
     use serde_json::json;
 
     const DIGEST: &str = "comb.internal/applied-digest";
+
+    /// What comb reads of `live`, the object of `item`.
+    fn projected(item: &RenderedItem, live: &Value) -> Projection {
+        Projection::of(&item.api_version, &item.kind, live, &LabelKeys::default()).unwrap()
+    }
 
     fn item() -> RenderedItem {
         let ctx = test_context("nats", "platform", json!({}));
@@ -549,36 +531,37 @@ mod tests {
             ),
         ];
         for (what, live, unchanged_now) in cases {
-            assert_eq!(unchanged(&item, &live, DIGEST), unchanged_now, "{what}");
+            assert_eq!(
+                unchanged(&item, &live, &projected(&item, &live)),
+                unchanged_now,
+                "{what}"
+            );
         }
     }
 
     #[test]
-    fn a_watched_copy_is_unchanged_only_while_combs_applied_fields_stand() {
+    fn a_projection_is_unchanged_only_while_combs_applied_fields_stand() {
         let item = item();
         let whole = live(&item);
-        let watched = crate::engine::cache::slim("Deployment", whole.clone());
-        assert!(is_slim(&watched) && !is_slim(&whole));
-        // The copy lacks the Pod template's spec: the fields alone cannot tell.
-        assert!(!unchanged(&item, &watched, DIGEST));
+        let watched = projected(&item, &whole);
         let as_applied = AsApplied {
-            digest: item.digest.clone(),
-            fields_hash: applied_fields_hash(&whole, FIELD_MANAGER).expect("comb applied it"),
+            digest: Fingerprint::of(&item.digest),
+            fields: watched.managed.comb.expect("comb applied it"),
         };
         let edited_by_hand = {
             let mut whole = whole.clone();
             whole["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:metadata": {}});
-            crate::engine::cache::slim("Deployment", whole)
+            projected(&item, &whole)
         };
         let stopped = {
             let mut whole = whole.clone();
             whole["metadata"]["managedFields"] =
                 managed(&[("comb", "Apply"), ("comb-stop", "Apply")]);
-            crate::engine::cache::slim("Deployment", whole)
+            projected(&item, &whole)
         };
         let other_digest = AsApplied {
-            digest: "sha256:older".to_string(),
-            ..as_applied.clone()
+            digest: Fingerprint::of("sha256:older"),
+            ..as_applied
         };
         let cases = [
             ("as comb applied it", &watched, Some(&as_applied), true),
@@ -599,7 +582,7 @@ mod tests {
         ];
         for (what, live, remembered, unchanged_now) in cases {
             assert_eq!(
-                unchanged_since_apply(&item, live, DIGEST, remembered),
+                unchanged_since_apply(&item, live, remembered),
                 unchanged_now,
                 "{what}"
             );
@@ -616,12 +599,12 @@ mod tests {
         live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
         live["status"] = json!({"succeeded": 1});
         assert!(
-            unchanged(&item, &live, DIGEST),
+            unchanged(&item, &live, &projected(&item, &live)),
             "a Job that succeeded stays"
         );
         live["status"] = json!({"failed": 1});
         assert!(
-            !unchanged(&item, &live, DIGEST),
+            !unchanged(&item, &live, &projected(&item, &live)),
             "a failed Job is created anew"
         );
     }
