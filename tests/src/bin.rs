@@ -12,10 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The path of the freshly built `comb`.
+/// The path of the freshly built `comb`, or of the binary `COMB_BIN` names (a benchmark
+/// comparing two builds runs each in turn, in the same conditions).
 pub fn comb_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
+        if let Some(binary) = std::env::var_os("COMB_BIN") {
+            return PathBuf::from(binary);
+        }
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("..")
             .join("Cargo.toml");
