@@ -11,9 +11,11 @@ use comb_federation::engine::borrow::Controlling;
 use comb_federation::engine::class::CombInstance;
 use comb_sandbox::controls::Fault;
 use comb_testkit::fixtures::expect;
+use comb_testkit::wait_until;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 use upstream_support::{Layers, borrow, db_spec, endpoints, managed, slice_addresses, verdict};
 
@@ -37,6 +39,45 @@ async fn local_then_borrowed_then_local_again() {
         .await;
     let status = layers.settle("dev", &mut db, &none, running_healthy).await;
     assert_eq!(status.upstream, None);
+    let db_slices = async || -> Vec<(String, String)> {
+        let slices: Api<DynamicObject> = Api::namespaced_with(
+            layers.client("dev").await,
+            "platform",
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("discovery.k8s.io", "v1", "EndpointSlice"),
+                "endpointslices",
+            ),
+        );
+        let listed = slices
+            .list(&ListParams::default().labels("kubernetes.io/service-name=db"))
+            .await
+            .expect("the Service's EndpointSlices");
+        let mut found: Vec<(String, String)> = listed
+            .items
+            .iter()
+            .map(|slice| {
+                let labels = slice.metadata.labels.clone().unwrap_or_default();
+                (
+                    slice.metadata.name.clone().unwrap_or_default(),
+                    labels
+                        .get("endpointslice.kubernetes.io/managed-by")
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let selected = wait_until("the selector's EndpointSlice", async || {
+        let slices = db_slices().await;
+        slices
+            .iter()
+            .any(|(_, manager)| manager == "endpointslice-controller.k8s.io")
+            .then_some(slices)
+    })
+    .await;
+    assert!(!selected.is_empty());
     let local_service = layers
         .peek("dev", "v1", "Service", "platform", "db")
         .await
@@ -115,6 +156,23 @@ async fn local_then_borrowed_then_local_again() {
             .await
             .is_none(),
         "the local workload is pruned"
+    );
+    // What kube-controller-manager kept for the selector the bridge no longer has is gone: it
+    // leaves them (kubernetes#91072), and kube-proxy would send part of the bridge's traffic to
+    // the pruned Pods' addresses (the sandbox network found it).
+    wait_until("only the bridge's EndpointSlice for db", async || {
+        let slices = db_slices().await;
+        (slices == [("db-1".to_string(), "comb".to_string())])
+            .then_some(())
+            .ok_or(slices)
+    })
+    .await;
+    assert!(
+        layers
+            .peek("dev", "v1", "Endpoints", "platform", "db")
+            .await
+            .is_none(),
+        "the Endpoints of the old selector are gone"
     );
 
     // A step that establishes nothing keeps the bridge recorded, status.upstream included.

@@ -68,7 +68,7 @@ pub fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
 #[derive(Debug)]
 pub enum Clusters {
     Emulator(Sandbox),
-    Kube(RealSandbox),
+    Kube(Box<RealSandbox>),
 }
 
 impl Clusters {
@@ -81,15 +81,21 @@ impl Clusters {
         bin_dir: Option<PathBuf>,
     ) -> Result<Clusters> {
         match backend {
+            Backend::Emulator if options.network.is_some() => {
+                Err(crate::Error::NetworkUnavailable {
+                    reason: "the emulator has no data path; the network runs with the real backend (--backend kube)".into(),
+                })
+            }
             Backend::Emulator => Ok(Clusters::Emulator(Sandbox::start(options).await?)),
-            Backend::Kube => Ok(Clusters::Kube(
+            Backend::Kube => Ok(Clusters::Kube(Box::new(
                 RealSandbox::start(RealOptions {
                     clusters: options.clusters,
                     contexts: options.contexts,
                     bin_dir: bin_dir.unwrap_or_else(default_bin_dir),
+                    network: options.network,
                 })
                 .await?,
-            )),
+            ))),
         }
     }
 
@@ -167,6 +173,18 @@ impl Clusters {
         match self {
             Clusters::Emulator(sandbox) => sandbox.create_namespace(cluster, namespace),
             Clusters::Kube(real) => real.create_namespace(cluster, namespace).await,
+        }
+    }
+
+    /// Cluster `name`'s part of the sandbox network, when it has one (the real backend with
+    /// `--network`): calls from inside its Pods.
+    pub fn network(
+        &self,
+        name: &str,
+    ) -> Option<std::sync::Arc<crate::real::network::ClusterNetwork>> {
+        match self {
+            Clusters::Emulator(_) => None,
+            Clusters::Kube(real) => real.cluster(name).ok()?.network().cloned(),
         }
     }
 

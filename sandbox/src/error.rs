@@ -54,6 +54,18 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    #[error("the sandbox network cannot run here: {reason}")]
+    NetworkUnavailable { reason: String },
+
+    #[error("the real backend places at most {max} clusters, and {count} were asked for")]
+    TooManyClusters { count: usize, max: usize },
+
+    #[error("{what} failed: {source}")]
+    Netlink {
+        what: String,
+        source: rtnetlink::Error,
+    },
+
     #[error("{component} of cluster {cluster:?} did not come up: {message} (its log: {log})")]
     ComponentFailed {
         cluster: String,
@@ -76,6 +88,9 @@ impl Error {
             Error::WriteKubeconfig { .. } => "kubeconfig",
             Error::MissingBinary { .. } => "missing-binary",
             Error::Io { .. } => "io",
+            Error::NetworkUnavailable { .. } => "network-unavailable",
+            Error::TooManyClusters { .. } => "options",
+            Error::Netlink { .. } => "netlink",
             Error::ComponentFailed { .. } => "component",
         }
     }

@@ -26,6 +26,7 @@ pub mod error;
 pub mod fieldset;
 pub mod gc;
 pub mod listtypes;
+pub mod load_balancer;
 pub mod logs;
 pub mod managed;
 pub mod meta;

@@ -73,6 +73,8 @@ pub struct SandboxOptions {
     pub store: StoreOptions,
     pub server: ServerOptions,
     pub extensions: Vec<Arc<dyn ClusterExtension>>,
+    /// The sandbox network (the real backend only: the emulator has no data path).
+    pub network: Option<crate::real::network::NetworkOptions>,
 }
 
 impl std::fmt::Debug for SandboxOptions {
@@ -85,6 +87,7 @@ impl std::fmt::Debug for SandboxOptions {
             .field("store", &self.store)
             .field("server", &self.server)
             .field("extensions", &self.extensions.len())
+            .field("network", &self.network)
             .finish()
     }
 }
@@ -103,6 +106,7 @@ impl Default for SandboxOptions {
                 Arc::new(crate::sim::Simulation::default()),
                 Arc::new(crate::controls::ClusterControls::default()),
             ],
+            network: None,
         }
     }
 }

@@ -44,6 +44,7 @@ impl Cluster {
         let config = SimConfig {
             pod_ready_delay: Duration::ZERO,
             crash_backoff: Duration::from_millis(20),
+            ..SimConfig::default()
         };
         gc::spawn(store.clone(), shutdown.clone());
         sim::spawn(store.clone(), config, CA_PEM.to_string(), shutdown.clone());
@@ -549,7 +550,7 @@ async fn services_get_unique_addresses() {
     assert!(
         lb["status"]["loadBalancer"]["ingress"][0]["ip"]
             .as_str()
-            .is_some_and(|ip| ip.starts_with("172.18.255."))
+            .is_some_and(|ip| ip.starts_with("192.0.2."))
     );
     assert!(
         lb["spec"]["ports"][0]["nodePort"]

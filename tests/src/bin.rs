@@ -1,4 +1,5 @@
-//! The `comb` binary of this workspace, for the end-to-end tests.
+//! The binaries of this workspace the end-to-end tests run: `comb`, and `comb-identity` for
+//! the sandbox network.
 //!
 //! `CARGO_BIN_EXE_comb` is set only for the tests of comb-federation, the package that
 //! defines the binary, and cargo has no stable way for another package to depend on a binary.
@@ -16,36 +17,47 @@ use std::sync::OnceLock;
 /// comparing two builds runs each in turn, in the same conditions).
 pub fn comb_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(binary) = std::env::var_os("COMB_BIN") {
-            return PathBuf::from(binary);
-        }
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("..")
-            .join("Cargo.toml");
-        let mut build = escargot::CargoBuild::new()
-            .manifest_path(manifest)
-            .package("comb-federation")
-            .bin("comb")
-            .current_release();
-        // What cargo sets for this test process describes this package, not the build: build
-        // scripts that watch such a variable (ring watches CARGO_MANIFEST_DIR) would see it
-        // change and rebuild half the tree, for the nested build and again for the next
-        // outer one.
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if SET_BY_CARGO_FOR_TESTS
-                .iter()
-                .any(|prefix| key.starts_with(prefix))
-            {
-                build = build.env_remove(key.as_ref());
-            }
-        }
-        let built = build
-            .run()
-            .unwrap_or_else(|error| panic!("cargo build -p comb-federation --bin comb: {error}"));
-        built.path().to_path_buf()
+    PATH.get_or_init(|| match std::env::var_os("COMB_BIN") {
+        Some(binary) => PathBuf::from(binary),
+        None => build("comb-federation", "comb"),
     })
+}
+
+/// The path of the freshly built `comb-identity`, the server every Pod of the sandbox network
+/// runs (a tool of the test kit: `comb` itself does not ship it).
+pub fn identity_path() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| build("comb-identity", "comb-identity"))
+}
+
+/// `cargo build -p <package> --bin <bin>` of this workspace, with this build's profile: the path
+/// of the binary.
+fn build(package: &str, bin: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("Cargo.toml");
+    let mut build = escargot::CargoBuild::new()
+        .manifest_path(manifest)
+        .package(package)
+        .bin(bin)
+        .current_release();
+    // What cargo sets for this test process describes this package, not the build: build
+    // scripts that watch such a variable (ring watches CARGO_MANIFEST_DIR) would see it
+    // change and rebuild half the tree, for the nested build and again for the next
+    // outer one.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if SET_BY_CARGO_FOR_TESTS
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+        {
+            build = build.env_remove(key.as_ref());
+        }
+    }
+    let built = build
+        .run()
+        .unwrap_or_else(|error| panic!("cargo build -p {package} --bin {bin}: {error}"));
+    built.path().to_path_buf()
 }
 
 /// The variables cargo sets for a test binary (its package's, and the binaries' paths).

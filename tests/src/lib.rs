@@ -22,6 +22,7 @@
 pub mod bin;
 pub mod cli;
 pub mod fixtures;
+pub mod network;
 pub mod process;
 pub mod shared;
 
@@ -129,6 +130,7 @@ pub struct Setup {
     store: StoreOptions,
     shared: bool,
     backend: Option<Backend>,
+    network: Option<comb_sandbox::real::network::NetworkOptions>,
 }
 
 impl Setup {
@@ -142,6 +144,7 @@ impl Setup {
             store: StoreOptions::default(),
             shared: false,
             backend: None,
+            network: None,
         }
     }
 
@@ -196,6 +199,16 @@ impl Setup {
         self
     }
 
+    /// With the sandbox network ([`network::options_or_skip`] gives the options): clusters of
+    /// the test's own on the real backend, whose Pods answer calls
+    /// ([`Clusters::network`](comb_sandbox::Clusters::network)).
+    pub fn network(mut self, options: comb_sandbox::real::network::NetworkOptions) -> Setup {
+        self.network = Some(options);
+        self.backend = Some(Backend::Kube);
+        self.shared = false;
+        self
+    }
+
     pub async fn start(self) -> World {
         let backend = self.backend.unwrap_or_else(Backend::from_env);
         let shared = self.shared && backend == Backend::Kube;
@@ -223,6 +236,7 @@ impl Setup {
                     .collect(),
                 pod_ready_delay: Duration::ZERO,
                 store: self.store.clone(),
+                network: self.network.clone(),
                 ..SandboxOptions::default()
             };
             let clusters = Clusters::start(backend, options, None)

@@ -143,7 +143,13 @@ fn reading_commands_on_the_converged_demo() {
         "{rendered}"
     );
     let documents: Vec<Value> = serde_saphyr::from_multiple(&rendered).expect("render prints YAML");
-    assert_eq!(documents.len(), 2);
+    // The Deployment, the Service, and the load balancer at the address nats publishes.
+    assert_eq!(documents.len(), 3);
+    assert_eq!(documents[2]["spec"]["type"], "LoadBalancer");
+    assert_eq!(
+        documents[2]["metadata"]["annotations"]["metallb.io/loadBalancerIPs"],
+        "192.0.2.11"
+    );
     assert_eq!(
         documents[0]["metadata"]["labels"]["comb.internal/comb"],
         "nats"

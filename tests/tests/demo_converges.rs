@@ -244,3 +244,59 @@ fn the_demo_fails_with_the_reasons_when_its_time_is_up() {
         "{stderr}"
     );
 }
+
+/// The README's first command is `cargo run --release -- demo`: in a workspace whose default
+/// member builds two binaries (`comb` and the kubectl plugin), `cargo run` picks one only by
+/// `default-run`; without it the command fails before the demo starts.
+#[test]
+fn cargo_run_runs_comb() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        // From the workspace's root, as the README runs it: inside a member's directory that
+        // member is the default.
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output_within(COMMAND_DEADLINE);
+    assert!(output.status.success(), "cargo metadata: {output:?}");
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let workspace_default: Vec<&str> = metadata["workspace_default_members"]
+        .as_array()
+        .expect("the default members")
+        .iter()
+        .filter_map(|id| id.as_str())
+        .collect();
+    let runnable: Vec<(&str, Option<&str>, usize)> = metadata["packages"]
+        .as_array()
+        .expect("the packages")
+        .iter()
+        .filter(|package| {
+            package["id"]
+                .as_str()
+                .is_some_and(|id| workspace_default.contains(&id))
+        })
+        .map(|package| {
+            let binaries = package["targets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|target| {
+                    target["kind"]
+                        .as_array()
+                        .is_some_and(|k| k.contains(&"bin".into()))
+                })
+                .count();
+            (
+                package["name"].as_str().unwrap_or_default(),
+                package["default_run"].as_str(),
+                binaries,
+            )
+        })
+        .filter(|(_, _, binaries)| *binaries > 0)
+        .collect();
+    assert_eq!(
+        runnable,
+        [("comb-federation", Some("comb"), 2)],
+        "`cargo run` in the workspace must run the comb binary"
+    );
+}

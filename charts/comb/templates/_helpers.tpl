@@ -168,6 +168,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [get, list, watch, create, update, patch, delete]
+{{- /* A Service that becomes a bridge loses its selector: the Endpoints its old selector kept go. */}}
+- apiGroups: [""]
+  resources: [endpoints]
+  verbs: [get, delete]
 - apiGroups: [networking.k8s.io]
   resources: [ingresses]
   verbs: [get, list, watch, create, update, patch, delete]

@@ -36,9 +36,11 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::common::{Federation, StopSignals, block_on};
 use crate::cli::endpoints::{self, Published};
 use crate::cli::get::{self, CombRow};
+use crate::cli::packets;
 use crate::config::{Config, Layer};
 use crate::controller::{Controller, ControllerOptions, Transition};
 use crate::engine::class::ClassRegistry;
+use comb_sandbox::real::network::NetworkOptions;
 
 /// The federation configuration of the demo (kubeconfig `sandbox.kubeconfig` beside it).
 pub const CONFIG_YAML: &str = include_str!("../../../examples/comb.yaml");
@@ -108,6 +110,17 @@ impl DemoWorld {
         kube_bin: Option<PathBuf>,
         pod_ready_delay: Duration,
     ) -> anyhow::Result<DemoWorld> {
+        DemoWorld::start_with(backend, kube_bin, pod_ready_delay, None).await
+    }
+
+    /// [`DemoWorld::start_on`], with the sandbox network when `network` says so (the real
+    /// backend only).
+    pub async fn start_with(
+        backend: Backend,
+        kube_bin: Option<PathBuf>,
+        pod_ready_delay: Duration,
+        network: Option<NetworkOptions>,
+    ) -> anyhow::Result<DemoWorld> {
         let (context, cluster, namespace) = STAGING;
         let sandbox = Clusters::start(
             backend,
@@ -118,6 +131,7 @@ impl DemoWorld {
                     namespace: Some(namespace.to_string()),
                 }],
                 pod_ready_delay,
+                network,
                 ..SandboxOptions::clusters(CLUSTERS)
             },
             kube_bin,
@@ -161,6 +175,16 @@ impl DemoWorld {
     /// The kubeconfig with a context per layer (`kubectl --kubeconfig <this> --context dev`).
     pub fn kubeconfig_path(&self) -> PathBuf {
         self.config.kubeconfig.clone().unwrap_or_default()
+    }
+
+    /// Another federation configuration over the demo's clusters: `yaml` written beside the
+    /// demo's (so `kubeconfig: sandbox.kubeconfig` names the demo's kubeconfig) as `name`, and
+    /// loaded. For a switch: the demo's own with a Comb out of a borrow list, say.
+    pub fn config_from(&self, name: &str, yaml: &str) -> anyhow::Result<Config> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, yaml)
+            .with_context(|| format!("writing {} failed", path.display()))?;
+        Ok(Config::load(&path)?)
     }
 
     /// The CRD on every cluster, and every namespace a layer names.
@@ -253,6 +277,55 @@ impl DemoWorld {
         Ok(combs)
     }
 
+    /// Every Comb of every layer, as `comb get` reads them.
+    pub async fn rows(&self) -> anyhow::Result<Vec<CombRow>> {
+        read_rows(&Federation {
+            config: self.config.clone(),
+            pool: self.pool.clone(),
+        })
+        .await
+    }
+
+    /// Calls every service of [`packets::CALLS`] from each layer's client Pod, expecting the
+    /// answers where `rows` say each service comes from ([`packets::call_every_layer`]).
+    pub async fn calls(&self, rows: &[CombRow]) -> Vec<packets::CallRow> {
+        packets::call_every_layer(&self.sandbox, &self.places(), rows).await
+    }
+
+    /// Each layer's place: `(layer, (cluster, namespace))`.
+    pub fn places(&self) -> Vec<(&str, packets::Place<'_>)> {
+        self.config
+            .layers
+            .iter()
+            .map(|layer| {
+                let cluster = if layer.context == STAGING.0 {
+                    STAGING.1
+                } else {
+                    layer.context.as_str()
+                };
+                let namespace = layer
+                    .namespaces
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map(String::as_str)
+                    .unwrap_or("default");
+                (layer.name.as_str(), (cluster, namespace))
+            })
+            .collect()
+    }
+
+    /// A client Pod in each layer's namespace ([`packets::client_pod`]), to call from.
+    pub async fn apply_clients(&self) -> anyhow::Result<()> {
+        for layer in &self.config.layers {
+            if let Some(namespace) = layer.namespaces.iter().flatten().next() {
+                self.apply(&layer.context, &packets::client_pod(namespace))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// The demo's story: the Secret prod's mailer needs, then the example Combs of every layer.
     pub async fn apply_examples(&self) -> anyhow::Result<()> {
         self.apply(
@@ -265,6 +338,35 @@ impl DemoWorld {
         for (layer, yaml) in COMBS_YAML {
             self.apply_combs(layer, yaml).await?;
         }
+        Ok(())
+    }
+}
+
+/// A controller with the built-in classes over `config`, on the current runtime until
+/// [`RunningController::stop`]: for the tests and benchmarks that switch configurations.
+pub struct RunningController {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<crate::error::Result<crate::controller::RunOutcome>>,
+}
+
+impl RunningController {
+    pub async fn start(config: &Config) -> anyhow::Result<RunningController> {
+        let controller = Controller::with_pool(
+            config.clone(),
+            config.client_pool()?,
+            ClassRegistry::with_builtins(),
+            ControllerOptions::default(),
+        )
+        .await?;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(controller.run(shutdown.clone()));
+        Ok(RunningController { shutdown, task })
+    }
+
+    /// Stops it and waits until it ended.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task.await.context("the controller task failed")??;
         Ok(())
     }
 }
@@ -379,10 +481,12 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
         let zone = TimeZone::system();
         // From the start: a Ctrl-C while the story plays still shuts the clusters down.
         let mut stop_signals = StopSignals::listen()?;
-        let world = DemoWorld::start_on(
+        let network = args.backend.network();
+        let world = DemoWorld::start_with(
             args.backend.backend,
             args.backend.kube_bin.clone(),
             args.pod_ready_delay,
+            network.clone(),
         )
         .await?;
         let federation = Federation {
@@ -410,6 +514,9 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(controller.run(shutdown.clone()));
         world.apply_examples().await?;
+        if network.is_some() {
+            world.apply_clients().await?;
+        }
 
         let deadline = tokio::time::Instant::now() + args.timeout;
         let mut states: BTreeMap<String, String> = BTreeMap::new();
@@ -489,6 +596,29 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
             "\nEvery Comb reached its expected phase in {:.1}s.",
             started.elapsed().as_secs_f64()
         );
+        if network.is_some() {
+            println!(
+                "\nCalls from the Pod `{}` of each layer ({} each once answered, by the names consumers use, through the layer's DNS, kube-proxy and comb's bridges):",
+                packets::CLIENT,
+                packets::CALLS_PER_ROW
+            );
+            let calls = world.calls(&rows).await;
+            print!("{}", packets::table(&calls));
+            let incomplete: Vec<String> = calls
+                .iter()
+                .filter(|row| !row.complete())
+                .map(|row| format!("{} {}", row.layer, row.call))
+                .collect();
+            if !incomplete.is_empty() {
+                shutdown.cancel();
+                let _ = running.await;
+                world.sandbox.shutdown().await;
+                anyhow::bail!(
+                    "calls not answered from where comb says the service comes from: {}",
+                    incomplete.join(", ")
+                );
+            }
+        }
         if args.follow {
             print!(
                 "{}",
@@ -496,6 +626,13 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
             );
             if let Some(address) = handle.admin_address() {
                 println!("  open http://{address}/ (the federation's status page)");
+            }
+            if network.is_some() {
+                println!(
+                    "  curl -sk -X POST {}/_sandbox/network/call -d '{{\"namespace\": \"platform\", \"pod\": \"{}\", \"target\": \"db:5432\"}}'   (a call from dev's client Pod)",
+                    world.sandbox.url("dev")?,
+                    packets::CLIENT
+                );
             }
             loop {
                 tokio::select! {

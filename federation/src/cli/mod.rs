@@ -17,6 +17,8 @@ mod get;
 mod graph;
 mod logs;
 mod output;
+#[cfg(feature = "sandbox")]
+pub mod packets;
 mod render;
 mod restart;
 mod run;

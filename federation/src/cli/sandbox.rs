@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use comb_sandbox::real::network::{NetworkOptions, ProxyMode};
 use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 
 use super::common::{StopSignals, block_on};
@@ -60,6 +61,31 @@ pub struct BackendArgs {
     /// ~/.cache/comb/kube/<versions>, where tests/kube/build puts them).
     #[arg(long, value_name = "DIR")]
     pub kube_bin: Option<PathBuf>,
+    /// With `--backend kube`: a network too, in network namespaces of the sandbox (kube-proxy,
+    /// CoreDNS, a namespace per Pod answering on its ports with its identity, LoadBalancer
+    /// addresses), so that calls cross the bridges as packets. Needs root, nft and comb-identity
+    /// (`cargo build -p comb-identity`).
+    #[arg(long)]
+    pub network: bool,
+    /// kube-proxy's mode with `--network`.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "nftables",
+        requires = "network",
+        value_name = "MODE"
+    )]
+    pub proxy_mode: ProxyMode,
+}
+
+impl BackendArgs {
+    /// The network asked for, if any.
+    pub fn network(&self) -> Option<NetworkOptions> {
+        self.network.then_some(NetworkOptions {
+            identity_bin: None,
+            proxy_mode: self.proxy_mode,
+        })
+    }
 }
 
 /// `staging=prod/staging` or `admin=prod`.
@@ -113,6 +139,7 @@ async fn serve(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         https: args.https,
         pod_ready_delay: args.pod_ready_delay,
         contexts: args.contexts.clone(),
+        network: args.backend.network(),
         ..SandboxOptions::clusters(args.clusters.iter().cloned())
     };
     let sandbox = Clusters::start(args.backend.backend, options, args.backend.kube_bin.clone())

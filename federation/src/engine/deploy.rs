@@ -8,13 +8,15 @@ use serde_json::Value;
 use crate::engine::cache::AsApplied;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
-use crate::engine::kube_ops::{CONFLICT_ATTEMPTS, KubeOps, is_conflict, unchanged_since};
+use crate::engine::kube_ops::{
+    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, applied_by, is_conflict, unchanged_since,
+};
 use crate::engine::observe::{LiveObjects, fetch_live};
-use crate::engine::projection::{Fingerprint, Projection};
+use crate::engine::projection::{Fingerprint, Projection, State};
 use crate::engine::prune::{
     DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
 };
-use crate::engine::render::RenderedItem;
+use crate::engine::render::{RenderedItem, TRIGGER_TIME_ANNOTATION};
 use crate::error::{Error, Result};
 
 /// Applies rendered items in manifest order and returns the stored objects.
@@ -53,6 +55,7 @@ pub async fn deploy(
     };
     let kept = [restart_path(ctx.settings.labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
+    let mut unselected = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let failed = |applied: &Vec<Projection>, what: &str, error: Error| Error::Deploy {
             message: format!(
@@ -65,6 +68,11 @@ pub async fn deploy(
         };
         let resource = item.resource();
         let mut live_object = live.get(index).and_then(Option::clone);
+        if let Some(before) = &live_object
+            && loses_its_selector(item, before)
+        {
+            unselected.push(item);
+        }
         if let Some(object) = &live_object {
             if unchanged_since_apply(item, object, ops.as_applied(&resource).as_ref()) {
                 applied.push(object.clone());
@@ -101,7 +109,106 @@ pub async fn deploy(
             Err(error) => return Err(failed(&applied, "ensure", error)),
         }
     }
+    // Once the bridge's own EndpointSlices are written too.
+    for service in unselected {
+        if let Err(error) = forget_selected_endpoints(ops, service).await {
+            tracing::warn!(
+                comb = %ctx.name, namespace = %ctx.namespace, service = %service.name, %error,
+                "the endpoints of the Service's old selector stay: part of its traffic still goes to the Pods it selected"
+            );
+        }
+    }
     Ok(applied)
+}
+
+/// The controllers that keep a Service's endpoints for its selector, by the label they put on
+/// their EndpointSlices: kube-controller-manager's EndpointSlice controller, and its mirroring
+/// controller, which copies the Endpoints object of a Service without a selector.
+const SELECTOR_SLICE_MANAGERS: [&str; 2] = [
+    "endpointslice-controller.k8s.io",
+    "endpointslicemirroring-controller.k8s.io",
+];
+
+/// Whether applying `item` takes the selector away from the live Service `before`: a local
+/// Service replaced in place by a bridge (a selector-less Service and EndpointSlices of comb's).
+fn loses_its_selector(item: &RenderedItem, before: &Projection) -> bool {
+    let selects = item.manifest["spec"]["selector"]
+        .as_object()
+        .is_some_and(|selector| !selector.is_empty());
+    item.kind == "Service"
+        && item.group.is_empty()
+        && matches!(before.state, State::Service { selects: true })
+        && !selects
+}
+
+/// Deletes what kube-controller-manager kept for the selector `service` no longer has. Its
+/// controllers leave a Service's endpoints as they are when the selector is removed (by design,
+/// kubernetes#91072), and the mirroring controller even copies the stale Endpoints object into
+/// a new EndpointSlice: kube-proxy would go on sending part of the bridge's connections to the
+/// Pods the Service selected (gone once comb prunes them). The network proved it: calls to a
+/// bridge that replaced a local Service failed, or reached whichever Pod got the old IP next.
+/// These objects are the Service's own (owned by it, named after it), so comb's; they carry
+/// none of comb's labels, so they are read from the API server.
+async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Result<()> {
+    let namespace = service.namespace.clone();
+    // The Endpoints object first: the mirroring controller would mirror it again.
+    let endpoints = ManagedObject {
+        api_version: "v1".into(),
+        kind: "Endpoints".into(),
+        namespace: namespace.clone(),
+        name: service.name.clone(),
+    };
+    if let Some(live) = ops.get_whole(&endpoints).await?
+        && !applied_by(&live, FIELD_MANAGER)
+    {
+        let copy = ops.project("v1", "Endpoints", &live)?;
+        delete_stale(ops, &endpoints, copy).await?;
+    }
+    for manager in SELECTOR_SLICE_MANAGERS {
+        let selector = format!(
+            "kubernetes.io/service-name={},endpointslice.kubernetes.io/managed-by={manager}",
+            service.name
+        );
+        for slice in ops
+            .list_whole(
+                "discovery.k8s.io/v1",
+                "EndpointSlice",
+                namespace.as_deref(),
+                &selector,
+            )
+            .await?
+        {
+            let copy = ops.project("discovery.k8s.io/v1", "EndpointSlice", &slice)?;
+            let stale = ManagedObject {
+                api_version: "discovery.k8s.io/v1".into(),
+                kind: "EndpointSlice".into(),
+                namespace: namespace.clone(),
+                name: copy.name.to_string(),
+            };
+            delete_stale(ops, &stale, copy).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `resource` as it was read (`copy`), as every delete of comb's goes out: a
+/// controller that rewrote it in between (409) gets it read again and deleted as it is now,
+/// a few times; one that deleted it (404) did the job.
+async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: Projection) -> Result<()> {
+    let mut copy = copy;
+    for attempt in 1..=CONFLICT_ATTEMPTS {
+        match ops.delete(resource, unchanged_since(&copy)).await {
+            Err(error) if error.status_code() == Some(404) => return Ok(()),
+            Err(error) if is_conflict(&error) && attempt < CONFLICT_ATTEMPTS => {
+                match ops.get_fresh(resource).await? {
+                    Some(fresh) => copy = fresh,
+                    None => return Ok(()),
+                }
+            }
+            other => return other,
+        }
+    }
+    Ok(())
 }
 
 /// The Pod template annotation a restart writes, as a path of field names: a migration of an
@@ -163,7 +270,21 @@ pub fn unchanged(item: &RenderedItem, whole: &Value, live: &Projection) -> bool 
             .iter()
             // A listed object has no apiVersion and kind of its own: the list's are its.
             .filter(|(key, _)| !matches!(key.as_str(), "status" | "apiVersion" | "kind"))
-            .all(|(key, wanted)| holds(whole.get(key), wanted))
+            .all(|(key, wanted)| match (key.as_str(), wanted) {
+                // The time of the render, not of the change: the digest says whether it changed.
+                ("metadata", Value::Object(metadata))
+                    if metadata
+                        .get("annotations")
+                        .is_some_and(|a| a.get(TRIGGER_TIME_ANNOTATION).is_some()) =>
+                {
+                    let mut metadata = metadata.clone();
+                    if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
+                        annotations.remove(TRIGGER_TIME_ANNOTATION);
+                    }
+                    holds(whole.get(key), &Value::Object(metadata))
+                }
+                _ => holds(whole.get(key), wanted),
+            })
 }
 
 /// Whether the live value `live` has every field `wanted` sets, with its value. Lists match
@@ -448,6 +569,76 @@ mod tests {
             json!("IfNotPresent");
         live["status"] = json!({"replicas": 1});
         live
+    }
+
+    #[test]
+    fn only_a_service_whose_selector_goes_away_loses_its_endpoints() {
+        let ctx = test_context("db", "platform", json!({}));
+        let service = |spec: Value| {
+            let manifest = json!({"apiVersion": "v1", "kind": "Service",
+                                  "metadata": {"name": "db"}, "spec": spec});
+            render_manifest("Manifests", &manifest, &ctx, &Scopes::default()).expect("renders")
+        };
+        let local = service(json!({"selector": {"app": "db"}, "ports": [{"port": 5432}]}));
+        let bridge = service(json!({"ports": [{"port": 5432}]}));
+        let cases = [
+            (
+                "a local Service replaced by a bridge",
+                &bridge,
+                &local,
+                true,
+            ),
+            ("a bridge staying a bridge", &bridge, &bridge, false),
+            (
+                "a bridge replaced by a local Service",
+                &local,
+                &bridge,
+                false,
+            ),
+            ("a local Service staying local", &local, &local, false),
+        ];
+        for (what, applying, before, loses) in cases {
+            let before = projected(before, &before.manifest);
+            assert_eq!(loses_its_selector(applying, &before), loses, "{what}");
+        }
+        // Another kind with a selector of the same name is not a Service.
+        let deployment = item();
+        let mut selecting = deployment.manifest.clone();
+        selecting["spec"]["selector"] = json!({"matchLabels": {"app": "nats"}});
+        assert!(!loses_its_selector(
+            &deployment,
+            &projected(&deployment, &selecting)
+        ));
+    }
+
+    #[test]
+    fn a_bridge_slice_is_stamped_with_its_trigger_time_and_not_rewritten_for_it() {
+        let ctx = test_context("db", "platform", json!({}));
+        let slice = |address: &str| {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "db-1", "labels": {"kubernetes.io/service-name": "db"}},
+                   "addressType": "IPv4", "ports": [{"name": "postgres", "port": 5432}],
+                   "endpoints": [{"addresses": [address]}]})
+        };
+        let render = |address: &str| {
+            render_manifest("Manifests", &slice(address), &ctx, &Scopes::default())
+                .expect("renders")
+        };
+        let first = render("192.0.2.10");
+        let stamped = first.manifest["metadata"]["annotations"][TRIGGER_TIME_ANNOTATION]
+            .as_str()
+            .expect("a trigger time");
+        assert!(stamped.parse::<jiff::Timestamp>().is_ok(), "{stamped}");
+        // Rendered again later: another time, the same digest; the live slice stands.
+        let mut live = first.manifest.clone();
+        live["metadata"]["annotations"][TRIGGER_TIME_ANNOTATION] = json!("2020-01-01T00:00:00Z");
+        live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
+        let again = render("192.0.2.10");
+        assert_eq!(again.digest, first.digest);
+        assert!(unchanged(&again, &live, &projected(&again, &live)));
+        // Another address: another digest, written with a fresh stamp.
+        let other = render("192.0.2.11");
+        assert!(!unchanged(&other, &live, &projected(&other, &live)));
     }
 
     #[test]

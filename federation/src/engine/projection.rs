@@ -104,7 +104,7 @@ pub struct Managed {
 /// The state of an object of a kind whose state the live status reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum State {
-    /// Nothing of it but its metadata is read (a Service, a ConfigMap, a custom resource, ...).
+    /// Nothing of it but its metadata is read (a ConfigMap, a custom resource, ...).
     #[default]
     Other,
     /// A Deployment, StatefulSet, ReplicaSet or ReplicationController.
@@ -115,6 +115,11 @@ pub enum State {
         suspend: bool,
     },
     Pod(Box<Pod>),
+    /// A Service: whether its `spec.selector` selects anything (a bridge replacing it takes the
+    /// selector away, and the endpoints its controllers kept for it go too).
+    Service {
+        selects: bool,
+    },
 }
 
 /// A workload with `spec.replicas`, and what its controller reports.
@@ -321,6 +326,15 @@ impl Projection {
             ("batch", "Job") => State::Job(Box::new(job(&reader)?)),
             ("batch", "CronJob") => State::CronJob {
                 suspend: reader.truth("/spec/suspend")?,
+            },
+            ("", "Service") => State::Service {
+                selects: match reader.at("/spec/selector") {
+                    None => false,
+                    Some(Value::Object(selector)) => !selector.is_empty(),
+                    Some(other) => {
+                        return Err(unprojectable("spec.selector", shape(other), "a map"));
+                    }
+                },
             },
             ("", "Pod") => State::Pod(Box::new(Pod {
                 revision_hash: label(CONTROLLER_REVISION_HASH).filter(|value| !value.is_empty()),
@@ -761,6 +775,29 @@ mod tests {
                 })),
             ),
             (
+                "a Service that selects Pods",
+                state(
+                    "v1",
+                    "Service",
+                    json!({"spec": {"selector": {"app": "db"}, "ports": [{"port": 5432}]}}),
+                ),
+                State::Service { selects: true },
+            ),
+            (
+                "a bridge: a Service without a selector",
+                state(
+                    "v1",
+                    "Service",
+                    json!({"spec": {"ports": [{"port": 5432}]}}),
+                ),
+                State::Service { selects: false },
+            ),
+            (
+                "an empty selector selects nothing",
+                state("v1", "Service", json!({"spec": {"selector": {}}})),
+                State::Service { selects: false },
+            ),
+            (
                 "a Secret: its data is never kept",
                 state(
                     "v1",
@@ -852,6 +889,12 @@ mod tests {
                 "CronJob",
                 json!({"spec": {"suspend": {}}}),
                 "spec.suspend is an object, where a scalar belongs",
+            ),
+            (
+                "v1",
+                "Service",
+                json!({"spec": {"selector": ["app=db"]}}),
+                "spec.selector is a list, where a map belongs",
             ),
         ];
         for (api_version, kind, object, message) in cases {

@@ -14,6 +14,14 @@ use crate::engine::kinds::{Scopes, default_api_version, workload_templates};
 use crate::engine::values::describe_value;
 use crate::error::{Error, Result};
 
+/// When the change an EndpointSlice carries was triggered, as the EndpointSlice controller
+/// stamps it: kube-proxy's `network_programming_duration_seconds` measures from it to the rules
+/// being programmed. comb stamps the EndpointSlices it writes (its bridges') at render time,
+/// after the digest, so an unchanged slice is neither rewritten nor re-stamped
+/// ([`crate::engine::deploy::unchanged`] looks past it) and a changed one says when comb
+/// wrote the change: kube-proxy's part of a switch, apart from comb's.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
 /// One rendered manifest and what the engine needs to know about it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RenderedItem {
@@ -127,9 +135,16 @@ pub fn render_manifest(
 
     let digest_annotation = ctx.settings.labels.digest_annotation();
     let digest = applied_digest(&object, digest_annotation);
+    let endpoint_slice = group == "discovery.k8s.io" && kind == "EndpointSlice";
     update_object(&mut object, "metadata", |metadata| {
         update_object(metadata, "annotations", |annotations| {
             annotations.insert(digest_annotation.to_string(), Value::String(digest.clone()));
+            if endpoint_slice && !annotations.contains_key(TRIGGER_TIME_ANNOTATION) {
+                annotations.insert(
+                    TRIGGER_TIME_ANNOTATION.to_string(),
+                    Value::String(trigger_time(jiff::Timestamp::now())),
+                );
+            }
         })
     });
 
@@ -143,6 +158,12 @@ pub fn render_manifest(
         digest,
         workload: templates.is_some(),
     })
+}
+
+/// A trigger time as Kubernetes writes it (RFC 3339 with nanoseconds, UTC), which kube-proxy
+/// parses.
+pub fn trigger_time(at: jiff::Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%M:%S%.fZ").to_string()
 }
 
 fn non_empty_str(value: Option<&Value>) -> Option<&str> {

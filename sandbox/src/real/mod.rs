@@ -7,9 +7,17 @@
 //! that serves the sandbox's `/_sandbox/` test controls and forwards everything else, so the
 //! kubeconfig, the contexts and the controls are the emulator's.
 //!
+//! LoadBalancer Services get ingress IPs from their cluster's pool ([`load_balancer`]), and each
+//! cluster has addresses of its own ([`addresses`]). With `--network` ([`network`]), packets
+//! flow too: kube-proxy, CoreDNS and a namespace per Pod, all in network namespaces of the
+//! sandbox.
+//!
 //! Every process stops when the sandbox is dropped or shut down, and when comb dies
 //! ([`process`]); the data directories are temporary.
 
+pub mod addresses;
+pub mod load_balancer;
+pub mod network;
 pub mod process;
 pub mod provisioner;
 pub mod proxy;
@@ -30,8 +38,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controls::Controls;
 use crate::error::{Error, Result};
+use crate::load_balancer::LoadBalancerPool;
 use crate::sandbox::{ExtraContext, sandbox_kubeconfig, serve};
 use crate::tls::Authority;
+use addresses::{ClusterAddresses, SERVICE_CIDR};
+use network::dns::ExternalNames;
+use network::{Attach, ClusterNetwork, NetworkOptions, Router};
 use process::Component;
 use proxy::{ApiClient, api_client, forwarding_router};
 
@@ -40,6 +52,8 @@ pub const KUBE_VERSION: &str = "1.37.2";
 pub const ETCD_VERSION: &str = "3.6.16";
 pub const KWOK_VERSION: &str = "0.8.0";
 pub const HELM_VERSION: &str = "3.22.0";
+/// CoreDNS, the cluster DNS of the sandbox network.
+pub const COREDNS_VERSION: &str = "1.15.0";
 
 /// The binaries a cluster needs.
 pub const BINARIES: [&str; 5] = [
@@ -55,12 +69,9 @@ const KWOK_STAGES: &str = include_str!("kwok-stages.yaml");
 
 /// The fake node every Pod is scheduled to, named like the emulator's.
 pub const NODE_NAME: &str = "sandbox-node";
-const NODE_IP: &str = "172.18.0.2";
-const SERVICE_CIDR: &str = "10.96.0.0/16";
-const POD_CIDR: &str = "10.244.0.0/16";
 
 /// How long one cluster may take to come up (kube-apiserver's first start migrates storage).
-const START_LIMIT: Duration = Duration::from_secs(120);
+pub(crate) const START_LIMIT: Duration = Duration::from_secs(120);
 
 /// `$COMB_KUBE_BIN`, else `~/.cache/comb/kube/<versions>` (where `tests/kube/build` puts them).
 pub fn default_bin_dir() -> PathBuf {
@@ -73,7 +84,7 @@ pub fn default_bin_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
     cache.join("comb").join("kube").join(format!(
-        "k8s-v{KUBE_VERSION}_etcd-v{ETCD_VERSION}_kwok-v{KWOK_VERSION}_helm-v{HELM_VERSION}"
+        "k8s-v{KUBE_VERSION}_etcd-v{ETCD_VERSION}_kwok-v{KWOK_VERSION}_helm-v{HELM_VERSION}_coredns-v{COREDNS_VERSION}"
     ))
 }
 
@@ -96,6 +107,20 @@ pub fn available_or_skip(test: &str) -> bool {
         return true;
     };
     record_skip(&format!("{test}: skipped on the real backend: {missing}"));
+    false
+}
+
+/// For tests of the sandbox network: whether it can run here (the real backend's binaries,
+/// kube-proxy and CoreDNS, root, the proxy mode's tool, the identity server), saying why not as
+/// [`available_or_skip`] does.
+pub fn network_available_or_skip(test: &str, options: &NetworkOptions, clusters: usize) -> bool {
+    let bin_dir = default_bin_dir();
+    let missing =
+        missing_binary(&bin_dir).or_else(|| network::unavailable(&bin_dir, options, clusters));
+    let Some(missing) = missing else {
+        return true;
+    };
+    record_skip(&format!("{test}: skipped, no sandbox network: {missing}"));
     false
 }
 
@@ -122,6 +147,8 @@ pub struct RealOptions {
     pub clusters: Vec<String>,
     pub contexts: Vec<ExtraContext>,
     pub bin_dir: PathBuf,
+    /// Packets too: kube-proxy, CoreDNS and a network namespace per Pod ([`network`]).
+    pub network: Option<NetworkOptions>,
 }
 
 /// One running real cluster.
@@ -133,6 +160,7 @@ pub struct RealCluster {
     /// kube-apiserver itself, behind the proxy.
     api_url: String,
     controls: Controls,
+    network: Option<Arc<ClusterNetwork>>,
 }
 
 impl std::fmt::Debug for RealCluster {
@@ -160,6 +188,10 @@ impl RealCluster {
     pub fn controls(&self) -> &Controls {
         &self.controls
     }
+    /// The cluster's part of the sandbox network, when it has one.
+    pub fn network(&self) -> Option<&Arc<ClusterNetwork>> {
+        self.network.as_ref()
+    }
 }
 
 /// Running real clusters; everything stops on [`RealSandbox::shutdown`] or drop.
@@ -172,6 +204,8 @@ pub struct RealSandbox {
     components: Vec<Component>,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
+    /// Held so that the router's namespace lives as long as the clusters'.
+    _router: Option<Arc<Router>>,
     _dir: tempfile::TempDir,
 }
 
@@ -196,6 +230,18 @@ impl RealSandbox {
         if let Some(missing) = missing_binary(&options.bin_dir) {
             return Err(missing);
         }
+        if options.clusters.len() > addresses::MAX_CLUSTERS {
+            return Err(Error::TooManyClusters {
+                count: options.clusters.len(),
+                max: addresses::MAX_CLUSTERS,
+            });
+        }
+        if let Some(network) = &options.network
+            && let Some(unavailable) =
+                network::unavailable(&options.bin_dir, network, options.clusters.len())
+        {
+            return Err(unavailable);
+        }
         let dir = tempfile::Builder::new()
             .prefix("comb-kube-")
             .tempdir()
@@ -207,14 +253,33 @@ impl RealSandbox {
         let token = uuid::Uuid::new_v4().simple().to_string();
         let client = api_client(authority.der())?;
         let shutdown = CancellationToken::new();
-        let starts = options.clusters.iter().map(|name| {
+        let router = match &options.network {
+            Some(network) => Some(Router::start(dir.path(), network).await?),
+            None => None,
+        };
+        let names = match &router {
+            Some(router) => router.names(),
+            None => {
+                let path = dir.path().join("external.hosts");
+                Arc::new(
+                    ExternalNames::new(path.clone()).map_err(|source| Error::Io {
+                        what: format!("writing {}", path.display()),
+                        source,
+                    })?,
+                )
+            }
+        };
+        let starts = options.clusters.iter().enumerate().map(|(index, name)| {
             let setup = ClusterSetup {
                 name: name.clone(),
+                index,
                 dir: dir.path().join(name),
                 bin_dir: options.bin_dir.clone(),
                 authority: authority.clone(),
                 token: token.clone(),
                 client: client.clone(),
+                router: router.clone(),
+                names: names.clone(),
             };
             let shutdown = shutdown.clone();
             async move { setup.start(shutdown).await }
@@ -244,6 +309,7 @@ impl RealSandbox {
             components,
             shutdown,
             tasks,
+            _router: router,
             _dir: dir,
         };
         match first_error {
@@ -336,6 +402,9 @@ impl RealSandbox {
 
     /// Stops the proxies and every process, and waits for them.
     pub async fn shutdown(mut self) {
+        for network in self.clusters.iter().filter_map(|c| c.network.as_ref()) {
+            network.shutdown().await;
+        }
         self.shutdown.cancel();
         for task in std::mem::take(&mut self.tasks) {
             let _ = task.await;
@@ -364,11 +433,15 @@ impl Drop for RealSandbox {
 /// What starting one cluster needs.
 struct ClusterSetup {
     name: String,
+    /// Its place in `--clusters`, which decides its addresses.
+    index: usize,
     dir: PathBuf,
     bin_dir: PathBuf,
     authority: Arc<Authority>,
     token: String,
     client: ApiClient,
+    router: Option<Arc<Router>>,
+    names: Arc<ExternalNames>,
 }
 
 struct Started {
@@ -568,8 +641,8 @@ impl ClusterSetup {
                 format!("--config={}", path(&stages)),
                 "--manage-all-nodes=false".into(),
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
-                format!("--cidr={POD_CIDR}"),
-                format!("--node-ip={NODE_IP}"),
+                format!("--cidr={}", self.addresses()?.pod_cidr),
+                format!("--node-ip={}", self.addresses()?.node_ip),
                 // The node keeps Ready by renewing its Lease; without it, kube-controller-manager
                 // marks the node NotReady after 40 s and its Pods unready.
                 "--node-lease-duration-seconds=40".into(),
@@ -606,6 +679,34 @@ impl ClusterSetup {
         )
         .await?;
 
+        let kube_client = self.kube_client(&api_url)?;
+        let (first, last) = self.addresses()?.load_balancer_pool;
+        tokio::spawn(load_balancer::run(
+            self.name.clone(),
+            kube_client.clone(),
+            LoadBalancerPool::new(first, last),
+            self.names.clone(),
+            shutdown.clone(),
+        ));
+        let network = match &self.router {
+            Some(router) => Some(
+                ClusterNetwork::start(
+                    router.clone(),
+                    Attach {
+                        name: &self.name,
+                        index: self.index,
+                        dir: &self.dir,
+                        bin_dir: &self.bin_dir,
+                        kubeconfig: &kubeconfig,
+                        api_port,
+                        client: kube_client,
+                    },
+                )
+                .await?,
+            ),
+            None => None,
+        };
+
         let controls = Controls::new();
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
@@ -617,9 +718,8 @@ impl ClusterSetup {
             cluster: self.name.clone(),
             source,
         })?;
-        let router = controls.wrap(forwarding_router(
-            self.client.clone(),
-            format!("127.0.0.1:{api_port}"),
+        let router = network::control(network.clone()).fallback_service(controls.wrap(
+            forwarding_router(self.client.clone(), format!("127.0.0.1:{api_port}")),
         ));
         let acceptor = TlsAcceptor::from(self.authority.server_config()?);
         tokio::spawn(provisioner::run(
@@ -635,9 +735,33 @@ impl ClusterSetup {
                 url: format!("https://{address}"),
                 api_url,
                 controls,
+                network,
             },
             proxy,
         ))
+    }
+
+    fn addresses(&self) -> Result<ClusterAddresses> {
+        ClusterAddresses::of(self.index).ok_or(Error::TooManyClusters {
+            count: self.index + 1,
+            max: addresses::MAX_CLUSTERS,
+        })
+    }
+
+    /// A client of the kube-apiserver itself (not through the proxy, whose controls count and
+    /// fault the requests of the code under test).
+    fn kube_client(&self, api_url: &str) -> Result<kube::Client> {
+        let url = api_url.parse().map_err(|error| Error::Io {
+            what: format!("parsing the API URL {api_url}"),
+            source: std::io::Error::other(error),
+        })?;
+        let mut config = kube::Config::new(url);
+        config.root_cert = Some(vec![self.authority.der().to_vec()]);
+        config.auth_info.token = Some(self.token.clone().into());
+        kube::Client::try_from(config).map_err(|error| Error::Io {
+            what: format!("building a client of cluster {}", self.name),
+            source: std::io::Error::other(error),
+        })
     }
 
     /// Polls `ready` until it holds; fails at once when the component `index` exited, and after

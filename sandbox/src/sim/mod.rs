@@ -31,7 +31,9 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::real::addresses::{ClusterAddresses, MAX_CLUSTERS};
 use crate::sandbox::{ClusterExtension, ClusterHandle, SandboxOptions};
+use std::net::Ipv4Addr;
 
 /// How the simulated cluster behaves in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ pub struct SimConfig {
     /// The first crash-loop back-off; it doubles per restart up to 30 times this (10s -> 5m0s,
     /// as the kubelet does).
     pub crash_backoff: Duration,
+    /// Where LoadBalancer Services get their ingress IP (first, last): the pool of the real
+    /// backend's cluster in the same place of `--clusters` ([`crate::real::addresses`]).
+    pub load_balancer_pool: (Ipv4Addr, Ipv4Addr),
 }
 
 impl Default for SimConfig {
@@ -49,8 +54,17 @@ impl Default for SimConfig {
         SimConfig {
             pod_ready_delay: Duration::from_secs(1),
             crash_backoff: Duration::from_secs(10),
+            load_balancer_pool: load_balancer_pool(0),
         }
     }
+}
+
+/// The LoadBalancer pool of the cluster at `index` of `--clusters`; the real backend places
+/// [`MAX_CLUSTERS`] clusters, the emulator starts over after them (it has no data path).
+fn load_balancer_pool(index: usize) -> (Ipv4Addr, Ipv4Addr) {
+    ClusterAddresses::of(index % MAX_CLUSTERS)
+        .map(|addresses| addresses.load_balancer_pool)
+        .unwrap_or((Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(192, 0, 2, 62)))
 }
 
 /// The simulated cluster as a sandbox extension: each cluster gets its own simulation, with
@@ -77,9 +91,15 @@ impl ClusterExtension for Simulation {
         options: &SandboxOptions,
         shutdown: CancellationToken,
     ) -> Vec<JoinHandle<()>> {
+        let index = options
+            .clusters
+            .iter()
+            .position(|name| name == cluster.name())
+            .unwrap_or(0);
         let config = SimConfig {
             pod_ready_delay: options.pod_ready_delay,
             crash_backoff: self.crash_backoff,
+            load_balancer_pool: load_balancer_pool(index),
         };
         let ca_pem = match cluster.ca_pem() {
             Some(pem) => pem.to_string(),

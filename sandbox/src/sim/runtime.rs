@@ -118,7 +118,7 @@ impl Simulation {
             timers: BinaryHeap::new(),
             timer_of: HashMap::new(),
             own_writes: HashMap::new(),
-            addresses: Addresses::default(),
+            addresses: Addresses::new(config.load_balancer_pool),
             pod_ips: Pool::new(ip(10, 244, 0, 2), ip(10, 244, 255, 254)),
             pending_ips: HashMap::new(),
             selectors: HashMap::new(),

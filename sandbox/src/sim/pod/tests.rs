@@ -11,6 +11,7 @@ fn config(ready_delay_secs: u64) -> SimConfig {
     SimConfig {
         pod_ready_delay: Duration::from_secs(ready_delay_secs),
         crash_backoff: Duration::from_secs(10),
+        ..SimConfig::default()
     }
 }
 
