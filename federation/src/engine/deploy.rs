@@ -73,11 +73,19 @@ pub async fn deploy(
         {
             unselected.push(item);
         }
-        if let Some(object) = &live_object {
-            if unchanged_since_apply(item, object, ops.as_applied(&resource).as_ref()) {
-                applied.push(object.clone());
-                continue;
-            }
+        if let Some(object) = &live_object
+            && unchanged_since_apply(item, object, ops.as_applied(&resource).as_ref())
+        {
+            applied.push(object.clone());
+            continue;
+        }
+        // Another digest, a stop's fields, a Job to create anew, or not comb's yet: no field of
+        // the whole object would make it stand, so it is applied without reading it (an edit's
+        // apply goes out at once). A copy the watch has not brought up to date costs at worst an
+        // apply that changes nothing, as the read would have cost a request.
+        if let Some(object) = &live_object
+            && stands_applied(item, object)
+        {
             // What comb knows of it cannot tell every field: the whole object, read once; then
             // comb's fields are remembered as standing.
             let whole = match ops.get_whole(&resource).await {
