@@ -150,8 +150,6 @@ words! {
         UpstreamForbidden,
         Maintenance,
         // The controller's own: steps that record no status, and its Events.
-        /// The kept copy of the CR did not decode and reading it again failed.
-        ReadFailed,
         /// Adding or removing comb's finalizer failed.
         FinalizerFailed,
         /// Deleting a Comb's objects failed; the finalizer stays.

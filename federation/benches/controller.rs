@@ -44,7 +44,9 @@
 //! COMB_BENCH_EDIT_COMBS 20 / 5, COMB_BENCH_WORKERS 8, COMB_BENCH_RSS `1000,3000` / `150` (add
 //! 10000 for the figure; empty for none), COMB_BENCH_PHASES `edit,converge,plain,rss`
 //! (any subset; plain needs converge). COMB_BENCH_LOGS=DIR keeps each controller's log there,
-//! COMB_BENCH_RUST_LOG sets its RUST_LOG (default `warn`).
+//! COMB_BENCH_RUST_LOG sets its RUST_LOG (default `warn`). COMB_BENCH_AGAINST=PATH runs the
+//! edit phase of that other build of `comb` too, in turns with this one's on the same settled
+//! Combs (this, other, other, this), and prints its figures beside: an A/B in one run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -94,6 +96,8 @@ struct Settings {
     workers: usize,
     rss_sizes: Vec<usize>,
     phases: Vec<String>,
+    /// Another build of `comb` (`COMB_BENCH_AGAINST`) whose edit phase runs beside this one's.
+    against: Option<PathBuf>,
     /// How long the API servers must see no request of the controller to call it quiet.
     quiet: Duration,
     /// The longest any wait may take.
@@ -144,6 +148,9 @@ impl Settings {
                 .split(',')
                 .map(|phase| phase.trim().to_string())
                 .collect(),
+            against: std::env::var_os("COMB_BENCH_AGAINST")
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from),
             quiet: if kube {
                 Duration::from_secs(3)
             } else {
@@ -195,6 +202,16 @@ struct ControllerProcess {
 
 impl ControllerProcess {
     async fn start(world: &World, resync: Duration, workers: usize) -> Result<ControllerProcess> {
+        Self::start_build(comb_testkit::bin::comb_path(), world, resync, workers).await
+    }
+
+    /// `comb run` of the build at `comb`.
+    async fn start_build(
+        comb: &Path,
+        world: &World,
+        resync: Duration,
+        workers: usize,
+    ) -> Result<ControllerProcess> {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig.yaml");
         world.write_kubeconfig(&kubeconfig);
@@ -209,7 +226,7 @@ impl ControllerProcess {
         // A port free a moment ago: comb's own listener on port 0 would say its port only in a
         // log line at INFO.
         let admin = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let mut command = tokio::process::Command::from(comb_testkit::comb());
+        let mut command = tokio::process::Command::new(comb);
         command
             .arg("run")
             .arg("--config")
@@ -720,12 +737,10 @@ async fn managed_per_resource(world: &World) -> Result<BTreeMap<String, u64>> {
 
 #[derive(Default)]
 struct Figures {
-    reaction: Vec<Duration>,
-    /// The requests of every edit, one after the other.
-    edits: Vec<Requests>,
-    /// The floor of all the edits together: one Deployment write each, and the transitions
-    /// comb recorded for them.
-    edit_floor: Floor,
+    /// This build's edits.
+    edits: Edits,
+    /// `COMB_BENCH_AGAINST`'s build's edits, in the same run.
+    against: Option<Edits>,
     convergence: Option<(Requests, Duration)>,
     /// The floor of the convergence: the objects the Combs record, their finalizers and the
     /// transitions comb recorded until every Comb was Running.
@@ -743,95 +758,152 @@ struct Settled {
     buckets: Vec<u64>,
 }
 
+/// The edits of one build: the reaction to each, and every request along the chain.
+#[derive(Default)]
+struct Edits {
+    reaction: Vec<Duration>,
+    requests: Vec<Requests>,
+    /// The floor of all of them together: one Deployment write each, and the transitions
+    /// comb recorded for them (a build without `comb_transitions_total` records none).
+    floor: Floor,
+}
+
+/// The edit phase: on one world of settled Combs, the edits of this build, and with
+/// `COMB_BENCH_AGAINST` those of the other build too, in turns (this, other, other, this), each
+/// turn a fresh controller settled before its edits: both builds see the same Combs, servers
+/// and load, so that their reactions compare.
 async fn edit_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
     let world = clusters(settings, true).await;
     let count = settings.edit_combs;
     create_combs(&world, &[0; 3], &[count; 3]).await?;
-    let mut controller =
-        ControllerProcess::start(&world, Duration::from_secs(3600), settings.workers).await?;
-    controller
-        .guard(within(
-            settings.deadline,
-            "the edit phase's Combs Running",
-            all_running(&world, &[count; 3]),
-        ))
+    let this = comb_testkit::bin::comb_path();
+    let turns: Vec<(bool, &Path)> = match &settings.against {
+        None => vec![(false, this)],
+        Some(other) => vec![
+            (false, this),
+            (true, other.as_path()),
+            (true, other.as_path()),
+            (false, this),
+        ],
+    };
+    let turns_per_build = if settings.against.is_some() { 2 } else { 1 };
+    let per_turn = settings.edits.div_ceil(turns_per_build);
+    let mut against = Edits::default();
+    let mut edit = 0;
+    for (turn, (other, comb)) in turns.into_iter().enumerate() {
+        let mut controller = ControllerProcess::start_build(
+            comb,
+            &world,
+            Duration::from_secs(3600),
+            settings.workers,
+        )
         .await?;
-    controller.guard(quiet(&world, settings.quiet)).await?;
-    let prod = observed_combs(&world, "prod", "platform").await;
-    let deployments: Api<Deployment> = Api::namespaced(world.observer("prod").await, "platform");
-    for edit in 0..settings.edits {
-        let name = comb_name(edit % count);
-        let image = format!("nginx:edit-{edit}");
-        let watch = watcher::watcher(
-            deployments.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={name}")),
-        );
-        futures::pin_mut!(watch);
-        // The watch has listed before the edit, so that only the edit's effect is timed.
-        while let Some(event) = watch.try_next().await? {
-            if matches!(event, Event::InitDone) {
-                break;
-            }
-        }
-        reset(&world);
-        let transitions_before = controller.transitions().await?;
-        let started = Instant::now();
-        let edited = prod
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"config": {"manifests": manifests(&name, &image)}}})),
-            )
-            .await?;
-        let generation = edited.metadata.generation.unwrap_or_default();
-        let applied = controller
-            .guard(within(Duration::from_secs(60), "the edit applied", async {
-                while let Some(event) = watch.try_next().await? {
-                    if let Event::Apply(deployment) = event {
-                        let image_now = deployment
-                            .spec
-                            .template
-                            .spec
-                            .as_ref()
-                            .and_then(|spec| spec.containers.first())
-                            .and_then(|container| container.image.as_deref());
-                        if image_now == Some(image.as_str()) {
-                            return Ok(started.elapsed());
-                        }
-                    }
-                }
-                bail!("the watch ended")
-            }))
-            .await?;
-        figures.reaction.push(applied);
-        // The chain is done when prod's Comb records the edit Running and nobody writes more.
         controller
             .guard(within(
-                Duration::from_secs(120),
-                "the edit settled",
-                async {
-                    loop {
-                        let comb = prod.get(&name).await?;
-                        let observed = comb
-                            .status
-                            .as_ref()
-                            .and_then(|status| status.observed_generation)
-                            .unwrap_or_default();
-                        if observed >= generation && phase_of(&comb) == Some("Running") {
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
-                    quiet(&world, settings.quiet).await
-                },
+                settings.deadline,
+                "the edit phase's Combs Running",
+                all_running(&world, &[count; 3]),
             ))
             .await?;
-        figures.edits.push(Requests::collect(&world));
-        let recorded = controller.transitions().await?.since(&transitions_before);
-        figures.edit_floor.add_edit("deployments.apps", recorded);
+        controller.guard(quiet(&world, settings.quiet)).await?;
+        let into = if other {
+            &mut against
+        } else {
+            &mut figures.edits
+        };
+        for _ in 0..per_turn {
+            edit_once(settings, &world, &mut controller, edit, into).await?;
+            edit += 1;
+        }
+        controller.stop(&format!("edit-{turn}")).await?;
     }
-    controller.stop("edit").await?;
+    if settings.against.is_some() {
+        figures.against = Some(against);
+    }
     world.shutdown().await;
+    Ok(())
+}
+
+/// Edits the image of one prod Comb (the `edit`th edit): the time until a watch sees the
+/// Deployment with the new image, and every request until the chain is quiet again.
+async fn edit_once(
+    settings: &Settings,
+    world: &World,
+    controller: &mut ControllerProcess,
+    edit: usize,
+    into: &mut Edits,
+) -> Result<()> {
+    let prod = observed_combs(world, "prod", "platform").await;
+    let deployments: Api<Deployment> = Api::namespaced(world.observer("prod").await, "platform");
+    let name = comb_name(edit % settings.edit_combs);
+    let image = format!("nginx:edit-{edit}");
+    let watch = watcher::watcher(
+        deployments,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    futures::pin_mut!(watch);
+    // The watch has listed before the edit, so that only the edit's effect is timed.
+    while let Some(event) = watch.try_next().await? {
+        if matches!(event, Event::InitDone) {
+            break;
+        }
+    }
+    reset(world);
+    let transitions_before = controller.transitions().await?;
+    let started = Instant::now();
+    let edited = prod
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"manifests": manifests(&name, &image)}}})),
+        )
+        .await?;
+    let generation = edited.metadata.generation.unwrap_or_default();
+    let applied = controller
+        .guard(within(Duration::from_secs(60), "the edit applied", async {
+            while let Some(event) = watch.try_next().await? {
+                if let Event::Apply(deployment) = event {
+                    let image_now = deployment
+                        .spec
+                        .template
+                        .spec
+                        .as_ref()
+                        .and_then(|spec| spec.containers.first())
+                        .and_then(|container| container.image.as_deref());
+                    if image_now == Some(image.as_str()) {
+                        return Ok(started.elapsed());
+                    }
+                }
+            }
+            bail!("the watch ended")
+        }))
+        .await?;
+    into.reaction.push(applied);
+    // The chain is done when prod's Comb records the edit Running and nobody writes more.
+    controller
+        .guard(within(
+            Duration::from_secs(120),
+            "the edit settled",
+            async {
+                loop {
+                    let comb = prod.get(&name).await?;
+                    let observed = comb
+                        .status
+                        .as_ref()
+                        .and_then(|status| status.observed_generation)
+                        .unwrap_or_default();
+                    if observed >= generation && phase_of(&comb) == Some("Running") {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                quiet(world, settings.quiet).await
+            },
+        ))
+        .await?;
+    into.requests.push(Requests::collect(world));
+    let recorded = controller.transitions().await?.since(&transitions_before);
+    into.floor.add_edit("deployments.apps", recorded);
     Ok(())
 }
 
@@ -1247,8 +1319,8 @@ fn report(settings: &Settings, figures: &Figures) {
 
     // Requests by verb and resource.
     let settled = figures.settled.as_ref();
-    let edits = all_edits(&figures.edits);
-    let edit_count = figures.edits.len();
+    let edits = all_edits(&figures.edits.requests);
+    let edit_count = figures.edits.requests.len();
     let columns: Vec<(String, BTreeMap<String, u64>, usize)> = [
         figures
             .convergence
@@ -1345,7 +1417,7 @@ fn report(settings: &Settings, figures: &Figures) {
         (edit_count > 0).then(|| {
             (
                 format!("one prod image edit (mean of {edit_count})"),
-                &figures.edit_floor,
+                &figures.edits.floor,
                 &edits,
                 edit_count,
             )
@@ -1449,31 +1521,12 @@ fn report(settings: &Settings, figures: &Figures) {
             }
         );
     }
-    if edit_count > 0 {
-        let writes: Vec<u64> = figures
-            .edits
-            .iter()
-            .map(|e| e.count(Class::Write))
-            .collect();
-        let reads: Vec<u64> = figures.edits.iter().map(|e| e.count(Class::Read)).collect();
-        println!(
-            "| one prod image edit along the chain ({edit_count} edits, {} Combs per layer) | writes mean {}, max {}; reads mean {}, max {}; answers >= 400: {} |",
-            settings.edit_combs,
-            per(writes.iter().sum(), edit_count),
-            writes.iter().max().copied().unwrap_or(0),
-            per(reads.iter().sum(), edit_count),
-            reads.iter().max().copied().unwrap_or(0),
-            failures(&edits)
-        );
-    }
-    if !figures.reaction.is_empty() {
-        let mut sorted = figures.reaction.clone();
-        sorted.sort();
-        println!(
-            "| reaction (CR edit -> watch sees the Deployment) | median {}, p90 {}, max {} |",
-            millis(percentile(&sorted, 0.5)),
-            millis(percentile(&sorted, 0.9)),
-            millis(percentile(&sorted, 1.0))
+    print_edits(settings, "", &figures.edits);
+    if let (Some(against), Some(path)) = (&figures.against, &settings.against) {
+        print_edits(
+            settings,
+            &format!(" of `COMB_BENCH_AGAINST` ({})", path.display()),
+            against,
         );
     }
     if let Some((rss, hwm)) = figures.converged_memory {
@@ -1505,6 +1558,42 @@ fn report(settings: &Settings, figures: &Figures) {
             rss as f64 / 1024.0,
             hwm as f64 / 1024.0,
             seconds(converged)
+        );
+    }
+}
+
+/// The edit phase's rows of one build (`whose` tells which, after the figure's name).
+fn print_edits(settings: &Settings, whose: &str, edits: &Edits) {
+    let count = edits.requests.len();
+    if count > 0 {
+        let writes: Vec<u64> = edits
+            .requests
+            .iter()
+            .map(|e| e.count(Class::Write))
+            .collect();
+        let reads: Vec<u64> = edits
+            .requests
+            .iter()
+            .map(|e| e.count(Class::Read))
+            .collect();
+        println!(
+            "| one prod image edit along the chain{whose} ({count} edits, {} Combs per layer) | writes mean {}, max {}; reads mean {}, max {}; answers >= 400: {} |",
+            settings.edit_combs,
+            per(writes.iter().sum(), count),
+            writes.iter().max().copied().unwrap_or(0),
+            per(reads.iter().sum(), count),
+            reads.iter().max().copied().unwrap_or(0),
+            failures(&all_edits(&edits.requests))
+        );
+    }
+    if !edits.reaction.is_empty() {
+        let mut sorted = edits.reaction.clone();
+        sorted.sort();
+        println!(
+            "| reaction{whose} (CR edit -> watch sees the Deployment) | median {}, p90 {}, max {} |",
+            millis(percentile(&sorted, 0.5)),
+            millis(percentile(&sorted, 0.9)),
+            millis(percentile(&sorted, 1.0))
         );
     }
 }

@@ -7,7 +7,6 @@
 //! `BridgeFailed`).
 
 use comb_kubeconfigs::describe_error;
-use serde_json::Value;
 
 /// Everything that can go wrong in comb-federation.
 #[derive(Debug, thiserror::Error)]
@@ -33,12 +32,10 @@ pub enum Error {
     #[error("{0}")]
     Bridge(String),
 
-    /// A deploy that failed (reference category `deploy`), with the objects stored before it.
+    /// A deploy that failed (reference category `deploy`), with how many objects (the first
+    /// ones, in manifest order) were stored before it.
     #[error("{message}")]
-    Deploy {
-        message: String,
-        applied: Vec<Value>,
-    },
+    Deploy { message: String, applied: usize },
 
     /// Reading or writing the status failed.
     #[error("{0}")]
@@ -80,10 +77,11 @@ pub enum Error {
     #[error("{0}")]
     Webhook(String),
 
-    /// A copy the controller kept packed (a watched object, a Comb's spec or status) does not
-    /// come back; the reader does without it, never with an empty one.
+    /// An object whose fields comb reads hold something no reading gives a value to (an object
+    /// where a number belongs): it is never read as if they were missing. Names the object and
+    /// the field.
     #[error("{0}")]
-    Undecodable(String),
+    Unprojectable(String),
 }
 
 impl Error {
@@ -127,7 +125,7 @@ impl Error {
             Error::Config(_) => "config",
             Error::Controller(_) => "controller",
             Error::Webhook(_) => "webhook",
-            Error::Undecodable(_) => "undecodable",
+            Error::Unprojectable(_) => "unprojectable",
         }
     }
 }

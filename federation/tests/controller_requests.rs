@@ -389,5 +389,8 @@ async fn an_edit_writes_the_deployment_once_though_the_steps_read_from_the_watch
     let requests = world.kit.requests("prod");
     println!("an image edit until settled: {requests:?}");
     assert_eq!(deployment_writes(&requests), 1, "{requests:?}");
+    // The edited Deployment carries the old digest: nothing of it read from the server could
+    // make it stand, so the edit's apply goes out without a read.
+    assert_eq!(requests.get("get deployments.apps"), None, "{requests:?}");
     running.stop().await;
 }

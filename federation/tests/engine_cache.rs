@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
+use comb_api::LabelKeys;
 use comb_federation::engine::cache::ObjectCache;
+use comb_federation::engine::projection::CombSelector;
 use comb_federation::engine::reconcile::{StepEnv, UpstreamResolution, reconcile};
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
@@ -44,7 +46,7 @@ fn watch_config_maps(cluster: &Cluster, cache: Arc<ObjectCache>) -> tokio::task:
 #[tokio::test]
 async fn what_comb_knew_as_applied_goes_when_someone_else_deletes_the_object() {
     let cluster = Cluster::start().await;
-    let cache = Arc::new(ObjectCache::new("comb.internal/comb"));
+    let cache = Arc::new(ObjectCache::new(LabelKeys::default()));
     let watch = watch_config_maps(&cluster, cache.clone());
     let ops = cluster.ops.clone().with_cache(cache.clone());
     let resource = cluster.resource("v1", "ConfigMap", "nats-settings");
@@ -66,7 +68,10 @@ async fn what_comb_knew_as_applied_goes_when_someone_else_deletes_the_object() {
                     "v1",
                     "ConfigMap",
                     Some(cluster.ns()),
-                    "comb.internal/comb=nats",
+                    &CombSelector {
+                        name: "nats".into(),
+                        namespace: None,
+                    },
                 )
                 .is_some()
         })

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use comb_federation::engine::class::{CombClass, CombContext};
 use comb_federation::engine::deploy::deploy;
+use comb_federation::engine::projection::State;
 use comb_federation::engine::reconcile::UpstreamResolution;
 use comb_federation::error::{Error, Result};
 use comb_testkit::engine::*;
@@ -173,7 +174,7 @@ async fn deploy_without_live_objects_reads_them_first() {
         message,
         "reading the live objects failed: Kubernetes API error (list Deployment): 500 InternalError: boom"
     );
-    assert!(applied.is_empty());
+    assert_eq!(applied, 0);
     assert!(cluster.peek("v1", "Service", "nats").await.is_none());
 
     // Applied in manifest order; each kind read once, to write only what changed.
@@ -181,8 +182,11 @@ async fn deploy_without_live_objects_reads_them_first() {
     let stored = deploy(&cluster.ops, comb.context(), &items, None)
         .await
         .unwrap();
-    let kinds: Vec<&str> = stored.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["Service", "Deployment"]);
+    let workloads: Vec<bool> = stored
+        .iter()
+        .map(|o| matches!(o.state, State::Replicated(_)))
+        .collect();
+    assert_eq!(workloads, [false, true], "the Service, then the Deployment");
     let requests = cluster.requests();
     assert_eq!(requests.get("list deployments.apps"), Some(&1));
     assert_eq!(requests.get("list services"), Some(&1));

@@ -361,7 +361,7 @@ async fn changed_since_the_copies(
     labels: serde_json::Value,
 ) -> (CombInstance, KubeOps) {
     let comb = settled_with_config_maps(cluster, ["nats-kept", "nats-taken", "nats-touched"]).await;
-    let cache = ObjectCache::new("comb.internal/comb");
+    let cache = ObjectCache::new(LabelKeys::default());
     let scope = Some(cluster.ns());
     cache.list_started("v1", "ConfigMap", scope);
     for object in cluster

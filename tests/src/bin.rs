@@ -13,10 +13,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The path of the freshly built `comb`.
+/// The path of the freshly built `comb`, or of the binary `COMB_BIN` names (a benchmark
+/// comparing two builds runs each in turn, in the same conditions).
 pub fn comb_path() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| build("comb-federation", "comb"))
+    PATH.get_or_init(|| match std::env::var_os("COMB_BIN") {
+        Some(binary) => PathBuf::from(binary),
+        None => build("comb-federation", "comb"),
+    })
 }
 
 /// The path of the freshly built `comb-identity`, the server every Pod of the sandbox network

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombStatus, ManagedObject};
+use comb_api::{Comb, CombStatus, LabelKeys, ManagedObject};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombClass, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
@@ -67,8 +67,8 @@ impl Cluster {
         let client = world.client("test").await;
         let cluster = Cluster {
             ns: world.ns(NS),
-            ops: KubeOps::new(client.clone()),
-            observer: KubeOps::new(world.observer("test").await),
+            ops: KubeOps::new(client.clone(), LabelKeys::default()),
+            observer: KubeOps::new(world.observer("test").await, LabelKeys::default()),
             pool: world.pool.clone(),
             client,
             world,
@@ -207,7 +207,7 @@ impl Cluster {
     /// The object of `kind` named `name` in the test namespace (or cluster-scoped), if any.
     pub async fn get(&self, api_version: &str, kind: &str, name: &str) -> Option<Value> {
         self.ops
-            .get_opt(&self.resource(api_version, kind, name))
+            .get_whole(&self.resource(api_version, kind, name))
             .await
             .expect("get answers")
     }
@@ -243,7 +243,7 @@ impl Cluster {
     /// the kit's observer.
     pub async fn peek_list(&self, api_version: &str, kind: &str, selector: &str) -> Vec<Value> {
         self.observer
-            .list(api_version, kind, Some(&self.ns), selector)
+            .list_whole(api_version, kind, Some(&self.ns), selector)
             .await
             .expect("list answers")
     }
@@ -254,7 +254,7 @@ impl Cluster {
         self.observer.resource_type(api_version, kind).await.is_ok()
             && self
                 .observer
-                .list(api_version, kind, None, "")
+                .list_whole(api_version, kind, None, "")
                 .await
                 .is_ok()
     }

@@ -71,7 +71,7 @@ impl Layers {
     }
 
     pub async fn ops(&self, context: &str) -> KubeOps {
-        KubeOps::new(self.client(context).await)
+        KubeOps::new(self.client(context).await, comb_api::LabelKeys::default())
     }
 
     /// The test controls of a cluster (`prod` or `dev`).

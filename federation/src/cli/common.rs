@@ -209,7 +209,7 @@ impl Federation {
             .build(&located.comb, &self.config.settings(layer), &stubs)
             .await
             .with_context(|| format!("{} cannot be built", located.location))?;
-        let ops = KubeOps::new(self.client(layer).await?);
+        let ops = KubeOps::new(self.client(layer).await?, self.config.label_keys());
         let controlling = self.config.controlling_as_recorded(
             layer,
             comb.namespace(),

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 
 use comb_api::{Comb, LabelKeys, ManagedObject, OrphanResource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
-use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::engine::deploy::{Deletion, delete_as_decided};
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::projection::{CombSelector, Projection};
 use crate::engine::prune::DeleteVerdict;
 use crate::engine::tenancy::Tenancy;
 
@@ -158,7 +158,7 @@ async fn cleanup_recorded(
 async fn act_on(
     ops: &KubeOps,
     target: &ManagedObject,
-    live: &Value,
+    live: &Projection,
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
@@ -220,7 +220,10 @@ async fn cleanup_kind(
             );
             continue;
         }
-        let selector = keys.label_selector(name, namespace);
+        let selector = CombSelector {
+            name: name.to_string(),
+            namespace: Some(namespace.to_string()),
+        };
         let objects = match ops
             .list(&api_version, &orphan.kind, Some(namespace), &selector)
             .await
@@ -234,14 +237,11 @@ async fn cleanup_kind(
             }
         };
         for object in objects {
-            let Some(object_name) = object["metadata"]["name"].as_str() else {
-                continue;
-            };
             let target = ManagedObject {
                 api_version: api_version.clone(),
                 kind: orphan.kind.clone(),
                 namespace: Some(namespace.to_string()),
-                name: object_name.to_string(),
+                name: object.name.to_string(),
             };
             act_on(ops, &target, &object, keys, namespace, name, report).await;
         }

@@ -388,10 +388,8 @@ impl Shared {
     /// probes of its addresses; `None` while an address is not probed yet.
     fn serves(&self, peer: &Peer, fallback: &Fallback) -> Option<Result<(), String>> {
         let place = format!("Comb {}", peer.key);
-        let status = match peer.layer.kept_status(&peer.key) {
-            None => return Some(Err(format!("no {place}"))),
-            Some(Err(_)) => return Some(Err(format!("the status of {place} does not decode"))),
-            Some(Ok(status)) => status,
+        let Some(status) = peer.layer.kept_status(&peer.key) else {
+            return Some(Err(format!("no {place}")));
         };
         if let Err(why) = peer_serves(&place, status.as_ref()) {
             return Some(Err(why));
@@ -421,11 +419,7 @@ impl Shared {
                 }
                 let policy = &borrower.fallback.policy;
                 for peer in borrower.peers.iter().flatten() {
-                    let status = peer
-                        .layer
-                        .kept_status(&peer.key)
-                        .and_then(Result::ok)
-                        .flatten();
+                    let status = peer.layer.kept_status(&peer.key).flatten();
                     for address in bridge_addresses(status.as_ref(), peer.same_server) {
                         let fresh = probes.get(&address).is_some_and(|(at, _)| {
                             now.saturating_duration_since(*at) < policy.check_period()

@@ -3,12 +3,13 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use comb_api::{Comb, CombStatus};
+use comb_api::{Comb, CombSpec, CombStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::TypeMeta;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::events::Announced;
@@ -21,23 +22,22 @@ use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::pack::{Dictionary, UndecodableCopies};
 use crate::error::{Error, Result};
 
 /// kubectl apply's copy of what it applied, on every Comb a user applies.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// A Comb's CR as the layer keeps it between steps: its metadata as decoded (every watch event
-/// is compared with it), its spec and status as packed JSON text ([`Dictionary`]). A class's
-/// configuration (the manifests) is most of a Comb, and as `serde_json::Value`s it took several
-/// times its text (about 6 KiB of a two-manifest Comb); a decoded status with its conditions
-/// takes more than its text too, and a whole `Comb` is ~950 bytes before anything it points to.
-/// A step decodes the spec once when it takes the CR; the status is decoded where it is read.
+/// A Comb's CR as the layer keeps it between steps: typed, as decoded, but for the class's
+/// configuration (`spec.config`), which only the class reads when a step builds the Comb: it
+/// is kept as the JSON text it came as. The configuration (the manifests) is most of a Comb,
+/// and as `serde_json::Value`s it took several times its text (about 6 KiB of a
+/// two-manifest Comb).
 #[derive(Clone, Debug)]
 pub struct KeptComb {
     head: Head,
-    spec: Box<[u8]>,
-    status: Option<Box<[u8]>>,
+    spec: CombSpec,
+    config: Option<Box<RawValue>>,
+    status: Option<CombStatus>,
 }
 
 /// What is kept of a CR but its spec and status.
@@ -49,21 +49,18 @@ struct Head {
     status_error: Option<String>,
 }
 
-/// What the kept specs and statuses are packed against: the first of each this process kept.
-static SPECS: Dictionary = Dictionary::new();
-static STATUSES: Dictionary = Dictionary::new();
-
 impl KeptComb {
-    pub fn new(cr: Comb) -> KeptComb {
-        let spec = SPECS.pack(&kept_text(&cr.spec));
-        KeptComb::with_spec(cr, spec)
+    pub fn new(mut cr: Comb) -> KeptComb {
+        let config = cr.spec.config.take().map(|config| {
+            // A map with string keys always encodes; were it not to, the `null` kept fails to
+            // decode as a map when the Comb is built, which records BuildFailed (never an
+            // empty configuration).
+            serde_json::value::to_raw_value(&config).unwrap_or_else(|_| RawValue::NULL.to_owned())
+        });
+        KeptComb::with_spec(cr, config)
     }
 
-    fn with_spec(cr: Comb, spec: Box<[u8]>) -> KeptComb {
-        let status = cr
-            .status
-            .as_ref()
-            .map(|status| STATUSES.pack(&kept_text(status)));
+    fn with_spec(cr: Comb, config: Option<Box<RawValue>>) -> KeptComb {
         KeptComb {
             head: Head {
                 types: cr.types,
@@ -71,12 +68,16 @@ impl KeptComb {
                 spec_error: cr.spec_error,
                 status_error: cr.status_error,
             },
-            spec,
-            status,
+            spec: CombSpec {
+                config: None,
+                ..cr.spec
+            },
+            config,
+            status: cr.status,
         }
     }
 
-    /// A later version of the same CR: the packed spec is reused while the generation stays (a
+    /// A later version of the same CR: the kept spec is reused while the generation stays (a
     /// status write does not change the spec).
     fn next(&self, cr: Comb) -> KeptComb {
         let same_spec = cr.metadata.generation.is_some()
@@ -86,22 +87,35 @@ impl KeptComb {
         if !same_spec {
             return KeptComb::new(cr);
         }
-        KeptComb::with_spec(cr, self.spec.clone())
+        KeptComb {
+            spec: self.spec.clone(),
+            ..KeptComb::with_spec(cr, self.config.clone())
+        }
     }
 
-    /// The whole CR; an error when the kept spec or status does not decode (which the caller
-    /// reports, and never takes for a default spec or no status: a default spec renders
-    /// nothing, and its step would prune everything).
-    pub fn comb(&self) -> Result<Comb> {
+    /// The whole CR. A kept configuration that does not decode again (it cannot: comb wrote
+    /// its text) makes the spec fail to build, as a malformed spec does, never an empty one
+    /// (a Comb without its manifests would prune everything).
+    pub fn comb(&self) -> Comb {
         let head = &self.head;
-        Ok(Comb {
+        let (config, config_error) = match &self.config {
+            None => (None, None),
+            Some(text) => match serde_json::from_str(text.get()) {
+                Ok(config) => (Some(config), None),
+                Err(error) => (None, Some(format!("spec.config: {error}"))),
+            },
+        };
+        Comb {
             types: head.types.clone(),
             metadata: head.metadata.clone(),
-            spec: SPECS.unpack_json(&self.spec)?,
-            status: self.status()?,
-            spec_error: head.spec_error.clone(),
+            spec: CombSpec {
+                config,
+                ..self.spec.clone()
+            },
+            status: self.status.clone(),
+            spec_error: head.spec_error.clone().or(config_error),
             status_error: head.status_error.clone(),
-        })
+        }
     }
 
     pub fn metadata(&self) -> &ObjectMeta {
@@ -109,19 +123,9 @@ impl KeptComb {
     }
 
     /// The recorded status.
-    pub fn status(&self) -> Result<Option<CombStatus>> {
-        self.status
-            .as_deref()
-            .map(|packed| STATUSES.unpack_json(packed))
-            .transpose()
+    pub fn status(&self) -> Option<&CombStatus> {
+        self.status.as_ref()
     }
-}
-
-/// The JSON text a spec or status is kept as. Neither fails to encode (their maps have string
-/// keys); if one did, the empty text kept fails to decode and is reported when read, rather
-/// than passing for an empty spec or no status.
-fn kept_text(value: &impl Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_default()
 }
 
 /// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
@@ -150,19 +154,15 @@ pub struct CombEntry {
 }
 
 impl CombEntry {
-    /// The phase of [`CombEntry::recorded_status`], without decoding the status.
+    /// The phase of [`CombEntry::recorded_status`].
     pub fn recorded_phase(&self) -> Option<comb_api::Phase> {
-        match &self.unwritten {
-            Some(built) => built.comb.recorded_status().and_then(|s| s.phase.clone()),
-            None => self.signature.phase().cloned(),
-        }
+        self.recorded_status()?.phase.clone()
     }
 
-    /// What the Comb recorded last: the unwritten status, else the CR's (an error when the
-    /// kept status does not decode).
-    pub fn recorded_status(&self) -> Result<Option<CombStatus>> {
+    /// What the Comb recorded last: the unwritten status, else the CR's.
+    pub fn recorded_status(&self) -> Option<&CombStatus> {
         match &self.unwritten {
-            Some(built) => Ok(built.comb.recorded_status().cloned()),
+            Some(built) => built.comb.recorded_status(),
             None => self.cr.status(),
         }
     }
@@ -286,8 +286,6 @@ pub struct LayerRuntime {
     /// Whether this replica steps the layer (always, but with sharding while it holds the
     /// layer's Lease): what only the stepping replica does (Events of cycles) asks it.
     holding: AtomicBool,
-    /// Where a kept CR that does not decode is reported.
-    undecodable: Arc<UndecodableCopies>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -303,7 +301,6 @@ impl LayerRuntime {
         ops: KubeOps,
         borrow_env: BorrowEnv,
         queue: WorkQueue,
-        undecodable: Arc<UndecodableCopies>,
     ) -> LayerRuntime {
         LayerRuntime {
             index,
@@ -322,32 +319,7 @@ impl LayerRuntime {
                 listed_scopes: HashSet::new(),
             }),
             holding: AtomicBool::new(true),
-            undecodable,
         }
-    }
-
-    /// Reports the kept CR of `key` that does not decode (counted, logged once).
-    pub fn report_undecodable(&self, key: &CombKey, error: &Error) {
-        self.report_undecodable_copy("Comb", &key.namespace, &key.name, error);
-    }
-
-    /// Reports a copy of `kind` `namespace/name` of the layer's context that does not decode.
-    pub fn report_undecodable_copy(
-        &self,
-        kind: &str,
-        namespace: &str,
-        name: &str,
-        error: &dyn std::fmt::Display,
-    ) {
-        self.undecodable
-            .report(&self.layer.context, kind, namespace, name, error);
-    }
-
-    /// `decoded`, or `None` after reporting why the kept CR of `key` does not decode.
-    fn reported<T>(&self, key: &CombKey, decoded: Result<T>) -> Option<T> {
-        decoded
-            .inspect_err(|error| self.report_undecodable(key, error))
-            .ok()
     }
 
     pub fn is_holding(&self) -> bool {
@@ -429,18 +401,7 @@ impl LayerRuntime {
             };
             cr_trigger(Some(&kept), &cr, own_write)
         } else {
-            match entry.cr.comb() {
-                Ok(kept) => cr_trigger(Some(&kept), &cr, own_write),
-                // Nothing to compare with: the new version is a change, and replaces the copy.
-                Err(error) => {
-                    self.report_undecodable(key, &error);
-                    let kept = Comb {
-                        metadata: kept.clone(),
-                        ..Comb::default()
-                    };
-                    cr_trigger(Some(&kept), &cr, own_write).or(Some(Trigger::Changed))
-                }
-            }
+            cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
         };
         if trigger == Some(Trigger::Created) {
             // Another object under the same name: nothing of the old one applies.
@@ -487,42 +448,24 @@ impl LayerRuntime {
         lock(&self.store).contains_key(key)
     }
 
-    /// The CR of `key` as last seen; `None` when it is not known, or when the kept copy does
-    /// not decode (reported): the caller asks the API server, as for a CR it does not know.
+    /// The CR of `key` as last seen; `None` when it is not known.
     pub fn cr(&self, key: &CombKey) -> Option<Comb> {
-        self.kept_cr(key)?.ok()
+        lock(&self.store).get(key).map(|entry| entry.cr.comb())
     }
 
-    /// The CR of `key` as last seen, or why the kept copy does not decode (reported).
-    pub fn kept_cr(&self, key: &CombKey) -> Option<Result<Comb>> {
-        let kept = lock(&self.store).get(key).map(|entry| entry.cr.comb())?;
-        Some(kept.inspect_err(|error| self.report_undecodable(key, error)))
-    }
-
-    /// What the Comb of `key` recorded last (see [`CombEntry::recorded_status`]); `None` also
-    /// when the kept status does not decode (reported).
+    /// What the Comb of `key` recorded last (see [`CombEntry::recorded_status`]).
     pub fn recorded_status(&self, key: &CombKey) -> Option<CombStatus> {
-        let recorded = lock(&self.store)
+        lock(&self.store)
             .get(key)
-            .map(|entry| entry.recorded_status())?;
-        self.reported(key, recorded).flatten()
+            .and_then(|entry| entry.recorded_status().cloned())
     }
 
     /// The status the CR of `key` carries as last seen (not a status only memory holds): what a
-    /// borrower reading it as its peer sees. `None` when it is not known; an error when the kept
-    /// status does not decode (reported).
-    pub fn kept_status(&self, key: &CombKey) -> Option<Result<Option<CombStatus>>> {
-        let kept = lock(&self.store).get(key).map(|entry| entry.cr.status())?;
-        Some(kept.inspect_err(|error| self.report_undecodable(key, error)))
-    }
-
-    /// Keeps `cr` (read from the API server) in place of the copy of `key` that does not
-    /// decode, whatever version the kept one was.
-    pub fn replace_undecodable(&self, key: &CombKey, mut cr: Comb) {
-        cr.metadata.managed_fields = None;
-        if let Some(entry) = lock(&self.store).get_mut(key) {
-            entry.cr = KeptComb::new(cr);
-        }
+    /// borrower reading it as its peer sees. `None` when the Comb is not known.
+    pub fn kept_status(&self, key: &CombKey) -> Option<Option<CombStatus>> {
+        lock(&self.store)
+            .get(key)
+            .map(|entry| entry.cr.status().cloned())
     }
 
     /// Runs `f` on the entry of `key`, if there is one.
@@ -540,20 +483,12 @@ impl LayerRuntime {
             .collect()
     }
 
-    /// Every CR as last seen with its recorded status, in key order; a kept copy that does not
-    /// decode is reported and left out.
+    /// Every CR as last seen with its recorded status, in key order.
     pub fn recorded_combs(&self) -> Vec<Comb> {
-        let decoded = self.each_entry(|key, entry| {
-            let comb = entry.cr.comb().and_then(|mut comb| {
-                comb.status = entry.recorded_status()?;
-                Ok(comb)
-            });
-            (key.clone(), comb)
-        });
-        decoded
-            .into_iter()
-            .filter_map(|(key, comb)| self.reported(&key, comb))
-            .collect()
+        self.each_entry(|_, entry| Comb {
+            status: entry.recorded_status().cloned(),
+            ..entry.cr.comb()
+        })
     }
 
     /// Records the dependencies of `key` (its `dependsOn` entries as written). Returns the

@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::engine::pack::CountUndecodable;
+use crate::engine::cache::CountUnprojectable;
 use crate::error::{Error, Result};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -156,8 +156,9 @@ impl Metrics {
         let undecodable = Family::<CopyLabels, Counter>::default();
         registry.register(
             "undecodable_copies",
-            "Reads of a kept copy (a watched object, a Comb's spec or status) that did not \
-             decode, by kube context and kind; each object is also logged once",
+            "Watched objects that comb cannot read (a field it reads holds what no reading gives \
+             a value to), by kube context and kind, counted at each delivery; reads of them go \
+             to the API server, and each object is also logged once",
             undecodable.clone(),
         );
         Metrics {
@@ -178,8 +179,8 @@ impl Metrics {
     }
 
     /// What counts the kept copies that do not decode, for the caches and the layers.
-    pub fn undecodable_counter(&self) -> Arc<dyn CountUndecodable> {
-        Arc::new(UndecodableCounter(self.undecodable.clone()))
+    pub fn unprojectable_counter(&self) -> Arc<dyn CountUnprojectable> {
+        Arc::new(UnprojectableCounter(self.undecodable.clone()))
     }
 
     pub fn set_shard_held(&self, layer: &str, held: bool) {
@@ -284,10 +285,10 @@ impl Metrics {
 }
 
 /// [`Metrics`]'s count of kept copies that do not decode.
-struct UndecodableCounter(Family<CopyLabels, Counter>);
+struct UnprojectableCounter(Family<CopyLabels, Counter>);
 
-impl CountUndecodable for UndecodableCounter {
-    fn undecodable(&self, context: &str, kind: &str) {
+impl CountUnprojectable for UnprojectableCounter {
+    fn unprojectable(&self, context: &str, kind: &str) {
         self.0
             .get_or_create(&CopyLabels {
                 context: context.to_string(),
@@ -317,8 +318,8 @@ mod tests {
         metrics.set_borrowers_on_fallback("dev", 2);
         metrics.upstream_check("staging", false);
         metrics
-            .undecodable_counter()
-            .undecodable("prod", "Deployment");
+            .unprojectable_counter()
+            .unprojectable("prod", "Deployment");
         let text = metrics.encode().unwrap();
         for line in [
             r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,

@@ -25,10 +25,9 @@ use super::{
     leader, metrics, watch,
 };
 use crate::config::Config;
-use crate::engine::cache::ObjectCache;
+use crate::engine::cache::{ObjectCache, UnprojectableObjects};
 use crate::engine::class::ClassRegistry;
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::pack::UndecodableCopies;
 use crate::error::{Error, Result};
 use crate::webhook::Webhook;
 
@@ -61,7 +60,9 @@ impl Controller {
         let mut ops_by_context: BTreeMap<String, KubeOps> = BTreeMap::new();
         let peers = Arc::new(LayerPeers::default());
         let metrics = metrics::Metrics::new();
-        let undecodable = Arc::new(UndecodableCopies::counted_by(metrics.undecodable_counter()));
+        let unprojectable = Arc::new(UnprojectableObjects::counted_by(
+            metrics.unprojectable_counter(),
+        ));
         let reads_from_watches = options.read_from_watches && options.once.is_none();
         let mut layers = Vec::new();
         for (index, layer) in config.layers.iter().enumerate() {
@@ -72,13 +73,12 @@ impl Controller {
                         .client(&layer.context)
                         .await
                         .map_err(|error| Error::Config(format!("layer {}: {error}", layer.name)))?;
-                    let mut ops = KubeOps::new(client);
+                    let mut ops = KubeOps::new(client, config.label_keys());
                     // Steps read what the watches hold; `--once` reads the API server, as the
                     // CLI does (its run is too short for watches to pay off).
                     if reads_from_watches {
-                        let name_label = config.label_keys().name_label().to_string();
-                        let cache = ObjectCache::new(name_label)
-                            .reporting_to(&layer.context, undecodable.clone());
+                        let cache = ObjectCache::new(config.label_keys())
+                            .reporting_to(&layer.context, unprojectable.clone());
                         ops = ops.with_cache(Arc::new(cache));
                     }
                     ops_by_context.insert(layer.context.clone(), ops.clone());
@@ -97,7 +97,6 @@ impl Controller {
                 ops,
                 borrow_env,
                 WorkQueue::new(config.resync, options.backoff, options.pacing),
-                undecodable.clone(),
             )));
         }
         peers.set(&layers);

@@ -74,14 +74,7 @@ impl Outcome {
 pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey) -> StepReport {
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();
-    let cr = match layer.kept_cr(key) {
-        None => None,
-        Some(Ok(cr)) => Some(cr),
-        Some(Err(_)) => match reread_cr(shared, layer, key).await {
-            Ok(cr) => cr,
-            Err(outcome) => return step_report(shared, layer, started, started_at, outcome),
-        },
-    };
+    let cr = layer.cr(key);
     if let Some(cr) = &cr {
         // Events the API did not take before come first, in their order.
         shared.retry_events(layer, cr).await;
@@ -115,32 +108,6 @@ fn step_report(
         duration,
         reads: outcome.reads,
         again_after: outcome.again_after,
-    }
-}
-
-/// The CR of `key` from the API server, in place of a kept copy that does not decode (it was
-/// reported): never a step on a default spec. `None` when it is gone; a failed read is a
-/// failed step, retried with backoff.
-async fn reread_cr(
-    shared: &Shared,
-    layer: &LayerRuntime,
-    key: &CombKey,
-) -> std::result::Result<Option<Comb>, Outcome> {
-    match layer
-        .ops
-        .get_comb(&shared.config.group, &key.namespace, &key.name)
-        .await
-    {
-        Ok(cr) => {
-            layer.replace_undecodable(key, cr.clone());
-            Ok(Some(cr))
-        }
-        Err(error) if error.status_code() == Some(404) => Ok(None),
-        Err(error) => {
-            shared.metrics.api_error(layer.name(), "get");
-            warn!(%error, "reading the Comb again failed; retrying");
-            Err(Outcome::failed(Reason::ReadFailed))
-        }
     }
 }
 

@@ -396,11 +396,17 @@ pub async fn watch_managed(
         let event = match encoded(event) {
             Ok(event) => event,
             Err(object) => {
-                layer.report_undecodable_copy(
-                    &kind.kind,
-                    &object.namespace,
-                    &object.name,
-                    &object.error,
+                warn!(
+                    layer = layer.name(),
+                    kind = %kind.kind,
+                    namespace = %object.namespace,
+                    name = %object.name,
+                    "{} {}/{} as watched does not encode as JSON ({}); its scope is read from \
+                     the API server until the watch lists again",
+                    kind.kind,
+                    object.namespace,
+                    object.name,
+                    object.error
                 );
                 // Without it the scope's copies are not the server's: the steps read there
                 // from the API server until the watch lists again.

@@ -1,41 +1,39 @@
-//! Reads answered from the watches the controller already holds (issue 12): the objects Combs
-//! manage and their Pods, one store per kind per kube context, fed by the controller's watches
-//! and read by [`KubeOps`](crate::engine::kube_ops::KubeOps) in place of a list or get.
+//! What comb knows of the objects of one kube context: the projections ([`Projection`]) of the
+//! objects Combs manage and of their Pods, one store per kind, fed by the controller's watches
+//! and read by [`KubeOps`](crate::engine::kube_ops::KubeOps) in place of a list or get (issue
+//! 12); and what comb itself applied of each object ([`AsApplied`]).
 //!
 //! A store answers only what a watch covers: a kind whose watch has listed the namespace asked
 //! for (or all namespaces), and only objects carrying the Comb name label (what the watch
 //! selects). Anything else is `None`, and the caller asks the API server, as `comb run --once`
-//! and the CLI always do (they have no cache).
+//! and the CLI always do (no watch feeds their stores; they keep only what comb applied).
+//!
+//! Each object is projected once, when the watch delivers it; reads hand out the projection.
+//! An object that does not project (a field the steps read holds something no reading gives a
+//! value to) is never read as an empty or default one: it is reported
+//! ([`UnprojectableObjects`]: counted, logged once with its kind, namespace and name) and
+//! reads of it go to the API server until the watch brings a version that projects.
 //!
 //! Read-your-writes: a step's own write (its stored object, or a delete) is kept beside the
 //! store until the watch delivers that very version. A resourceVersion is opaque (the API
 //! promises no order), so "later" is the watch's order, as for the Comb CRs
 //! (`controller::triggers::Versions`): versions the watch delivers before ours are older, and
 //! ours is dropped once the watch brings it, or after [`KEPT`] versions of the object without
-//! it (the watch passed it unseen), or when a list replaces the store.
-//!
-//! A copy that does not come back from its packed form is never read as an empty one: it is
-//! reported ([`UndecodableCopies`]: counted, logged once with its kind, namespace and name) and
-//! the read goes to the API server.
-//!
-//! What is kept is slimmed to what a step reads ([`slim`]): `managedFields` as a hash per
-//! manager (whether comb's applied fields still stand, without the sets), no last-applied
-//! annotation, no `data` of Secrets and ConfigMaps (secret values stay out of the
-//! controller's memory), no Pod `spec` and no Pod template `spec` of workloads (the live status
-//! reads their status, replicas and strategies; changes are told by the applied digest). A
-//! read that needs more asks the API server.
+//! it (the watch passed it unseen), or when a list replaces the store. Applies carry no
+//! resourceVersion, so a stale copy would cost no conflict; but a step reading one would
+//! apply again what it just created (a missing object) or ask the server for what it just
+//! applied, writes and reads above the floor the benchmark holds comb to.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{Hash as _, Hasher as _};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use comb_api::ManagedObject;
-
-use super::pack::{Dictionary, UndecodableCopies};
-use crate::error::{Error, Result};
+use comb_api::{LabelKeys, ManagedObject};
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::engine::projection::{CombSelector, Fingerprint, Projection, Unprojectable};
 
 /// How many versions of one object the watch may deliver before our write's version before
 /// the write counts as passed unseen; also how many recent deliveries per kind are remembered
@@ -53,21 +51,24 @@ type ObjectKey = (String, String);
 struct KindStore {
     /// Scopes whose watch has listed: `None` is all namespaces.
     synced: HashSet<Option<String>>,
-    objects: HashMap<ObjectKey, Stored>,
-    /// `namespace/Comb name label` -> object names (sorted), for the step's selectors. A
+    objects: HashMap<ObjectKey, Kept>,
+    /// Namespace -> Comb name label -> object names (sorted), for the steps' selectors. A
     /// sorted `Vec` rather than a set: most Combs have one or two objects of a kind, and a
     /// B-tree node is ~300 bytes however few it holds.
-    by_comb: HashMap<Box<str>, Vec<Box<str>>>,
+    by_comb: HashMap<Box<str>, NamesByComb>,
     /// Our own writes the watch has not delivered yet.
     overlays: HashMap<ObjectKey, Overlay>,
     /// The latest deliveries ([`delivery_id`]), oldest first, and the same as a set.
     recent: VecDeque<u64>,
     recent_set: HashSet<u64>,
     /// Lists in progress per scope: what they brought so far.
-    listing: HashMap<Option<String>, HashMap<ObjectKey, Stored>>,
-    /// What this kind's copies are packed against.
-    dictionary: Dictionary,
+    listing: HashMap<Option<String>, HashMap<ObjectKey, Kept>>,
+    /// What comb applied of each object ([`AsApplied`]), until the object goes.
+    applied: HashMap<ObjectKey, AsApplied>,
 }
+
+/// The objects of one namespace by their Comb name label: object names, sorted.
+type NamesByComb = HashMap<Box<str>, Vec<Box<str>>>;
 
 /// One delivery (an object's key and resourceVersion) as 8 bytes: the deliveries remembered
 /// were the store's largest part as strings. Two deliveries hashing alike (odds of about one in
@@ -80,26 +81,31 @@ fn delivery_id(key: &ObjectKey, version: &str) -> u64 {
     hasher.finish()
 }
 
-/// The `by_comb` slot of a Comb's objects in `namespace`.
-fn comb_slot(namespace: &str, comb: &str) -> String {
-    format!("{namespace}/{comb}")
+/// A delivered object as the store keeps it.
+#[derive(Debug)]
+enum Kept {
+    Projected(Projection),
+    /// It does not project (reported when delivered): reads of it go to the API server. Its
+    /// Comb name label keeps it in the index, so that a list of that Comb's objects is not
+    /// answered without it.
+    Unprojectable {
+        comb: Option<Box<str>>,
+    },
 }
 
-/// A watched object as the store keeps it: its slimmed JSON text packed against the kind's
-/// dictionary ([`Dictionary`]), one allocation where a `serde_json::Value` makes one
-/// per key and string and takes several times the bytes (the copies were most of the
-/// controller's memory per Comb), and the Comb name label it is indexed by. A read unpacks and
-/// parses it again: a step reads a handful of small objects, some microseconds each.
-#[derive(Debug)]
-struct Stored {
-    comb: Option<Box<str>>,
-    packed: Box<[u8]>,
+impl Kept {
+    fn comb(&self) -> Option<&str> {
+        match self {
+            Kept::Projected(projection) => projection.comb.as_deref(),
+            Kept::Unprojectable { comb } => comb.as_deref(),
+        }
+    }
 }
 
 #[derive(Debug)]
 enum Overlay {
     Written {
-        object: Stored,
+        object: Box<Projection>,
         version: String,
         behind: usize,
     },
@@ -108,48 +114,26 @@ enum Overlay {
     },
 }
 
-/// The watched objects of one kube context, by kind. Cheap to share (`Arc`).
+/// What comb's fields and digest were when comb last knew an object stood as rendered: it
+/// applied it, or read it whole and found every field as rendered. While the object carries
+/// that digest and comb's applied fields are that very set, it still stands so (a field
+/// another manager changed since is that manager's now, so comb's set is smaller), and
+/// deploy writes nothing without asking the server (`deploy::unchanged_since_apply`): what
+/// keeps a settled resync at no request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsApplied {
+    pub digest: Fingerprint,
+    pub fields: Fingerprint,
+}
+
+/// The objects comb knows of one kube context, by kind. Cheap to share (`Arc`).
 #[derive(Debug)]
 pub struct ObjectCache {
-    name_label: String,
+    keys: LabelKeys,
     kinds: RwLock<HashMap<(String, String), Mutex<KindStore>>>,
-    /// Per object ([`as_applied_key`]): the hash of comb's applied fields
-    /// ([`applied_fields_hash`]) when comb last applied it or found it as rendered, and the
-    /// applied digest it carried then. Forgotten when the object goes: comb's own delete, the
-    /// watch's deletion, a list that no longer has it.
-    as_applied: Mutex<HashMap<Box<str>, KeptAsApplied>>,
-    /// The kube context the watches are of, for the reports of copies that do not decode.
+    /// The kube context the watches are of, for the reports of objects that do not project.
     context: String,
-    undecodable: Arc<UndecodableCopies>,
-}
-
-/// [`AsApplied`] as the cache keeps it, for every object comb applied.
-#[derive(Debug)]
-struct KeptAsApplied {
-    digest: Box<str>,
-    fields_hash: Box<str>,
-}
-
-/// One string for (apiVersion, kind, namespace, name), none of which holds a line break: four
-/// strings per object were most of this map.
-fn as_applied_key(api_version: &str, kind: &str, namespace: &str, name: &str) -> Box<str> {
-    format!("{api_version}\n{kind}\n{namespace}\n{name}").into_boxed_str()
-}
-
-fn resource_as_applied_key(resource: &ManagedObject) -> Box<str> {
-    as_applied_key(
-        &resource.api_version,
-        &resource.kind,
-        resource.namespace.as_deref().unwrap_or_default(),
-        &resource.name,
-    )
-}
-
-/// What comb's fields and digest were when comb last knew an object stood as rendered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AsApplied {
-    pub digest: String,
-    pub fields_hash: String,
+    unprojectable: Arc<UnprojectableObjects>,
 }
 
 fn key_of(object: &Value) -> Option<ObjectKey> {
@@ -167,170 +151,49 @@ fn version_of(object: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
-fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
-    object
-        .pointer("/metadata/labels")
-        .and_then(|labels| labels.get(key))
-        .and_then(Value::as_str)
-}
-
-/// The key a slimmed `managedFields` entry carries in place of its `fieldsV1`: a hash of it
-/// ([`fields_hash`]), enough to tell that a manager's fields have not changed since comb saw
-/// them (deploy's [`unchanged_since_apply`](crate::engine::deploy::unchanged_since_apply)).
-pub const FIELDS_HASH: &str = "fieldsV1Hash";
-
-/// A hash of a managed-fields set, for comparison within this process only (the server writes
-/// a set in one order, so the same set hashes alike).
-pub fn fields_hash(fields: &Value) -> String {
-    let mut hasher = DefaultHasher::new();
-    fields.to_string().hash(&mut hasher);
-    format!("{:016x}", hasher.finish())
-}
-
-/// Whether `object` is a slimmed copy from a cache ([`slim`]): its managed fields are hashes,
-/// and its Pod specs and Secret or ConfigMap data may be missing.
-pub fn is_slim(object: &Value) -> bool {
-    object
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .is_some_and(|entries| entries.iter().any(|entry| entry.get(FIELDS_HASH).is_some()))
-}
-
-/// The hash of what `manager` applied (its `Apply` entry, not of a subresource) of `object`,
-/// slimmed or whole.
-pub fn applied_fields_hash(object: &Value, manager: &str) -> Option<String> {
-    let entry = object
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)?
-        .iter()
-        .find(|entry| {
-            entry.get("manager").and_then(Value::as_str) == Some(manager)
-                && entry.get("operation").and_then(Value::as_str) == Some("Apply")
-                && entry
-                    .get("subresource")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .is_empty()
-        })?;
-    match entry.get(FIELDS_HASH) {
-        Some(hash) => hash.as_str().map(str::to_string),
-        None => entry.get("fieldsV1").map(fields_hash),
-    }
-}
-
-/// What the cache keeps of `object` of `kind`: managed fields as hashes ([`FIELDS_HASH`]), no
-/// last-applied annotation, no Secret or ConfigMap data, no Pod spec, no Pod template spec of
-/// a workload.
-pub fn slim(kind: &str, mut object: Value) -> Value {
-    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-        if let Some(entries) = metadata
-            .get_mut("managedFields")
-            .and_then(Value::as_array_mut)
-        {
-            for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
-                entry.remove("time");
-                let hash = entry
-                    .remove("fieldsV1")
-                    .map_or_else(String::new, |fields| fields_hash(&fields));
-                entry.insert(FIELDS_HASH.to_string(), Value::String(hash));
-            }
-        }
-        if let Some(annotations) = metadata
-            .get_mut("annotations")
-            .and_then(Value::as_object_mut)
-        {
-            annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
-        }
-    }
-    let template_spec = match kind {
-        "Secret" | "ConfigMap" => {
-            if let Some(fields) = object.as_object_mut() {
-                for field in ["data", "stringData", "binaryData"] {
-                    fields.remove(field);
-                }
-            }
-            None
-        }
-        "Pod" => {
-            if let Some(fields) = object.as_object_mut() {
-                fields.remove("spec");
-            }
-            None
-        }
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => Some("/spec/template"),
-        "CronJob" => Some("/spec/jobTemplate/spec/template"),
-        _ => None,
-    };
-    if let Some(template) = template_spec
-        .and_then(|pointer| object.pointer_mut(pointer))
-        .and_then(Value::as_object_mut)
-    {
-        template.remove("spec");
-    }
-    object
-}
-
-/// `k=v,k=v` as pairs; `None` for anything else (set-based selectors are not answered here).
-fn equalities(selector: &str) -> Option<Vec<(&str, &str)>> {
-    selector
-        .split(',')
-        .map(str::trim)
-        .filter(|term| !term.is_empty())
-        .map(|term| {
-            let (key, value) = term.split_once('=')?;
-            let value = value.strip_prefix('=').unwrap_or(value);
-            (!key.ends_with('!') && !key.is_empty()).then_some((key.trim(), value.trim()))
-        })
-        .collect()
-}
-
-fn matches(object: &Value, terms: &[(&str, &str)]) -> bool {
-    terms
-        .iter()
-        .all(|(key, value)| label(object, key) == Some(*value))
+fn key_of_resource(resource: &ManagedObject) -> ObjectKey {
+    (
+        resource.namespace.clone().unwrap_or_default(),
+        resource.name.clone(),
+    )
 }
 
 impl KindStore {
-    /// `object` as this store keeps it; the first object of the kind gives the dictionary.
-    fn pack(&self, object: &Value, name_label: &str) -> Stored {
-        Stored {
-            comb: label(object, name_label).map(Box::from),
-            packed: self.dictionary.pack(&object.to_string()),
-        }
-    }
-
-    /// The object again (packed by this store from JSON it wrote, so it unpacks and parses
-    /// unless something is broken, which the caller reports).
-    fn unpack(&self, stored: &Stored) -> Result<Value> {
-        self.dictionary.unpack_json(&stored.packed)
-    }
-
     fn covers(&self, namespace: Option<&str>) -> bool {
         self.synced.contains(&None)
             || namespace.is_some_and(|namespace| self.synced.contains(&Some(namespace.to_string())))
     }
 
-    fn index(&mut self, key: &ObjectKey, object: &Stored, add: bool) {
-        let Some(comb) = object.comb.as_deref() else {
+    fn index(&mut self, key: &ObjectKey, object: &Kept, add: bool) {
+        let Some(comb) = object.comb() else {
             return;
         };
-        let slot = comb_slot(&key.0, comb);
         if add {
-            let names = self.by_comb.entry(slot.into_boxed_str()).or_default();
+            let names = self
+                .by_comb
+                .entry(Box::from(key.0.as_str()))
+                .or_default()
+                .entry(Box::from(comb))
+                .or_default();
             if let Err(place) = names.binary_search_by(|name| (**name).cmp(key.1.as_str())) {
                 names.insert(place, Box::from(key.1.as_str()));
             }
-        } else if let Some(names) = self.by_comb.get_mut(slot.as_str()) {
-            if let Ok(place) = names.binary_search_by(|name| (**name).cmp(key.1.as_str())) {
-                names.remove(place);
+        } else if let Some(combs) = self.by_comb.get_mut(key.0.as_str()) {
+            if let Some(names) = combs.get_mut(comb) {
+                if let Ok(place) = names.binary_search_by(|name| (**name).cmp(key.1.as_str())) {
+                    names.remove(place);
+                }
+                if names.is_empty() {
+                    combs.remove(comb);
+                }
             }
-            if names.is_empty() {
-                self.by_comb.remove(slot.as_str());
+            if combs.is_empty() {
+                self.by_comb.remove(key.0.as_str());
             }
         }
     }
 
-    fn put(&mut self, key: ObjectKey, object: Stored) {
+    fn put(&mut self, key: ObjectKey, object: Kept) {
         if let Some(old) = self.objects.remove(&key) {
             self.index(&key, &old, false);
         }
@@ -338,10 +201,12 @@ impl KindStore {
         self.objects.insert(key, object);
     }
 
+    /// The object is gone: what comb applied of it goes too.
     fn remove(&mut self, key: &ObjectKey) {
         if let Some(old) = self.objects.remove(key) {
             self.index(key, &old, false);
         }
+        self.applied.remove(key);
     }
 
     /// Remembers a delivery, and settles an overlay waiting for it.
@@ -378,53 +243,65 @@ impl KindStore {
         }
     }
 
-    /// The object `key` as a read should see it: ours while the watch has not brought it.
-    fn view(&self, key: &ObjectKey) -> Option<&Stored> {
+    /// The object `key` as a read should see it: ours while the watch has not brought it;
+    /// `Err` for an object that does not project.
+    fn view(&self, key: &ObjectKey) -> Option<Result<&Projection, ()>> {
         match self.overlays.get(key) {
-            Some(Overlay::Written { object, .. }) => Some(object),
+            Some(Overlay::Written { object, .. }) => Some(Ok(object)),
             Some(Overlay::Deleted { .. }) => None,
-            None => self.objects.get(key),
+            None => match self.objects.get(key)? {
+                Kept::Projected(projection) => Some(Ok(projection)),
+                Kept::Unprojectable { .. } => Some(Err(())),
+            },
         }
     }
 }
 
 impl ObjectCache {
-    /// An empty cache; `name_label` is the label carrying a Comb's name (what the watches select
-    /// by, and the index of the step's selectors).
-    pub fn new(name_label: impl Into<String>) -> ObjectCache {
+    /// An empty store; `keys` name comb's labels and annotations (the watches select by the
+    /// name label, the steps' selectors by it and the namespace label).
+    pub fn new(keys: LabelKeys) -> ObjectCache {
         ObjectCache {
-            name_label: name_label.into(),
+            keys,
             kinds: RwLock::new(HashMap::new()),
-            as_applied: Mutex::new(HashMap::new()),
             context: String::new(),
-            undecodable: Arc::new(UndecodableCopies::default()),
+            unprojectable: Arc::new(UnprojectableObjects::default()),
         }
     }
 
-    /// The same cache, reporting a copy that does not decode to `undecodable` as one of kube
-    /// context `context` (it is logged in any case, and the read goes to the API server).
+    /// The same store, reporting an object that does not project to `unprojectable` as one of
+    /// kube context `context` (it is logged in any case, and reads of it go to the API server).
     pub fn reporting_to(
         mut self,
         context: impl Into<String>,
-        undecodable: Arc<UndecodableCopies>,
+        unprojectable: Arc<UnprojectableObjects>,
     ) -> ObjectCache {
         self.context = context.into();
-        self.undecodable = undecodable;
+        self.unprojectable = unprojectable;
         self
     }
 
-    /// Reports a stored copy of `kind` that did not decode.
-    fn report(&self, kind: &str, key: &ObjectKey, error: &Error) {
-        self.undecodable
-            .report(&self.context, kind, &key.0, &key.1, error);
+    /// The label keys objects are projected with.
+    pub fn keys(&self) -> &LabelKeys {
+        &self.keys
     }
 
-    /// Forgets what comb knew of `resource` as applied: the object is gone.
-    fn forget_as_applied(&self, api_version: &str, kind: &str, key: &ObjectKey) {
-        self.as_applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&as_applied_key(api_version, kind, &key.0, &key.1));
+    /// `object` of `api_version`/`kind` as the store keeps it; one that does not project is
+    /// reported here, where it arrives.
+    fn kept(&self, api_version: &str, kind: &str, key: &ObjectKey, object: &Value) -> Kept {
+        match Projection::of(api_version, kind, object, &self.keys) {
+            Ok(projection) => Kept::Projected(projection),
+            Err(error) => {
+                self.unprojectable
+                    .report(&self.context, kind, &key.0, &key.1, &error);
+                let comb = object
+                    .pointer("/metadata/labels")
+                    .and_then(|labels| labels.get(self.keys.name_label()))
+                    .and_then(Value::as_str)
+                    .map(Box::from);
+                Kept::Unprojectable { comb }
+            }
+        }
     }
 
     fn with_kind<T>(
@@ -480,11 +357,10 @@ impl ObjectCache {
     /// An object the list of `scope` brought.
     pub fn listed(&self, api_version: &str, kind: &str, scope: Option<&str>, object: Value) {
         let Some(key) = key_of(&object) else { return };
-        let object = slim(kind, object);
+        let kept = self.kept(api_version, kind, &key, &object);
         self.with_kind_or_new(api_version, kind, |store| {
-            let object = store.pack(&object, &self.name_label);
             if let Some(listing) = store.listing.get_mut(&scope.map(str::to_string)) {
-                listing.insert(key, object);
+                listing.insert(key, kept);
             }
         });
     }
@@ -505,7 +381,6 @@ impl ObjectCache {
                 .collect();
             for key in gone {
                 store.remove(&key);
-                self.forget_as_applied(api_version, kind, &key);
             }
             store.overlays.retain(|key, _| !in_scope(key));
             for (key, object) in listed {
@@ -518,70 +393,48 @@ impl ObjectCache {
     /// A watched change (added or modified).
     pub fn applied(&self, api_version: &str, kind: &str, object: Value) {
         let Some(key) = key_of(&object) else { return };
-        let object = slim(kind, object);
+        let kept = self.kept(api_version, kind, &key, &object);
         self.with_kind_or_new(api_version, kind, |store| {
             store.delivered(&key, version_of(&object), false);
-            let object = store.pack(&object, &self.name_label);
-            store.put(key, object);
+            store.put(key, kept);
         });
     }
 
-    /// A watched deletion: the object, our write of it and what comb knew of it as applied go.
+    /// A watched deletion: the object, our write of it and what comb applied of it go.
     pub fn deleted(&self, api_version: &str, kind: &str, object: &Value) {
         let Some(key) = key_of(object) else { return };
         self.with_kind_or_new(api_version, kind, |store| {
             store.delivered(&key, version_of(object), true);
             store.remove(&key);
         });
-        self.forget_as_applied(api_version, kind, &key);
     }
 
-    /// The objects of `kind` in `namespace` (all namespaces for `None`) matching the equality
-    /// `selector`, ordered by namespace and name as the API server lists them; `None` when no
-    /// listed watch covers them (or the selector is not of the `k=v,...` kind).
+    /// What the store knows of the objects of `kind` in `namespace` (all namespaces for
+    /// `None`) that `selector` selects, ordered by namespace and name as the API server lists
+    /// them; `None` when no listed watch covers them, or one of them does not project.
     pub fn list(
         &self,
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
-        selector: &str,
-    ) -> Option<Vec<Value>> {
-        let terms = equalities(selector)?;
-        // The watch selects by the name label: without it in the selector, objects without the
-        // label would be missed.
-        let comb = terms
-            .iter()
-            .find(|(key, _)| *key == self.name_label)
-            .map(|(_, value)| *value)?;
+        selector: &CombSelector,
+    ) -> Option<Vec<Projection>> {
         self.with_kind(api_version, kind, |store| {
             if !store.covers(namespace) {
                 return None;
             }
             let mut keys: BTreeSet<ObjectKey> = BTreeSet::new();
-            match namespace {
-                Some(namespace) => {
-                    if let Some(names) = store.by_comb.get(comb_slot(namespace, comb).as_str()) {
-                        keys.extend(
-                            names
-                                .iter()
-                                .map(|name| (namespace.to_string(), name.to_string())),
-                        );
-                    }
+            for (object_namespace, combs) in &store.by_comb {
+                if namespace.is_some_and(|namespace| namespace != &**object_namespace) {
+                    continue;
                 }
-                None => keys.extend(
-                    store
-                        .by_comb
-                        .iter()
-                        .filter_map(|(slot, names)| {
-                            let (namespace, label) = slot.split_once('/')?;
-                            (label == comb).then_some((namespace, names))
-                        })
-                        .flat_map(|(namespace, names)| {
-                            names
-                                .iter()
-                                .map(move |name| (namespace.to_string(), name.to_string()))
-                        }),
-                ),
+                if let Some(names) = combs.get(selector.name.as_str()) {
+                    keys.extend(
+                        names
+                            .iter()
+                            .map(|name| (object_namespace.to_string(), name.to_string())),
+                    );
+                }
             }
             keys.extend(
                 store
@@ -591,135 +444,153 @@ impl ObjectCache {
                     .cloned(),
             );
             let mut objects = Vec::with_capacity(keys.len());
-            let mut undecodable = Vec::new();
             for key in &keys {
-                let Some(stored) = store.view(key) else {
-                    continue;
-                };
-                match store.unpack(stored) {
-                    Ok(object) if matches(&object, &terms) => objects.push(object),
-                    Ok(_) => {}
-                    Err(error) => undecodable.push((key, error)),
+                match store.view(key) {
+                    None => {}
+                    Some(Ok(object)) if selector.selects(object) => objects.push(object.clone()),
+                    Some(Ok(_)) => {}
+                    // A list missing an object is no answer: the API server lists instead.
+                    Some(Err(())) => return None,
                 }
-            }
-            // A list missing an object is no answer: the API server lists instead.
-            if !undecodable.is_empty() {
-                for (key, error) in undecodable {
-                    self.report(kind, key, &error);
-                }
-                return None;
             }
             Some(objects)
         })
         .flatten()
     }
 
-    /// The object `resource` names when a listed watch covers it and holds it; `None` means
-    /// "ask the API server" (the watch sees only labelled objects, so a miss proves nothing).
-    pub fn get(&self, resource: &ManagedObject) -> Option<Value> {
+    /// What the store knows of the object `resource` names when a listed watch covers it and
+    /// holds it; `None` means "ask the API server" (the watch sees only labelled objects, so a
+    /// miss proves nothing; an object that does not project is the server's to answer).
+    pub fn get(&self, resource: &ManagedObject) -> Option<Projection> {
         let namespace = resource.namespace.as_deref();
         self.with_kind(&resource.api_version, &resource.kind, |store| {
             if !store.covers(namespace) {
                 return None;
             }
-            let key = (
-                namespace.unwrap_or_default().to_string(),
-                resource.name.clone(),
-            );
-            match store.unpack(store.view(&key)?) {
-                Ok(object) => Some(object),
-                Err(error) => {
-                    // The API server answers instead.
-                    self.report(&resource.kind, &key, &error);
-                    None
-                }
-            }
+            store.view(&key_of_resource(resource))?.ok().cloned()
         })
         .flatten()
     }
 
-    /// Our own write stored `object`: reads see it until the watch brings this version.
-    pub fn wrote(&self, object: &Value) {
-        let (Some(key), Some(version), Some(api_version), Some(kind)) = (
-            key_of(object),
-            version_of(object),
-            object.get("apiVersion").and_then(Value::as_str),
-            object.get("kind").and_then(Value::as_str),
-        ) else {
-            return;
-        };
+    /// Our own write stored `object` (projected as `projection`): reads see it until the watch
+    /// brings this version.
+    pub fn wrote(&self, resource: &ManagedObject, version: &str, projection: &Projection) {
+        let key = key_of_resource(resource);
         let delivery = delivery_id(&key, version);
-        let version = version.to_string();
-        let object = slim(kind, object.clone());
-        self.with_kind(api_version, kind, |store| {
+        self.with_kind(&resource.api_version, &resource.kind, |store| {
             // Not answered from here anyway; or the watch brought it already (the store is as
             // new or newer).
             if !store.covers(Some(key.0.as_str())) || store.recent_set.contains(&delivery) {
                 return;
             }
-            let object = store.pack(&object, &self.name_label);
             store.overlays.insert(
                 key,
                 Overlay::Written {
-                    object,
-                    version,
+                    object: Box::new(projection.clone()),
+                    version: version.to_string(),
                     behind: 0,
                 },
             );
         });
     }
 
-    /// `object` (whole, as the server returned it) stands as comb rendered it with `digest`:
-    /// comb just applied it, or found every field as rendered. Remembered until comb's fields
-    /// change, so that a later step can tell from the watch's slimmed copy that nothing did.
-    pub fn stands_as_applied(&self, object: &Value, manager: &str, digest: &str) {
-        let (Some(key), Some(api_version), Some(kind), Some(fields_hash)) = (
-            key_of(object),
-            object.get("apiVersion").and_then(Value::as_str),
-            object.get("kind").and_then(Value::as_str),
-            applied_fields_hash(object, manager),
-        ) else {
-            return;
-        };
-        self.as_applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                as_applied_key(api_version, kind, &key.0, &key.1),
-                KeptAsApplied {
-                    digest: Box::from(digest),
-                    fields_hash: fields_hash.into_boxed_str(),
-                },
-            );
+    /// `resource` stands as comb rendered it with `digest`, comb's applied fields being
+    /// `fields`: comb just applied it, or found every field as rendered. Remembered until the
+    /// object goes, so that a later step can tell from its projection that nothing changed.
+    pub fn stands_as_applied(&self, resource: &ManagedObject, applied: AsApplied) {
+        self.with_kind_or_new(&resource.api_version, &resource.kind, |store| {
+            store.applied.insert(key_of_resource(resource), applied);
+        });
     }
 
     /// What [`ObjectCache::stands_as_applied`] last remembered of `resource`.
     pub fn as_applied(&self, resource: &ManagedObject) -> Option<AsApplied> {
-        self.as_applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&resource_as_applied_key(resource))
-            .map(|kept| AsApplied {
-                digest: kept.digest.to_string(),
-                fields_hash: kept.fields_hash.to_string(),
-            })
+        self.with_kind(&resource.api_version, &resource.kind, |store| {
+            store.applied.get(&key_of_resource(resource)).copied()
+        })
+        .flatten()
     }
 
-    /// Our own delete of `resource` succeeded: reads no longer see it.
+    /// Our own delete of `resource` succeeded: reads no longer see it, and what comb applied
+    /// of it goes.
     pub fn removed(&self, resource: &ManagedObject) {
-        let key = (
-            resource.namespace.clone().unwrap_or_default(),
-            resource.name.clone(),
-        );
-        self.as_applied
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&resource_as_applied_key(resource));
+        let key = key_of_resource(resource);
         self.with_kind(&resource.api_version, &resource.kind, |store| {
+            store.applied.remove(&key);
             if store.objects.contains_key(&key) || store.overlays.contains_key(&key) {
                 store.overlays.insert(key, Overlay::Deleted { behind: 0 });
             }
         });
+    }
+}
+
+/// Counts watched objects that do not project, by context and kind: the controller's metric
+/// (`comb_undecodable_copies_total`).
+pub trait CountUnprojectable: Send + Sync {
+    fn unprojectable(&self, context: &str, kind: &str);
+}
+
+/// How many objects the log remembers having named (more than any cluster holds broken).
+const LOGGED_MAX: usize = 4096;
+
+/// Where a watched object that does not project is reported: counted every time the watch
+/// delivers it ([`CountUnprojectable`]), so that the count shows it persists, and logged once
+/// per object with its kind, namespace and name and the field that does not project (never
+/// its content). Reads of it go to the API server.
+#[derive(Default)]
+pub struct UnprojectableObjects {
+    counter: Option<Arc<dyn CountUnprojectable>>,
+    logged: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for UnprojectableObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnprojectableObjects")
+            .finish_non_exhaustive()
+    }
+}
+
+impl UnprojectableObjects {
+    /// Counted by `counter`, and logged.
+    pub fn counted_by(counter: Arc<dyn CountUnprojectable>) -> UnprojectableObjects {
+        UnprojectableObjects {
+            counter: Some(counter),
+            logged: Mutex::default(),
+        }
+    }
+
+    /// Reports the object of `kind` `namespace/name` (in kube context `context`) that does not
+    /// project; returns whether this was the first report of it (and so logged).
+    pub fn report(
+        &self,
+        context: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        error: &Unprojectable,
+    ) -> bool {
+        if let Some(counter) = &self.counter {
+            counter.unprojectable(context, kind);
+        }
+        let object = format!("{context}/{kind}/{namespace}/{name}");
+        let first = {
+            let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+            if logged.len() >= LOGGED_MAX {
+                logged.clear();
+            }
+            logged.insert(object)
+        };
+        if first {
+            tracing::error!(
+                context,
+                kind,
+                namespace,
+                name,
+                "{kind} {namespace}/{name} as watched cannot be read: {error}; it is read from \
+                 the API server instead (counted in comb_undecodable_copies_total)"
+            );
+        }
+        first
     }
 }
 
@@ -765,17 +636,22 @@ impl ReadLog {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::engine::projection::State;
     use serde_json::json;
 
     const LABEL: &str = "comb.internal/comb";
 
-    fn deployment(name: &str, comb: &str, version: &str, image: &str) -> Value {
+    fn deployment(name: &str, comb: &str, version: &str, replicas: i64) -> Value {
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": name, "namespace": "apps", "resourceVersion": version,
                          "labels": {LABEL: comb}, "managedFields": [{"manager": "x"}]},
-            "spec": {"image": image},
+            "spec": {"replicas": replicas},
         })
+    }
+
+    fn cache() -> ObjectCache {
+        ObjectCache::new(LabelKeys::default())
     }
 
     fn listed(cache: &ObjectCache, objects: &[Value]) {
@@ -786,18 +662,24 @@ mod tests {
         cache.list_done("apps/v1", "Deployment", Some("apps"));
     }
 
-    fn images(cache: &ObjectCache, comb: &str) -> Option<Vec<String>> {
+    fn selector(comb: &str) -> CombSelector {
+        CombSelector {
+            name: comb.into(),
+            namespace: None,
+        }
+    }
+
+    /// The `spec.replicas` of the Comb's Deployments, as the store answers.
+    fn replicas(cache: &ObjectCache, comb: &str) -> Option<Vec<i64>> {
         cache
-            .list(
-                "apps/v1",
-                "Deployment",
-                Some("apps"),
-                &format!("{LABEL}={comb}"),
-            )
+            .list("apps/v1", "Deployment", Some("apps"), &selector(comb))
             .map(|objects| {
                 objects
                     .iter()
-                    .map(|o| o["spec"]["image"].as_str().unwrap().to_string())
+                    .map(|o| match &o.state {
+                        State::Replicated(replicated) => replicated.replicas.unwrap(),
+                        other => panic!("{other:?}"),
+                    })
                     .collect()
             })
     }
@@ -811,294 +693,227 @@ mod tests {
         }
     }
 
-    /// A Deployment as the real API server returns it, slimmed, for comb's Comb `name`.
-    fn full_deployment(name: &str, version: &str) -> Value {
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {
-                "name": name, "namespace": "apps", "resourceVersion": version, "generation": 1,
-                "uid": format!("a9c445c0-afb4-437f-93a0-{version:0>12}"),
-                "creationTimestamp": "2026-12-01T21:34:27Z",
-                "labels": {LABEL: name, "app.kubernetes.io/managed-by": "comb"},
-                "annotations": {"comb.internal/applied-digest": format!("sha256:{version:0>64}"),
-                                "deployment.kubernetes.io/revision": "1"}
-            },
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                     "strategy": {"type": "RollingUpdate",
-                                  "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}},
-            "status": {"availableReplicas": 1, "readyReplicas": 1, "replicas": 1,
-                       "updatedReplicas": 1, "observedGeneration": 1, "conditions": [
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                 "message": "Deployment has minimum availability.",
-                 "lastTransitionTime": "2026-12-01T21:34:32Z"},
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                 "message": format!("ReplicaSet \"{name}-f6c87df9c\" has successfully progressed."),
-                 "lastTransitionTime": "2026-12-01T21:34:27Z"}]}
-        })
+    fn projected(object: &Value) -> Projection {
+        Projection::of("apps/v1", "Deployment", object, &LabelKeys::default()).unwrap()
     }
 
-    #[test]
-    fn copies_come_back_whole_and_pack_small() {
-        let cache = ObjectCache::new(LABEL);
-        let objects: Vec<Value> = (0..50)
-            .map(|index| full_deployment(&format!("web-{index}"), &(1000 + index).to_string()))
-            .collect();
-        listed(&cache, &objects);
-        for object in &objects {
-            let name = object["metadata"]["name"].as_str().unwrap();
-            assert_eq!(cache.get(&resource(name)).as_ref(), Some(object));
-            let selector = format!("{LABEL}={name}");
-            assert_eq!(
-                cache.list("apps/v1", "Deployment", None, &selector),
-                None,
-                "all namespaces were not listed"
-            );
-            assert_eq!(
-                cache.list("apps/v1", "Deployment", Some("apps"), &selector),
-                Some(vec![object.clone()])
-            );
-        }
-        let text: usize = objects.iter().map(|object| object.to_string().len()).sum();
-        let packed: usize = cache
-            .with_kind("apps/v1", "Deployment", |store| {
-                store
-                    .objects
-                    .values()
-                    .map(|stored| stored.packed.len())
-                    .sum()
-            })
-            .unwrap();
-        // What differs between two Deployments of the kind is a fraction of their text.
-        assert!(
-            packed * 3 < text,
-            "50 Deployments packed to {packed} bytes of {text}"
-        );
+    /// What the step's own write stored.
+    fn wrote(cache: &ObjectCache, object: &Value) {
+        let version = object["metadata"]["resourceVersion"].as_str().unwrap();
+        let name = object["metadata"]["name"].as_str().unwrap();
+        cache.wrote(&resource(name), version, &projected(object));
     }
 
     #[test]
     fn answers_only_what_a_listed_watch_covers() {
-        let cache = ObjectCache::new(LABEL);
-        assert_eq!(images(&cache, "web"), None, "nothing watched yet");
+        let cache = cache();
+        assert_eq!(replicas(&cache, "web"), None, "nothing watched yet");
         cache.list_started("apps/v1", "Deployment", Some("apps"));
         cache.listed(
             "apps/v1",
             "Deployment",
             Some("apps"),
-            deployment("web", "web", "1", "a"),
+            deployment("web", "web", "1", 1),
         );
-        assert_eq!(images(&cache, "web"), None, "still listing");
+        assert_eq!(replicas(&cache, "web"), None, "still listing");
         cache.list_done("apps/v1", "Deployment", Some("apps"));
-        assert_eq!(images(&cache, "web"), Some(vec!["a".into()]));
-        assert_eq!(images(&cache, "db"), Some(vec![]));
-        // Another namespace, another kind, a selector without the name label: not answered.
+        assert_eq!(replicas(&cache, "web"), Some(vec![1]));
+        assert_eq!(replicas(&cache, "db"), Some(vec![]));
+        // Another namespace, another kind: not answered.
         assert_eq!(
-            cache.list(
-                "apps/v1",
-                "Deployment",
-                Some("other"),
-                &format!("{LABEL}=web")
-            ),
+            cache.list("apps/v1", "Deployment", Some("other"), &selector("web")),
             None
         );
         assert_eq!(
-            cache.list("v1", "Service", Some("apps"), &format!("{LABEL}=web")),
+            cache.list("v1", "Service", Some("apps"), &selector("web")),
             None
         );
         assert_eq!(
-            cache.list("apps/v1", "Deployment", Some("apps"), "app=web"),
-            None
+            cache.list("apps/v1", "Deployment", None, &selector("web")),
+            None,
+            "all namespaces were not listed"
         );
         assert_eq!(
-            cache.list(
-                "apps/v1",
-                "Deployment",
-                Some("apps"),
-                &format!("{LABEL}!=web")
-            ),
-            None
-        );
-        let stored = cache.get(&resource("web")).unwrap();
-        // Managed fields are kept as one hash per manager, without the sets.
-        assert!(
-            stored["metadata"]["managedFields"]
-                .as_array()
-                .is_none_or(|entries| entries.iter().all(|entry| entry.get("fieldsV1").is_none()))
+            cache.get(&resource("web")),
+            Some(projected(&deployment("web", "web", "1", 1)))
         );
         assert_eq!(cache.get(&resource("db")), None);
     }
 
     #[test]
-    fn selectors_with_more_labels_filter() {
-        let cache = ObjectCache::new(LABEL);
-        let mut other = deployment("web-b", "web", "2", "b");
+    fn selectors_with_the_namespace_label_filter() {
+        let cache = cache();
+        let mut other = deployment("web-b", "web", "2", 2);
         other["metadata"]["labels"]["comb.internal/comb-namespace"] = json!("else");
-        let mut own = deployment("web-a", "web", "1", "a");
+        let mut own = deployment("web-a", "web", "1", 1);
         own["metadata"]["labels"]["comb.internal/comb-namespace"] = json!("apps");
         listed(&cache, &[other, own]);
-        assert_eq!(images(&cache, "web"), Some(vec!["a".into(), "b".into()]));
-        let both = cache
-            .list(
-                "apps/v1",
-                "Deployment",
-                Some("apps"),
-                &format!("{LABEL}=web,comb.internal/comb-namespace=apps"),
-            )
+        assert_eq!(replicas(&cache, "web"), Some(vec![1, 2]));
+        let both = CombSelector {
+            name: "web".into(),
+            namespace: Some("apps".into()),
+        };
+        let listed = cache
+            .list("apps/v1", "Deployment", Some("apps"), &both)
             .unwrap();
-        assert_eq!(both.len(), 1);
-        assert_eq!(both[0]["metadata"]["name"], "web-a");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(&*listed[0].name, "web-a");
     }
 
     #[test]
     fn our_write_wins_until_the_watch_brings_it() {
-        let cache = ObjectCache::new(LABEL);
-        listed(&cache, &[deployment("web", "web", "1", "a")]);
-        cache.wrote(&deployment("web", "web", "5", "b"));
-        assert_eq!(images(&cache, "web"), Some(vec!["b".into()]));
+        let cache = cache();
+        listed(&cache, &[deployment("web", "web", "1", 1)]);
+        wrote(&cache, &deployment("web", "web", "5", 5));
+        assert_eq!(replicas(&cache, "web"), Some(vec![5]));
         // An older version the watch still had in flight changes nothing.
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "3", "a"));
-        assert_eq!(images(&cache, "web"), Some(vec!["b".into()]));
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "3", 3));
+        assert_eq!(replicas(&cache, "web"), Some(vec![5]));
         // Ours arrives, then a later one (a controller's status): the store answers.
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "5", "b"));
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "6", "c"));
-        assert_eq!(images(&cache, "web"), Some(vec!["c".into()]));
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "5", 5));
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "6", 6));
+        assert_eq!(replicas(&cache, "web"), Some(vec![6]));
     }
 
     #[test]
     fn a_write_the_watch_already_brought_hides_nothing_later() {
-        let cache = ObjectCache::new(LABEL);
+        let cache = cache();
         listed(&cache, &[]);
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "5", "b"));
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "6", "c"));
-        cache.wrote(&deployment("web", "web", "5", "b"));
-        assert_eq!(images(&cache, "web"), Some(vec!["c".into()]));
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "5", 5));
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "6", 6));
+        wrote(&cache, &deployment("web", "web", "5", 5));
+        assert_eq!(replicas(&cache, "web"), Some(vec![6]));
     }
 
     #[test]
     fn a_created_object_is_seen_before_its_event() {
-        let cache = ObjectCache::new(LABEL);
+        let cache = cache();
         listed(&cache, &[]);
-        cache.wrote(&deployment("web", "web", "2", "a"));
-        assert_eq!(images(&cache, "web"), Some(vec!["a".into()]));
+        wrote(&cache, &deployment("web", "web", "2", 2));
+        assert_eq!(replicas(&cache, "web"), Some(vec![2]));
         assert!(cache.get(&resource("web")).is_some());
     }
 
     #[test]
     fn an_unseen_write_gives_way_after_some_versions() {
-        let cache = ObjectCache::new(LABEL);
-        listed(&cache, &[deployment("web", "web", "1", "a")]);
-        cache.wrote(&deployment("web", "web", "x", "ours"));
+        let cache = cache();
+        listed(&cache, &[deployment("web", "web", "1", 1)]);
+        wrote(&cache, &deployment("web", "web", "x", 7));
         for version in 0..KEPT {
-            assert_eq!(images(&cache, "web"), Some(vec!["ours".into()]));
+            assert_eq!(replicas(&cache, "web"), Some(vec![7]));
             cache.applied(
                 "apps/v1",
                 "Deployment",
-                deployment("web", "web", &format!("v{version}"), "theirs"),
+                deployment("web", "web", &format!("v{version}"), 3),
             );
         }
-        assert_eq!(images(&cache, "web"), Some(vec!["theirs".into()]));
+        assert_eq!(replicas(&cache, "web"), Some(vec![3]));
     }
 
     #[test]
     fn our_delete_hides_the_object_until_the_watch_deletes_it() {
-        let cache = ObjectCache::new(LABEL);
-        let web = deployment("web", "web", "1", "a");
+        let cache = cache();
+        let web = deployment("web", "web", "1", 1);
         listed(&cache, std::slice::from_ref(&web));
         cache.removed(&resource("web"));
-        assert_eq!(images(&cache, "web"), Some(vec![]));
+        assert_eq!(replicas(&cache, "web"), Some(vec![]));
         assert_eq!(cache.get(&resource("web")), None);
         cache.deleted("apps/v1", "Deployment", &web);
-        assert_eq!(images(&cache, "web"), Some(vec![]));
+        assert_eq!(replicas(&cache, "web"), Some(vec![]));
         // Created again by someone: seen.
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "9", "z"));
-        assert_eq!(images(&cache, "web"), Some(vec!["z".into()]));
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "9", 9));
+        assert_eq!(replicas(&cache, "web"), Some(vec![9]));
     }
 
     #[test]
     fn a_list_replaces_the_scope() {
-        let cache = ObjectCache::new(LABEL);
+        let cache = cache();
         listed(
             &cache,
             &[
-                deployment("web", "web", "1", "a"),
-                deployment("old", "web", "1", "o"),
+                deployment("web", "web", "1", 1),
+                deployment("old", "web", "1", 0),
             ],
         );
-        cache.wrote(&deployment("web", "web", "7", "ours"));
+        wrote(&cache, &deployment("web", "web", "7", 7));
         // The watch fell behind and listed again: the list is the server's state.
-        listed(&cache, &[deployment("web", "web", "8", "listed")]);
-        assert_eq!(images(&cache, "web"), Some(vec!["listed".into()]));
+        listed(&cache, &[deployment("web", "web", "8", 8)]);
+        assert_eq!(replicas(&cache, "web"), Some(vec![8]));
         assert_eq!(cache.get(&resource("old")), None);
     }
 
-    /// A Deployment comb applied, as the server returns it (with comb's managed fields).
-    fn applied_by_comb(name: &str, version: &str) -> Value {
-        let mut object = deployment(name, name, version, "a");
-        object["metadata"]["managedFields"] = json!([{"manager": "comb", "operation": "Apply",
-            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:image": {}}}}]);
-        object
-    }
-
-    fn as_applied_entries(cache: &ObjectCache) -> usize {
-        cache.as_applied.lock().unwrap().len()
+    fn applied(digest: &str) -> AsApplied {
+        AsApplied {
+            digest: Fingerprint::of(digest),
+            fields: Fingerprint::of("{}"),
+        }
     }
 
     #[test]
     fn what_comb_knew_as_applied_goes_with_the_object() {
-        let cache = ObjectCache::new(LABEL);
-        let objects = ["web", "db", "mq"].map(|name| applied_by_comb(name, "1"));
+        let cache = cache();
+        let objects = ["web", "db", "mq"].map(|name| deployment(name, name, "1", 1));
         listed(&cache, &objects);
-        for object in &objects {
-            cache.stands_as_applied(object, "comb", "sha256:d");
+        for name in ["web", "db", "mq"] {
+            cache.stands_as_applied(&resource(name), applied("sha256:d"));
         }
-        assert_eq!(as_applied_entries(&cache), 3);
-        assert!(cache.as_applied(&resource("web")).is_some());
+        assert_eq!(
+            cache.as_applied(&resource("web")),
+            Some(applied("sha256:d"))
+        );
         // Someone else deletes web: the watch says so.
         cache.deleted("apps/v1", "Deployment", &objects[0]);
         assert_eq!(cache.as_applied(&resource("web")), None);
-        assert_eq!(as_applied_entries(&cache), 2);
         // db went while the watch was down: the list after it no longer has it.
         listed(&cache, &objects[2..]);
         assert_eq!(cache.as_applied(&resource("db")), None);
-        assert_eq!(as_applied_entries(&cache), 1);
         assert!(cache.as_applied(&resource("mq")).is_some());
         // comb's own delete.
         cache.removed(&resource("mq"));
-        assert_eq!(as_applied_entries(&cache), 0);
+        assert_eq!(cache.as_applied(&resource("mq")), None);
+    }
+
+    #[test]
+    fn without_watches_only_what_comb_applied_is_kept() {
+        let cache = cache();
+        cache.stands_as_applied(&resource("web"), applied("sha256:d"));
+        assert_eq!(
+            cache.as_applied(&resource("web")),
+            Some(applied("sha256:d"))
+        );
+        assert_eq!(replicas(&cache, "web"), None, "reads go to the API server");
+        assert_eq!(cache.get(&resource("web")), None);
     }
 
     #[derive(Default)]
     struct Counted(Mutex<Vec<(String, String)>>);
 
-    impl super::super::pack::CountUndecodable for Counted {
-        fn undecodable(&self, context: &str, kind: &str) {
+    impl CountUnprojectable for Counted {
+        fn unprojectable(&self, context: &str, kind: &str) {
             self.0.lock().unwrap().push((context.into(), kind.into()));
         }
     }
 
     #[test]
-    fn a_copy_that_does_not_decode_is_reported_and_never_read_as_empty() {
+    fn an_object_that_does_not_project_is_reported_and_never_read_as_empty() {
         let counted = Arc::new(Counted::default());
-        let cache = ObjectCache::new(LABEL).reporting_to(
+        let cache = cache().reporting_to(
             "prod",
-            Arc::new(UndecodableCopies::counted_by(counted.clone())),
+            Arc::new(UnprojectableObjects::counted_by(counted.clone())),
         );
+        let mut broken = deployment("web", "web", "1", 1);
+        broken["status"] = json!({"readyReplicas": {"not": "a number"}});
         listed(
             &cache,
-            &[
-                deployment("web", "web", "1", "a"),
-                deployment("web-b", "web", "1", "b"),
-            ],
+            &[broken.clone(), deployment("web-b", "web", "1", 2)],
         );
-        cache.with_kind("apps/v1", "Deployment", |store| {
-            let key = ("apps".to_string(), "web".to_string());
-            if let Some(stored) = store.objects.get_mut(&key) {
-                stored.packed = Box::from(&b"\x05\0\0\0broken"[..]);
-            }
-        });
-        // Neither a null object nor a list without it: the API server is asked instead.
+        // Neither a default object nor a list without it: the API server is asked instead.
         assert_eq!(cache.get(&resource("web")), None);
-        assert_eq!(images(&cache, "web"), None);
+        assert_eq!(replicas(&cache, "web"), None);
         assert!(cache.get(&resource("web-b")).is_some());
+        // Counted at each delivery (logged once).
+        broken["metadata"]["resourceVersion"] = json!("2");
+        cache.applied("apps/v1", "Deployment", broken);
         assert_eq!(
             *counted.0.lock().unwrap(),
             [
@@ -1106,59 +921,24 @@ mod tests {
                 ("prod".to_string(), "Deployment".to_string())
             ]
         );
-        // The watch brings the object again: answered again.
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "2", "c"));
-        assert_eq!(images(&cache, "web"), Some(vec!["c".into(), "b".into()]));
+        // The watch brings a version that projects: answered again.
+        cache.applied("apps/v1", "Deployment", deployment("web", "web", "3", 3));
+        assert_eq!(replicas(&cache, "web"), Some(vec![3, 2]));
     }
 
     #[test]
-    fn secrets_and_config_maps_are_kept_without_data() {
-        let secret = json!({"kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "dg=="},
-                            "stringData": {"k": "v"}});
-        assert_eq!(
-            slim("Secret", secret),
-            json!({"kind": "Secret", "metadata": {"name": "s"}})
-        );
-        let map = json!({"kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": "v"},
-                         "binaryData": {}});
-        assert_eq!(
-            slim("ConfigMap", map),
-            json!({"kind": "ConfigMap", "metadata": {"name": "c"}})
-        );
-        let pod = json!({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"x": 1},
-                         "status": {"phase": "Running"}});
-        assert_eq!(
-            slim("Pod", pod),
-            json!({"kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}})
-        );
-        let deployment = json!({"kind": "Deployment",
-            "metadata": {"name": "d", "annotations": {"a": "1",
-                "kubectl.kubernetes.io/last-applied-configuration": "{...}"}},
-            "spec": {"replicas": 2, "template": {"metadata": {"annotations": {"r": "1"}},
-                                                 "spec": {"containers": []}}},
-            "status": {"readyReplicas": 2}});
-        assert_eq!(
-            slim("Deployment", deployment),
-            json!({"kind": "Deployment", "metadata": {"name": "d", "annotations": {"a": "1"}},
-                   "spec": {"replicas": 2, "template": {"metadata": {"annotations": {"r": "1"}}}},
-                   "status": {"readyReplicas": 2}})
-        );
-        let cron = json!({"kind": "CronJob", "spec": {"suspend": true, "jobTemplate": {"spec":
-            {"template": {"metadata": {}, "spec": {"containers": []}}}}}});
-        assert_eq!(
-            slim("CronJob", cron),
-            json!({"kind": "CronJob", "spec": {"suspend": true, "jobTemplate": {"spec":
-                {"template": {"metadata": {}}}}}})
-        );
-    }
-
-    #[test]
-    fn equality_selectors() {
-        assert_eq!(equalities("a=1,b==2"), Some(vec![("a", "1"), ("b", "2")]));
-        assert_eq!(equalities("a!=1"), None);
-        assert_eq!(equalities("a in (1)"), None);
-        assert_eq!(equalities("a"), None);
-        assert_eq!(equalities(""), Some(vec![]));
+    fn unprojectable_objects_are_logged_once() {
+        let counted = Arc::new(Counted::default());
+        let objects = UnprojectableObjects::counted_by(counted.clone());
+        let error = Unprojectable {
+            field: "status.readyReplicas".into(),
+            found: "an object",
+            wanted: "a number",
+        };
+        assert!(objects.report("prod", "Deployment", "apps", "web", &error));
+        assert!(!objects.report("prod", "Deployment", "apps", "web", &error));
+        assert!(objects.report("prod", "Pod", "apps", "web", &error));
+        assert_eq!(counted.0.lock().unwrap().len(), 3);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::num::NonZeroUsize;
 use comb_api::{CombSpec, DEFAULT_GROUP, LabelKeys};
 use serde_json::{Map, Value};
 
+use crate::engine::projection::CombSelector;
 use crate::engine::tenancy::Tenancy;
 
 /// How the engine labels, names and bounds what Combs do; one per layer (only the tenancy
@@ -75,9 +76,21 @@ impl CombContext {
             .label_selector(&self.name, &self.namespace)
     }
 
-    /// `P+comb=<name>`: how status and deploy read live objects.
-    pub fn name_selector(&self) -> String {
-        self.settings.labels.name_selector(&self.name)
+    /// Everything of this Comb (pods, prune): both labels.
+    pub fn comb_selector(&self) -> CombSelector {
+        CombSelector {
+            name: self.name.clone(),
+            namespace: Some(self.namespace.clone()),
+        }
+    }
+
+    /// How status and deploy read live objects: the name label only (a same-named Comb of
+    /// another namespace that applied a shared resource last still counts it as live).
+    pub fn name_selector(&self) -> CombSelector {
+        CombSelector {
+            name: self.name.clone(),
+            namespace: None,
+        }
     }
 }
 

@@ -5,14 +5,14 @@ use std::borrow::Cow;
 use comb_api::{LabelKeys, ManagedObject};
 use serde_json::Value;
 
-use crate::engine::cache::{AsApplied, applied_fields_hash, is_slim};
+use crate::engine::cache::AsApplied;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
 use crate::engine::kube_ops::{
-    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, STOP_MANAGER, applied_by, is_conflict,
-    unchanged_since,
+    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, applied_by, is_conflict, unchanged_since,
 };
-use crate::engine::observe::{LiveObjects, fetch_live, object_name};
+use crate::engine::observe::{LiveObjects, fetch_live};
+use crate::engine::projection::{Fingerprint, Projection, State};
 use crate::engine::prune::{
     DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
 };
@@ -36,7 +36,7 @@ pub async fn deploy(
     ctx: &CombContext,
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
-) -> Result<Vec<Value>> {
+) -> Result<Vec<Projection>> {
     let read_here;
     let live = match live {
         Some(live) => live,
@@ -48,79 +48,73 @@ pub async fn deploy(
                         "reading the live objects failed: {}",
                         error.to_string().trim_end()
                     ),
-                    applied: Vec::new(),
+                    applied: 0,
                 })?;
             &read_here
         }
     };
-    let labels = &ctx.settings.labels;
-    let kept = [restart_path(labels.restart_annotation())];
+    let kept = [restart_path(ctx.settings.labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
     let mut unselected = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        let mut live_object = live.get(index).and_then(Option::as_ref).map(Cow::Borrowed);
-        if let Some(before) = live_object.as_deref()
+        let failed = |applied: &Vec<Projection>, what: &str, error: Error| Error::Deploy {
+            message: format!(
+                "{what} {} {}: {}",
+                item.kind,
+                item.name,
+                error.to_string().trim_end()
+            ),
+            applied: applied.len(),
+        };
+        let resource = item.resource();
+        let mut live_object = live.get(index).and_then(Option::clone);
+        if let Some(before) = &live_object
             && loses_its_selector(item, before)
         {
             unselected.push(item);
         }
-        if let Some(object) = live_object.as_deref()
-            && is_slim(object)
+        if let Some(object) = &live_object
+            && unchanged_since_apply(item, object, ops.as_applied(&resource).as_ref())
         {
-            let as_applied = ops.as_applied(&item.resource());
-            if unchanged_since_apply(
-                item,
-                object,
-                labels.digest_annotation(),
-                as_applied.as_ref(),
-            ) {
-                applied.push(object.clone());
-                continue;
-            }
-            // The watch's slimmed copy cannot tell every field (nor serve a takeover): the
-            // whole object, read once; then comb's fields are remembered as standing.
-            live_object = match ops.get_opt_from_server(&item.resource()).await {
-                Ok(whole) => whole.map(Cow::Owned),
-                Err(error) => {
-                    return Err(Error::Deploy {
-                        message: format!(
-                            "get {} {}: {}",
-                            item.kind,
-                            item.name,
-                            error.to_string().trim_end()
-                        ),
-                        applied,
-                    });
-                }
-            };
-        }
-        if let Some(object) = live_object.as_deref()
-            && unchanged(item, object, labels.digest_annotation())
-        {
-            ops.stands_as_applied(object, &item.digest);
             applied.push(object.clone());
             continue;
         }
+        // Another digest, a stop's fields, a Job to create anew, or not comb's yet: no field of
+        // the whole object would make it stand, so it is applied without reading it (an edit's
+        // apply goes out at once). A copy the watch has not brought up to date costs at worst an
+        // apply that changes nothing, as the read would have cost a request.
+        if let Some(object) = &live_object
+            && stands_applied(item, object)
+        {
+            // What comb knows of it cannot tell every field: the whole object, read once; then
+            // comb's fields are remembered as standing.
+            let whole = match ops.get_whole(&resource).await {
+                Ok(whole) => whole,
+                Err(error) => return Err(failed(&applied, "get", error)),
+            };
+            live_object = None;
+            if let Some(whole) = whole {
+                let object = ops
+                    .project(&item.api_version, &item.kind, &whole)
+                    .map_err(|error| failed(&applied, "get", error))?;
+                if unchanged(item, &whole, &object) {
+                    ops.stands_as_applied(&resource, &object, &item.digest);
+                    applied.push(object);
+                    continue;
+                }
+                live_object = Some(object);
+            }
+        }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
         match ops
-            .ensure_keeping(&item.manifest, live_object.as_deref(), kept)
+            .ensure_keeping(&item.manifest, live_object.as_ref(), kept)
             .await
         {
             Ok(stored) => {
-                ops.stands_as_applied(&stored, &item.digest);
+                ops.stands_as_applied(&resource, &stored, &item.digest);
                 applied.push(stored);
             }
-            Err(error) => {
-                return Err(Error::Deploy {
-                    message: format!(
-                        "ensure {} {}: {}",
-                        item.kind,
-                        item.name,
-                        error.to_string().trim_end()
-                    ),
-                    applied,
-                });
-            }
+            Err(error) => return Err(failed(&applied, "ensure", error)),
         }
     }
     // Once the bridge's own EndpointSlices are written too.
@@ -145,13 +139,14 @@ const SELECTOR_SLICE_MANAGERS: [&str; 2] = [
 
 /// Whether applying `item` takes the selector away from the live Service `before`: a local
 /// Service replaced in place by a bridge (a selector-less Service and EndpointSlices of comb's).
-fn loses_its_selector(item: &RenderedItem, before: &Value) -> bool {
-    let selects = |service: &Value| {
-        service["spec"]["selector"]
-            .as_object()
-            .is_some_and(|selector| !selector.is_empty())
-    };
-    item.kind == "Service" && item.group.is_empty() && selects(before) && !selects(&item.manifest)
+fn loses_its_selector(item: &RenderedItem, before: &Projection) -> bool {
+    let selects = item.manifest["spec"]["selector"]
+        .as_object()
+        .is_some_and(|selector| !selector.is_empty());
+    item.kind == "Service"
+        && item.group.is_empty()
+        && matches!(before.state, State::Service { selects: true })
+        && !selects
 }
 
 /// Deletes what kube-controller-manager kept for the selector `service` no longer has. Its
@@ -160,7 +155,8 @@ fn loses_its_selector(item: &RenderedItem, before: &Value) -> bool {
 /// a new EndpointSlice: kube-proxy would go on sending part of the bridge's connections to the
 /// Pods the Service selected (gone once comb prunes them). The network proved it: calls to a
 /// bridge that replaced a local Service failed, or reached whichever Pod got the old IP next.
-/// These objects are the Service's own (owned by it, named after it), so comb's.
+/// These objects are the Service's own (owned by it, named after it), so comb's; they carry
+/// none of comb's labels, so they are read from the API server.
 async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Result<()> {
     let namespace = service.namespace.clone();
     // The Endpoints object first: the mirroring controller would mirror it again.
@@ -170,10 +166,11 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
         namespace: namespace.clone(),
         name: service.name.clone(),
     };
-    if let Some(live) = ops.get_opt_from_server(&endpoints).await?
+    if let Some(live) = ops.get_whole(&endpoints).await?
         && !applied_by(&live, FIELD_MANAGER)
     {
-        delete_stale(ops, &endpoints, &live).await?;
+        let copy = ops.project("v1", "Endpoints", &live)?;
+        delete_stale(ops, &endpoints, copy).await?;
     }
     for manager in SELECTOR_SLICE_MANAGERS {
         let selector = format!(
@@ -181,7 +178,7 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
             service.name
         );
         for slice in ops
-            .list(
+            .list_whole(
                 "discovery.k8s.io/v1",
                 "EndpointSlice",
                 namespace.as_deref(),
@@ -189,16 +186,14 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
             )
             .await?
         {
-            let Some(name) = object_name(&slice) else {
-                continue;
-            };
+            let copy = ops.project("discovery.k8s.io/v1", "EndpointSlice", &slice)?;
             let stale = ManagedObject {
                 api_version: "discovery.k8s.io/v1".into(),
                 kind: "EndpointSlice".into(),
                 namespace: namespace.clone(),
-                name: name.to_string(),
+                name: copy.name.to_string(),
             };
-            delete_stale(ops, &stale, &slice).await?;
+            delete_stale(ops, &stale, copy).await?;
         }
     }
     Ok(())
@@ -207,14 +202,14 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
 /// Deletes `resource` as it was read (`copy`), as every delete of comb's goes out: a
 /// controller that rewrote it in between (409) gets it read again and deleted as it is now,
 /// a few times; one that deleted it (404) did the job.
-async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: &Value) -> Result<()> {
-    let mut copy = Cow::Borrowed(copy);
+async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: Projection) -> Result<()> {
+    let mut copy = copy;
     for attempt in 1..=CONFLICT_ATTEMPTS {
         match ops.delete(resource, unchanged_since(&copy)).await {
             Err(error) if error.status_code() == Some(404) => return Ok(()),
             Err(error) if is_conflict(&error) && attempt < CONFLICT_ATTEMPTS => {
-                match ops.get_opt_from_server(resource).await? {
-                    Some(fresh) => copy = Cow::Owned(fresh),
+                match ops.get_fresh(resource).await? {
+                    Some(fresh) => copy = fresh,
                     None => return Ok(()),
                 }
             }
@@ -239,52 +234,46 @@ fn restart_path(restart_annotation: &str) -> Vec<String> {
     .collect()
 }
 
-/// Whether the watch's slimmed copy `live` ([`is_slim`]) of `item`'s object stands as comb
-/// last knew it as rendered (`as_applied`, by applying it or finding it so): the conditions of
-/// [`unchanged`] that the copy can tell, and comb's applied fields the very set they were then.
-/// A field another manager changed since is that manager's now, so comb's set is smaller.
+/// Whether `live`, what comb knows of `item`'s object, stands as comb last knew it as
+/// rendered (`as_applied`, by applying it or finding it so): the conditions of [`unchanged`]
+/// that the projection can tell, and comb's applied fields the very set they were then. A
+/// field another manager changed since is that manager's now, so comb's set is smaller.
 pub fn unchanged_since_apply(
     item: &RenderedItem,
-    live: &Value,
-    digest_annotation: &str,
+    live: &Projection,
     as_applied: Option<&AsApplied>,
 ) -> bool {
     let Some(as_applied) = as_applied else {
         return false;
     };
-    as_applied.digest == item.digest
-        && stands_applied(item, live, digest_annotation)
-        && applied_fields_hash(live, FIELD_MANAGER).as_deref()
-            == Some(as_applied.fields_hash.as_str())
+    as_applied.digest == Fingerprint::of(&item.digest)
+        && stands_applied(item, live)
+        && live.managed.comb == Some(as_applied.fields)
 }
 
 /// What [`unchanged`] asks besides the fields: the rendered digest, not a Job to create anew,
 /// applied by comb, no stop's fields.
-fn stands_applied(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
-    let digest = live
-        .pointer("/metadata/annotations")
-        .and_then(|annotations| annotations.get(digest_annotation))
-        .and_then(Value::as_str);
-    digest == Some(item.digest.as_str())
+fn stands_applied(item: &RenderedItem, live: &Projection) -> bool {
+    live.carries_digest(&item.digest)
         && existing_treatment(&item.api_version, &item.kind, live) != ExistingTreatment::Recreate
-        && applied_by(live, FIELD_MANAGER)
-        && !applied_by(live, STOP_MANAGER)
+        && live.applied_by_comb()
+        && !live.managed.stopped
 }
 
-/// Whether `live` stands as applying `item` would leave it, so that deploy writes nothing: it
+/// Whether the object stands as applying `item` would leave it, so that deploy writes
+/// nothing (`whole` is the object as the API server has it, `live` its projection): it
 /// carries the rendered digest, it is not a Job to create anew, comb applied it (an object an
-/// older comb replaced is applied
-/// once, to take its fields over), no stop holds fields of it, and every field the manifest
-/// sets has the manifest's value live (a workload scaled or edited by hand is applied again).
-/// What the server adds (defaults, other managers' fields) does not count; a value the server
-/// normalises differently (a quantity `1000m` stored as `1`) only costs an apply that changes
-/// nothing.
-pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> bool {
+/// older comb replaced is applied once, to take its fields over), no stop holds fields of it,
+/// and every field the manifest sets has the manifest's value live (a workload scaled or
+/// edited by hand is applied again). What the server adds (defaults, other managers' fields)
+/// does not count; a value the server normalises differently (a quantity `1000m` stored as
+/// `1`) only costs an apply that changes nothing.
+pub fn unchanged(item: &RenderedItem, whole: &Value, live: &Projection) -> bool {
     let Some(manifest) = item.manifest.as_object() else {
         return false;
     };
     // A Job that failed (or never started) is created anew whatever it holds.
-    stands_applied(item, live, digest_annotation)
+    stands_applied(item, live)
         && manifest
             .iter()
             // A listed object has no apiVersion and kind of its own: the list's are its.
@@ -300,9 +289,9 @@ pub fn unchanged(item: &RenderedItem, live: &Value, digest_annotation: &str) -> 
                     if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
                         annotations.remove(TRIGGER_TIME_ANNOTATION);
                     }
-                    holds(live.get(key), &Value::Object(metadata))
+                    holds(whole.get(key), &Value::Object(metadata))
                 }
-                _ => holds(live.get(key), wanted),
+                _ => holds(whole.get(key), wanted),
             })
 }
 
@@ -355,7 +344,7 @@ pub enum Deletion {
 pub async fn delete_as_decided(
     ops: &KubeOps,
     resource: &ManagedObject,
-    copy: Cow<'_, Value>,
+    copy: Cow<'_, Projection>,
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
@@ -384,7 +373,7 @@ pub async fn delete_as_decided(
                 }
                 attempts += 1;
                 // The watch may not have brought the change that conflicted yet.
-                match ops.get_opt_from_server(resource).await? {
+                match ops.get_fresh(resource).await? {
                     Some(fresh) => copy = Cow::Owned(fresh),
                     None => return Ok(Deletion::Gone),
                 }
@@ -406,6 +395,7 @@ pub async fn delete_as_decided(
 /// of a cluster-scoped Kind is left in place with the plan's note.
 pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneOutcome {
     let selector = ctx.label_selector();
+    let selected = ctx.comb_selector();
     let mut outcome = PruneOutcome::new(plan);
     for group in &plan.groups {
         match ops.is_namespaced(&group.api_version, &group.kind).await {
@@ -428,7 +418,7 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                 &group.api_version,
                 &group.kind,
                 Some(&group.namespace),
-                &selector,
+                &selected,
             )
             .await;
         for orphan in &group.orphans {
@@ -437,9 +427,7 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                     outcome.record(orphan, OrphanFate::Unchecked(error.to_string()), &selector);
                     continue;
                 }
-                Ok(objects) => objects
-                    .iter()
-                    .find(|object| object_name(object) == Some(&orphan.name)),
+                Ok(objects) => objects.iter().find(|object| *object.name == orphan.name),
             };
             let fate = match found {
                 Some(copy) => orphan_fate(
@@ -523,7 +511,7 @@ pub async fn apply_and_prune(
         Err(Error::Deploy { message, applied }) => {
             let stored: Vec<ManagedObject> = desired
                 .iter()
-                .take(applied.len())
+                .take(applied)
                 .chain(replicas)
                 .cloned()
                 .collect();
@@ -549,6 +537,11 @@ mod tests {
     use serde_json::json;
 
     const DIGEST: &str = "comb.internal/applied-digest";
+
+    /// What comb reads of `live`, the object of `item`.
+    fn projected(item: &RenderedItem, live: &Value) -> Projection {
+        Projection::of(&item.api_version, &item.kind, live, &LabelKeys::default()).unwrap()
+    }
 
     fn item() -> RenderedItem {
         let ctx = test_context("nats", "platform", json!({}));
@@ -587,6 +580,46 @@ mod tests {
     }
 
     #[test]
+    fn only_a_service_whose_selector_goes_away_loses_its_endpoints() {
+        let ctx = test_context("db", "platform", json!({}));
+        let service = |spec: Value| {
+            let manifest = json!({"apiVersion": "v1", "kind": "Service",
+                                  "metadata": {"name": "db"}, "spec": spec});
+            render_manifest("Manifests", &manifest, &ctx, &Scopes::default()).expect("renders")
+        };
+        let local = service(json!({"selector": {"app": "db"}, "ports": [{"port": 5432}]}));
+        let bridge = service(json!({"ports": [{"port": 5432}]}));
+        let cases = [
+            (
+                "a local Service replaced by a bridge",
+                &bridge,
+                &local,
+                true,
+            ),
+            ("a bridge staying a bridge", &bridge, &bridge, false),
+            (
+                "a bridge replaced by a local Service",
+                &local,
+                &bridge,
+                false,
+            ),
+            ("a local Service staying local", &local, &local, false),
+        ];
+        for (what, applying, before, loses) in cases {
+            let before = projected(before, &before.manifest);
+            assert_eq!(loses_its_selector(applying, &before), loses, "{what}");
+        }
+        // Another kind with a selector of the same name is not a Service.
+        let deployment = item();
+        let mut selecting = deployment.manifest.clone();
+        selecting["spec"]["selector"] = json!({"matchLabels": {"app": "nats"}});
+        assert!(!loses_its_selector(
+            &deployment,
+            &projected(&deployment, &selecting)
+        ));
+    }
+
+    #[test]
     fn a_bridge_slice_is_stamped_with_its_trigger_time_and_not_rewritten_for_it() {
         let ctx = test_context("db", "platform", json!({}));
         let slice = |address: &str| {
@@ -610,9 +643,10 @@ mod tests {
         live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
         let again = render("192.0.2.10");
         assert_eq!(again.digest, first.digest);
-        assert!(unchanged(&again, &live, DIGEST));
+        assert!(unchanged(&again, &live, &projected(&again, &live)));
         // Another address: another digest, written with a fresh stamp.
-        assert!(!unchanged(&render("192.0.2.11"), &live, DIGEST));
+        let other = render("192.0.2.11");
+        assert!(!unchanged(&other, &live, &projected(&other, &live)));
     }
 
     #[test]
@@ -696,36 +730,37 @@ mod tests {
             ),
         ];
         for (what, live, unchanged_now) in cases {
-            assert_eq!(unchanged(&item, &live, DIGEST), unchanged_now, "{what}");
+            assert_eq!(
+                unchanged(&item, &live, &projected(&item, &live)),
+                unchanged_now,
+                "{what}"
+            );
         }
     }
 
     #[test]
-    fn a_watched_copy_is_unchanged_only_while_combs_applied_fields_stand() {
+    fn a_projection_is_unchanged_only_while_combs_applied_fields_stand() {
         let item = item();
         let whole = live(&item);
-        let watched = crate::engine::cache::slim("Deployment", whole.clone());
-        assert!(is_slim(&watched) && !is_slim(&whole));
-        // The copy lacks the Pod template's spec: the fields alone cannot tell.
-        assert!(!unchanged(&item, &watched, DIGEST));
+        let watched = projected(&item, &whole);
         let as_applied = AsApplied {
-            digest: item.digest.clone(),
-            fields_hash: applied_fields_hash(&whole, FIELD_MANAGER).expect("comb applied it"),
+            digest: Fingerprint::of(&item.digest),
+            fields: watched.managed.comb.expect("comb applied it"),
         };
         let edited_by_hand = {
             let mut whole = whole.clone();
             whole["metadata"]["managedFields"][0]["fieldsV1"] = json!({"f:metadata": {}});
-            crate::engine::cache::slim("Deployment", whole)
+            projected(&item, &whole)
         };
         let stopped = {
             let mut whole = whole.clone();
             whole["metadata"]["managedFields"] =
                 managed(&[("comb", "Apply"), ("comb-stop", "Apply")]);
-            crate::engine::cache::slim("Deployment", whole)
+            projected(&item, &whole)
         };
         let other_digest = AsApplied {
-            digest: "sha256:older".to_string(),
-            ..as_applied.clone()
+            digest: Fingerprint::of("sha256:older"),
+            ..as_applied
         };
         let cases = [
             ("as comb applied it", &watched, Some(&as_applied), true),
@@ -746,7 +781,7 @@ mod tests {
         ];
         for (what, live, remembered, unchanged_now) in cases {
             assert_eq!(
-                unchanged_since_apply(&item, live, DIGEST, remembered),
+                unchanged_since_apply(&item, live, remembered),
                 unchanged_now,
                 "{what}"
             );
@@ -763,12 +798,12 @@ mod tests {
         live["metadata"]["managedFields"] = managed(&[("comb", "Apply")]);
         live["status"] = json!({"succeeded": 1});
         assert!(
-            unchanged(&item, &live, DIGEST),
+            unchanged(&item, &live, &projected(&item, &live)),
             "a Job that succeeded stays"
         );
         live["status"] = json!({"failed": 1});
         assert!(
-            !unchanged(&item, &live, DIGEST),
+            !unchanged(&item, &live, &projected(&item, &live)),
             "a failed Job is created anew"
         );
     }

@@ -22,9 +22,8 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope, Resource};
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use serde_json::Value;
 
-use crate::engine::values::truthy;
+use crate::engine::projection::{Projection, State};
 use crate::error::Result;
 
 /// One built-in Kind.
@@ -250,16 +249,15 @@ pub enum ExistingTreatment {
 }
 
 /// How `ensure` treats the existing `live` object of a manifest of `api_version` and `kind`.
-pub fn existing_treatment(api_version: &str, kind: &str, live: &Value) -> ExistingTreatment {
-    match (api_version, kind) {
-        ("v1", "PersistentVolumeClaim") => ExistingTreatment::Keep,
-        ("batch/v1", "Job")
-            if truthy(live.pointer("/status/active"))
-                || truthy(live.pointer("/status/succeeded")) =>
+pub fn existing_treatment(api_version: &str, kind: &str, live: &Projection) -> ExistingTreatment {
+    match (api_version, kind, &live.state) {
+        ("v1", "PersistentVolumeClaim", _) => ExistingTreatment::Keep,
+        ("batch/v1", "Job", State::Job(job))
+            if job.active.unwrap_or(0) != 0 || job.succeeded.unwrap_or(0) != 0 =>
         {
             ExistingTreatment::Keep
         }
-        ("batch/v1", "Job") => ExistingTreatment::Recreate,
+        ("batch/v1", "Job", _) => ExistingTreatment::Recreate,
         _ => ExistingTreatment::Replace,
     }
 }
@@ -326,7 +324,12 @@ mod tests {
         ];
         for (api_version, kind, live, treatment) in cases {
             assert_eq!(
-                existing_treatment(api_version, kind, &live),
+                existing_treatment(
+                    api_version,
+                    kind,
+                    &Projection::of(api_version, kind, &live, &comb_api::LabelKeys::default())
+                        .unwrap()
+                ),
                 treatment,
                 "{kind} {live}"
             );

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombStatus, ManagedObject};
+use comb_api::{Comb, CombStatus, LabelKeys, ManagedObject};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{
@@ -20,11 +20,13 @@ use kube::core::{ApiResource, GroupVersion, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 
-use crate::engine::cache::{AsApplied, ObjectCache, ReadLog, ReadSummary, is_slim};
+use crate::engine::cache::{AsApplied, ObjectCache, ReadLog, ReadSummary};
 // What comb's field managers own and the one-time takeover of what an older comb replaced are
 // comb-api's, shared with the replication of upstreams.
 use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
+pub use crate::engine::projection::STOP_MANAGER;
+use crate::engine::projection::{CombSelector, Fingerprint, Projection};
 use crate::error::{Error, Result};
 pub use comb_api::managed_fields::{
     FIELD_MANAGER, LEGACY_MANAGERS, applied_by, migrated_managed_fields, now_rfc3339,
@@ -49,9 +51,12 @@ pub struct KubeOps {
     client: Client,
     writer: Writer,
     kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
-    /// The controller's watches of this context, answering lists and gets they cover; `None`
-    /// (`comb run --once`, the CLI, the tests of the engine): every read goes to the server.
-    cache: Option<Arc<ObjectCache>>,
+    /// What comb knows of this context's objects: under `comb run` the controller's watches
+    /// feed it (`watched`) and it answers the lists and gets they cover; otherwise (`comb run
+    /// --once`, the CLI, the tests of the engine) every read goes to the server, and it keeps
+    /// only what comb applied.
+    objects: Arc<ObjectCache>,
+    watched: bool,
     /// Where the reads of one step went ([`KubeOps::logging_reads`]).
     reads: Option<Arc<ReadLog>>,
 }
@@ -79,7 +84,9 @@ impl std::fmt::Debug for KubeOps {
 }
 
 impl KubeOps {
-    pub fn new(client: Client) -> Self {
+    /// The requests of `client`; `keys` name comb's labels and annotations, which the
+    /// projections of what it reads keep.
+    pub fn new(client: Client, keys: LabelKeys) -> Self {
         KubeOps {
             writer: Writer {
                 client: client.clone(),
@@ -87,21 +94,50 @@ impl KubeOps {
             },
             client,
             kinds: Arc::new(Mutex::new(HashMap::new())),
-            cache: None,
+            objects: Arc::new(ObjectCache::new(keys)),
+            watched: false,
             reads: None,
         }
     }
 
-    /// The same requests, with lists and gets answered from `cache` where its watches cover
-    /// them, and the results of this client's writes kept there (read-your-writes).
+    /// The same requests, with lists and gets answered from `cache` where the watches feeding
+    /// it cover them, and the results of this client's writes kept there (read-your-writes).
     pub fn with_cache(mut self, cache: Arc<ObjectCache>) -> KubeOps {
-        self.cache = Some(cache);
+        self.objects = cache;
+        self.watched = true;
         self
     }
 
-    /// The watched objects reads are answered from, if any.
+    /// The store the watches feed, if reads are answered from watches.
     pub fn cache(&self) -> Option<&Arc<ObjectCache>> {
-        self.cache.as_ref()
+        self.watched.then_some(&self.objects)
+    }
+
+    /// The label keys of comb's labels and annotations.
+    pub fn keys(&self) -> &LabelKeys {
+        self.objects.keys()
+    }
+
+    /// What comb reads of `object` of `api_version`/`kind` (as the API server sent it).
+    pub fn project(&self, api_version: &str, kind: &str, object: &Value) -> Result<Projection> {
+        Projection::of(api_version, kind, object, self.keys()).map_err(|error| {
+            let field = |key: &str| {
+                object
+                    .pointer(&format!("/metadata/{key}"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            let namespace = field("namespace");
+            let place = if namespace.is_empty() {
+                String::new()
+            } else {
+                format!("{namespace}/")
+            };
+            Error::Unprojectable(format!(
+                "{kind} {place}{} cannot be read: {error}",
+                field("name")
+            ))
+        })
     }
 
     /// The same client, counting its reads (and its clones') afresh: one step's.
@@ -133,25 +169,38 @@ impl KubeOps {
         }
     }
 
-    /// Remembers that `object` (as the server returned it) stands as comb rendered it with
-    /// `digest` (see [`ObjectCache::stands_as_applied`]); nothing without a cache.
-    pub fn stands_as_applied(&self, object: &Value, digest: &str) {
-        if let Some(cache) = &self.cache {
-            cache.stands_as_applied(object, FIELD_MANAGER, digest);
+    /// Remembers that `resource` (`object` as the server has it) stands as comb rendered it
+    /// with `digest` (see [`ObjectCache::stands_as_applied`]); nothing when comb applied none
+    /// of its fields.
+    pub fn stands_as_applied(&self, resource: &ManagedObject, object: &Projection, digest: &str) {
+        if let Some(fields) = object.managed.comb {
+            let applied = AsApplied {
+                digest: Fingerprint::of(digest),
+                fields,
+            };
+            self.objects.stands_as_applied(resource, applied);
         }
     }
 
     /// What comb's applied fields and digest were when it last knew `resource` stood as
-    /// rendered, if a cache remembers.
+    /// rendered, if it remembers.
     pub fn as_applied(&self, resource: &ManagedObject) -> Option<AsApplied> {
-        self.cache.as_ref()?.as_applied(resource)
+        self.objects.as_applied(resource)
     }
 
-    /// Keeps what a write stored, so that the next read sees it before the watch brings it.
-    fn remember(&self, stored: &Value) {
-        if let Some(cache) = &self.cache {
-            cache.wrote(stored);
+    /// Keeps what a write of `target` stored, so that the next read sees it before the watch
+    /// brings it; returns its projection. A stored object that does not project is not kept
+    /// (reads ask the server, and the watch reports it).
+    fn remember(&self, target: &ManagedObject, stored: &Value) -> Result<Projection> {
+        let projection = self.project(&target.api_version, &target.kind, stored)?;
+        if self.watched
+            && let Some(version) = stored
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+        {
+            self.objects.wrote(target, version, &projection);
         }
+        Ok(projection)
     }
 
     /// The same requests, but writes of a Comb's resources go through `writer`, a client of the
@@ -165,7 +214,8 @@ impl KubeOps {
                 user: Some(user.to_string()),
             },
             kinds: self.kinds.clone(),
-            cache: self.cache.clone(),
+            objects: self.objects.clone(),
+            watched: self.watched,
             reads: self.reads.clone(),
         }
     }
@@ -289,17 +339,17 @@ impl KubeOps {
         }
     }
 
-    /// The object `resource` names.
-    pub async fn get(&self, resource: &ManagedObject) -> Result<Value> {
-        if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
+    /// What comb knows of the object `resource` names: from the watches, or the API server.
+    pub async fn get(&self, resource: &ManagedObject) -> Result<Projection> {
+        if let Some(object) = self.objects.get(resource) {
             self.read_from_cache();
             return Ok(object);
         }
-        self.get_from_server(resource).await
+        let whole = self.get_from_server(resource).await?;
+        self.project(&resource.api_version, &resource.kind, &whole)
     }
 
-    /// The object as the API server has it now, never the watch's copy: what a conflict calls
-    /// for (the watch may not have brought the version that conflicted yet).
+    /// The object as the API server has it now, never the watch's copy.
     async fn get_from_server(&self, resource: &ManagedObject) -> Result<Value> {
         let request = format!("get {}", resource.kind);
         self.read_from_api(&request);
@@ -311,18 +361,29 @@ impl KubeOps {
         to_value(&request, &object)
     }
 
-    /// The object `resource` names, or `None` when the server says it does not exist.
-    pub async fn get_opt(&self, resource: &ManagedObject) -> Result<Option<Value>> {
-        if let Some(object) = self.cache.as_ref().and_then(|cache| cache.get(resource)) {
+    /// What comb knows of the object `resource` names, or `None` when the server says it does
+    /// not exist.
+    pub async fn get_opt(&self, resource: &ManagedObject) -> Result<Option<Projection>> {
+        if let Some(object) = self.objects.get(resource) {
             self.read_from_cache();
             return Ok(Some(object));
         }
-        self.get_opt_from_server(resource).await
+        self.get_fresh(resource).await
     }
 
-    /// [`KubeOps::get_opt`] asking the API server, never the watch's copy: the whole object
-    /// (the cache keeps a slimmed one), as it is now.
-    pub async fn get_opt_from_server(&self, resource: &ManagedObject) -> Result<Option<Value>> {
+    /// [`KubeOps::get_opt`] asking the API server, never the watch's copy: what a conflict
+    /// calls for (the watch may not have brought the version that conflicted yet).
+    pub async fn get_fresh(&self, resource: &ManagedObject) -> Result<Option<Projection>> {
+        self.get_whole(resource)
+            .await?
+            .map(|whole| self.project(&resource.api_version, &resource.kind, &whole))
+            .transpose()
+    }
+
+    /// The whole object as the API server has it now (every field, `managedFields` with their
+    /// sets), or `None` when it does not exist: what deploy compares a manifest with when it
+    /// does not know comb's fields to stand, and what a takeover of older writes rewrites.
+    pub async fn get_whole(&self, resource: &ManagedObject) -> Result<Option<Value>> {
         let request = format!("get {}", resource.kind);
         self.read_from_api(&request);
         let api = self.object_api(Access::Read, &request, resource).await?;
@@ -333,9 +394,34 @@ impl KubeOps {
         }
     }
 
-    /// The objects of a kind matching `label_selector`, in `namespace` (all namespaces without
-    /// one; cluster-scoped kinds ignore it), as the server orders them.
+    /// What comb knows of the objects of a kind that `selector` selects, in `namespace` (all
+    /// namespaces without one; cluster-scoped kinds ignore it), as the server orders them.
     pub async fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        selector: &CombSelector,
+    ) -> Result<Vec<Projection>> {
+        if let Some(objects) = self.objects.list(api_version, kind, namespace, selector) {
+            self.read_from_cache();
+            return Ok(objects);
+        }
+        self.list_whole(
+            api_version,
+            kind,
+            namespace,
+            &selector.label_selector(self.keys()),
+        )
+        .await?
+        .iter()
+        .map(|object| self.project(api_version, kind, object))
+        .collect()
+    }
+
+    /// The whole objects of a kind matching `label_selector`, always from the API server: for
+    /// what reads more than a step (`comb logs` reads the containers of the Pods' specs).
+    pub async fn list_whole(
         &self,
         api_version: &str,
         kind: &str,
@@ -343,14 +429,6 @@ impl KubeOps {
         label_selector: &str,
     ) -> Result<Vec<Value>> {
         let request = format!("list {kind}");
-        if let Some(objects) = self
-            .cache
-            .as_ref()
-            .and_then(|cache| cache.list(api_version, kind, namespace, label_selector))
-        {
-            self.read_from_cache();
-            return Ok(objects);
-        }
         self.read_from_api(&request);
         let api = self.api(Access::Read, api_version, kind, namespace).await?;
         let list = api
@@ -388,7 +466,7 @@ impl KubeOps {
     /// immutable), and an existing `batch/v1` Job that is active or has succeeded (a Job's pod
     /// template is immutable, and a running or done Job must not start again). Any other existing
     /// Job (failed, or without status yet) is deleted with its pods and created anew.
-    pub async fn ensure(&self, manifest: &Value, live: Option<&Value>) -> Result<Value> {
+    pub async fn ensure(&self, manifest: &Value, live: Option<&Projection>) -> Result<Projection> {
         self.ensure_keeping(manifest, live, &[]).await
     }
 
@@ -396,9 +474,9 @@ impl KubeOps {
     pub async fn ensure_keeping(
         &self,
         manifest: &Value,
-        live: Option<&Value>,
+        live: Option<&Projection>,
         kept: &[Vec<String>],
-    ) -> Result<Value> {
+    ) -> Result<Projection> {
         let target = identity(manifest)?;
         let body = apply_body(manifest);
         // Whether a PVC or a Job exists decides what happens to it, so it is looked up.
@@ -417,7 +495,7 @@ impl KubeOps {
             }
         }
         let applied = self.apply(&target, &body, FIELD_MANAGER).await?;
-        if applied_by(&applied, STOP_MANAGER) {
+        if applied.managed.stopped {
             return self.apply(&target, &bare(manifest), STOP_MANAGER).await;
         }
         Ok(applied)
@@ -430,20 +508,15 @@ impl KubeOps {
     async fn migrate(
         &self,
         target: &ManagedObject,
-        live: &Value,
+        live: &Projection,
         kept: &[Vec<String>],
     ) -> Result<()> {
-        if applied_by(live, FIELD_MANAGER) {
+        if live.applied_by_comb() {
             return Ok(());
         }
-        // The watch's copy holds comb's fields as hashes: taking over needs the sets.
-        let mut live = if is_slim(live) {
-            match self.get_opt_from_server(target).await? {
-                Some(whole) => whole,
-                None => return Ok(()),
-            }
-        } else {
-            live.clone()
+        // Taking over needs the older writes' sets of fields, which only the whole object has.
+        let Some(mut live) = self.get_whole(target).await? else {
+            return Ok(());
         };
         let mut attempts = 1;
         loop {
@@ -458,7 +531,7 @@ impl KubeOps {
                 Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
                     attempts += 1;
                     // The watch may not have brought the version that conflicted yet.
-                    match self.get_opt_from_server(target).await? {
+                    match self.get_whole(target).await? {
                         Some(fresh) => live = fresh,
                         None => return Ok(()),
                     }
@@ -469,7 +542,12 @@ impl KubeOps {
     }
 
     /// A forced server-side apply of `body` as `manager`; returns the stored object.
-    async fn apply(&self, target: &ManagedObject, body: &Value, manager: &str) -> Result<Value> {
+    async fn apply(
+        &self,
+        target: &ManagedObject,
+        body: &Value,
+        manager: &str,
+    ) -> Result<Projection> {
         let request = format!("apply {}", target.kind);
         let api = self.object_api(Access::Write, &request, target).await?;
         let stored = api
@@ -480,15 +558,18 @@ impl KubeOps {
             )
             .await
             .map_err(|error| api_error(&request, error))?;
-        let stored = to_value(&request, &stored)?;
-        self.remember(&stored);
-        Ok(stored)
+        self.remember(target, &to_value(&request, &stored)?)
     }
 
     /// Deletes the object and creates it anew (a Job that failed or has not started, as
     /// `live` shows it: a Job that started since is not deleted, and the next step decides
     /// again).
-    async fn recreate(&self, target: &ManagedObject, live: &Value, body: &Value) -> Result<Value> {
+    async fn recreate(
+        &self,
+        target: &ManagedObject,
+        live: &Projection,
+        body: &Value,
+    ) -> Result<Projection> {
         self.delete(target, unchanged_since(live)).await?;
         match self.create(target, body).await? {
             Created::Stored(stored) => Ok(stored),
@@ -513,11 +594,9 @@ impl KubeOps {
             ..PostParams::default()
         };
         match api.create(&params, &object).await {
-            Ok(stored) => {
-                let stored = to_value(&request, &stored)?;
-                self.remember(&stored);
-                Ok(Created::Stored(stored))
-            }
+            Ok(stored) => Ok(Created::Stored(
+                self.remember(target, &to_value(&request, &stored)?)?,
+            )),
             Err(kube::Error::Api(status))
                 if status.code == 409 && status.reason == "AlreadyExists" =>
             {
@@ -561,9 +640,7 @@ impl KubeOps {
         api.delete(&resource.name, &params)
             .await
             .map_err(|error| api_error(&request, error))?;
-        if let Some(cache) = &self.cache {
-            cache.removed(resource);
-        }
+        self.objects.removed(resource);
         Ok(())
     }
 
@@ -602,7 +679,8 @@ impl KubeOps {
             .await
             .map_err(|error| api_error(&request, error))?;
         let patched = to_value(&request, &patched)?;
-        self.remember(&patched);
+        // The patch went through whether or not comb can read what it stored.
+        let _ = self.remember(resource, &patched);
         Ok(patched)
     }
 
@@ -614,7 +692,7 @@ impl KubeOps {
         resource: &ManagedObject,
         body: &Value,
         manager: &str,
-    ) -> Result<Value> {
+    ) -> Result<Projection> {
         self.apply(resource, body, manager).await
     }
 
@@ -794,7 +872,7 @@ impl KubeOps {
 }
 
 enum Created {
-    Stored(Value),
+    Stored(Projection),
     AlreadyExists,
 }
 
@@ -803,21 +881,16 @@ enum Created {
 /// controller's status) makes the API server refuse the delete with 409 Conflict; the caller
 /// reads the object again and decides again. A copy without them (not read from a server)
 /// sets none of them.
-pub fn unchanged_since(copy: &Value) -> Preconditions {
-    let field = |key: &str| {
-        copy.pointer(&format!("/metadata/{key}"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
+pub fn unchanged_since(copy: &Projection) -> Preconditions {
     Preconditions {
-        uid: field("uid"),
-        resource_version: field("resourceVersion"),
+        uid: copy.uid.as_deref().map(str::to_string),
+        resource_version: copy.resource_version.as_deref().map(str::to_string),
     }
 }
 
 /// The precondition of a delete that holds whatever the object went through, as long as it
 /// is the object decided on (its uid): not one created anew under the same name.
-pub fn same_object(copy: &Value) -> Preconditions {
+pub fn same_object(copy: &Projection) -> Preconditions {
     Preconditions {
         resource_version: None,
         ..unchanged_since(copy)
@@ -875,8 +948,6 @@ pub const CONFLICT_ATTEMPTS: u32 = 5;
 
 /// The field manager of the restart annotation (`comb restart`): comb's apply leaves it.
 pub const RESTART_MANAGER: &str = "comb-restart";
-/// The field manager of `comb stop` (replicas 0, suspend): the next deploy gives it back.
-pub const STOP_MANAGER: &str = "comb-stop";
 
 /// What an apply sends of a manifest: everything but `status` and the server's own metadata
 /// (a manifest copied from a live object carries them; an apply refuses `managedFields`, and a

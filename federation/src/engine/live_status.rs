@@ -7,10 +7,12 @@
 
 use comb_api::{CombUpstreamStatus, Phase, Reason};
 use serde::Serialize;
-use serde_json::Value;
 
+use crate::engine::projection::{
+    CONTROLLER_REVISION_HASH, ContainerState, DaemonSet, Job, POD_TEMPLATE_GENERATION, Pod,
+    Projection, Replicated, Said, State,
+};
 use crate::engine::render::RenderedItem;
-use crate::engine::values::object_name;
 pub(crate) use crate::engine::values::{number_or, truthy};
 
 /// Waiting reasons that will not pass by waiting: the phase is `Error`.
@@ -148,7 +150,7 @@ impl LiveStatus {
 }
 
 /// Whether the pods must be read: some workload item is live.
-pub fn needs_pods(items: &[RenderedItem], live: &[Option<Value>]) -> bool {
+pub fn needs_pods(items: &[RenderedItem], live: &[Option<Projection>]) -> bool {
     items
         .iter()
         .zip(live)
@@ -159,7 +161,11 @@ pub fn needs_pods(items: &[RenderedItem], live: &[Option<Value>]) -> bool {
 /// some ReplicaSet fails, so whether that Pod is one the rollout replaces (its failure is not
 /// the verdict) or one it starts (it is) depends on which ReplicaSet is the Deployment's
 /// current one. Everywhere else the verdict needs no ReplicaSet, and none is read.
-pub fn needs_replica_sets(items: &[RenderedItem], live: &[Option<Value>], pods: &[Value]) -> bool {
+pub fn needs_replica_sets(
+    items: &[RenderedItem],
+    live: &[Option<Projection>],
+    pods: &[Projection],
+) -> bool {
     let deployment_rolls_out = observe(items, live)
         .into_iter()
         .filter(|(item, _)| item.group == "apps" && item.kind == "Deployment")
@@ -168,7 +174,7 @@ pub fn needs_replica_sets(items: &[RenderedItem], live: &[Option<Value>], pods: 
         });
     deployment_rolls_out
         && pods.iter().any(|pod| {
-            !deleting(pod)
+            !pod.deleting
                 && controller_of(pod).is_some_and(|(kind, _)| kind == "ReplicaSet")
                 && pod_state(pod)
                     .1
@@ -181,9 +187,9 @@ pub fn needs_replica_sets(items: &[RenderedItem], live: &[Option<Value>], pods: 
 /// `replica_sets` the Comb's ReplicaSets (empty unless [`needs_replica_sets`]).
 pub fn derive_local_status(
     items: &[RenderedItem],
-    live: &[Option<Value>],
-    pods: &[Value],
-    replica_sets: &[Value],
+    live: &[Option<Projection>],
+    pods: &[Projection],
+    replica_sets: &[Projection],
 ) -> LiveStatus {
     if items.is_empty() {
         return LiveStatus::from_problems(&[], Vec::new());
@@ -208,7 +214,7 @@ pub fn derive_local_status(
             let (state, problem) = pod_state(pod);
             // The failure of a Pod on its way out is not the Comb's verdict: a rollout replaces
             // it (the crash loop an image fix ends), or it is being deleted.
-            let replaced = || deleting(pod) || rollouts.iter().any(|r| r.replaces(pod));
+            let replaced = || pod.deleting || rollouts.iter().any(|r| r.replaces(pod));
             let problem = problem.filter(|p| p.severity != Severity::Error || !replaced());
             (state, problem)
         })
@@ -248,8 +254,8 @@ pub fn derive_local_status(
 /// Each item with its live object (`None` past the end of `live`).
 fn observe<'a>(
     items: &'a [RenderedItem],
-    live: &'a [Option<Value>],
-) -> Vec<(&'a RenderedItem, Option<&'a Value>)> {
+    live: &'a [Option<Projection>],
+) -> Vec<(&'a RenderedItem, Option<&'a Projection>)> {
     items
         .iter()
         .zip(
@@ -264,17 +270,6 @@ fn observe<'a>(
 fn rolls_out(problem: Option<&Problem>) -> bool {
     problem.is_some_and(|p| p.reason == Reason::RolloutInProgress)
 }
-
-/// The annotation the deployment controller numbers a Deployment's ReplicaSets with: the newest
-/// is the one it rolls out (`FindNewReplicaSet` once it has seen the spec).
-const DEPLOYMENT_REVISION: &str = "deployment.kubernetes.io/revision";
-/// The label a StatefulSet's Pods carry: the ControllerRevision they were made from.
-const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
-/// The label a DaemonSet's Pods carry: the template generation they were made from.
-const POD_TEMPLATE_GENERATION: &str = "pod-template-generation";
-/// The annotation the API server keeps on a DaemonSet: its template generation, one more on
-/// every template change (before its controller has seen it).
-const DAEMONSET_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
 
 /// Which Pods of a workload being rolled out are already of the revision it rolls out, told
 /// as its controller tells them.
@@ -304,43 +299,49 @@ struct Rollout<'a> {
 
 impl<'a> Rollout<'a> {
     /// The rollout of a live workload `item` (a Deployment, StatefulSet or DaemonSet).
-    fn of(item: &'a RenderedItem, live: &'a Value, replica_sets: &'a [Value]) -> Option<Self> {
+    fn of(
+        item: &'a RenderedItem,
+        live: &'a Projection,
+        replica_sets: &'a [Projection],
+    ) -> Option<Self> {
         let (kind, name) = (item.kind.as_str(), item.name.as_str());
-        let current = match (item.group.as_str(), kind) {
-            ("apps", "Deployment") => {
-                let owned: Vec<&Value> = replica_sets
+        let current = match (item.group.as_str(), kind, &live.state) {
+            ("apps", "Deployment", _) => {
+                let owned: Vec<&Projection> = replica_sets
                     .iter()
                     .filter(|rs| controller_of(rs) == Some(("Deployment", name)))
                     .collect();
-                let newest = owned.iter().copied().max_by_key(|rs| {
-                    let annotations = rs.pointer("/metadata/annotations");
-                    number_or(annotations.and_then(|a| a.get(DEPLOYMENT_REVISION)), 0)
+                let newest = owned.iter().copied().max_by_key(|rs| match &rs.state {
+                    State::Replicated(replicated) => replicated.revision.unwrap_or(0),
+                    _ => 0,
                 });
                 CurrentRevision::ReplicaSet {
                     current: newest
                         .filter(|_| seen_by_controller(live))
-                        .and_then(object_name),
-                    owned: owned.iter().copied().filter_map(object_name).collect(),
+                        .map(|rs| &*rs.name),
+                    owned: owned.iter().map(|rs| &*rs.name).collect(),
                 }
             }
             // `status.updateRevision` is the revision of the spec its controller last saw.
-            ("apps", "StatefulSet") => match text(live.pointer("/status/updateRevision")) {
-                Some(value) if seen_by_controller(live) => CurrentRevision::Label {
-                    key: CONTROLLER_REVISION_HASH,
-                    value,
-                },
-                _ => CurrentRevision::Unknown,
-            },
-            ("apps", "DaemonSet") => match live
-                .pointer("/metadata/annotations")
-                .and_then(|annotations| text(annotations.get(DAEMONSET_TEMPLATE_GENERATION)))
-            {
-                Some(value) => CurrentRevision::Label {
-                    key: POD_TEMPLATE_GENERATION,
-                    value,
-                },
-                None => CurrentRevision::Unknown,
-            },
+            ("apps", "StatefulSet", State::Replicated(replicated)) => {
+                match replicated.update_revision.as_deref() {
+                    Some(value) if seen_by_controller(live) => CurrentRevision::Label {
+                        key: CONTROLLER_REVISION_HASH,
+                        value,
+                    },
+                    _ => CurrentRevision::Unknown,
+                }
+            }
+            ("apps", "DaemonSet", State::DaemonSet(daemon_set)) => {
+                match daemon_set.template_generation.as_deref() {
+                    Some(value) => CurrentRevision::Label {
+                        key: POD_TEMPLATE_GENERATION,
+                        value,
+                    },
+                    None => CurrentRevision::Unknown,
+                }
+            }
+            ("apps", "StatefulSet" | "DaemonSet", _) => CurrentRevision::Unknown,
             _ => return None,
         };
         Some(Rollout {
@@ -351,7 +352,7 @@ impl<'a> Rollout<'a> {
     }
 
     /// Whether `pod` runs a revision this rollout replaces.
-    fn replaces(&self, pod: &Value) -> bool {
+    fn replaces(&self, pod: &Projection) -> bool {
         let Some((owner_kind, owner)) = controller_of(pod) else {
             return false;
         };
@@ -360,19 +361,30 @@ impl<'a> Rollout<'a> {
                 owner_kind == "ReplicaSet" && owned.contains(&owner) && *current != Some(owner)
             }
             _ if (owner_kind, owner) != (self.kind, self.name) => false,
-            CurrentRevision::Label { key, value } => label(pod, key) != Some(value),
+            CurrentRevision::Label { key, value } => {
+                let label = match &pod.state {
+                    State::Pod(pod) => pod.revision_label(key),
+                    _ => None,
+                };
+                label != Some(value)
+            }
             CurrentRevision::Unknown => true,
         }
     }
 }
 
+/// The `status.observedGeneration` a workload's controller reports.
+fn observed_generation(live: &Projection) -> Option<i64> {
+    match &live.state {
+        State::Replicated(replicated) => replicated.observed_generation,
+        State::DaemonSet(daemon_set) => daemon_set.observed_generation,
+        _ => None,
+    }
+}
+
 /// Whether a workload's controller has seen its current spec (`status.observedGeneration`).
-fn seen_by_controller(live: &Value) -> bool {
-    let generation = live.pointer("/metadata/generation").and_then(Value::as_i64);
-    let observed = live
-        .pointer("/status/observedGeneration")
-        .and_then(Value::as_i64);
-    match (generation, observed) {
+fn seen_by_controller(live: &Projection) -> bool {
+    match (live.generation, observed_generation(live)) {
         (Some(generation), Some(observed)) => observed >= generation,
         (None, _) => true,
         (Some(_), None) => false,
@@ -380,45 +392,34 @@ fn seen_by_controller(live: &Value) -> bool {
 }
 
 /// The kind and name of an object's controller (the owner reference marked `controller`).
-fn controller_of(object: &Value) -> Option<(&str, &str)> {
+fn controller_of(object: &Projection) -> Option<(&str, &str)> {
     object
-        .pointer("/metadata/ownerReferences")?
-        .as_array()?
-        .iter()
-        .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))
-        .and_then(|owner| Some((text(owner.get("kind"))?, text(owner.get("name"))?)))
-}
-
-/// Whether an object is being deleted (`metadata.deletionTimestamp`).
-fn deleting(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|at| !at.is_null())
-}
-
-fn label<'a>(object: &'a Value, key: &str) -> Option<&'a str> {
-    object
-        .pointer("/metadata/labels")
-        .and_then(|labels| text(labels.get(key)))
+        .controller
+        .as_ref()
+        .map(|(kind, name)| (&**kind, &**name))
 }
 
 /// As `stop` leaves a Comb: every live Deployment and StatefulSet at 0 replicas, every live
 /// CronJob suspended, and at least one of them against its manifest.
-fn stopped(observed: &[(&RenderedItem, Option<&Value>)]) -> bool {
+fn stopped(observed: &[(&RenderedItem, Option<&Projection>)]) -> bool {
     let mut against_manifest = false;
     for (item, live) in observed {
         let Some(live) = live else { continue };
-        match (item.group.as_str(), item.kind.as_str()) {
-            ("apps", "Deployment" | "StatefulSet") => {
-                if number_or(live.pointer("/spec/replicas"), 1) != 0 {
+        match (item.group.as_str(), item.kind.as_str(), &live.state) {
+            ("apps", "Deployment" | "StatefulSet", state) => {
+                let replicas = match state {
+                    State::Replicated(replicated) => replicated.replicas,
+                    _ => None,
+                };
+                if replicas.unwrap_or(1) != 0 {
                     return false;
                 }
                 if number_or(item.manifest.pointer("/spec/replicas"), 1) != 0 {
                     against_manifest = true;
                 }
             }
-            ("batch", "CronJob") => {
-                if !truthy(live.pointer("/spec/suspend")) {
+            ("batch", "CronJob", state) => {
+                if !matches!(state, State::CronJob { suspend: true }) {
                     return false;
                 }
                 if !truthy(item.manifest.pointer("/spec/suspend")) {
@@ -432,45 +433,48 @@ fn stopped(observed: &[(&RenderedItem, Option<&Value>)]) -> bool {
 }
 
 /// What keeps a live workload from ready: a failed or unfinished Job, missing replicas.
-fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
+fn workload_problem(item: &RenderedItem, live: &Projection) -> Option<Problem> {
     let name = &item.name;
-    let (ready, desired, scaled_below) = match (item.group.as_str(), item.kind.as_str()) {
-        ("batch", "Job") => return job_problem(name, live),
-        ("apps", "DaemonSet") => {
-            let desired = number_or(live.pointer("/status/desiredNumberScheduled"), 0);
-            if let Some(problem) = rollout_problem(item, live, desired) {
-                return Some(problem);
+    let (ready, desired, scaled_below) =
+        match (item.group.as_str(), item.kind.as_str(), &live.state) {
+            ("batch", "Job", State::Job(job)) => return job_problem(name, job),
+            ("batch", "Job", _) => return job_problem(name, &Job::default()),
+            ("apps", "DaemonSet", state) => {
+                let daemon_set = match state {
+                    State::DaemonSet(daemon_set) => daemon_set.as_ref(),
+                    _ => &DaemonSet::default(),
+                };
+                let desired = daemon_set.desired.unwrap_or(0);
+                if let Some(problem) = rollout_problem(item, live, desired) {
+                    return Some(problem);
+                }
+                (daemon_set.ready.unwrap_or(0), desired, None)
             }
-            (
-                number_or(live.pointer("/status/numberReady"), 0),
-                desired,
-                None,
-            )
-        }
-        ("", "ReplicationController") | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") => {
-            let scaled = number_or(live.pointer("/spec/replicas"), 1);
-            let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
-            // Scaling down is measured against the manifest; scaling up (by hand, by an
-            // autoscaler) counts as the new desired.
-            let (desired, scaled_below) = if scaled < wanted {
-                (wanted, Some(scaled))
-            } else {
-                (scaled, None)
-            };
-            // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
-            if scaled_below.is_none()
-                && let Some(problem) = rollout_problem(item, live, desired)
-            {
-                return Some(problem);
+            ("", "ReplicationController", state)
+            | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet", state) => {
+                let replicated = match state {
+                    State::Replicated(replicated) => replicated.as_ref(),
+                    _ => &Replicated::default(),
+                };
+                let scaled = replicated.replicas.unwrap_or(1);
+                let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
+                // Scaling down is measured against the manifest; scaling up (by hand, by an
+                // autoscaler) counts as the new desired.
+                let (desired, scaled_below) = if scaled < wanted {
+                    (wanted, Some(scaled))
+                } else {
+                    (scaled, None)
+                };
+                // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
+                if scaled_below.is_none()
+                    && let Some(problem) = rollout_problem(item, live, desired)
+                {
+                    return Some(problem);
+                }
+                (replicated.ready.unwrap_or(0), desired, scaled_below)
             }
-            (
-                number_or(live.pointer("/status/readyReplicas"), 0),
-                desired,
-                scaled_below,
-            )
-        }
-        _ => return None,
-    };
+            _ => return None,
+        };
     (ready < desired).then(|| {
         let scaled = scaled_below
             .map(|scaled| format!(" (scaled to {scaled})"))
@@ -487,53 +491,41 @@ fn workload_problem(item: &RenderedItem, live: &Value) -> Option<Problem> {
 /// as `Deployment web: 1 of 2 updated, 1 ready`. Ready counts alone would call the old Pods
 /// healthy before the new ones exist. Judged only where a controller reports
 /// (`status.observedGeneration`); an object no controller wrote is judged by its ready counts.
-fn rollout_problem(item: &RenderedItem, live: &Value, desired: i64) -> Option<Problem> {
+fn rollout_problem(item: &RenderedItem, live: &Projection, desired: i64) -> Option<Problem> {
     let (kind, name) = (item.kind.as_str(), &item.name);
     if !seen_by_controller(live) {
-        let generation = number_or(live.pointer("/metadata/generation"), 0);
+        let generation = live.generation.unwrap_or(0);
         return Some(Problem::pending(
             Reason::RolloutInProgress,
             format!("{kind} {name}: its controller has not seen generation {generation} yet"),
         ));
     }
-    live.pointer("/status/observedGeneration")?;
-    let status = |field: &str| number_or(live.pointer(&format!("/status/{field}")), 0);
-    let (updated, ready, rolling) = match kind {
-        "Deployment" => {
-            let updated = status("updatedReplicas");
+    observed_generation(live)?;
+    let (updated, ready, rolling) = match (kind, &live.state) {
+        ("Deployment", State::Replicated(status)) => {
+            let updated = status.updated.unwrap_or(0);
             // Old replicas still there, or fewer new ones than wanted.
             (
                 updated,
-                status("readyReplicas"),
-                updated < desired || status("replicas") > updated,
+                status.ready.unwrap_or(0),
+                updated < desired || status.current.unwrap_or(0) > updated,
             )
         }
-        "StatefulSet" => {
-            let strategy = live.pointer("/spec/updateStrategy");
-            let on_delete =
-                strategy.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("OnDelete");
-            let partitioned = strategy
-                .and_then(|s| s.pointer("/rollingUpdate/partition"))
-                .and_then(Value::as_i64)
-                .is_some_and(|partition| partition > 0);
-            let revision = |field: &str| {
-                live.pointer(&format!("/status/{field}"))
-                    .and_then(Value::as_str)
-            };
+        ("StatefulSet", State::Replicated(status)) => {
             let revisions_differ = matches!(
-                (revision("currentRevision"), revision("updateRevision")),
+                (status.current_revision.as_deref(), status.update_revision.as_deref()),
                 (Some(current), Some(update)) if current != update
             );
-            let updated = status("updatedReplicas");
+            let updated = status.updated.unwrap_or(0);
             (
                 updated,
-                status("readyReplicas"),
-                !on_delete && !partitioned && (revisions_differ || updated < desired),
+                status.ready.unwrap_or(0),
+                status.rolls_by_itself && (revisions_differ || updated < desired),
             )
         }
-        "DaemonSet" => {
-            let updated = status("updatedNumberScheduled");
-            (updated, status("numberReady"), updated < desired)
+        ("DaemonSet", State::DaemonSet(status)) => {
+            let updated = status.updated.unwrap_or(0);
+            (updated, status.ready.unwrap_or(0), updated < desired)
         }
         _ => return None,
     };
@@ -545,27 +537,20 @@ fn rollout_problem(item: &RenderedItem, live: &Value, desired: i64) -> Option<Pr
     })
 }
 
-fn job_problem(name: &str, live: &Value) -> Option<Problem> {
-    let conditions = live
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let is_true = |kind: &str| {
-        conditions
-            .iter()
-            .find(|c| text(c.get("type")) == Some(kind) && text(c.get("status")) == Some("True"))
-    };
-    if let Some(failed) = is_true("Failed") {
-        let reason = text(failed.get("reason")).map_or(Reason::JobFailed, Reason::from);
-        let detail = text(failed.get("message"))
+fn job_problem(name: &str, job: &Job) -> Option<Problem> {
+    if let Some(failed) = &job.failed {
+        let reason = failed
+            .reason
+            .as_deref()
+            .map_or(Reason::JobFailed, Reason::from);
+        let detail = failed
+            .message
+            .as_deref()
             .map(|m| format!(": {m}"))
             .unwrap_or_default();
         return Some(Problem::error(reason, format!("Job {name} failed{detail}")));
     }
-    let complete = is_true("Complete").is_some()
-        || number_or(live.pointer("/status/succeeded"), 0)
-            >= number_or(live.pointer("/spec/completions"), 1);
+    let complete = job.complete || job.succeeded.unwrap_or(0) >= job.completions.unwrap_or(1);
     (!complete).then(|| {
         Problem::pending(
             Reason::JobNotComplete,
@@ -575,32 +560,20 @@ fn job_problem(name: &str, live: &Value) -> Option<Problem> {
 }
 
 /// A pod's state and, unless it is fine (or failed under a controller), its problem.
-fn pod_state(pod: &Value) -> (PodState, Option<Problem>) {
-    let name = text(pod.pointer("/metadata/name"))
-        .unwrap_or_default()
-        .to_string();
-    let phase = text(pod.pointer("/status/phase"))
-        .unwrap_or("Unknown")
-        .to_string();
-    let statuses = |key: &str| {
-        pod.pointer(&format!("/status/{key}"))
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+fn pod_state(projection: &Projection) -> (PodState, Option<Problem>) {
+    let unknown = Pod::default();
+    let pod = match &projection.state {
+        State::Pod(pod) => pod.as_ref(),
+        _ => &unknown,
     };
-    let regular = statuses("containerStatuses");
-    let all: Vec<&Value> = statuses("initContainerStatuses")
-        .iter()
-        .chain(regular)
-        .collect();
-    let restarts = all
-        .iter()
-        .map(|s| number_or(s.get("restartCount"), 0))
-        .sum();
-    let ready =
-        phase == "Running" && !regular.is_empty() && regular.iter().all(|s| truthy(s.get("ready")));
+    let phase = pod.phase.as_deref().unwrap_or("Unknown").to_string();
+    let all = || pod.init_containers.iter().chain(pod.containers.iter());
+    let restarts = all().map(|container| container.restarts).sum();
+    let ready = phase == "Running"
+        && !pod.containers.is_empty()
+        && pod.containers.iter().all(|container| container.ready);
     let mut state = PodState {
-        name,
+        name: projection.name.to_string(),
         phase,
         ready,
         restarts,
@@ -613,72 +586,56 @@ fn pod_state(pod: &Value) -> (PodState, Option<Problem>) {
 
     // The first container that waits, or ended with a non-zero exit (completed init
     // containers are fine).
-    let container = all.iter().find_map(|status| {
-        if let Some(waiting) = status.pointer("/state/waiting") {
-            return Some(ContainerTrouble::Waiting(waiting));
-        }
-        status
-            .pointer("/state/terminated")
-            .filter(|terminated| number_or(terminated.get("exitCode"), 0) != 0)
-            .map(ContainerTrouble::Terminated)
+    let container = all().find_map(|container| match &container.state {
+        ContainerState::Fine => None,
+        trouble => Some(trouble),
     });
     let terminated = match container {
-        Some(ContainerTrouble::Terminated(terminated)) => Some(terminated),
+        Some(ContainerState::Failed { exit_code, said }) => Some((*exit_code, said)),
         _ => None,
     };
-    let unscheduled = pod
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|conditions| {
-            conditions.iter().find(|c| {
-                text(c.get("type")) == Some("PodScheduled")
-                    && text(c.get("status")) == Some("False")
-            })
-        });
-    let status_text = |key: &str| text(pod.pointer(&format!("/status/{key}")));
+    let text = |value: &Option<Box<str>>| value.as_deref().map(str::to_string);
 
     let (severity, reason, message) = if state.phase == "Failed" {
-        let owned = pod
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .is_some_and(|owners| !owners.is_empty());
-        let reason = status_text("reason")
-            .or_else(|| terminated.and_then(|t| text(t.get("reason"))))
+        let reason = pod
+            .said
+            .reason
+            .as_deref()
+            .or_else(|| terminated.and_then(|(_, said)| said.reason.as_deref()))
             .unwrap_or("Failed");
-        let message = status_text("message")
-            .map(str::to_string)
-            .or_else(|| terminated.map(exit_message));
+        let message = text(&pod.said.message)
+            .or_else(|| terminated.map(|(code, said)| exit_message(code, said)));
         // A failed pod of a controller is left to it.
-        ((!owned).then_some(Severity::Error), reason, message)
-    } else if let Some(condition) = unscheduled {
+        (
+            (!projection.owned).then_some(Severity::Error),
+            reason,
+            message,
+        )
+    } else if let Some(condition) = &pod.unscheduled {
         (
             Some(Severity::Pending),
-            text(condition.get("reason")).unwrap_or("Unschedulable"),
-            text(condition.get("message")).map(str::to_string),
+            condition.reason.as_deref().unwrap_or("Unschedulable"),
+            text(&condition.message),
         )
-    } else if let Some(ContainerTrouble::Waiting(waiting)) = container {
-        let reason = text(waiting.get("reason")).unwrap_or("Waiting");
+    } else if let Some(ContainerState::Waiting(waiting)) = container {
+        let reason = waiting.reason.as_deref().unwrap_or("Waiting");
         let severity = if FAILURE_REASONS.contains(&reason) {
             Severity::Error
         } else {
             Severity::Pending
         };
-        (
-            Some(severity),
-            reason,
-            text(waiting.get("message")).map(str::to_string),
-        )
-    } else if let Some(terminated) = terminated {
+        (Some(severity), reason, text(&waiting.message))
+    } else if let Some((code, said)) = terminated {
         (
             Some(Severity::Error),
-            text(terminated.get("reason")).unwrap_or("Error"),
-            Some(exit_message(terminated)),
+            said.reason.as_deref().unwrap_or("Error"),
+            Some(exit_message(code, said)),
         )
     } else if state.phase == "Unknown" {
         (
             Some(Severity::Error),
-            status_text("reason").unwrap_or("Unknown"),
-            status_text("message").map(str::to_string),
+            pod.said.reason.as_deref().unwrap_or("Unknown"),
+            text(&pod.said.message),
         )
     } else {
         let reason = if state.phase == "Pending" {
@@ -708,26 +665,12 @@ fn pod_state(pod: &Value) -> (PodState, Option<Problem>) {
     (state, problem)
 }
 
-enum ContainerTrouble<'a> {
-    Waiting(&'a Value),
-    Terminated(&'a Value),
-}
-
-/// `exit code <exitCode or ?>` + `: <message>` when the container left one.
-fn exit_message(terminated: &Value) -> String {
-    let code = match terminated.get("exitCode") {
-        None | Some(Value::Null) => "?".to_string(),
-        Some(code) => number_or(Some(code), 0).to_string(),
-    };
-    match text(terminated.get("message")) {
+/// `exit code <exitCode>` + `: <message>` when the container left one.
+fn exit_message(code: i64, said: &Said) -> String {
+    match said.message.as_deref() {
         Some(message) => format!("exit code {code}: {message}"),
         None => format!("exit code {code}"),
     }
-}
-
-/// A non-empty string.
-fn text(value: Option<&Value>) -> Option<&str> {
-    value.and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
@@ -736,7 +679,60 @@ mod tests {
     use crate::engine::context::test_context;
     use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
-    use serde_json::json;
+    use comb_api::LabelKeys;
+    use serde_json::{Value, json};
+
+    // The table tests below give whole objects, as the API server sends them, with the verdicts
+    // the derivation gave when it read those objects themselves; every one is projected first,
+    // as every read is now, and must still give the same verdict.
+
+    fn projected(api_version: &str, kind: &str, object: &Value) -> Projection {
+        Projection::of(api_version, kind, object, &LabelKeys::default()).unwrap()
+    }
+
+    fn projected_live(items: &[RenderedItem], live: &[Option<Value>]) -> Vec<Option<Projection>> {
+        items
+            .iter()
+            .zip(live)
+            .map(|(item, live)| {
+                live.as_ref()
+                    .map(|live| projected(&item.api_version, &item.kind, live))
+            })
+            .collect()
+    }
+
+    fn projected_all(api_version: &str, kind: &str, objects: &[Value]) -> Vec<Projection> {
+        objects
+            .iter()
+            .map(|object| projected(api_version, kind, object))
+            .collect()
+    }
+
+    fn derive_local_status(
+        items: &[RenderedItem],
+        live: &[Option<Value>],
+        pods: &[Value],
+        replica_sets: &[Value],
+    ) -> LiveStatus {
+        super::derive_local_status(
+            items,
+            &projected_live(items, live),
+            &projected_all("v1", "Pod", pods),
+            &projected_all("apps/v1", "ReplicaSet", replica_sets),
+        )
+    }
+
+    fn needs_pods(items: &[RenderedItem], live: &[Option<Value>]) -> bool {
+        super::needs_pods(items, &projected_live(items, live))
+    }
+
+    fn needs_replica_sets(items: &[RenderedItem], live: &[Option<Value>], pods: &[Value]) -> bool {
+        super::needs_replica_sets(
+            items,
+            &projected_live(items, live),
+            &projected_all("v1", "Pod", pods),
+        )
+    }
 
     fn item(manifest: Value) -> RenderedItem {
         render_manifest(

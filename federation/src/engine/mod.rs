@@ -42,7 +42,7 @@ pub mod live_status;
 pub mod manifests_class;
 pub mod observe;
 pub mod operations;
-pub mod pack;
+pub mod projection;
 pub mod prune;
 pub mod reconcile;
 pub mod render;

@@ -8,19 +8,17 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LiveStatus, derive_local_status, needs_pods, needs_replica_sets};
+use crate::engine::projection::Projection;
 use crate::engine::render::RenderedItem;
-pub use crate::engine::values::object_name;
 use crate::error::Result;
 
-/// The live object of each rendered item (same order as the items), `None` where the object
-/// does not exist or does not carry the Comb's name label.
-pub type LiveObjects = Vec<Option<Value>>;
+/// What comb knows of the live object of each rendered item (same order as the items), `None`
+/// where the object does not exist or does not carry the Comb's name label.
+pub type LiveObjects = Vec<Option<Projection>>;
 
 /// Reads the live objects of the items `wanted` selects: one list per (resource id, namespace)
 /// among them, in sorted order; items not selected stay `None`. A failed list fails the read.
@@ -50,7 +48,7 @@ pub async fn fetch_live(
         for index in members {
             live[index] = objects
                 .iter()
-                .find(|object| object_name(object) == Some(items[index].name.as_str()))
+                .find(|object| *object.name == items[index].name)
                 .cloned();
         }
     }
@@ -58,11 +56,11 @@ pub async fn fetch_live(
 }
 
 /// The Comb's pods (both labels, the Comb's namespace), sorted by name.
-pub async fn list_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Value>> {
+pub async fn list_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Projection>> {
     let mut pods = ops
-        .list("v1", "Pod", Some(&ctx.namespace), &ctx.label_selector())
+        .list("v1", "Pod", Some(&ctx.namespace), &ctx.comb_selector())
         .await?;
-    pods.sort_by(|a, b| object_name(a).cmp(&object_name(b)));
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(pods)
 }
 
@@ -88,7 +86,7 @@ pub async fn observe_local(
             "apps/v1",
             "ReplicaSet",
             Some(&ctx.namespace),
-            &ctx.label_selector(),
+            &ctx.comb_selector(),
         )
         .await?
     } else {

@@ -10,7 +10,8 @@ use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER, same_object};
 use crate::engine::live_status::LiveStatus;
-use crate::engine::observe::{list_pods, object_name};
+use crate::engine::projection::Projection;
+use crate::engine::values::object_name;
 use crate::error::{Error, Result};
 
 /// The last `lines` lines of every container of the Comb's pods, formatted as the reference
@@ -24,7 +25,7 @@ pub async fn logs(
     lines: i64,
     container: Option<&str>,
 ) -> Result<String> {
-    let pods = list_pods(ops, ctx).await?;
+    let pods = whole_pods(ops, ctx).await?;
     let mut streams = Vec::new();
     for stream in chosen_streams(ctx, &pods, container)? {
         let text = match ops
@@ -58,7 +59,7 @@ pub async fn follow_logs(
 ) -> Result<()> {
     use futures::{AsyncBufReadExt as _, StreamExt as _};
 
-    let pods = list_pods(ops, ctx).await?;
+    let pods = whole_pods(ops, ctx).await?;
     let streams = chosen_streams(ctx, &pods, container)?;
     let prefixed = streams.len() > 1;
     let mut followed = Vec::new();
@@ -92,6 +93,16 @@ pub async fn follow_logs(
         line_out(&line);
     }
     Ok(())
+}
+
+/// The Comb's pods, whole (their containers are in their specs), from the API server, sorted
+/// by name.
+async fn whole_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Value>> {
+    let mut pods = ops
+        .list_whole("v1", "Pod", Some(&ctx.namespace), &ctx.label_selector())
+        .await?;
+    pods.sort_by(|a, b| object_name(a).cmp(&object_name(b)));
+    Ok(pods)
 }
 
 /// The streams of `pods` to read: all, or those of `container`, which must be in some pod.
@@ -262,15 +273,15 @@ async fn act_on_kinds(
     ctx: &CombContext,
     plan: &[(&str, &str, Action)],
 ) -> Result<Vec<String>> {
-    let selector = ctx.label_selector();
+    let selector = ctx.comb_selector();
     let mut touched = Vec::new();
     for (api_version, kind, action) in plan {
         let objects = ops
             .list(api_version, kind, Some(&ctx.namespace), &selector)
             .await?;
-        let mut named: Vec<(&str, &Value)> = objects
+        let mut named: Vec<(&str, &Projection)> = objects
             .iter()
-            .filter_map(|object| Some((object_name(object)?, object)))
+            .map(|object| (&*object.name, object))
             .collect();
         named.sort_unstable_by_key(|(name, _)| *name);
         for (name, object) in named {

@@ -11,10 +11,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use comb_api::{LabelKeys, ManagedObject};
-use serde_json::Value;
 
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, existing_treatment, is_namespaced};
+use crate::engine::projection::{Keep, Projection};
 use crate::engine::render::RenderedItem;
 use crate::engine::tenancy::Tenancy;
 use crate::engine::values::clean_message;
@@ -32,8 +32,7 @@ impl ResourceKey {
     }
 }
 
-/// `helm.sh/resource-policy: keep`, Helm's mark of an object its release leaves in place.
-pub const HELM_KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
+pub use crate::engine::projection::HELM_KEEP;
 
 /// What may become of an object a Comb would delete (prune, cleanup), decided on one copy of
 /// it. The delete then goes out conditional on that very copy (its uid and resourceVersion),
@@ -55,27 +54,27 @@ pub enum DeleteVerdict {
 /// `<labelPrefix>keep: "true"` and `helm.sh/resource-policy: keep`; then whether it is going
 /// already.
 pub fn delete_verdict(
-    object: &Value,
+    object: &Projection,
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
 ) -> DeleteVerdict {
-    let metadata = &object["metadata"];
-    let label = |key: &str| metadata["labels"][key].as_str();
-    if label(keys.name_label()) != Some(name) || label(keys.namespace_label()) != Some(namespace) {
+    if object.comb.as_deref() != Some(name) || object.comb_namespace.as_deref() != Some(namespace) {
         return DeleteVerdict::NotOurs(format!(
             "it no longer carries {}",
             keys.label_selector(name, namespace)
         ));
     }
-    let annotation = |key: &str| metadata["annotations"][key].as_str();
-    if annotation(keys.keep_annotation()) == Some("true") {
-        return DeleteVerdict::Keep(format!("{}: \"true\"", keys.keep_annotation()));
+    match object.keep {
+        Some(Keep::Comb) => {
+            return DeleteVerdict::Keep(format!("{}: \"true\"", keys.keep_annotation()));
+        }
+        Some(Keep::Helm) => {
+            return DeleteVerdict::Keep(format!("{}: {}", HELM_KEEP.0, HELM_KEEP.1));
+        }
+        None => {}
     }
-    if annotation(HELM_KEEP.0) == Some(HELM_KEEP.1) {
-        return DeleteVerdict::Keep(format!("{}: {}", HELM_KEEP.0, HELM_KEEP.1));
-    }
-    if !metadata["deletionTimestamp"].is_null() {
+    if object.deleting {
         return DeleteVerdict::Deleting;
     }
     DeleteVerdict::Delete
@@ -138,29 +137,24 @@ impl ChangedItems<'_> {
 /// Comb of another namespace applied last.
 pub fn changed_items<'a>(
     items: &'a [RenderedItem],
-    live: &[Option<Value>],
+    live: &[Option<Projection>],
     ctx: &CombContext,
 ) -> ChangedItems<'a> {
-    let keys = &ctx.settings.labels;
     let mut changed = ChangedItems::default();
     for (item, live) in items.iter().zip(live) {
         let Some(live) = live else { continue };
-        let labels = live.pointer("/metadata/labels");
-        let other_namespace = labels
-            .and_then(|labels| labels.get(keys.namespace_label()))
-            .and_then(Value::as_str)
+        let other_namespace = live
+            .comb_namespace
+            .as_deref()
             .is_some_and(|namespace| namespace != ctx.namespace);
         if other_namespace
             || existing_treatment(&item.api_version, &item.kind, live) == ExistingTreatment::Keep
         {
             continue;
         }
-        match live
-            .pointer("/metadata/annotations")
-            .and_then(|annotations| annotations.get(keys.digest_annotation()))
-        {
+        match live.digest {
             None => changed.without_digest.push(item),
-            Some(digest) if digest.as_str() != Some(item.digest.as_str()) => {
+            Some(_) if !live.carries_digest(&item.digest) => {
                 changed.rendered_differently.push(item)
             }
             Some(_) => {}
@@ -338,7 +332,7 @@ mod tests {
     use crate::engine::context::test_context;
     use crate::engine::kinds::Scopes;
     use crate::engine::render::render_manifest;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn res(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> ManagedObject {
         ManagedObject {
@@ -429,7 +423,12 @@ mod tests {
         ];
         for (object, expected) in cases {
             assert_eq!(
-                delete_verdict(&object, &keys, "platform", "db"),
+                delete_verdict(
+                    &Projection::of("v1", "Service", &object, &keys).unwrap(),
+                    &keys,
+                    "platform",
+                    "db"
+                ),
                 expected,
                 "{object}"
             );
@@ -507,6 +506,16 @@ mod tests {
             ),
             None,
         ];
+        let live: Vec<Option<Projection>> = items
+            .iter()
+            .zip(&live)
+            .map(|(item, live)| {
+                live.as_ref().map(|live| {
+                    Projection::of(&item.api_version, &item.kind, live, &LabelKeys::default())
+                        .unwrap()
+                })
+            })
+            .collect();
         let changed = changed_items(&items, &live, &ctx);
         let names =
             |list: &[&RenderedItem]| list.iter().map(|i| i.name.clone()).collect::<Vec<_>>();

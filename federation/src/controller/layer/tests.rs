@@ -12,7 +12,6 @@ use super::*;
 use crate::config::Config;
 use crate::controller::backoff::BackoffPolicy;
 use crate::engine::class::ClassRegistry;
-use crate::engine::pack::UndecodableCopies;
 
 /// A layer `prod` on a server nobody answers (nothing here asks it), watching `namespaces`.
 async fn layer(namespaces: &[&str]) -> LayerRuntime {
@@ -38,10 +37,9 @@ async fn layer(namespaces: &[&str]) -> LayerRuntime {
         0,
         layer.clone(),
         config.settings(layer),
-        KubeOps::new(client),
+        KubeOps::new(client, config.label_keys()),
         config.borrow_env(&pool, layer),
         WorkQueue::new(Duration::from_secs(60), policy, policy),
-        Arc::new(UndecodableCopies::default()),
     )
 }
 

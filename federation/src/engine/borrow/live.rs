@@ -4,7 +4,6 @@
 use comb_api::{Endpoint, Phase};
 use comb_upstreams::{Upstream, UpstreamContext};
 use jiff::Timestamp;
-use serde_json::Value;
 
 use crate::engine::borrow::observe::{UpstreamObservation, observe_upstream};
 use crate::engine::borrow::resolve::Borrowing;
@@ -13,6 +12,7 @@ use crate::engine::kinds::Scopes;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LiveStatus, Problem};
 use crate::engine::observe::{fetch_live, local_status};
+use crate::engine::projection::Projection;
 use crate::error::{Error, Result};
 
 /// The status of a borrowing Comb from its observation and the live objects of its bridge
@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// else Pending.
 pub fn derive_borrowed_status(
     observed: &UpstreamObservation,
-    live: &[Option<Value>],
+    live: &[Option<Projection>],
     now: Timestamp,
 ) -> LiveStatus {
     let upstream = Some(observed.record(now));

@@ -650,7 +650,15 @@ async fn status_while_borrowing() {
     ];
     let running = observe(&db, &Static::new(offered.clone())).await;
     let pending = observe(&db, &Static::new(offered).with_phase("Pending")).await;
-    let live = Some(json!({"metadata": {"name": "x"}}));
+    let live = Some(
+        crate::engine::projection::Projection::of(
+            "v1",
+            "Service",
+            &json!({"metadata": {"name": "x"}}),
+            &comb_api::LabelKeys::default(),
+        )
+        .unwrap(),
+    );
     let row = |status: LiveStatus| {
         assert!(status.pods.is_empty());
         assert_eq!(
