@@ -59,6 +59,8 @@ async fn what_comb_knew_as_applied_goes_when_someone_else_deletes_the_object() {
     let env = StepEnv {
         ops: &ops,
         resolver: None,
+        fallback: None,
+        status_written_at: None,
     };
     // The watch has listed (an empty namespace) before the step writes.
     cluster

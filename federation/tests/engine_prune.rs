@@ -448,8 +448,12 @@ async fn a_prune_decided_on_a_stale_copy_is_decided_again_on_the_server_s() {
     let env = StepEnv {
         ops: &ops,
         resolver: None,
+        fallback: None,
+        status_written_at: None,
     };
-    let status = reconcile(&mut comb, env, UpstreamResolution::Local).await;
+    let status = reconcile(&mut comb, env, UpstreamResolution::Local)
+        .await
+        .status;
     let selector = format!(
         "comb.internal/comb=nats,comb.internal/comb-namespace={}",
         cluster.ns()

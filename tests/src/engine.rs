@@ -121,8 +121,10 @@ impl Cluster {
         let env = StepEnv {
             ops: &self.ops,
             resolver: None,
+            fallback: None,
+            status_written_at: None,
         };
-        reconcile(comb, env, upstream).await
+        reconcile(comb, env, upstream).await.status
     }
 
     async fn combs(&self) -> Api<Comb> {
@@ -170,8 +172,10 @@ impl Cluster {
         let env = StepEnv {
             ops: &self.ops,
             resolver,
+            fallback: None,
+            status_written_at: None,
         };
-        reconcile(comb, env, UpstreamResolution::Local).await
+        reconcile(comb, env, UpstreamResolution::Local).await.status
     }
 
     /// Reconciles until the step finds the Comb plainly healthy (`Running`, `Healthy`,

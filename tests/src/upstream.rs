@@ -191,10 +191,13 @@ impl Layers {
             StepEnv {
                 ops: &ops,
                 resolver: None,
+                fallback: None,
+                status_written_at: None,
             },
             upstream,
         )
         .await
+        .status
     }
 
     /// Steps until `done` holds for the recorded status, stepping again after a short pause.

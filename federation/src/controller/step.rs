@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombStatus, Phase, Reason, STATUS_WRITTEN};
+use comb_api::{Comb, CombStatus, Phase, Reason};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::time::Instant;
@@ -23,7 +23,7 @@ use crate::engine::class::CombInstance;
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
-    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile_with_fallback,
+    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
 };
 use crate::engine::status::{StepRecord, build_status, rebuild_status};
 use crate::error::{Error, Result};
@@ -186,44 +186,44 @@ async fn reconcile_comb(
     let env = StepEnv {
         ops: &ops,
         resolver: Some(&resolver),
-    };
-    // Built anew for most steps: when the status was last written lives in the layer's entry.
-    comb.set_status_written_at(
-        layer
+        fallback: fallback.as_ref(),
+        // Built anew for most steps: when the status was last written lives in the layer.
+        status_written_at: layer
             .with_entry(key, |entry| entry.status_written_at)
             .flatten(),
-    );
-    let status = reconcile_with_fallback(&mut comb, env, resolution, fallback.as_ref()).await;
-    let write_failed = status.condition(STATUS_WRITTEN).is_some();
-    let stored = comb.cr().clone();
-    let notes = comb.prune_notes().to_vec();
-    let progress_due = comb.progress_due();
+    };
+    let outcome = reconcile(&mut comb, env, resolution).await;
+    let status = &outcome.status;
     layer.with_entry(key, |entry| {
-        entry.status_written_at = comb.status_written_at();
-        entry.unwritten = write_failed.then(|| Box::new(Built { comb, origin }));
+        entry.status_written_at = outcome.status_written_at;
+        // Its record lives in memory only: the next step starts from this Comb (S154).
+        entry.unwritten = outcome
+            .write_failed
+            .then(|| Box::new(Built { comb, origin }));
         entry.build_failure = None;
         entry.stepped = true;
     });
-    // What the server stored (an unwritten status stays in `unwritten` only).
+    let stored = &outcome.stored;
     shared.own_write(layer, key, stored.clone());
     shared
-        .after_status(layer, &stored, previous.as_ref(), &status)
+        .after_status(layer, stored, previous.as_ref(), status)
         .await;
     shared
-        .announce_switch(layer, &stored, previous.as_ref(), &status)
+        .announce_switch(layer, stored, previous.as_ref(), status)
         .await;
     shared
-        .announce_notes(layer, &stored, &notes, previous.as_ref())
+        .announce_notes(layer, stored, &outcome.notes, previous.as_ref())
         .await;
-    if write_failed {
+    if outcome.write_failed {
         shared.metrics.api_error(layer.name(), "status");
     }
-    let failed = write_failed || status.phase == Some(Phase::Error);
+    let failed = outcome.write_failed || status.phase == Some(Phase::Error);
     Outcome {
         reads: ops.read_summary(),
-        again_after: progress_due
+        again_after: outcome
+            .progress_due
             .map(|due| due.saturating_duration_since(std::time::Instant::now())),
-        ..Outcome::of(&status, failed)
+        ..Outcome::of(status, failed)
     }
 }
 

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use comb_api::{Comb, CombStatus, Endpoint, UpstreamSpec, is_label_value};
@@ -335,9 +334,6 @@ impl ClassRegistry {
             class,
             ctx,
             cr: cr.clone(),
-            notes: Vec::new(),
-            status_written_at: None,
-            progress_due: None,
         })
     }
 }
@@ -372,13 +368,6 @@ pub struct CombInstance {
     class: Arc<dyn CombClass>,
     ctx: CombContext,
     cr: Comb,
-    /// The prune notes of its last reconcile step.
-    notes: Vec<String>,
-    /// When its status was last written, as far as the caller knows (it keeps this across the
-    /// instances it builds).
-    status_written_at: Option<Instant>,
-    /// When the progress its last step held back (a rollout's newer Ready message) is due.
-    progress_due: Option<Instant>,
 }
 
 impl fmt::Debug for CombInstance {
@@ -425,29 +414,6 @@ impl CombInstance {
     /// against it).
     pub fn keep_status(&mut self, status: CombStatus) {
         self.cr.status = Some(status);
-    }
-    /// When its status was last written (by a step of this process).
-    pub fn status_written_at(&self) -> Option<Instant> {
-        self.status_written_at
-    }
-    pub fn set_status_written_at(&mut self, at: Option<Instant>) {
-        self.status_written_at = at;
-    }
-    /// When its last step's held-back progress is due: step it again then, so that the newer
-    /// Ready message is written.
-    pub fn progress_due(&self) -> Option<Instant> {
-        self.progress_due
-    }
-    pub(crate) fn set_progress_due(&mut self, due: Option<Instant>) {
-        self.progress_due = due;
-    }
-    /// What pruning noted in its last reconcile step (`left Service x alone: ...`): what it left
-    /// in place or failed to delete.
-    pub fn prune_notes(&self) -> &[String] {
-        &self.notes
-    }
-    pub(crate) fn set_prune_notes(&mut self, notes: Vec<String>) {
-        self.notes = notes;
     }
     /// `status` of the CR: what the Comb last recorded. Reads nothing from a cluster.
     pub fn recorded_status(&self) -> Option<&CombStatus> {

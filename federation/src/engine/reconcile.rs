@@ -69,6 +69,37 @@ pub struct StepEnv<'a> {
     pub ops: &'a KubeOps,
     /// Finds dependencies; `None` blocks every Comb that has some (`NoResolver`).
     pub resolver: Option<&'a dyn DependencyResolver>,
+    /// Where a borrower whose layer's borrow has a fallback stands on the chain: the step
+    /// records it (the `UpstreamFallback` condition, the Ready message); the upstream it
+    /// borrows from is step 1's answer, the entry in use.
+    pub fallback: Option<&'a FallbackState>,
+    /// When this process last wrote the Comb's status (a [`StepOutcome`] says so): a rollout's
+    /// progress alone is written at most every [`PROGRESS_EVERY`]. The caller keeps it, as the
+    /// Comb is built anew for most steps.
+    pub status_written_at: Option<Instant>,
+}
+
+/// What one reconcile step produced, handed back to the caller to keep, announce and schedule
+/// (the step's Comb keeps only its CR, as the reference's `recorded_status()` reads it).
+#[derive(Clone, Debug)]
+pub struct StepOutcome {
+    /// The recorded status (reference §6: what the step resolves to): as the API server stored
+    /// it, or, when writing it failed, with `StatusWritten=False` and held in memory only.
+    pub status: CombStatus,
+    /// The CR the step ends with: as the API server stored it, or as it was last read when
+    /// the write failed (then without the status memory alone holds).
+    pub stored: Comb,
+    /// Writing the status failed (reference §6.8, 4): `status` lives only in memory, and the
+    /// next step of this Comb must start from it, or it would prune against an older record.
+    pub write_failed: bool,
+    /// What pruning noted (left in place, failed to delete), also in the Ready message: the
+    /// controller makes each an Event the first time it comes.
+    pub notes: Vec<String>,
+    /// When the progress this step held back (a rollout's newer Ready message) is due: step
+    /// the Comb again then, so that it is written.
+    pub progress_due: Option<Instant>,
+    /// When the status was last written: by this step, else [`StepEnv::status_written_at`].
+    pub status_written_at: Option<Instant>,
 }
 
 /// The message of the Ready condition while `spec.maintenance` stops reconciliation.
@@ -79,66 +110,75 @@ pub fn maintenance_message() -> String {
     )
 }
 
-/// Runs one reconcile step of `comb` and returns the recorded status, which is also the status
-/// of `comb`'s CR afterwards (as the API server stored it, or kept in memory when writing
-/// failed).
+/// Runs one reconcile step of `comb` and says what it produced. `comb`'s CR is afterwards the
+/// one the step ends with, carrying the recorded status (as the API server stored it, or kept
+/// in memory when writing failed), which the next step of the same instance starts from.
 pub async fn reconcile(
     comb: &mut CombInstance,
     env: StepEnv<'_>,
     upstream: UpstreamResolution,
-) -> CombStatus {
-    reconcile_with_fallback(comb, env, upstream, None).await
-}
-
-/// [`reconcile`] of a borrower whose layer's borrow has a fallback: `fallback` says where it
-/// stands on the chain (the step records it: the `UpstreamFallback` condition, the Ready
-/// message), and `upstream` is the entry in use.
-pub async fn reconcile_with_fallback(
-    comb: &mut CombInstance,
-    env: StepEnv<'_>,
-    upstream: UpstreamResolution,
-    fallback: Option<&FallbackState>,
-) -> CombStatus {
+) -> StepOutcome {
     let previous = comb.recorded_status().cloned();
     let resolved_local = matches!(upstream, UpstreamResolution::Local);
-    let record = {
-        let step = Step {
-            comb,
-            env,
-            previous: previous.as_ref(),
-        };
-        let mut record = StepRecord::finished(
-            Phase::Error,
-            Reason::ReconcileFailed,
-            "the step ended without a verdict",
-        );
-        let mut record = match AssertUnwindSafe(step.steps(&mut record, upstream))
-            .catch_unwind()
-            .await
-        {
-            Ok(_) => record,
-            Err(panic) => StepRecord::finished(
-                Phase::Error,
-                Reason::ReconcileFailed,
-                clean_message(&panic_message(panic.as_ref())),
-            ),
-        };
-        if let Some(fallback) = fallback {
-            fallback.mark(&mut record);
-        }
-        record
-    };
-    comb.set_prune_notes(record.notes.clone());
+    let record = decide(comb, env, upstream, previous.as_ref()).await;
+    let notes = record.notes.clone();
     let recorded = AssertUnwindSafe(async {
         let mut record = record;
         publish_endpoints(&mut record, comb, previous.is_none(), resolved_local).await;
-        record_status(comb, env.ops, &record, previous.as_ref()).await
+        let group = &comb.settings().group;
+        record_status(env, group, comb.cr().clone(), &record).await
     })
     .catch_unwind()
     .await;
-    recorded.unwrap_or_else(|panic| {
-        last_resort_status(&panic_message(panic.as_ref()), Timestamp::now())
-    })
+    let outcome = recorded.unwrap_or_else(|panic| StepOutcome {
+        status: last_resort_status(&panic_message(panic.as_ref()), Timestamp::now()),
+        stored: comb.cr().clone(),
+        write_failed: false,
+        notes: Vec::new(),
+        progress_due: None,
+        status_written_at: env.status_written_at,
+    });
+    comb.adopt_cr(outcome.stored.clone());
+    if outcome.write_failed {
+        // The next step prunes against the record memory holds (reference §6.8, 4).
+        comb.keep_status(outcome.status.clone());
+    }
+    StepOutcome { notes, ..outcome }
+}
+
+/// Steps 1-5 (a panic among them is an Error the record says), and where the borrower stands
+/// on its fallback chain.
+async fn decide(
+    comb: &CombInstance,
+    env: StepEnv<'_>,
+    upstream: UpstreamResolution,
+    previous: Option<&CombStatus>,
+) -> StepRecord {
+    let step = Step {
+        comb,
+        env,
+        previous,
+    };
+    let mut record = StepRecord::finished(
+        Phase::Error,
+        Reason::ReconcileFailed,
+        "the step ended without a verdict",
+    );
+    let mut record = match AssertUnwindSafe(step.steps(&mut record, upstream))
+        .catch_unwind()
+        .await
+    {
+        Ok(_) => record,
+        Err(panic) => StepRecord::finished(
+            Phase::Error,
+            Reason::ReconcileFailed,
+            clean_message(&panic_message(panic.as_ref())),
+        ),
+    };
+    if let Some(fallback) = env.fallback {
+        fallback.mark(&mut record);
+    }
+    record
 }
 
 /// The steps 1-5 of one Comb; each either lets the step go on or finishes the record.
@@ -682,54 +722,78 @@ async fn publish_endpoints(
     }
 }
 
-/// Step 6b: builds the status and writes it into the CR; on failure reads the CR once and
-/// writes again; when that fails too, records `StatusWritten=False` in the in-memory CR.
+/// Step 6b: builds the status of `record` over what `cr` records and writes it into the CR;
+/// on failure reads the CR once and writes again (built anew on the fresh copy); when that
+/// fails too, the outcome's status says so (`StatusWritten=False`) and is the caller's to keep.
 async fn record_status(
-    comb: &mut CombInstance,
-    ops: &KubeOps,
+    env: StepEnv<'_>,
+    group: &str,
+    mut cr: Comb,
     record: &StepRecord,
-    previous: Option<&CombStatus>,
-) -> CombStatus {
-    let generation = comb.cr().metadata.generation;
+) -> StepOutcome {
+    let previous = cr.status.clone();
+    let generation = cr.metadata.generation;
     let now = Timestamp::now();
-    let status = build_status(record, previous, generation, None, now);
-    comb.set_progress_due(None);
-    if let Some(previous) = previous
+    let status = build_status(record, previous.as_ref(), generation, None, now);
+    let mut outcome = StepOutcome {
+        status: status.clone(),
+        stored: cr.clone(),
+        write_failed: false,
+        notes: Vec::new(),
+        progress_due: None,
+        status_written_at: env.status_written_at,
+    };
+    if let Some(previous) = &previous
         && only_progress(previous, &status)
-        && let Some(due) = comb
-            .status_written_at()
+        && let Some(due) = env
+            .status_written_at
             .map(|written| written + PROGRESS_EVERY)
             .filter(|due| *due > Instant::now())
     {
         // A rollout's progress alone (`1 of 3 ready`, then `2 of 3`): written at most every
         // PROGRESS_EVERY, so a fast rollout costs its two transitions and no more; the caller
         // steps the Comb again when it is due, so the newest message is written then.
-        comb.set_progress_due(Some(due));
-        return previous.clone();
+        outcome.status = previous.clone();
+        outcome.progress_due = Some(due);
+        return outcome;
     }
     let rebuild = |current: &Comb| {
         rebuild_status(
             record,
-            previous,
+            previous.as_ref(),
             current.status.as_ref(),
             generation,
             Timestamp::now(),
         )
     };
-    match write_status(comb, ops, &status, rebuild).await {
-        Ok(stored) => stored,
+    let written = env
+        .ops
+        .write_comb_status(group, &mut cr, &status, rebuild)
+        .await;
+    match written {
+        Ok(stored) => {
+            // What the server stored is a later version than the CR it was written over.
+            if stored.metadata.resource_version != cr.metadata.resource_version {
+                outcome.status_written_at = Some(Instant::now());
+            }
+            outcome.status = stored.status.clone().unwrap_or(status);
+            outcome.stored = stored;
+        }
         Err(failure) => {
+            let failure = failure.to_string();
             tracing::warn!(
-                namespace = comb.namespace(),
-                comb = comb.name(),
+                namespace = cr.metadata.namespace.as_deref(),
+                comb = cr.metadata.name.as_deref(),
                 error = %failure,
-                "writing the status failed twice; it is kept in memory"
+                "writing the status failed twice"
             );
-            let status = build_status(record, previous, generation, Some(&failure), now);
-            comb.keep_status(status.clone());
-            status
+            outcome.status =
+                build_status(record, previous.as_ref(), generation, Some(&failure), now);
+            outcome.stored = cr;
+            outcome.write_failed = true;
         }
     }
+    outcome
 }
 
 /// How often the condition messages alone of a Pending or Blocked Comb are written (see
@@ -762,34 +826,6 @@ fn only_progress(previous: &CombStatus, status: &CombStatus) -> bool {
         && previous.phase == status.phase
         && previous != status
         && without_progress(previous) == without_progress(status)
-}
-
-/// Writes `status` through [`KubeOps::write_comb_status`] (built again by `rebuild` on a CR
-/// read again) and adopts what the server stored (or, when writing failed, the CR it read
-/// again). The error is the message of the last failure.
-async fn write_status(
-    comb: &mut CombInstance,
-    ops: &KubeOps,
-    status: &CombStatus,
-    rebuild: impl Fn(&Comb) -> Option<CombStatus>,
-) -> std::result::Result<CombStatus, String> {
-    let group = comb.settings().group.clone();
-    let mut cr = comb.cr().clone();
-    let written = ops
-        .write_comb_status(&group, &mut cr, status, rebuild)
-        .await;
-    // What the server stored is a later version than the CR it was written over.
-    let wrote = written
-        .as_ref()
-        .is_ok_and(|stored| stored.metadata.resource_version != cr.metadata.resource_version);
-    comb.adopt_cr(cr);
-    let stored = written.map_err(|error| error.to_string())?;
-    if wrote {
-        comb.set_status_written_at(Some(Instant::now()));
-    }
-    let recorded = stored.status.clone().unwrap_or_else(|| status.clone());
-    comb.adopt_cr(stored);
-    Ok(recorded)
 }
 
 /// The text of a panic payload.
