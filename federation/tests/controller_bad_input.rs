@@ -3,8 +3,10 @@
 //! layer is listed once, not in a loop.
 
 use comb_api::DEFAULT_GROUP;
+use comb_sandbox::controls::Fault;
 use comb_testkit::controller::World;
 use comb_testkit::fixtures::web;
+use comb_testkit::wait_until;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -139,5 +141,52 @@ async fn a_comb_whose_status_does_not_decode_reconciles_as_if_it_had_none() {
     world
         .wait_phase("prod", "apps", "web", "Running", None)
         .await;
+    running.stop().await;
+}
+
+/// A Comb that does not build records Error / BuildFailed through the one status writer: a
+/// write the API refuses (both tries of a step) is retried with backoff until it goes
+/// through, and once recorded it is not written again while the CR stays.
+#[tokio::test]
+async fn a_build_failed_status_the_api_refuses_is_written_on_a_retry_and_then_left() {
+    let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    let controls = world.controls("prod");
+    controls.inject(Fault::status(
+        "*",
+        "/apis/comb.internal/v1/namespaces/apps/combs/odd/status",
+        500,
+        2,
+    ));
+    world
+        .create_comb("prod", "apps", "odd", json!({"class": "NoSuchClass"}))
+        .await;
+    let running = world
+        .run(
+            world.config("resync: 1h\nlayers:\n - {name: prod, context: prod, namespaces: [apps]}"),
+        )
+        .await;
+    world
+        .wait_phase("prod", "apps", "odd", "Error", Some("BuildFailed"))
+        .await;
+    // The step that wrote it is over and nothing is queued: no later step wrote again.
+    let handle = running.handle.clone();
+    wait_until("odd idle", || {
+        let handle = handle.clone();
+        async move {
+            handle
+                .queue()
+                .iter()
+                .flat_map(|layer| layer.combs.iter())
+                .find(|comb| comb.name == "odd")
+                .is_some_and(|comb| comb.state == "idle" && comb.pending.is_none())
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        controls.request_count("update", "combs.comb.internal/status"),
+        3,
+        "two refused, one written"
+    );
     running.stop().await;
 }

@@ -23,9 +23,8 @@ use crate::engine::class::CombInstance;
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{
-    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
+    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile, record_build_failure,
 };
-use crate::engine::status::{StepRecord, build_status, rebuild_status};
 use crate::error::{Error, Result};
 
 /// How a step went: what it left the Comb as, and what the queue does next.
@@ -329,8 +328,9 @@ async fn build(
         .map_err(|error| error.to_string())
 }
 
-/// A Comb that cannot be built: Error / BuildFailed with the construction error, written when
-/// it differs from what is recorded, and not retried until the CR changes.
+/// A Comb that cannot be built: Error / BuildFailed with the construction error, recorded by
+/// the engine's one status writer (written when it differs from what is recorded). It is not
+/// built again until the CR changes; a failed write is retried with backoff.
 async fn build_failed(
     shared: &Arc<Shared>,
     layer: &Arc<LayerRuntime>,
@@ -338,47 +338,25 @@ async fn build_failed(
     cr: &Comb,
     message: String,
 ) -> Outcome {
-    let record = StepRecord::finished(Phase::Error, Reason::BuildFailed, message);
-    let previous = cr.status.as_ref();
-    let status = build_status(
-        &record,
-        previous,
-        cr.metadata.generation,
-        None,
-        jiff::Timestamp::now(),
-    );
     layer.with_entry(key, |entry| entry.stepped = true);
-    // Built the same again (the carried-forward times included): nothing to write.
-    if previous == Some(&status) {
-        return Outcome::of(&status, false);
-    }
-    let rebuild = |current: &Comb| {
-        rebuild_status(
-            &record,
-            previous,
-            current.status.as_ref(),
-            cr.metadata.generation,
-            jiff::Timestamp::now(),
-        )
+    let env = StepEnv {
+        ops: &layer.ops,
+        resolver: None,
+        fallback: None,
+        status_written_at: None,
     };
-    let written = layer
-        .ops
-        .write_comb_status(&shared.config.group, &mut cr.clone(), &status, rebuild)
-        .await;
-    match written {
-        Ok(stored) => {
-            // Built again on a newer CR when the first write conflicted.
-            let status = stored.status.clone().unwrap_or(status);
-            shared.own_write(layer, key, stored.clone());
-            shared.after_status(layer, &stored, previous, &status).await;
-            Outcome::of(&status, false)
-        }
-        Err(error) => {
-            shared.metrics.api_error(layer.name(), "status");
-            warn!(%error, "writing the BuildFailed status failed; retrying");
-            Outcome::of(&status, true)
-        }
+    let outcome = record_build_failure(env, &shared.config.group, cr.clone(), message).await;
+    if outcome.write_failed {
+        // Nothing holds it in memory (there is no Comb): the retry writes it again.
+        shared.metrics.api_error(layer.name(), "status");
+        warn!("the BuildFailed status is not written; retrying");
+        return Outcome::of(&outcome.status, true);
     }
+    shared.own_write(layer, key, outcome.stored.clone());
+    shared
+        .after_status(layer, &outcome.stored, cr.status.as_ref(), &outcome.status)
+        .await;
+    Outcome::of(&outcome.status, false)
 }
 
 /// Sets the CR's finalizers, conditional on the resourceVersion it was read with.

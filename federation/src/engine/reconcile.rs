@@ -181,6 +181,19 @@ async fn decide(
     record
 }
 
+/// The step of a Comb whose CR does not build: `Error / BuildFailed` with the construction
+/// error, recorded by the same writer as every step's status (so written only when it differs
+/// from what `cr` records). Nothing runs without a Comb to run; `cr` is the CR as read.
+pub async fn record_build_failure(
+    env: StepEnv<'_>,
+    group: &str,
+    cr: Comb,
+    message: String,
+) -> StepOutcome {
+    let record = StepRecord::finished(Phase::Error, Reason::BuildFailed, message);
+    record_status(env, group, cr, &record).await
+}
+
 /// The steps 1-5 of one Comb; each either lets the step go on or finishes the record.
 struct Step<'a> {
     comb: &'a CombInstance,
@@ -725,6 +738,7 @@ async fn publish_endpoints(
 /// Step 6b: builds the status of `record` over what `cr` records and writes it into the CR;
 /// on failure reads the CR once and writes again (built anew on the fresh copy); when that
 /// fails too, the outcome's status says so (`StatusWritten=False`) and is the caller's to keep.
+/// The one place a Comb's status is written.
 async fn record_status(
     env: StepEnv<'_>,
     group: &str,
@@ -855,6 +869,49 @@ mod tests {
             ]
         }))
         .unwrap()
+    }
+
+    /// What [`record_build_failure`] records over an equal record is what the CR has: the
+    /// writer sends nothing.
+    #[test]
+    fn a_build_failure_already_recorded_is_built_the_same_and_not_written_again() {
+        let record =
+            |message: &str| StepRecord::finished(Phase::Error, Reason::BuildFailed, message);
+        let first = build_status(
+            &record("unknown class Nope"),
+            None,
+            Some(1),
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        let later = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(60);
+        let again = build_status(
+            &record("unknown class Nope"),
+            Some(&first),
+            Some(1),
+            None,
+            later,
+        );
+        assert_eq!(
+            again, first,
+            "the same failure: the same status, times included"
+        );
+        let other = build_status(
+            &record("unknown class Nop"),
+            Some(&first),
+            Some(1),
+            None,
+            later,
+        );
+        assert_ne!(other, first, "another message is written");
+        let edited = build_status(
+            &record("unknown class Nope"),
+            Some(&first),
+            Some(2),
+            None,
+            later,
+        );
+        assert_ne!(edited, first, "a new generation is written");
     }
 
     #[test]

@@ -4,6 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::engine::class::{ClassRegistry, Settings};
+use crate::engine::status::{StepRecord, build_status};
 
 const OURS: &str = "comb.internal/cleanup";
 
@@ -173,46 +174,6 @@ async fn a_step_starts_from_what_memory_holds_of_the_same_object_and_generation(
             "{what}"
         );
     }
-}
-
-#[test]
-fn a_build_failure_already_recorded_is_built_the_same_and_not_written_again() {
-    let record = |message: &str| StepRecord::finished(Phase::Error, Reason::BuildFailed, message);
-    let first = build_status(
-        &record("unknown class Nope"),
-        None,
-        Some(1),
-        None,
-        Timestamp::UNIX_EPOCH,
-    );
-    let later = Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(60);
-    let again = build_status(
-        &record("unknown class Nope"),
-        Some(&first),
-        Some(1),
-        None,
-        later,
-    );
-    assert_eq!(
-        again, first,
-        "the same failure: the same status, times included"
-    );
-    let other = build_status(
-        &record("unknown class Nop"),
-        Some(&first),
-        Some(1),
-        None,
-        later,
-    );
-    assert_ne!(other, first, "another message is written");
-    let edited = build_status(
-        &record("unknown class Nope"),
-        Some(&first),
-        Some(2),
-        None,
-        later,
-    );
-    assert_ne!(edited, first, "a new generation is written");
 }
 
 #[test]
