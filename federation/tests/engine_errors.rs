@@ -201,7 +201,7 @@ async fn a_namespaced_object_without_namespace_is_refused_before_any_request() {
     let error = cluster.ops.get(&nowhere).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "Kubernetes API error (get ConfigMap): ConfigMap nats is namespaced, but no namespace was given"
+        "get ConfigMap: ConfigMap nats is namespaced, but no namespace was given"
     );
     assert!(cluster.requests().is_empty());
     // Cluster-scoped kinds need none.

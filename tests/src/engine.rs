@@ -328,7 +328,7 @@ pub struct FixedDependency(pub Result<bool, String>);
 #[async_trait]
 impl Dependency for FixedDependency {
     async fn healthy(&self) -> Result<bool> {
-        self.0.clone().map_err(Error::Class)
+        self.0.clone().map_err(Error::class)
     }
 }
 
@@ -356,7 +356,7 @@ impl DependencyResolver for TableResolver {
             Answer::Missing => Ok(None),
             Answer::Healthy(healthy) => Ok(Some(Arc::new(FixedDependency(Ok(healthy))))),
             Answer::HealthFails(message) => Ok(Some(Arc::new(FixedDependency(Err(message))))),
-            Answer::LookupFails(message) => Err(Error::Class(message)),
+            Answer::LookupFails(message) => Err(Error::class(message)),
             Answer::Panics => panic!("the resolver broke"),
         }
     }

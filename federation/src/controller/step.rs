@@ -385,11 +385,7 @@ async fn set_finalizers(
     }});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|error| Error::Kube {
-            request: "patch finalizers of Comb".to_string(),
-            message: error.to_string(),
-            source: Some(Box::new(error)),
-        })
+        .map_err(|error| Error::kube("patch finalizers of Comb", error))
 }
 
 /// The CR is being deleted: clean up (unless the Orphan policy says otherwise), then let it go.
@@ -538,7 +534,7 @@ impl Dependency for LiveDependency {
             UpstreamResolution::Local => None,
             UpstreamResolution::Borrowed(borrowing) => Some(borrowing),
             UpstreamResolution::Failed(message) => {
-                return Err(Error::Build(format!(
+                return Err(Error::build(format!(
                     "resolving its upstream failed: {message}"
                 )));
             }
@@ -557,7 +553,7 @@ struct Unbuildable(String);
 #[async_trait]
 impl Dependency for Unbuildable {
     async fn healthy(&self) -> Result<bool> {
-        Err(Error::Build(self.0.clone()))
+        Err(Error::build(self.0.clone()))
     }
 }
 

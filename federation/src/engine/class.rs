@@ -188,8 +188,8 @@ impl ClassRegistry {
         self.build_checked(cr, settings, stub)
             .await
             .map_err(|error| match error {
-                Error::Build(message) => Error::Build(message),
-                other => Error::Build(other.to_string()),
+                build @ Error::Build { .. } => build,
+                other => Error::build_from(other),
             })
     }
 
@@ -200,7 +200,7 @@ impl ClassRegistry {
         stub: &StubSelector<'_>,
     ) -> Result<CombInstance> {
         if let Some(problem) = &cr.spec_error {
-            return Err(Error::Build(format!(
+            return Err(Error::build(format!(
                 "{FROM_CRD}: the custom resource does not decode: {problem}"
             )));
         }
@@ -210,14 +210,14 @@ impl ClassRegistry {
             .as_deref()
             .filter(|class| !class.is_empty())
             .ok_or_else(|| {
-                Error::Build(format!("{FROM_CRD}: the custom resource has no spec.class"))
+                Error::build(format!("{FROM_CRD}: the custom resource has no spec.class"))
             })?;
         let comb = self.construct(class, cr, settings, None).await?;
         if !stub(&comb) {
             return Ok(comb);
         }
         let stub_class = self.stub_class_of(&comb).ok_or_else(|| {
-            Error::Build(format!(
+            Error::build(format!(
                 "{FROM_CRD}: a stub was asked for {}, but {} has no stub class",
                 comb.name(),
                 comb.class_name()
@@ -278,12 +278,12 @@ impl ClassRegistry {
         stub_of: Option<&str>,
     ) -> Result<CombInstance> {
         let (canonical, factory) = self.resolve(class).ok_or_else(|| {
-            Error::Build(format!(
+            Error::build(format!(
                 "{FROM_CRD}: unknown class '{class}' (known: {})",
                 self.names().join(", ")
             ))
         })?;
-        let fail = |message: String| Error::Build(message);
+        let fail = Error::build;
         if let Some(types) = &cr.types {
             let expected = format!("{}/{}", settings.group, comb_api::VERSION);
             if types.api_version != expected || types.kind != comb_api::KIND {
@@ -352,7 +352,7 @@ async fn check_contract(stub: &CombInstance, original: &CombInstance) -> Result<
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(Error::Build(format!(
+        Err(Error::build(format!(
             "{} does not keep the contract of {}: missing endpoint(s) {}",
             stub.class_name(),
             original.class_name(),

@@ -361,15 +361,7 @@ pub async fn delete_as_decided(
             Err(error) if error.status_code() == Some(404) => return Ok(Deletion::Gone),
             Err(error) if is_conflict(&error) => {
                 if attempts == CONFLICT_ATTEMPTS {
-                    return Err(Error::Kube {
-                        request: format!("delete {}", resource.kind),
-                        message: format!(
-                            "{} {} changed before each of {CONFLICT_ATTEMPTS} deletes could go \
-                             out (409 Conflict); the next step decides again",
-                            resource.kind, resource.name
-                        ),
-                        source: None,
-                    });
+                    return Err(conflicted_throughout(error, resource));
                 }
                 attempts += 1;
                 // The watch may not have brought the change that conflicted yet.
@@ -380,6 +372,25 @@ pub async fn delete_as_decided(
             }
             Err(error) => return Err(error),
         }
+    }
+}
+
+/// The last 409 of [`delete_as_decided`], saying that every attempt met a change: still the
+/// API server's answer (its source kept), in words that say what the next step does.
+fn conflicted_throughout(error: Error, resource: &ManagedObject) -> Error {
+    match error {
+        Error::Kube {
+            request, source, ..
+        } => Error::Kube {
+            request,
+            message: format!(
+                "{} {} changed before each of {CONFLICT_ATTEMPTS} deletes could go out (409 \
+                 Conflict); the next step decides again",
+                resource.kind, resource.name
+            ),
+            source,
+        },
+        other => other,
     }
 }
 

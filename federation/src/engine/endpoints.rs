@@ -56,7 +56,7 @@ impl EndpointDecl {
     /// A declaration from data (e.g. `config.endpoints` of the `Manifests` class): an object with
     /// the keys `name port protocol service cluster external`. `class` names the class in errors.
     pub fn from_value(class: &str, value: &Value) -> Result<EndpointDecl> {
-        let fail = |message: String| Error::Endpoints(format!("{class}->endpoints: {message}"));
+        let fail = |message: String| Error::endpoints(format!("{class}->endpoints: {message}"));
         let Value::Object(map) = value else {
             return Err(fail(format!(
                 "an endpoint is an object or an Endpoint, got {}",
@@ -99,7 +99,7 @@ impl EndpointDecl {
 
 /// Checks a class's declarations: every one has a valid name, none is declared twice.
 pub fn validate(class: &str, declarations: &[EndpointDecl]) -> Result<()> {
-    let fail = |message: String| Err(Error::Endpoints(format!("{class}->endpoints: {message}")));
+    let fail = |message: String| Err(Error::endpoints(format!("{class}->endpoints: {message}")));
     let mut seen = HashSet::new();
     for declaration in declarations {
         if declaration.name.is_empty() {
@@ -128,7 +128,7 @@ pub fn resolve_local(
         .iter()
         .map(|declaration| {
             let port = declaration.port.ok_or_else(|| {
-                Error::Endpoints(format!(
+                Error::endpoints(format!(
                     "{class}->endpoints: endpoint {} has no port",
                     declaration.name
                 ))

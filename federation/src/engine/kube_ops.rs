@@ -1,9 +1,10 @@
 //! The client edge (reference §7, "client role"): every request a Comb makes, over a
 //! `kube::Client` with dynamic resources and objects as JSON values.
 //!
-//! Every method returns a value, never panics, and fails with [`Error::Kube`], whose message
-//! names the request and keeps the API server's own words (`Kubernetes API error (get Pod):
-//! 404 NotFound: pods "nats-0" not found`).
+//! Every method returns a value, never panics, and fails with [`Error::Kube`] where the API
+//! server answered with a failure (its message names the request and keeps the server's own
+//! words: `Kubernetes API error (get Pod): 404 NotFound: pods "nats-0" not found`), or with
+//! [`Error::Request`] for a request comb would not send or whose answer it could not read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -259,7 +260,7 @@ impl KubeOps {
         let request = format!("discover {api_version} {kind}");
         let group_version: GroupVersion = api_version
             .parse()
-            .map_err(|error| kube_error(&request, format!("{error}")))?;
+            .map_err(|error| Error::request(&request, format!("{error}")))?;
         let gvk: GroupVersionKind = group_version.with_kind(kind);
         if let Some(known) = KNOWN_KINDS
             .iter()
@@ -317,14 +318,14 @@ impl KubeOps {
             resource.namespace.as_deref(),
             access,
         ) {
-            (true, None, _) => Err(kube_error(
+            (true, None, _) => Err(Error::request(
                 request,
                 format!(
                     "{} {} is namespaced, but no namespace was given",
                     resource.kind, resource.name
                 ),
             )),
-            (false, Some(namespace), Access::Write) => Err(kube_error(
+            (false, Some(namespace), Access::Write) => Err(Error::request(
                 request,
                 format!(
                     "{} {} is cluster-scoped, but it was placed in namespace {namespace}; render it \
@@ -573,8 +574,8 @@ impl KubeOps {
         self.delete(target, unchanged_since(live)).await?;
         match self.create(target, body).await? {
             Created::Stored(stored) => Ok(stored),
-            Created::AlreadyExists => Err(kube_error(
-                &format!("create {}", target.kind),
+            Created::AlreadyExists => Err(Error::request(
+                format!("create {}", target.kind),
                 format!(
                     "{} {} still exists after its deletion",
                     target.kind, target.name
@@ -624,7 +625,7 @@ impl KubeOps {
             .await?
             .namespaced
         {
-            return Err(kube_error(
+            return Err(Error::request(
                 &request,
                 format!(
                     "{} {} is cluster-scoped: comb never deletes cluster-scoped objects",
@@ -721,9 +722,9 @@ impl KubeOps {
             comb.metadata.namespace.as_deref(),
             comb.metadata.name.as_deref(),
         ) else {
-            return Err(kube_error(
+            return Err(Error::request(
                 request,
-                "the custom resource has no namespace or name".into(),
+                "the custom resource has no namespace or name",
             ));
         };
         self.combs(group, namespace)
@@ -908,29 +909,21 @@ fn identity(manifest: &Value) -> Result<ManagedObject> {
             namespace: field("/metadata/namespace").map(str::to_string),
             name: name.to_string(),
         }),
-        _ => Err(kube_error(
-            &format!("ensure {kind}"),
-            "the manifest lacks apiVersion, kind or metadata.name".into(),
+        _ => Err(Error::request(
+            format!("ensure {kind}"),
+            "the manifest lacks apiVersion, kind or metadata.name",
         )),
     }
 }
 
 fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
     serde_json::to_value(object)
-        .map_err(|error| kube_error(request, format!("the answer is not an object: {error}")))
+        .map_err(|error| Error::request(request, format!("the answer is not an object: {error}")))
 }
 
 fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
     serde_json::from_value(value.clone())
-        .map_err(|error| kube_error(request, format!("the manifest is not an object: {error}")))
-}
-
-fn kube_error(request: &str, message: String) -> Error {
-    Error::Kube {
-        request: request.to_string(),
-        message,
-        source: None,
-    }
+        .map_err(|error| Error::request(request, format!("the manifest is not an object: {error}")))
 }
 
 /// The server's words for a failed request (one rule for every crate:

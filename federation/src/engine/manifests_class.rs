@@ -69,7 +69,7 @@ impl ManifestsClass {
         match ctx.config.get("stub") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(stub)) => Ok(Some(stub)),
-            Some(other) => Err(Error::Class(format!(
+            Some(other) => Err(Error::class(format!(
                 "{MANIFESTS_STUB}: config.stub must be an object ({{manifests, endpoints}}), got {}",
                 describe_value(other)
             ))),
@@ -87,7 +87,7 @@ impl ManifestsClass {
         match value {
             None | Some(Value::Null) => Ok(&[]),
             Some(Value::Array(items)) => Ok(items),
-            Some(other) => Err(Error::Class(format!(
+            Some(other) => Err(Error::class(format!(
                 "{}: {path} must be a list, got {}",
                 self.name(),
                 describe_value(other)
@@ -103,9 +103,7 @@ impl CombClass for ManifestsClass {
     }
 
     async fn endpoints(&self, ctx: &CombContext) -> Result<Vec<EndpointDecl>> {
-        let entries = self
-            .list(ctx, "endpoints")
-            .map_err(|error| Error::Endpoints(error.to_string()))?;
+        let entries = self.list(ctx, "endpoints").map_err(Error::endpoints_from)?;
         entries
             .iter()
             .map(|entry| EndpointDecl::from_value(self.name(), entry))
@@ -113,9 +111,7 @@ impl CombClass for ManifestsClass {
     }
 
     async fn manifests(&self, ctx: &CombContext) -> Result<Vec<Value>> {
-        let manifests = self
-            .list(ctx, "manifests")
-            .map_err(|error| Error::Manifests(error.to_string()))?;
+        let manifests = self.list(ctx, "manifests").map_err(Error::manifests_from)?;
         Ok(manifests.to_vec())
     }
 
@@ -128,7 +124,7 @@ impl CombClass for ManifestsClass {
             None | Some(Value::Null) => return Ok(Vec::new()),
             Some(Value::Object(requires)) => requires,
             Some(other) => {
-                return Err(Error::Class(format!(
+                return Err(Error::class(format!(
                     "{}: config.requires must be an object ({{secrets, configMaps, config}}), got {}",
                     self.name(),
                     describe_value(other)
@@ -142,7 +138,7 @@ impl CombClass for ManifestsClass {
             .collect();
         if !unknown.is_empty() {
             unknown.sort_unstable();
-            return Err(Error::Class(format!(
+            return Err(Error::class(format!(
                 "{}: config.requires has unknown key(s) {} (known: {})",
                 self.name(),
                 unknown.join(", "),
@@ -156,14 +152,14 @@ impl CombClass for ManifestsClass {
                     .iter()
                     .map(|item| match item {
                         Value::String(name) => Ok(name.clone()),
-                        other => Err(Error::Class(format!(
+                        other => Err(Error::class(format!(
                             "{}: config.requires.{key} must be a list of names, got {} in it",
                             self.name(),
                             describe_value(other)
                         ))),
                     })
                     .collect(),
-                Some(other) => Err(Error::Class(format!(
+                Some(other) => Err(Error::class(format!(
                     "{}: config.requires.{key} must be a list of names, got {}",
                     self.name(),
                     describe_value(other)
@@ -177,12 +173,15 @@ impl CombClass for ManifestsClass {
                 .await
                 .map_err(|error| match error.status_code() {
                     // Comb has no Secret rights where nothing names them (least privilege).
-                    Some(403) => Error::Class(format!(
-                        "comb may not read Secrets in namespace {} to see whether secret {secret} \
-                         exists ({error}); grant it get on secrets there (the chart: \
-                         rbac.secretReadNamespaces)",
-                        ctx.namespace
-                    )),
+                    Some(403) => Error::Class {
+                        message: format!(
+                            "comb may not read Secrets in namespace {} to see whether secret \
+                             {secret} exists ({error}); grant it get on secrets there (the \
+                             chart: rbac.secretReadNamespaces)",
+                            ctx.namespace
+                        ),
+                        source: Some(Box::new(error)),
+                    },
                     _ => error,
                 })?;
             if !exists {
@@ -234,11 +233,11 @@ mod tests {
         async fn secret_exists(&self, namespace: &str, name: &str) -> Result<bool> {
             assert_eq!(namespace, "platform");
             if name == "broken" {
-                return Err(Error::Kube {
-                    request: "get Secret".into(),
-                    message: "500 boom".into(),
-                    source: None,
-                });
+                let status = kube::core::Status::failure("", "boom").with_code(500);
+                return Err(Error::kube(
+                    "get Secret",
+                    kube::Error::Api(Box::new(status)),
+                ));
             }
             if name == "unreadable" {
                 let status = kube::core::Status::failure(

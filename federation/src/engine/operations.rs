@@ -401,7 +401,7 @@ pub async fn endpoint(
 ) -> Result<Endpoint> {
     let class = comb.class_name();
     if name.is_empty() {
-        return Err(Error::Endpoints(format!("{class}->endpoint needs a name")));
+        return Err(Error::endpoints(format!("{class}->endpoint needs a name")));
     }
     let endpoints = resolved_endpoints(comb, borrowing).await?;
     pick_endpoint(class, comb.name(), endpoints, name)
@@ -423,7 +423,7 @@ fn pick_endpoint(
             } else {
                 names.join(", ")
             };
-            Error::Endpoints(format!(
+            Error::endpoints(format!(
                 "{class}->endpoint: {comb_name} has no endpoint {name} (it has: {has})"
             ))
         })

@@ -77,7 +77,7 @@ pub fn render_manifest(
     ctx: &CombContext,
     scopes: &Scopes,
 ) -> Result<RenderedItem> {
-    let fail = |message: String| Error::Manifests(format!("{class}: {message}"));
+    let fail = |message: String| Error::manifests(format!("{class}: {message}"));
     let Value::Object(source) = manifest else {
         return Err(fail(format!(
             "a manifest is an object, got {}",

@@ -116,7 +116,7 @@ pub async fn borrowed_endpoints(
     let observed = observe_upstream(comb, upstream, ctx, &Scopes::default()).await;
     match (observed.endpoints, observed.stop) {
         (Some(endpoints), _) => Ok(endpoints),
-        (None, Some(stop)) => Err(Error::Endpoints(stop.message)),
+        (None, Some(stop)) => Err(Error::endpoints(stop.message)),
         (None, None) => Ok(Vec::new()),
     }
 }

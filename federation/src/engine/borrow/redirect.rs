@@ -43,7 +43,7 @@ pub fn redirect(
             continue;
         };
         let port = declaration.port.ok_or_else(|| {
-            Redirect::Failed(Error::Endpoints(format!(
+            Redirect::Failed(Error::endpoints(format!(
                 "{class}->endpoints: endpoint {} has no port",
                 declaration.name
             )))
