@@ -14,19 +14,14 @@
 //! ([`UnprojectableObjects`]: counted, logged once with its kind, namespace and name) and
 //! reads of it go to the API server until the watch brings a version that projects.
 //!
-//! Read-your-writes: a step's own write (its stored object, or a delete) is kept beside the
-//! store until the watch delivers that very version. A resourceVersion is opaque (the API
-//! promises no order), so "later" is the watch's order, as for the Comb CRs
-//! (`controller::triggers::Versions`): versions the watch delivers before ours are older, and
-//! ours is dropped once the watch brings it, or after [`KEPT`] versions of the object without
-//! it (the watch passed it unseen), or when a list replaces the store. Applies carry no
-//! resourceVersion, so a stale copy would cost no conflict; but a step reading one would
-//! apply again what it just created (a missing object) or ask the server for what it just
-//! applied, writes and reads above the floor the benchmark holds comb to.
+//! No read-your-writes for these objects: a step reads what the watch delivered. Applies carry
+//! no resourceVersion, so a step that reads a copy older than its own last write applies the
+//! same fields again or finds them unchanged, and the watch catches up within the step's
+//! pacing; measured without it (ADR 0003), convergence and an edit wrote and read as many
+//! requests as with it. (The Comb CRs keep theirs: `Shared::own_write`, whose status writes
+//! carry a resourceVersion.)
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::{Hash as _, Hasher as _};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use comb_api::{LabelKeys, ManagedObject};
@@ -34,14 +29,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::engine::projection::{CombSelector, Fingerprint, Projection, Unprojectable};
-
-/// How many versions of one object the watch may deliver before our write's version before
-/// the write counts as passed unseen; also how many recent deliveries per kind are remembered
-/// to tell a write the watch already brought (times the kind's objects, bounded below).
-pub const KEPT: usize = 8;
-
-/// Recent deliveries remembered per kind, at least.
-const RECENT_MIN: usize = 1024;
 
 /// `(namespace, name)`; the namespace is empty for a cluster-scoped object.
 type ObjectKey = (String, String);
@@ -56,11 +43,6 @@ struct KindStore {
     /// sorted `Vec` rather than a set: most Combs have one or two objects of a kind, and a
     /// B-tree node is ~300 bytes however few it holds.
     by_comb: HashMap<Box<str>, NamesByComb>,
-    /// Our own writes the watch has not delivered yet.
-    overlays: HashMap<ObjectKey, Overlay>,
-    /// The latest deliveries ([`delivery_id`]), oldest first, and the same as a set.
-    recent: VecDeque<u64>,
-    recent_set: HashSet<u64>,
     /// Lists in progress per scope: what they brought so far.
     listing: HashMap<Option<String>, HashMap<ObjectKey, Kept>>,
     /// What comb applied of each object ([`AsApplied`]), until the object goes.
@@ -69,17 +51,6 @@ struct KindStore {
 
 /// The objects of one namespace by their Comb name label: object names, sorted.
 type NamesByComb = HashMap<Box<str>, Vec<Box<str>>>;
-
-/// One delivery (an object's key and resourceVersion) as 8 bytes: the deliveries remembered
-/// were the store's largest part as strings. Two deliveries hashing alike (odds of about one in
-/// 2^64 per pair) would make a write count as delivered: its overlay is skipped and reads see
-/// the watch's copy, which the next delivery replaces anyway.
-fn delivery_id(key: &ObjectKey, version: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    key.hash(&mut hasher);
-    version.hash(&mut hasher);
-    hasher.finish()
-}
 
 /// A delivered object as the store keeps it.
 #[derive(Debug)]
@@ -100,18 +71,6 @@ impl Kept {
             Kept::Unprojectable { comb } => comb.as_deref(),
         }
     }
-}
-
-#[derive(Debug)]
-enum Overlay {
-    Written {
-        object: Box<Projection>,
-        version: String,
-        behind: usize,
-    },
-    Deleted {
-        behind: usize,
-    },
 }
 
 /// What comb's fields and digest were when comb last knew an object stood as rendered: it
@@ -143,12 +102,6 @@ fn key_of(object: &Value) -> Option<ObjectKey> {
         .and_then(Value::as_str)
         .unwrap_or_default();
     Some((namespace.to_string(), name.to_string()))
-}
-
-fn version_of(object: &Value) -> Option<&str> {
-    object
-        .pointer("/metadata/resourceVersion")
-        .and_then(Value::as_str)
 }
 
 fn key_of_resource(resource: &ManagedObject) -> ObjectKey {
@@ -209,50 +162,11 @@ impl KindStore {
         self.applied.remove(key);
     }
 
-    /// Remembers a delivery, and settles an overlay waiting for it.
-    fn delivered(&mut self, key: &ObjectKey, version: Option<&str>, deleted: bool) {
-        if let Some(version) = version {
-            let delivery = delivery_id(key, version);
-            if self.recent_set.insert(delivery) {
-                self.recent.push_back(delivery);
-            }
-            let bound = RECENT_MIN.max(self.objects.len() * 2);
-            while self.recent.len() > bound {
-                if let Some(old) = self.recent.pop_front() {
-                    self.recent_set.remove(&old);
-                }
-            }
-        }
-        let done = match self.overlays.get_mut(key) {
-            None => false,
-            Some(Overlay::Written {
-                version: ours,
-                behind,
-                ..
-            }) => {
-                *behind += 1;
-                deleted || version == Some(ours.as_str()) || *behind >= KEPT
-            }
-            Some(Overlay::Deleted { behind }) => {
-                *behind += 1;
-                deleted || *behind >= KEPT
-            }
-        };
-        if done {
-            self.overlays.remove(key);
-        }
-    }
-
-    /// The object `key` as a read should see it: ours while the watch has not brought it;
-    /// `Err` for an object that does not project.
+    /// The object `key` as the watch delivered it; `Err` for one that does not project.
     fn view(&self, key: &ObjectKey) -> Option<Result<&Projection, ()>> {
-        match self.overlays.get(key) {
-            Some(Overlay::Written { object, .. }) => Some(Ok(object)),
-            Some(Overlay::Deleted { .. }) => None,
-            None => match self.objects.get(key)? {
-                Kept::Projected(projection) => Some(Ok(projection)),
-                Kept::Unprojectable { .. } => Some(Err(())),
-            },
+        match self.objects.get(key)? {
+            Kept::Projected(projection) => Some(Ok(projection)),
+            Kept::Unprojectable { .. } => Some(Err(())),
         }
     }
 }
@@ -382,7 +296,6 @@ impl ObjectCache {
             for key in gone {
                 store.remove(&key);
             }
-            store.overlays.retain(|key, _| !in_scope(key));
             for (key, object) in listed {
                 store.put(key, object);
             }
@@ -395,7 +308,6 @@ impl ObjectCache {
         let Some(key) = key_of(&object) else { return };
         let kept = self.kept(api_version, kind, &key, &object);
         self.with_kind_or_new(api_version, kind, |store| {
-            store.delivered(&key, version_of(&object), false);
             store.put(key, kept);
         });
     }
@@ -404,7 +316,6 @@ impl ObjectCache {
     pub fn deleted(&self, api_version: &str, kind: &str, object: &Value) {
         let Some(key) = key_of(object) else { return };
         self.with_kind_or_new(api_version, kind, |store| {
-            store.delivered(&key, version_of(object), true);
             store.remove(&key);
         });
     }
@@ -436,13 +347,6 @@ impl ObjectCache {
                     );
                 }
             }
-            keys.extend(
-                store
-                    .overlays
-                    .keys()
-                    .filter(|key| namespace.is_none_or(|ns| key.0 == ns))
-                    .cloned(),
-            );
             let mut objects = Vec::with_capacity(keys.len());
             for key in &keys {
                 match store.view(key) {
@@ -472,28 +376,6 @@ impl ObjectCache {
         .flatten()
     }
 
-    /// Our own write stored `object` (projected as `projection`): reads see it until the watch
-    /// brings this version.
-    pub fn wrote(&self, resource: &ManagedObject, version: &str, projection: &Projection) {
-        let key = key_of_resource(resource);
-        let delivery = delivery_id(&key, version);
-        self.with_kind(&resource.api_version, &resource.kind, |store| {
-            // Not answered from here anyway; or the watch brought it already (the store is as
-            // new or newer).
-            if !store.covers(Some(key.0.as_str())) || store.recent_set.contains(&delivery) {
-                return;
-            }
-            store.overlays.insert(
-                key,
-                Overlay::Written {
-                    object: Box::new(projection.clone()),
-                    version: version.to_string(),
-                    behind: 0,
-                },
-            );
-        });
-    }
-
     /// `resource` stands as comb rendered it with `digest`, comb's applied fields being
     /// `fields`: comb just applied it, or found every field as rendered. Remembered until the
     /// object goes, so that a later step can tell from its projection that nothing changed.
@@ -511,15 +393,11 @@ impl ObjectCache {
         .flatten()
     }
 
-    /// Our own delete of `resource` succeeded: reads no longer see it, and what comb applied
-    /// of it goes.
+    /// Our own delete of `resource` succeeded: what comb applied of it goes (the watch's
+    /// deletion takes the copy).
     pub fn removed(&self, resource: &ManagedObject) {
-        let key = key_of_resource(resource);
         self.with_kind(&resource.api_version, &resource.kind, |store| {
-            store.applied.remove(&key);
-            if store.objects.contains_key(&key) || store.overlays.contains_key(&key) {
-                store.overlays.insert(key, Overlay::Deleted { behind: 0 });
-            }
+            store.applied.remove(&key_of_resource(resource));
         });
     }
 }
@@ -697,13 +575,6 @@ mod tests {
         Projection::of("apps/v1", "Deployment", object, &LabelKeys::default()).unwrap()
     }
 
-    /// What the step's own write stored.
-    fn wrote(cache: &ObjectCache, object: &Value) {
-        let version = object["metadata"]["resourceVersion"].as_str().unwrap();
-        let name = object["metadata"]["name"].as_str().unwrap();
-        cache.wrote(&resource(name), version, &projected(object));
-    }
-
     #[test]
     fn answers_only_what_a_listed_watch_covers() {
         let cache = cache();
@@ -761,65 +632,18 @@ mod tests {
     }
 
     #[test]
-    fn our_write_wins_until_the_watch_brings_it() {
-        let cache = cache();
-        listed(&cache, &[deployment("web", "web", "1", 1)]);
-        wrote(&cache, &deployment("web", "web", "5", 5));
-        assert_eq!(replicas(&cache, "web"), Some(vec![5]));
-        // An older version the watch still had in flight changes nothing.
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "3", 3));
-        assert_eq!(replicas(&cache, "web"), Some(vec![5]));
-        // Ours arrives, then a later one (a controller's status): the store answers.
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "5", 5));
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "6", 6));
-        assert_eq!(replicas(&cache, "web"), Some(vec![6]));
-    }
-
-    #[test]
-    fn a_write_the_watch_already_brought_hides_nothing_later() {
-        let cache = cache();
-        listed(&cache, &[]);
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "5", 5));
-        cache.applied("apps/v1", "Deployment", deployment("web", "web", "6", 6));
-        wrote(&cache, &deployment("web", "web", "5", 5));
-        assert_eq!(replicas(&cache, "web"), Some(vec![6]));
-    }
-
-    #[test]
-    fn a_created_object_is_seen_before_its_event() {
-        let cache = cache();
-        listed(&cache, &[]);
-        wrote(&cache, &deployment("web", "web", "2", 2));
-        assert_eq!(replicas(&cache, "web"), Some(vec![2]));
-        assert!(cache.get(&resource("web")).is_some());
-    }
-
-    #[test]
-    fn an_unseen_write_gives_way_after_some_versions() {
-        let cache = cache();
-        listed(&cache, &[deployment("web", "web", "1", 1)]);
-        wrote(&cache, &deployment("web", "web", "x", 7));
-        for version in 0..KEPT {
-            assert_eq!(replicas(&cache, "web"), Some(vec![7]));
-            cache.applied(
-                "apps/v1",
-                "Deployment",
-                deployment("web", "web", &format!("v{version}"), 3),
-            );
-        }
-        assert_eq!(replicas(&cache, "web"), Some(vec![3]));
-    }
-
-    #[test]
-    fn our_delete_hides_the_object_until_the_watch_deletes_it() {
+    fn reads_are_the_watchs_and_our_delete_forgets_only_what_comb_applied() {
         let cache = cache();
         let web = deployment("web", "web", "1", 1);
         listed(&cache, std::slice::from_ref(&web));
+        cache.stands_as_applied(&resource("web"), applied("sha256:d"));
         cache.removed(&resource("web"));
-        assert_eq!(replicas(&cache, "web"), Some(vec![]));
-        assert_eq!(cache.get(&resource("web")), None);
+        assert_eq!(cache.as_applied(&resource("web")), None);
+        // The copy is the watch's until it delivers the deletion.
+        assert_eq!(replicas(&cache, "web"), Some(vec![1]));
         cache.deleted("apps/v1", "Deployment", &web);
         assert_eq!(replicas(&cache, "web"), Some(vec![]));
+        assert_eq!(cache.get(&resource("web")), None);
         // Created again by someone: seen.
         cache.applied("apps/v1", "Deployment", deployment("web", "web", "9", 9));
         assert_eq!(replicas(&cache, "web"), Some(vec![9]));
@@ -835,7 +659,6 @@ mod tests {
                 deployment("old", "web", "1", 0),
             ],
         );
-        wrote(&cache, &deployment("web", "web", "7", 7));
         // The watch fell behind and listed again: the list is the server's state.
         listed(&cache, &[deployment("web", "web", "8", 8)]);
         assert_eq!(replicas(&cache, "web"), Some(vec![8]));

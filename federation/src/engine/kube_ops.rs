@@ -189,21 +189,6 @@ impl KubeOps {
         self.objects.as_applied(resource)
     }
 
-    /// Keeps what a write of `target` stored, so that the next read sees it before the watch
-    /// brings it; returns its projection. A stored object that does not project is not kept
-    /// (reads ask the server, and the watch reports it).
-    fn remember(&self, target: &ManagedObject, stored: &Value) -> Result<Projection> {
-        let projection = self.project(&target.api_version, &target.kind, stored)?;
-        if self.watched
-            && let Some(version) = stored
-                .pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-        {
-            self.objects.wrote(target, version, &projection);
-        }
-        Ok(projection)
-    }
-
     /// The same requests, but writes of a Comb's resources go through `writer`, a client of the
     /// same API server that impersonates `user` (e.g. `system:serviceaccount:apps:deployer`).
     /// The discovery cache is shared.
@@ -559,7 +544,11 @@ impl KubeOps {
             )
             .await
             .map_err(|error| api_error(&request, error))?;
-        self.remember(target, &to_value(&request, &stored)?)
+        self.project(
+            &target.api_version,
+            &target.kind,
+            &to_value(&request, &stored)?,
+        )
     }
 
     /// Deletes the object and creates it anew (a Job that failed or has not started, as
@@ -595,9 +584,11 @@ impl KubeOps {
             ..PostParams::default()
         };
         match api.create(&params, &object).await {
-            Ok(stored) => Ok(Created::Stored(
-                self.remember(target, &to_value(&request, &stored)?)?,
-            )),
+            Ok(stored) => Ok(Created::Stored(self.project(
+                &target.api_version,
+                &target.kind,
+                &to_value(&request, &stored)?,
+            )?)),
             Err(kube::Error::Api(status))
                 if status.code == 409 && status.reason == "AlreadyExists" =>
             {
@@ -679,10 +670,7 @@ impl KubeOps {
             .patch(&resource.name, params, &Patch::Merge(patch))
             .await
             .map_err(|error| api_error(&request, error))?;
-        let patched = to_value(&request, &patched)?;
-        // The patch went through whether or not comb can read what it stored.
-        let _ = self.remember(resource, &patched);
-        Ok(patched)
+        to_value(&request, &patched)
     }
 
     /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
