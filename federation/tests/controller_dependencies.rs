@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use comb_federation::controller::{ControllerHandle, ControllerOptions, Transition};
 use comb_testkit::controller::{World, test_options};
-use comb_testkit::fixtures::web;
+use comb_testkit::fixtures::{deployment_image, web};
 use comb_testkit::wait_until;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -142,6 +143,161 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
             "-> Blocked (DependencyNotReady): dependency cycle: platform/b -> platform/a -> platform/b"
         ),
         "{blocked:?}"
+    );
+    running.stop().await;
+}
+
+/// The image of the Deployment `name` runs, once it exists.
+async fn deployed_image(world: &World, name: &str) -> Option<String> {
+    let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "platform");
+    deployment_image(deployments.get_opt(name).await.ok()?.as_ref())
+}
+
+/// Sets the image of api's Deployment: a step of api that deploys only if db is healthy.
+async fn edit_api(world: &World, image: &str) {
+    let api = depending(web("api", image), &["db"]);
+    world
+        .patch_spec("prod", "platform", "api", json!({"config": api["config"]}))
+        .await;
+}
+
+/// Waits until a step of `name` that started after `since` is over.
+async fn stepped_since(handle: &ControllerHandle, name: &str, since: jiff::Timestamp) {
+    wait_until(&format!("a step of {name} after {since}"), || async move {
+        let queue = handle.queue();
+        let comb = queue[0].combs.iter().find(|comb| comb.name == name)?;
+        (comb.state == "idle" && comb.last_step_at.is_some_and(|at| at > since)).then_some(())
+    })
+    .await;
+}
+
+/// A dependency is judged by its objects as they run now against its spec as it is now, not by
+/// what it recorded, nor by a rendering of an older spec that the layer kept: Disabled with its
+/// objects running it serves; scaled by hand below its manifest it does not; edited so that
+/// what runs falls short of the new manifest it does not, before any step of its own renders it.
+#[tokio::test]
+async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let running = world.run(world.config(CONFIG)).await;
+    world
+        .create_comb("prod", "platform", "db", web("db", "postgres:16"))
+        .await;
+    world
+        .create_comb(
+            "prod",
+            "platform",
+            "api",
+            depending(web("api", "api:1"), &["db"]),
+        )
+        .await;
+    world
+        .wait_phase("prod", "platform", "api", "Running", None)
+        .await;
+
+    // Disabled, db's objects keep running: it serves, and api deploys its edit.
+    world
+        .patch_spec("prod", "platform", "db", json!({"enabled": false}))
+        .await;
+    world
+        .wait_phase("prod", "platform", "db", "Disabled", None)
+        .await;
+    edit_api(&world, "api:2").await;
+    wait_until("api:2 deployed behind a Disabled db", || async {
+        (deployed_image(&world, "api").await.as_deref() == Some("api:2")).then_some(())
+    })
+    .await;
+    world
+        .wait_phase("prod", "platform", "api", "Running", None)
+        .await;
+
+    // Scaled to 0 by hand while db is in maintenance (nothing of its own undoes it): Stopped
+    // against its manifest, not healthy, though db still records what it recorded.
+    world
+        .patch_spec(
+            "prod",
+            "platform",
+            "db",
+            json!({"enabled": true, "maintenance": "NoResourceReconciliation"}),
+        )
+        .await;
+    world
+        .wait_phase("prod", "platform", "db", "Maintenance", None)
+        .await;
+    let scaled_at = jiff::Timestamp::now();
+    let deployments: Api<Deployment> = Api::namespaced(world.client("prod").await, "platform");
+    deployments
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .expect("db scaled");
+    // The scale woke db: once a step of it after the scale is over, the controller has seen it.
+    stepped_since(&running.handle, "db", scaled_at).await;
+    edit_api(&world, "api:3").await;
+    let blocked = world
+        .wait_phase(
+            "prod",
+            "platform",
+            "api",
+            "Blocked",
+            Some("DependencyNotReady"),
+        )
+        .await;
+    assert_eq!(
+        blocked.status.unwrap().ready().unwrap().message.as_deref(),
+        Some("dependency db is not healthy")
+    );
+    assert_eq!(
+        deployed_image(&world, "api").await.as_deref(),
+        Some("api:2")
+    );
+
+    // Scaled back by hand: db serves again as it runs (api's next edit goes through).
+    deployments
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("db scaled back");
+    let scaled_at = jiff::Timestamp::now();
+    stepped_since(&running.handle, "db", scaled_at).await;
+    edit_api(&world, "api:4").await;
+    wait_until("api:4 deployed", || async {
+        (deployed_image(&world, "api").await.as_deref() == Some("api:4")).then_some(())
+    })
+    .await;
+    world
+        .wait_phase("prod", "platform", "api", "Running", None)
+        .await;
+
+    // A new spec of db asks for 2 replicas; in maintenance no step of db renders or applies it.
+    // api is judged on it at once: 1 of 2 ready, not healthy.
+    let mut db = web("db", "postgres:16");
+    db["config"]["manifests"][0]["spec"]["replicas"] = json!(2);
+    world
+        .patch_spec("prod", "platform", "db", json!({"config": db["config"]}))
+        .await;
+    edit_api(&world, "api:5").await;
+    let blocked = world
+        .wait_phase(
+            "prod",
+            "platform",
+            "api",
+            "Blocked",
+            Some("DependencyNotReady"),
+        )
+        .await;
+    assert_eq!(
+        blocked.status.unwrap().ready().unwrap().message.as_deref(),
+        Some("dependency db is not healthy")
+    );
+    assert_eq!(
+        deployed_image(&world, "api").await.as_deref(),
+        Some("api:4")
     );
     running.stop().await;
 }

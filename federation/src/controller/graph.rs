@@ -41,6 +41,13 @@ impl DependencyGraph {
             .collect()
     }
 
+    /// Whether some Comb depends on `key`.
+    pub fn is_depended_on(&self, key: &CombKey) -> bool {
+        self.edges
+            .values()
+            .any(|dependencies| dependencies.contains(key))
+    }
+
     /// Every cycle, one per strongly connected component, each as a path that starts and ends
     /// at its smallest Comb (`a -> b -> a`), sorted. Kosaraju's search, petgraph's iterative
     /// one: a long chain of dependencies cannot overflow the stack (its Tarjan recurses).

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use comb_api::{Comb, CombSpec, CombStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -21,7 +21,9 @@ use crate::config::Layer;
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::keys::{CombKey, dependency_key};
+use crate::engine::kinds::ScopeLookup;
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::render::RenderedItem;
 use crate::error::{Error, Result};
 
 /// kubectl apply's copy of what it applied, on every Comb a user applies.
@@ -195,9 +197,13 @@ pub struct Origin {
 
 impl Origin {
     pub fn of(cr: &Comb) -> Origin {
+        Origin::of_metadata(&cr.metadata)
+    }
+
+    fn of_metadata(metadata: &ObjectMeta) -> Origin {
         Origin {
-            uid: cr.metadata.uid.clone(),
-            generation: cr.metadata.generation,
+            uid: metadata.uid.clone(),
+            generation: metadata.generation,
         }
     }
 }
@@ -213,6 +219,55 @@ impl Built {
     /// Whether it was built from `cr`'s uid and generation.
     pub fn is_of(&self, cr: &Comb) -> bool {
         self.origin == Origin::of(cr)
+    }
+}
+
+/// What a dependent's step judges a Comb it depends on by (reference §6.3: the dependency's
+/// live status, §8): the Comb built from its CR and, when it is local, its manifests rendered.
+/// The layer keeps it for a Comb others depend on, for one [`Origin`], so that their steps do
+/// not build and render it again each; their judgment still reads the live objects as they are
+/// now (the watches' cache), and a borrowing dependency still asks its upstream.
+///
+/// The key is sufficient when the class is [`pure`](crate::engine::class::CombClass::pure):
+/// a build reads the CR's name and namespace (one uid has one), its spec (a new spec is a new
+/// generation) and the layer's settings and stub selection (both fixed for the layer's life);
+/// the class's answers read that context alone; and a rendering adds what discovery says of
+/// custom Kinds, which is why it is kept only when every object is of a built-in Kind. Another
+/// class, a CR without a generation, or a render that asked discovery is made anew each time,
+/// as before.
+pub struct Judged {
+    pub origin: Origin,
+    pub comb: CombInstance,
+    rendered: OnceLock<Arc<[RenderedItem]>>,
+}
+
+impl Judged {
+    pub fn new(comb: CombInstance, origin: Origin) -> Judged {
+        Judged {
+            origin,
+            comb,
+            rendered: OnceLock::new(),
+        }
+    }
+
+    /// Whether it may be kept beyond the step that made it (see [`Judged`]).
+    fn keepable(&self) -> bool {
+        self.comb.is_pure() && self.origin.uid.is_some() && self.origin.generation.is_some()
+    }
+
+    /// Its manifests rendered: kept from before, else rendered now (and kept when no custom
+    /// Kind's scope went into it). A rendering error is the dependency's, rendered again the
+    /// next time.
+    pub async fn rendered(&self, scopes: &dyn ScopeLookup) -> Result<Arc<[RenderedItem]>> {
+        if let Some(items) = self.rendered.get() {
+            return Ok(items.clone());
+        }
+        let items: Arc<[RenderedItem]> = self.comb.render(scopes).await?.into();
+        if items.iter().all(RenderedItem::placed_without_discovery) {
+            // Another step may have rendered the same meanwhile: either copy serves.
+            let _ = self.rendered.set(items.clone());
+        }
+        Ok(items)
     }
 }
 
@@ -281,6 +336,9 @@ pub struct LayerRuntime {
     scopes: usize,
     /// Boxed: the table keeps room for more entries than it holds, and an entry is over a KiB.
     store: Mutex<HashMap<CombKey, Box<CombEntry>>>,
+    /// What dependents judge each Comb by that some Comb depends on; none for the others. Taken
+    /// before `store` or `graph` when both are held.
+    judged: Mutex<HashMap<CombKey, Arc<Judged>>>,
     graph: Mutex<Graph>,
     health: Mutex<Health>,
     /// Whether this replica steps the layer (always, but with sharding while it holds the
@@ -311,6 +369,7 @@ impl LayerRuntime {
             borrow_env,
             queue,
             store: Mutex::new(HashMap::new()),
+            judged: Mutex::new(HashMap::new()),
             graph: Mutex::new(Graph::default()),
             health: Mutex::new(Health {
                 state: LayerState::Starting,
@@ -428,7 +487,10 @@ impl LayerRuntime {
     pub fn remove_cr(&self, key: &CombKey) -> bool {
         self.queue.forget(key);
         lock(&self.graph).dependencies.remove(key);
-        lock(&self.store).remove(key).is_some()
+        // Out of the store first: what a step judged of it meanwhile is not kept after.
+        let known = lock(&self.store).remove(key).is_some();
+        self.forget_unjudged();
+        known
     }
 
     /// The keys of the Combs of `scope` (a namespace, or all).
@@ -446,6 +508,44 @@ impl LayerRuntime {
 
     pub fn knows(&self, key: &CombKey) -> bool {
         lock(&self.store).contains_key(key)
+    }
+
+    /// The uid and generation of the CR of `key` as last seen; `None` when it is not known.
+    pub fn origin(&self, key: &CombKey) -> Option<Origin> {
+        lock(&self.store)
+            .get(key)
+            .map(|entry| Origin::of_metadata(entry.cr.metadata()))
+    }
+
+    /// What dependents judge `key` by, if it is kept for `origin`.
+    pub fn judged(&self, key: &CombKey, origin: &Origin) -> Option<Arc<Judged>> {
+        lock(&self.judged)
+            .get(key)
+            .filter(|judged| judged.origin == *origin)
+            .cloned()
+    }
+
+    /// Keeps what dependents judge `key` by, when it may be kept and some Comb depends on it.
+    pub fn keep_judged(&self, key: &CombKey, judged: &Arc<Judged>) {
+        if !judged.keepable() {
+            return;
+        }
+        let mut kept = lock(&self.judged);
+        if lock(&self.store).contains_key(key) && lock(&self.graph).dependencies.is_depended_on(key)
+        {
+            kept.insert(key.clone(), judged.clone());
+        }
+    }
+
+    /// Lets go of what is kept for Combs that are gone or that nothing depends on any more.
+    fn forget_unjudged(&self) {
+        let mut kept = lock(&self.judged);
+        if kept.is_empty() {
+            return;
+        }
+        let store = lock(&self.store);
+        let graph = lock(&self.graph);
+        kept.retain(|key, _| store.contains_key(key) && graph.dependencies.is_depended_on(key));
     }
 
     /// The CR of `key` as last seen; `None` when it is not known.
@@ -507,11 +607,13 @@ impl LayerRuntime {
             return None;
         }
         let cycles = graph.dependencies.cycles();
-        if cycles == graph.reported {
-            return None;
+        let told = cycles != graph.reported;
+        if told {
+            graph.reported = cycles.clone();
         }
-        graph.reported = cycles.clone();
-        Some(cycles)
+        drop(graph);
+        self.forget_unjudged();
+        told.then_some(cycles)
     }
 
     /// The dependency cycle `key` is in, if any, starting and ending at `key`.

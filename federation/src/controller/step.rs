@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::Shared;
 use super::deletion::{cleanup, orphans_everything};
 use super::events::EventType;
-use super::layer::{Built, LayerRuntime, Origin};
+use super::layer::{Built, Judged, LayerRuntime, Origin};
 use super::queue::{StepReport, StepState};
 use super::reads::StepPeers;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
@@ -22,6 +22,7 @@ use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::observe::observe_local;
 use crate::engine::reconcile::{
     Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile, record_build_failure,
 };
@@ -482,45 +483,59 @@ impl DependencyResolver for LayerResolver<'_> {
         if !self.layer.layer.manages(&key.namespace) {
             return Ok(None);
         }
-        let Some(cr) = self.layer.cr(&key) else {
+        let Some(origin) = self.layer.origin(&key) else {
             return Ok(None);
         };
-        let cached = self
-            .layer
-            .with_entry(&key, |entry| entry.unwritten.clone())
-            .flatten()
-            .filter(|built| built.is_of(&cr))
-            .map(|built| built.comb);
-        let dependency: Arc<dyn Dependency> = match cached {
-            Some(instance) => Arc::new(self.live(instance, &key)),
-            None => match build(self.shared, self.layer, &cr).await {
-                Ok(instance) => Arc::new(self.live(instance, &key)),
-                Err(message) => Arc::new(Unbuildable(message)),
+        let judged = match self.layer.judged(&key, &origin) {
+            Some(judged) => judged,
+            None => match self.judge(&key).await {
+                Some(Ok(judged)) => judged,
+                Some(Err(message)) => return Ok(Some(Arc::new(Unbuildable(message)))),
+                None => return Ok(None),
             },
         };
-        Ok(Some(dependency))
+        // A dependency on a fallback serves from there: judged where it borrows from now.
+        let recorded = self.layer.recorded_status(&key);
+        Ok(Some(Arc::new(LiveDependency {
+            controlling: self
+                .shared
+                .upstream_choice(self.layer, &key, recorded.as_ref())
+                .0,
+            judged,
+            ops: self.layer.ops.clone(),
+            env: self.layer.borrow_env.clone(),
+        })))
     }
 }
 
 impl LayerResolver<'_> {
-    fn live(&self, instance: CombInstance, key: &CombKey) -> LiveDependency {
-        // A dependency on a fallback serves from there: judged where it borrows from now.
-        let recorded = self.layer.recorded_status(key);
-        LiveDependency {
-            controlling: self
-                .shared
-                .upstream_choice(self.layer, key, recorded.as_ref())
-                .0,
-            instance,
-            ops: self.layer.ops.clone(),
-            env: self.layer.borrow_env.clone(),
-        }
+    /// The Comb of `key` as its CR is now (its unwritten Comb when that is of the same
+    /// generation, else built), kept for the next dependent when it may be; `None` when the CR
+    /// is gone, the build's error when it does not build.
+    async fn judge(&self, key: &CombKey) -> Option<std::result::Result<Arc<Judged>, String>> {
+        let cr = self.layer.cr(key)?;
+        let unwritten = self
+            .layer
+            .with_entry(key, |entry| entry.unwritten.clone())
+            .flatten()
+            .filter(|built| built.is_of(&cr))
+            .map(|built| built.comb);
+        let comb = match unwritten {
+            Some(comb) => comb,
+            None => match build(self.shared, self.layer, &cr).await {
+                Ok(comb) => comb,
+                Err(message) => return Some(Err(message)),
+            },
+        };
+        let judged = Arc::new(Judged::new(comb, Origin::of(&cr)));
+        self.layer.keep_judged(key, &judged);
+        Some(Ok(judged))
     }
 }
 
 /// A dependency whose health is its live status, local or borrowed as its layer resolves it.
 struct LiveDependency {
-    instance: CombInstance,
+    judged: Arc<Judged>,
     ops: KubeOps,
     controlling: Controlling,
     env: BorrowEnv,
@@ -529,10 +544,15 @@ struct LiveDependency {
 #[async_trait]
 impl Dependency for LiveDependency {
     async fn healthy(&self) -> Result<bool> {
-        let borrowing = match borrow::resolution(&self.instance, &self.controlling, &self.env).await
-        {
-            UpstreamResolution::Local => None,
-            UpstreamResolution::Borrowed(borrowing) => Some(borrowing),
+        let comb = &self.judged.comb;
+        let status = match borrow::resolution(comb, &self.controlling, &self.env).await {
+            UpstreamResolution::Local => {
+                let items = self.judged.rendered(&self.ops).await?;
+                observe_local(&self.ops, comb.context(), &items).await?.1
+            }
+            UpstreamResolution::Borrowed(b) => {
+                borrow::borrowed_status(&self.ops, comb, b.upstream.as_ref(), &b.ctx).await?
+            }
             UpstreamResolution::Failed(message) => {
                 return Err(Error::build(format!(
                     "resolving its upstream failed: {message}"
@@ -542,7 +562,6 @@ impl Dependency for LiveDependency {
                 return Err(Error::UpstreamForbidden(message));
             }
         };
-        let status = borrow::live_status(&self.ops, &self.instance, borrowing.as_deref()).await?;
         Ok(status.healthy)
     }
 }

@@ -91,6 +91,16 @@ pub trait CombClass: Send + Sync {
     async fn upstream(&self, _ctx: &CombContext) -> Result<UpstreamSpec> {
         Ok(UpstreamSpec::Absent)
     }
+
+    /// Whether the class and all it answers (manifests, endpoints, upstream, bridge) are a
+    /// function of the context alone: no clock, no environment, no other object. Then what was
+    /// built and rendered for one generation of a Comb's CR is what a new build and render
+    /// would give, and the controller keeps it for the Combs that depend on this one instead of
+    /// building and rendering it again for each of their steps. Default: false (built and
+    /// rendered anew each time).
+    fn pure(&self) -> bool {
+        false
+    }
 }
 
 /// Makes a class for one Comb; it may read the context (e.g. to parse configuration) and fail.
@@ -426,6 +436,10 @@ impl CombInstance {
     /// The class's dependencies.
     pub fn depends_on(&self) -> Vec<String> {
         self.class.depends_on(&self.ctx)
+    }
+    /// Whether the class is [`CombClass::pure`].
+    pub fn is_pure(&self) -> bool {
+        self.class.pure()
     }
     /// Whether the class is optional.
     pub fn optional(&self) -> bool {

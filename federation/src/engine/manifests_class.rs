@@ -102,6 +102,11 @@ impl CombClass for ManifestsClass {
         if self.stub { MANIFESTS_STUB } else { MANIFESTS }
     }
 
+    /// Everything it answers is read from `spec.config`.
+    fn pure(&self) -> bool {
+        true
+    }
+
     async fn endpoints(&self, ctx: &CombContext) -> Result<Vec<EndpointDecl>> {
         let entries = self.list(ctx, "endpoints").map_err(Error::endpoints_from)?;
         entries

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::engine::context::CombContext;
 use crate::engine::digest::applied_digest;
-use crate::engine::kinds::{Scopes, default_api_version, workload_templates};
+use crate::engine::kinds::{Scopes, default_api_version, known_scope, workload_templates};
 use crate::engine::values::describe_value;
 use crate::error::{Error, Result};
 
@@ -44,6 +44,12 @@ impl RenderedItem {
     /// `<apiVersion>/<Kind>`, e.g. `apps/v1/Deployment`: how requests and sorting key the type.
     pub fn resource_id(&self) -> String {
         format!("{}/{}", self.api_version, self.kind)
+    }
+
+    /// Whether the static table of built-in Kinds placed it: rendering asked discovery nothing
+    /// for it, whose answer for a custom Kind may change (a CRD installed later).
+    pub fn placed_without_discovery(&self) -> bool {
+        known_scope(&self.group, &self.kind).is_some()
     }
 
     /// The entry of `status.managedResources` for this item.
@@ -500,6 +506,32 @@ mod tests {
             item.manifest["metadata"]["annotations"],
             json!({"team": "core", "comb.internal/applied-digest": item.digest})
         );
+    }
+
+    #[test]
+    fn only_custom_kinds_are_placed_by_discovery() {
+        let ctx = test_context("nats", "platform", json!({}));
+        let mut scopes = Scopes::default();
+        scopes.insert("example.com/v1", "Widget", false);
+        for (api_version, kind, without_discovery) in [
+            ("apps/v1", "Deployment", true),
+            ("v1", "Service", true),
+            // Any version of a built-in group/Kind: the table knows it by group.
+            ("apps/v1beta1", "Deployment", true),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole", true),
+            ("example.com/v1", "Widget", false),
+            // A Kind discovery could not tell, placed in the namespace for now.
+            ("example.com/v1", "Gadget", false),
+        ] {
+            let manifest =
+                json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}});
+            let item = render_manifest("NATS", &manifest, &ctx, &scopes).unwrap();
+            assert_eq!(
+                item.placed_without_discovery(),
+                without_discovery,
+                "{api_version} {kind}"
+            );
+        }
     }
 
     #[test]

@@ -396,3 +396,104 @@ async fn what_a_comb_recorded_last_is_its_unwritten_status_while_there_is_one() 
         "the CR as last seen, with what it recorded"
     );
 }
+
+/// The Comb of `cr`, built as the layer builds it.
+async fn built(layer: &LayerRuntime, cr: &Comb) -> CombInstance {
+    ClassRegistry::with_builtins()
+        .build(cr, &layer.settings, &|_: &CombInstance| false)
+        .await
+        .expect("the Comb builds")
+}
+
+/// A Manifests Comb `platform/db` of `manifests` (object u1, generation `generation`).
+fn manifests_cr(generation: Option<i64>, manifests: serde_json::Value) -> Comb {
+    let mut cr = cr("db", "u1", "1", generation.unwrap_or(1), None);
+    cr.metadata.generation = generation;
+    cr.spec.config = serde_json::from_value(json!({"manifests": manifests})).ok();
+    cr
+}
+
+#[tokio::test]
+async fn what_dependents_judge_a_comb_by_is_kept_while_something_depends_on_it() {
+    let layer = layer(&["platform"]).await;
+    let db = manifests_cr(Some(1), json!([]));
+    layer.observe_cr(&key("db"), db.clone(), Source::Listed);
+    let origin = Origin::of(&db);
+    let judged = Arc::new(Judged::new(built(&layer, &db).await, origin.clone()));
+    let kept = |layer: &LayerRuntime| layer.judged(&key("db"), &origin).is_some();
+
+    layer.keep_judged(&key("db"), &judged);
+    assert!(!kept(&layer), "nothing depends on db");
+
+    layer.set_dependencies(&key("api"), &["db".to_string()]);
+    layer.set_dependencies(&key("web"), &["platform/db".to_string()]);
+    layer.keep_judged(&key("db"), &judged);
+    assert!(kept(&layer), "api and web depend on it");
+    assert_eq!(layer.origin(&key("db")), Some(origin.clone()));
+    let newer = Origin {
+        generation: Some(2),
+        ..origin.clone()
+    };
+    assert!(
+        layer.judged(&key("db"), &newer).is_none(),
+        "an edit not judged yet is built anew"
+    );
+
+    layer.set_dependencies(&key("api"), &[]);
+    assert!(kept(&layer), "web still depends on it");
+    layer.remove_cr(&key("web"));
+    assert!(!kept(&layer), "nothing depends on it any more");
+
+    layer.set_dependencies(&key("api"), &["db".to_string()]);
+    layer.keep_judged(&key("db"), &judged);
+    assert!(kept(&layer));
+    layer.remove_cr(&key("db"));
+    assert!(!kept(&layer), "db is gone");
+    layer.keep_judged(&key("db"), &judged);
+    assert!(
+        !kept(&layer),
+        "a step that judged it meanwhile keeps nothing"
+    );
+
+    let unversioned = manifests_cr(None, json!([]));
+    layer.observe_cr(&key("db"), unversioned.clone(), Source::Listed);
+    let without_generation = Arc::new(Judged::new(
+        built(&layer, &unversioned).await,
+        Origin::of(&unversioned),
+    ));
+    layer.keep_judged(&key("db"), &without_generation);
+    assert!(
+        layer
+            .judged(&key("db"), &Origin::of(&unversioned))
+            .is_none(),
+        "without a generation an edit would not tell"
+    );
+}
+
+#[tokio::test]
+async fn a_rendering_is_kept_unless_discovery_placed_an_object() {
+    let layer = layer(&["platform"]).await;
+    let deployment =
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"}});
+    let widget =
+        json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "db"}});
+    let scopes = crate::engine::kinds::Scopes::default();
+    for (manifests, kept) in [
+        (json!([]), true),
+        (json!([deployment.clone()]), true),
+        (json!([deployment, widget]), false),
+    ] {
+        let cr = manifests_cr(Some(1), manifests.clone());
+        let judged = Judged::new(built(&layer, &cr).await, Origin::of(&cr));
+        let first = judged.rendered(&scopes).await.expect("it renders");
+        let second = judged.rendered(&scopes).await.expect("it renders");
+        assert_eq!(first, second, "{manifests}");
+        assert_eq!(Arc::ptr_eq(&first, &second), kept, "{manifests}");
+    }
+    let broken = manifests_cr(Some(1), json!([{"kind": "Deployment"}]));
+    let judged = Judged::new(built(&layer, &broken).await, Origin::of(&broken));
+    assert_eq!(
+        judged.rendered(&scopes).await.unwrap_err().to_string(),
+        "Manifests: manifest Deployment has no metadata.name"
+    );
+}
