@@ -13,7 +13,9 @@
 //! 1. **Edit.** `COMB_BENCH_EDIT_COMBS` Combs per layer, resync 1 h (so that nothing else runs);
 //!    `COMB_BENCH_EDITS` times an image of a prod Comb is edited: the time until a watch sees
 //!    the Deployment with the new image (reaction), and every request along the three layers
-//!    until the chain is quiet again.
+//!    until the chain is quiet again. After each edit a plain client writes a ConfigMap no Comb
+//!    selects and times its watch seeing it: a reaction holds two such round trips (the edit,
+//!    comb's apply), so the reaction less two of them is comb's part.
 //! 2. **Convergence.** `COMB_BENCH_COMBS` Combs per layer created, then the controller started
 //!    (resync `COMB_BENCH_RESYNC`): requests and time until every Comb is Running.
 //! 3. **Settled resync.** `COMB_BENCH_SETTLE` later, one resync period of the same controller:
@@ -59,6 +61,7 @@ use comb_sandbox::controls::{LoggedRequest, epoch_micros};
 use comb_testkit::{Backend, OBSERVER, Setup, World};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{GroupVersionKind, TypeMeta};
 use kube::runtime::watcher::{self, Event};
@@ -762,6 +765,9 @@ struct Settled {
 #[derive(Default)]
 struct Edits {
     reaction: Vec<Duration>,
+    /// After each edit, a plain client's write seen by its watch on the same server: a
+    /// reaction is two of these (the edit, comb's apply) and comb's own work between them.
+    round_trip: Vec<Duration>,
     requests: Vec<Requests>,
     /// The floor of all of them together: one Deployment write each, and the transitions
     /// comb recorded for them (a build without `comb_transitions_total` records none).
@@ -904,7 +910,51 @@ async fn edit_once(
     into.requests.push(Requests::collect(world));
     let recorded = controller.transitions().await?.since(&transitions_before);
     into.floor.add_edit("deployments.apps", recorded);
+    into.round_trip.push(round_trip(world, edit).await?);
     Ok(())
+}
+
+/// One write of a plain client (a ConfigMap no Comb selects, in prod's namespace) until a watch
+/// on the same server sees it: what each of a reaction's two API round trips costs here, so
+/// that comb's part of the reaction can be told from the server's.
+async fn round_trip(world: &World, edit: usize) -> Result<Duration> {
+    let name = "bench-round-trip";
+    let config_maps: Api<ConfigMap> = Api::namespaced(world.observer("prod").await, "platform");
+    let watch = watcher::watcher(
+        config_maps.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    futures::pin_mut!(watch);
+    while let Some(event) = watch.try_next().await? {
+        if matches!(event, Event::InitDone) {
+            break;
+        }
+    }
+    let value = edit.to_string();
+    let started = Instant::now();
+    config_maps
+        .patch(
+            name,
+            &PatchParams::apply("comb-bench").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name},
+                "data": {"edit": value},
+            })),
+        )
+        .await?;
+    within(Duration::from_secs(60), "the plain write seen", async {
+        while let Some(event) = watch.try_next().await? {
+            if let Event::Apply(config_map) = event
+                && config_map.data.as_ref().and_then(|data| data.get("edit")) == Some(&value)
+            {
+                return Ok(started.elapsed());
+            }
+        }
+        bail!("the watch ended")
+    })
+    .await
 }
 
 /// An object comb deployed, as a plain client would write it: what the server added dropped.
@@ -1594,6 +1644,28 @@ fn print_edits(settings: &Settings, whose: &str, edits: &Edits) {
             millis(percentile(&sorted, 0.5)),
             millis(percentile(&sorted, 0.9)),
             millis(percentile(&sorted, 1.0))
+        );
+    }
+    if !edits.round_trip.is_empty() {
+        let mut trips = edits.round_trip.clone();
+        trips.sort();
+        println!(
+            "| a plain client's write seen by its watch{whose} (same server, after each edit) | median {}, p90 {} |",
+            millis(percentile(&trips, 0.5)),
+            millis(percentile(&trips, 0.9)),
+        );
+        // Per edit: its reaction less the two round trips it holds (the edit's, comb's apply).
+        let mut own: Vec<Duration> = edits
+            .reaction
+            .iter()
+            .zip(&edits.round_trip)
+            .map(|(reaction, trip)| reaction.saturating_sub(*trip * 2))
+            .collect();
+        own.sort();
+        println!(
+            "| comb's part of the reaction{whose} (reaction - 2 x the plain write, per edit) | median {}, p90 {} |",
+            millis(percentile(&own, 0.5)),
+            millis(percentile(&own, 0.9)),
         );
     }
 }
