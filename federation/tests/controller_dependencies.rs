@@ -255,6 +255,7 @@ async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
     );
 
     // Scaled back by hand: db serves again as it runs (api's next edit goes through).
+    let scaled_at = jiff::Timestamp::now();
     deployments
         .patch(
             "db",
@@ -263,7 +264,14 @@ async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
         )
         .await
         .expect("db scaled back");
-    let scaled_at = jiff::Timestamp::now();
+    // On a real cluster its Pod takes a while to be ready, and db's status does not change when
+    // it is (in maintenance nothing of db's is reconciled), so nothing wakes api then: api's
+    // edit comes once db runs again.
+    wait_until("db ready again", || async {
+        let status = deployments.get("db").await.ok()?.status?;
+        (status.ready_replicas == Some(1)).then_some(())
+    })
+    .await;
     stepped_since(&running.handle, "db", scaled_at).await;
     edit_api(&world, "api:4").await;
     wait_until("api:4 deployed", || async {
