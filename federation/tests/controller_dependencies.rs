@@ -171,6 +171,25 @@ async fn stepped_since(handle: &ControllerHandle, name: &str, since: jiff::Times
     .await;
 }
 
+/// api Blocked on db (`dependency db is not healthy`), its Deployment still at `image`.
+async fn blocked_on_db_keeping(world: &World, image: &str) {
+    let blocked = world
+        .wait_phase(
+            "prod",
+            "platform",
+            "api",
+            "Blocked",
+            Some("DependencyNotReady"),
+        )
+        .await;
+    let ready = blocked.status.as_ref().and_then(|status| status.ready());
+    assert_eq!(
+        ready.and_then(|ready| ready.message.as_deref()),
+        Some("dependency db is not healthy")
+    );
+    assert_eq!(deployed_image(world, "api").await.as_deref(), Some(image));
+}
+
 /// A dependency is judged by its objects as they run now against its spec as it is now, not by
 /// what it recorded, nor by a rendering of an older spec that the layer kept: Disabled with its
 /// objects running it serves; scaled by hand below its manifest it does not; edited so that
@@ -236,23 +255,7 @@ async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
     // The scale woke db: once a step of it after the scale is over, the controller has seen it.
     stepped_since(&running.handle, "db", scaled_at).await;
     edit_api(&world, "api:3").await;
-    let blocked = world
-        .wait_phase(
-            "prod",
-            "platform",
-            "api",
-            "Blocked",
-            Some("DependencyNotReady"),
-        )
-        .await;
-    assert_eq!(
-        blocked.status.unwrap().ready().unwrap().message.as_deref(),
-        Some("dependency db is not healthy")
-    );
-    assert_eq!(
-        deployed_image(&world, "api").await.as_deref(),
-        Some("api:2")
-    );
+    blocked_on_db_keeping(&world, "api:2").await;
 
     // Scaled back by hand: db serves again as it runs (api's next edit goes through).
     let scaled_at = jiff::Timestamp::now();
@@ -290,23 +293,7 @@ async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
         .patch_spec("prod", "platform", "db", json!({"config": db["config"]}))
         .await;
     edit_api(&world, "api:5").await;
-    let blocked = world
-        .wait_phase(
-            "prod",
-            "platform",
-            "api",
-            "Blocked",
-            Some("DependencyNotReady"),
-        )
-        .await;
-    assert_eq!(
-        blocked.status.unwrap().ready().unwrap().message.as_deref(),
-        Some("dependency db is not healthy")
-    );
-    assert_eq!(
-        deployed_image(&world, "api").await.as_deref(),
-        Some("api:4")
-    );
+    blocked_on_db_keeping(&world, "api:4").await;
     running.stop().await;
 }
 
