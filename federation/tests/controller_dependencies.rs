@@ -171,6 +171,24 @@ async fn stepped_since(handle: &ControllerHandle, name: &str, since: jiff::Times
     .await;
 }
 
+/// prod's db, and api depending on it, both deployed and api Running.
+async fn db_and_api_running(world: &World) {
+    world
+        .create_comb("prod", "platform", "db", web("db", "postgres:16"))
+        .await;
+    world
+        .create_comb(
+            "prod",
+            "platform",
+            "api",
+            depending(web("api", "api:1"), &["db"]),
+        )
+        .await;
+    world
+        .wait_phase("prod", "platform", "api", "Running", None)
+        .await;
+}
+
 /// api Blocked on db (`dependency db is not healthy`), its Deployment still at `image`.
 async fn blocked_on_db_keeping(world: &World, image: &str) {
     let blocked = world
@@ -198,20 +216,7 @@ async fn blocked_on_db_keeping(world: &World, image: &str) {
 async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
     let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
     let running = world.run(world.config(CONFIG)).await;
-    world
-        .create_comb("prod", "platform", "db", web("db", "postgres:16"))
-        .await;
-    world
-        .create_comb(
-            "prod",
-            "platform",
-            "api",
-            depending(web("api", "api:1"), &["db"]),
-        )
-        .await;
-    world
-        .wait_phase("prod", "platform", "api", "Running", None)
-        .await;
+    db_and_api_running(&world).await;
 
     // Disabled, db's objects keep running: it serves, and api deploys its edit.
     world
@@ -352,20 +357,7 @@ async fn no_wake_up_is_lost_over_fifty_stops_and_starts_of_a_dependency() {
         ..test_options()
     };
     let mut running = world.run_options(world.config(CONFIG), options).await;
-    world
-        .create_comb("prod", "platform", "db", web("db", "postgres:16"))
-        .await;
-    world
-        .create_comb(
-            "prod",
-            "platform",
-            "api",
-            depending(web("api", "api:1"), &["db"]),
-        )
-        .await;
-    world
-        .wait_phase("prod", "platform", "api", "Running", None)
-        .await;
+    db_and_api_running(&world).await;
     let handle = running.handle.clone();
     let mut api_phase = comb_api::Phase::Running;
     for round in 0..ROUNDS {
