@@ -31,37 +31,23 @@ async fn schemaless_crd(world: &World, context: &str) {
         .expect("replaced");
 }
 
-/// Creates a Comb from raw JSON (a spec no typed client could write).
-async fn create_raw(world: &World, context: &str, namespace: &str, name: &str, spec: Value) {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        world.client(context).await,
-        namespace,
-        &comb_api::api_resource(DEFAULT_GROUP),
-    );
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{DEFAULT_GROUP}/v1"), "kind": "Comb",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }))
-    .expect("a valid object");
-    api.create(&PostParams::default(), &object)
-        .await
-        .expect("created");
-}
-
 #[tokio::test]
 async fn combs_that_do_not_decode_get_build_failed_and_the_others_converge() {
     let world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
     schemaless_crd(&world, "prod").await;
-    create_raw(&world, "prod", "apps", "class-five", json!({"class": 5})).await;
-    create_raw(
-        &world,
-        "prod",
-        "apps",
-        "enabled-yes",
-        json!({"class": "Manifests", "enabled": "yes"}),
-    )
-    .await;
+    world
+        .kit
+        .create_raw_comb("prod", "apps", "class-five", json!({"class": 5}))
+        .await;
+    world
+        .kit
+        .create_raw_comb(
+            "prod",
+            "apps",
+            "enabled-yes",
+            json!({"class": "Manifests", "enabled": "yes"}),
+        )
+        .await;
     world
         .create_comb("prod", "apps", "web", web("web", "nginx:1"))
         .await;

@@ -49,7 +49,7 @@ use comb_sandbox::controls::Controls;
 use comb_sandbox::sandbox::SANDBOX_USER;
 use comb_sandbox::{Clusters, ExtraContext, SandboxOptions, StoreOptions};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use tokio::time::Instant;
 
 pub use bin::comb;
@@ -542,18 +542,30 @@ impl World {
     ) -> Comb {
         let spec: CombSpec = serde_json::from_value(spec).expect("a Comb spec");
         let comb = Comb::new(DEFAULT_GROUP, namespace, name, spec);
-        let combs = self.combs(context, namespace).await;
-        // A real kube-apiserver answers 503 for a moment after the CRD changed (it replaces the
-        // kind's storage): that is not the test's failure, so it is asked again.
-        wait_until(
-            format!("Comb {namespace}/{name} created"),
-            async || match combs.create(&PostParams::default(), &comb).await {
-                Ok(stored) => Ok(stored),
-                Err(kube::Error::Api(status)) if status.code == 503 => Err(status),
-                Err(error) => panic!("creating Comb {namespace}/{name}: {error}"),
-            },
-        )
-        .await
+        create_after_crd_change(&self.combs(context, namespace).await, &comb).await
+    }
+
+    /// Creates a Comb CR whose `spec` is raw JSON, one no typed client could write (a CRD
+    /// without a schema lets it through): what was stored.
+    pub async fn create_raw_comb(
+        &self,
+        context: &str,
+        namespace: &str,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> DynamicObject {
+        let combs: Api<DynamicObject> = Api::namespaced_with(
+            self.client(context).await,
+            namespace,
+            &comb_api::api_resource(DEFAULT_GROUP),
+        );
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": format!("{DEFAULT_GROUP}/v1"), "kind": "Comb",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }))
+        .expect("a valid object");
+        create_after_crd_change(&combs, &object).await
     }
 
     /// Merge-patches the spec of Comb `namespace/name` through `context`: what was stored.
@@ -606,4 +618,31 @@ fn impersonating(
         }
     }
     kubeconfig
+}
+
+/// Creates `object` through `api`: what was stored. A real kube-apiserver answers 503
+/// ("apiserver is shutting down") for a moment after a CRD changed, to requests that reached
+/// the kind's old storage while it is replaced: that is not the test's failure, so it is asked
+/// again until the deadline.
+pub async fn create_after_crd_change<K>(api: &Api<K>, object: &K) -> K
+where
+    K: kube::Resource
+        + Clone
+        + k8s_openapi::serde::Serialize
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Debug,
+{
+    let key = format!(
+        "{}/{}",
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
+    );
+    wait_until(format!("{key} created"), async || {
+        match api.create(&PostParams::default(), object).await {
+            Ok(stored) => Ok(stored),
+            Err(kube::Error::Api(status)) if status.code == 503 => Err(status),
+            Err(error) => panic!("creating {key}: {error}"),
+        }
+    })
+    .await
 }

@@ -215,6 +215,8 @@ fn answered_by(outcome: &CallOutcome, who: &str) -> bool {
 /// the calls are answered by `from` again.
 #[derive(Debug, Clone)]
 pub struct Failover {
+    /// When the first call started: the clock of every figure below.
+    pub started: Instant,
     /// Every call: when it started (since the first), and its outcome, by start time.
     pub calls: Vec<(Duration, CallOutcome)>,
     /// When `from` was lost, and when it was back, on the same clock.
@@ -367,14 +369,119 @@ pub async fn failover(
         }
         Err(_) => Ok(()),
     };
+    let started = caller.started;
     let calls = caller.stop().await;
     switched?;
     returned?;
     Ok(Failover {
+        started,
         calls,
         lost_at,
         back_at,
         from: from.to_string(),
         to: to.to_string(),
     })
+}
+
+/// What a watch saw of a Service's EndpointSlices, and when: printed beside calls that failed,
+/// so that a failure says what the data path was told at the time.
+pub struct SliceHistory {
+    seen: Arc<Mutex<Vec<(Instant, String)>>>,
+    task: JoinHandle<()>,
+}
+
+impl SliceHistory {
+    /// Watches the EndpointSlices of Service `namespace/service` through `client` until dropped.
+    pub fn watch(client: kube::Client, namespace: &str, service: &str) -> SliceHistory {
+        use futures::StreamExt;
+        use k8s_openapi::api::discovery::v1::EndpointSlice;
+        use kube::runtime::watcher;
+
+        let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, namespace);
+        let config =
+            watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, config));
+            while let Some(event) = events.next().await {
+                let line = match event {
+                    Ok(watcher::Event::Apply(slice) | watcher::Event::InitApply(slice)) => {
+                        describe_slice(&slice)
+                    }
+                    Ok(watcher::Event::Delete(slice)) => format!(
+                        "{} deleted",
+                        slice.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                    Err(error) => format!("watch error: {error}"),
+                };
+                lock(&log).push((Instant::now(), line));
+            }
+        });
+        SliceHistory { seen, task }
+    }
+
+    /// What was seen, each line with its time on the clock that starts at `started` (negative
+    /// before it).
+    pub fn since(&self, started: Instant) -> Vec<String> {
+        lock(&self.seen)
+            .iter()
+            .map(|(at, line)| {
+                let offset = if *at >= started {
+                    at.duration_since(started).as_secs_f64()
+                } else {
+                    -started.duration_since(*at).as_secs_f64()
+                };
+                format!("{offset:.2} s: {line}")
+            })
+            .collect()
+    }
+}
+
+impl Drop for SliceHistory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One line of what an EndpointSlice says: its name, resourceVersion, addresses (with their
+/// readiness) and ports.
+fn describe_slice(slice: &k8s_openapi::api::discovery::v1::EndpointSlice) -> String {
+    let addresses: Vec<String> = slice
+        .endpoints
+        .iter()
+        .flatten()
+        .map(|endpoint| {
+            let ready = endpoint
+                .conditions
+                .as_ref()
+                .and_then(|conditions| conditions.ready)
+                .map_or(String::new(), |ready| format!(" ready={ready}"));
+            format!("{}{ready}", endpoint.addresses.join(","))
+        })
+        .collect();
+    let ports: Vec<String> = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|port| {
+            format!(
+                "{}:{}",
+                port.name.as_deref().unwrap_or_default(),
+                port.port.unwrap_or_default()
+            )
+        })
+        .collect();
+    format!(
+        "{} rv {}: [{}] ports [{}]",
+        slice.metadata.name.as_deref().unwrap_or_default(),
+        slice
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap_or_default(),
+        addresses.join("; "),
+        ports.join(", ")
+    )
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use comb_federation::cli::demo::{DemoWorld, RunningController};
 use comb_sandbox::real::network::ProxyMode;
-use comb_testkit::network::{Failover, expect_answers, failover, options_or_skip};
+use comb_testkit::network::{Failover, SliceHistory, expect_answers, failover, options_or_skip};
 
 /// The example's `unhealthyAfter`.
 const UNHEALTHY_AFTER: Duration = Duration::from_secs(5);
@@ -31,20 +31,23 @@ const STAGING: &str = "staging/platform/nats-";
 const PROD: &str = "prod/platform/nats-";
 
 /// What the issue asks of every failover: answered by prod within `unhealthyAfter` + 5 s, no
-/// call lost from then on, the way back included.
-fn check(what: &str, figures: &Failover) {
+/// call lost from then on, the way back included. A failure prints what dev's bridge was told
+/// meanwhile (`bridge`), on the calls' clock.
+fn check(what: &str, figures: &Failover, bridge: &SliceHistory) {
     println!("{what}: {}", figures.summary());
+    let history = bridge.since(figures.started).join("\n  ");
+    let history = format!("dev's nats EndpointSlices meanwhile:\n  {history}");
     let failed_over = figures
         .time_to_fail_over()
         .unwrap_or_else(|| panic!("{what}: never answered by prod"));
     assert!(
         failed_over <= UNHEALTHY_AFTER + SWITCH_BOUND,
-        "{what}: answered by prod {failed_over:?} after the loss"
+        "{what}: answered by prod {failed_over:?} after the loss; {history}"
     );
     let lost = figures.lost_after_switch();
     assert!(
         lost.is_empty(),
-        "{what}: {} call(s) lost after the switch, the first: {:?}",
+        "{what}: {} call(s) lost after the switch, the first: {:?}; {history}",
         lost.len(),
         lost.iter().take(5).collect::<Vec<_>>()
     );
@@ -81,6 +84,11 @@ async fn dev_is_answered_by_prod_while_staging_is_lost_and_by_staging_again_afte
         .await
         .expect("the controller starts");
     let dev = world.sandbox.network("dev").expect("dev's network");
+    let bridge = SliceHistory::watch(
+        world.pool.client("dev").await.expect("a client of dev"),
+        CALL.0,
+        "nats",
+    );
     expect_answers(&dev, CALL.0, CALL.1, CALL.2, STAGING).await;
     let limit = comb_testkit::deadline();
     let real = world.sandbox.real().expect("the real backend");
@@ -105,7 +113,7 @@ async fn dev_is_answered_by_prod_while_staging_is_lost_and_by_staging_again_afte
     )
     .await
     .expect("the failover while staging's kube-apiserver is stopped");
-    check("staging's kube-apiserver stopped", &stopped);
+    check("staging's kube-apiserver stopped", &stopped, &bridge);
     // Staging's nats served all along: the switch itself loses no call either.
     let lost = stopped.lost_before_switch();
     assert!(
@@ -137,7 +145,7 @@ async fn dev_is_answered_by_prod_while_staging_is_lost_and_by_staging_again_afte
     )
     .await
     .expect("the failover while staging's nats Pods are gone");
-    check("staging's nats Pods gone", &gone);
+    check("staging's nats Pods gone", &gone, &bridge);
 
     controller.stop().await.expect("the controller ends");
     world.sandbox.shutdown().await;
