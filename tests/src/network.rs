@@ -227,12 +227,65 @@ pub struct Failover {
     pub to: String,
 }
 
+/// How long a node's connection tracking keeps an attempt that never connected (`SYN_SENT`: Linux's
+/// `nf_conntrack_tcp_timeout_syn_sent`, 120 s, from the last retransmission, which comes within
+/// the call's connect wait).
+const STALE_TRACKING: Duration = Duration::from_secs(125);
+
+/// Whether the call that started at `at` left from the source port of an earlier attempt in
+/// `calls` that never connected (it timed out, or an ICMP error refused it or found no route:
+/// errors that leave the tracking entry as it was; a refusal by TCP reset closes it, which the
+/// call cannot tell apart) within [`STALE_TRACKING`]: the caller's node then still tracks that
+/// attempt as `SYN_SENT`, and a new attempt from the same port is the same connection to it,
+/// translated to where the first went, whatever kube-proxy programmed since.
+/// kube-proxy clears stale tracking entries only for UDP (kubernetes#101607; 1.37's
+/// `pkg/proxy/conntrack/cleanup.go`), so on a real node such a call goes to the upstream the
+/// bridge left.
+fn stale_tracked(calls: &[(Duration, CallOutcome)], at: Duration, outcome: &CallOutcome) -> bool {
+    let Some(port) = outcome.local_port else {
+        return false;
+    };
+    calls.iter().any(|(earlier, attempt)| {
+        *earlier < at
+            && at.saturating_sub(*earlier) <= STALE_TRACKING
+            && attempt.local_port == Some(port)
+            && matches!(
+                attempt.failure,
+                Some(Failure::Timeout | Failure::Refused | Failure::Unreachable)
+            )
+    })
+}
+
 impl Failover {
     fn first_answer_since(&self, since: Duration, who: &str) -> Option<Duration> {
         self.calls
             .iter()
-            .find(|(at, outcome)| *at >= since && answered_by(outcome, who))
+            .find(|(at, outcome)| {
+                *at >= since && answered_by(outcome, who) && !self.stale_tracked(*at, outcome)
+            })
             .map(|(at, _)| *at)
+    }
+
+    /// Whether the call that started at `at` went where a stale tracking entry said
+    /// ([`stale_tracked`]).
+    pub fn stale_tracked(&self, at: Duration, outcome: &CallOutcome) -> bool {
+        stale_tracked(&self.calls, at, outcome)
+    }
+
+    /// The calls after the first answer by `to` that a stale tracking entry took where the
+    /// bridge no longer points ([`Failover::stale_tracked`]): lost, or answered by `from`.
+    pub fn taken_by_stale_tracking(&self) -> Vec<&(Duration, CallOutcome)> {
+        let Some(switched) = self.first_answer_by_to() else {
+            return Vec::new();
+        };
+        self.calls
+            .iter()
+            .filter(|(at, outcome)| {
+                *at >= switched
+                    && !answered_by(outcome, &self.to)
+                    && self.stale_tracked(*at, outcome)
+            })
+            .collect()
     }
 
     /// When the first call answered by `to` started, after the loss.
@@ -270,17 +323,25 @@ impl Failover {
         self.lost(self.lost_at, switched)
     }
 
-    /// The calls lost once the first was answered by `to`, the way back included.
+    /// The calls lost once the first was answered by `to`, the way back included, but for
+    /// those a stale tracking entry took ([`Failover::taken_by_stale_tracking`]).
     pub fn lost_after_switch(&self) -> Vec<&(Duration, CallOutcome)> {
         match self.first_answer_by_to() {
-            Some(switched) => self.lost(switched, Duration::MAX),
+            Some(switched) => self
+                .lost(switched, Duration::MAX)
+                .into_iter()
+                .filter(|(at, outcome)| !self.stale_tracked(*at, outcome))
+                .collect(),
             None => Vec::new(),
         }
     }
 
-    /// The calls lost once `from` was back.
+    /// The calls lost once `from` was back, but for those a stale tracking entry took.
     pub fn lost_on_the_way_back(&self) -> Vec<&(Duration, CallOutcome)> {
         self.lost(self.back_at, Duration::MAX)
+            .into_iter()
+            .filter(|(at, outcome)| !self.stale_tracked(*at, outcome))
+            .collect()
     }
 
     /// One line of figures, for the benchmark and the tests' output.
@@ -289,13 +350,14 @@ impl Failover {
             d.map_or("never".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
         };
         format!(
-            "{} calls; failed over in {}, {} lost before, {} after; came back in {}, {} lost on the way back",
+            "{} calls; failed over in {}, {} lost before, {} after; came back in {}, {} lost on the way back; {} taken by stale connection tracking after the switch",
             self.calls.len(),
             seconds(self.time_to_fail_over()),
             self.lost_before_switch().len(),
             self.lost_after_switch().len(),
             seconds(self.time_to_come_back()),
             self.lost_on_the_way_back().len(),
+            self.taken_by_stale_tracking().len(),
         )
     }
 }
@@ -360,10 +422,22 @@ pub async fn failover(
     restore.await;
     let returned = match &switched {
         Ok(()) => {
+            // An answer by `from` through a stale tracking entry is no return: the bridge
+            // does not point there yet.
             waited(format!("answered by {from}* after its return"), &|| {
-                caller
-                    .first_since(back_at, |o| answered_by(o, from))
-                    .is_some_and(|first| caller.ended_since(first) >= settle)
+                let calls = lock(&caller.calls);
+                calls
+                    .iter()
+                    .filter(|(at, outcome)| {
+                        *at >= back_at
+                            && answered_by(outcome, from)
+                            && !stale_tracked(&calls, *at, outcome)
+                    })
+                    .map(|(at, _)| *at)
+                    .min()
+                    .is_some_and(|first| {
+                        calls.iter().filter(|(at, _)| *at >= first).count() >= settle
+                    })
             })
             .await
         }
@@ -395,7 +469,7 @@ impl SliceHistory {
     pub fn watch(client: kube::Client, namespace: &str, service: &str) -> SliceHistory {
         use futures::StreamExt;
         use k8s_openapi::api::discovery::v1::EndpointSlice;
-        use kube::runtime::watcher;
+        use kube::runtime::{WatchStreamExt, watcher};
 
         let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client, namespace);
         let config =
@@ -403,7 +477,8 @@ impl SliceHistory {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
         let task = tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, config));
+            // With a backoff: once the cluster stops, its retries would otherwise spin.
+            let mut events = std::pin::pin!(watcher(api, config).default_backoff());
             while let Some(event) = events.next().await {
                 let line = match event {
                     Ok(watcher::Event::Apply(slice) | watcher::Event::InitApply(slice)) => {

@@ -11,7 +11,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use simple_dns::rdata::RData;
 use simple_dns::{CLASS, Name, Packet, PacketFlag, Question, RCODE, TYPE};
+use std::future::Future as _;
+use std::os::fd::AsRawFd as _;
+use std::task::Poll;
 use tokio::io::AsyncReadExt as _;
+
+use nix::sys::socket::{SockaddrIn, getsockname};
 use tokio::net::{TcpSocket, UdpSocket};
 
 use super::netns::Netns;
@@ -100,6 +105,11 @@ pub struct CallOutcome {
     /// The port the answering server was called on (after every translation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// The caller's source port, once the connection attempt had one: a node's connection
+    /// tracking keys its translations by it, so two attempts from one port within the
+    /// tracking's timeout may go where the first went (see the network tests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_port: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
     /// What went wrong, in words.
@@ -115,6 +125,7 @@ impl CallOutcome {
             address: None,
             answered_by: None,
             port: None,
+            local_port: None,
             failure: Some(failure),
             message: Some(message),
         }
@@ -355,7 +366,24 @@ pub async fn call(
             return outcome;
         }
     };
-    let mut stream = match tokio::time::timeout(CONNECT_WAIT, socket.connect(address)).await {
+    // connect(2) picks the source port at once; the first poll makes the call, and while it
+    // is under way the socket's name says the port.
+    let descriptor = socket.as_raw_fd();
+    let mut connecting =
+        std::pin::pin!(tokio::time::timeout(CONNECT_WAIT, socket.connect(address)));
+    let first =
+        std::future::poll_fn(|context| Poll::Ready(connecting.as_mut().poll(context))).await;
+    if first.is_pending() {
+        outcome.local_port = getsockname::<SockaddrIn>(descriptor)
+            .ok()
+            .map(|name| name.port())
+            .filter(|port| *port != 0);
+    }
+    let connected = match first {
+        Poll::Ready(connected) => connected,
+        Poll::Pending => connecting.await,
+    };
+    let mut stream = match connected {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
             outcome.failure = Some(match error.kind() {

@@ -519,6 +519,39 @@ impl ClusterNetwork {
             .unwrap_or(response))
     }
 
+    /// What the node's data path holds now, for a test's failure message: the rules kube-proxy
+    /// programmed (`nft list ruleset`, which shows iptables-nft's too) and the node's
+    /// connection-tracking entries whose text contains `conntrack_filter` (e.g. `dport=4222`).
+    pub fn node_state(&self, conntrack_filter: &str) -> String {
+        let rules = self
+            .node
+            .run("listing the nftables rules", || {
+                std::process::Command::new("nft")
+                    .args(["list", "ruleset"])
+                    .output()
+            })
+            .map(|output| String::from_utf8_lossy(&output.stdout).into_owned())
+            .unwrap_or_else(|error| error.to_string());
+        // The table is the namespace's own; a thread inside reads it through /proc/thread-self.
+        let tracked = self
+            .node
+            .run("reading the connection-tracking table", || {
+                std::fs::read_to_string("/proc/thread-self/net/nf_conntrack")
+            })
+            .map(|table| {
+                table
+                    .lines()
+                    .filter(|line| line.contains(conntrack_filter))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_else(|error| error.to_string());
+        format!(
+            "nftables of the node of {}:\n{rules}\nconntrack ({conntrack_filter}):\n{tracked}",
+            self.name
+        )
+    }
+
     /// Calls `target` from Pod `namespace/pod` until `count` calls in a row satisfy `converged`
     /// (the data path follows the objects after a while: kube-proxy's next sync, CoreDNS's
     /// watch, and during a switch both sides may answer for a moment), or `limit` passes: those
