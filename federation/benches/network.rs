@@ -24,8 +24,9 @@
 //!    is stopped (its nats goes on serving), then while staging's nats Pods are gone (its node
 //!    cordoned, the Pods deleted), and each time back: the time to fail over (from the loss to
 //!    the first call answered by prod) and to come back (from staging's return to the first
-//!    call answered by it again), and the calls lost before the switch, after it and on the way
-//!    back.
+//!    call answered by it again through the bridge), the calls lost before the switch, after it
+//!    and on the way back, and apart the calls after the switch that dev's node's stale
+//!    connection tracking took to staging (see `Failover::stale_tracked`).
 //!
 //! `cargo bench ... -- fallback` (or `propagation`, `continuity`) runs the sections whose name
 //! contains one of the words given; all by default.
