@@ -256,14 +256,25 @@ fn stale_tracked(calls: &[(Duration, CallOutcome)], at: Duration, outcome: &Call
     })
 }
 
+/// When the first call of `calls` (in any order) that started at or after `since` and was
+/// answered by `who` through the bridge (not through a stale tracking entry) started.
+fn first_answer_since(
+    calls: &[(Duration, CallOutcome)],
+    since: Duration,
+    who: &str,
+) -> Option<Duration> {
+    calls
+        .iter()
+        .filter(|(at, outcome)| {
+            *at >= since && answered_by(outcome, who) && !stale_tracked(calls, *at, outcome)
+        })
+        .map(|(at, _)| *at)
+        .min()
+}
+
 impl Failover {
     fn first_answer_since(&self, since: Duration, who: &str) -> Option<Duration> {
-        self.calls
-            .iter()
-            .find(|(at, outcome)| {
-                *at >= since && answered_by(outcome, who) && !self.stale_tracked(*at, outcome)
-            })
-            .map(|(at, _)| *at)
+        first_answer_since(&self.calls, since, who)
     }
 
     /// Whether the call that started at `at` went where a stale tracking entry said
@@ -426,18 +437,9 @@ pub async fn failover(
             // does not point there yet.
             waited(format!("answered by {from}* after its return"), &|| {
                 let calls = lock(&caller.calls);
-                calls
-                    .iter()
-                    .filter(|(at, outcome)| {
-                        *at >= back_at
-                            && answered_by(outcome, from)
-                            && !stale_tracked(&calls, *at, outcome)
-                    })
-                    .map(|(at, _)| *at)
-                    .min()
-                    .is_some_and(|first| {
-                        calls.iter().filter(|(at, _)| *at >= first).count() >= settle
-                    })
+                first_answer_since(&calls, back_at, from).is_some_and(|first| {
+                    calls.iter().filter(|(at, _)| *at >= first).count() >= settle
+                })
             })
             .await
         }

@@ -5,18 +5,17 @@
 //! happens in the Pod's namespace, so the call crosses exactly what a container's would: the
 //! Pod's route, the node's kube-proxy rules, the router, another cluster's node.
 
+use std::future::Future as _;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsRawFd as _;
+use std::task::Poll;
 use std::time::Duration;
 
+use nix::sys::socket::{SockaddrIn, getsockname};
 use serde::{Deserialize, Serialize};
 use simple_dns::rdata::RData;
 use simple_dns::{CLASS, Name, Packet, PacketFlag, Question, RCODE, TYPE};
-use std::future::Future as _;
-use std::os::fd::AsRawFd as _;
-use std::task::Poll;
 use tokio::io::AsyncReadExt as _;
-
-use nix::sys::socket::{SockaddrIn, getsockname};
 use tokio::net::{TcpSocket, UdpSocket};
 
 use super::netns::Netns;
