@@ -35,8 +35,9 @@ const STAGING: &str = "staging/platform/nats-";
 const PROD: &str = "prod/platform/nats-";
 
 /// What the issue asks of every failover: answered by prod within `unhealthyAfter` + 5 s, no
-/// call lost from then on, the way back included (but for those stale tracking took). A failure prints what dev's bridge was told
-/// meanwhile (`bridge`), on the calls' clock.
+/// call lost from then on, the way back included (but for those stale tracking took). A
+/// failure prints what dev's bridge was told meanwhile (`bridge`), on the calls' clock, and
+/// dev's node's rules and tracking table.
 fn check(what: &str, figures: &Failover, bridge: &SliceHistory, dev: &ClusterNetwork) {
     println!("{what}: {}", figures.summary());
     let history = bridge.since(figures.started).join("\n  ");
