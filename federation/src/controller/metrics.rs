@@ -64,6 +64,7 @@ pub struct Metrics {
     reconciles: Family<PhaseLabels, Counter>,
     transitions: Family<TransitionLabels, Counter>,
     step_duration: HistogramFamily,
+    queue_wait: HistogramFamily,
     queue_depth: Family<LayerLabels, Gauge>,
     api_errors: Family<ApiErrorLabels, Counter>,
     layer_up: Family<LayerLabels, Gauge>,
@@ -102,6 +103,12 @@ impl Metrics {
             "step_duration_seconds",
             "How long one reconcile or cleanup step took",
             step_duration.clone(),
+        );
+        let queue_wait = HistogramFamily::new_with_constructor(step_histogram);
+        registry.register(
+            "queue_wait_seconds",
+            "How long a Comb waited for a worker between being queued and its step starting",
+            queue_wait.clone(),
         );
         let queue_depth = Family::<LayerLabels, Gauge>::default();
         registry.register(
@@ -168,6 +175,7 @@ impl Metrics {
             reconciles,
             transitions,
             step_duration,
+            queue_wait,
             queue_depth,
             api_errors,
             layer_up,
@@ -217,6 +225,15 @@ impl Metrics {
                 layer: layer.to_string(),
             })
             .observe(duration.as_secs_f64());
+    }
+
+    /// How long a step of `layer` waited for a worker.
+    pub fn queue_wait(&self, layer: &str, waited: Duration) {
+        self.queue_wait
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .observe(waited.as_secs_f64());
     }
 
     /// Counts a transition of a Comb of `layer` to `phase` with Ready reason `reason` (empty
@@ -307,6 +324,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.step("prod", "Running", Duration::from_millis(3));
         metrics.step("prod", "Running", Duration::from_millis(3));
+        metrics.queue_wait("prod", Duration::from_millis(2));
         metrics.api_error("dev", "watch");
         metrics.transition("dev", "Running", "Borrowed");
         metrics.set_layer_up("dev", false);
@@ -324,6 +342,7 @@ mod tests {
         for line in [
             r#"comb_reconciles_total{layer="prod",phase="Running"} 2"#,
             r#"comb_step_duration_seconds_count{layer="prod"} 2"#,
+            r#"comb_queue_wait_seconds_count{layer="prod"} 1"#,
             r#"comb_queue_depth{layer="prod"} 4"#,
             r#"comb_api_errors_total{layer="dev",operation="watch"} 1"#,
             r#"comb_transitions_total{layer="dev",phase="Running",reason="Borrowed"} 1"#,

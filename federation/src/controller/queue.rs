@@ -180,6 +180,8 @@ struct Entry {
     reruns: u32,
     /// Removed from its layer while running: dropped when the step ends.
     forgotten: bool,
+    /// Since when it waits for a worker (while `Queued`).
+    queued_at: Option<Instant>,
     next_resync: Option<Instant>,
     /// The jitter of this Comb's resync place, drawn at its first step and kept: a jitter
     /// drawn anew each time would let the resyncs of Combs that started together overlap
@@ -196,6 +198,7 @@ impl Entry {
             failures: 0,
             reruns: 0,
             forgotten: false,
+            queued_at: None,
             next_resync: None,
             resync_jitter: None,
             last: None,
@@ -215,6 +218,8 @@ enum TimerKind {
 pub struct Job {
     pub key: CombKey,
     pub trigger: Trigger,
+    /// How long it waited for a worker since it was queued.
+    pub waited: Duration,
 }
 
 /// The queue's bookkeeping, without locks or clocks.
@@ -228,6 +233,9 @@ pub struct QueueState {
     epoch: Instant,
     backoff: BackoffPolicy,
     pacing: BackoffPolicy,
+    /// How many entries are `Queued`: the depth, kept as entries move rather than counted
+    /// (counting walked every Comb of the layer after every step).
+    queued: usize,
     paused: bool,
     closed: bool,
 }
@@ -294,6 +302,7 @@ impl QueueState {
             epoch: Instant::now(),
             backoff,
             pacing,
+            queued: 0,
             paused: false,
             closed: false,
         }
@@ -306,6 +315,8 @@ impl QueueState {
         match entry.activity {
             Activity::Idle => {
                 entry.activity = Activity::Queued;
+                entry.queued_at = Some(Instant::now());
+                self.queued += 1;
                 entry.pending = Some(trigger);
                 self.ready.push_back(key.clone());
                 true
@@ -320,6 +331,8 @@ impl QueueState {
             }
             Activity::Paced { .. } | Activity::Backoff { .. } if trigger.urgent() => {
                 entry.activity = Activity::Queued;
+                entry.queued_at = Some(Instant::now());
+                self.queued += 1;
                 entry.pending = Some(trigger);
                 entry.reruns = 0;
                 self.ready.push_back(key.clone());
@@ -329,6 +342,8 @@ impl QueueState {
                 if trigger.from_elsewhere() && entry.reruns <= ELSEWHERE_RERUNS =>
             {
                 entry.activity = Activity::Queued;
+                entry.queued_at = Some(Instant::now());
+                self.queued += 1;
                 merge(&mut entry.pending, trigger);
                 self.ready.push_back(key.clone());
                 true
@@ -362,6 +377,8 @@ impl QueueState {
             };
             if due {
                 entry.activity = Activity::Queued;
+                entry.queued_at = Some(now);
+                self.queued += 1;
                 entry.pending = match kind {
                     TimerKind::Retry => Some(Trigger::Retry),
                     TimerKind::Paced => entry.pending.or(Some(Trigger::Resource)),
@@ -385,8 +402,17 @@ impl QueueState {
                 continue;
             }
             entry.activity = Activity::Running;
+            self.queued -= 1;
+            let waited = entry
+                .queued_at
+                .take()
+                .map_or(Duration::ZERO, |since| since.elapsed());
             let trigger = entry.pending.take().unwrap_or(Trigger::Resync);
-            return Some(Job { key, trigger });
+            return Some(Job {
+                key,
+                trigger,
+                waited,
+            });
         }
         None
     }
@@ -446,7 +472,11 @@ impl QueueState {
         };
         entry.activity = activity;
         match (activity, timer) {
-            (Activity::Queued, _) => self.ready.push_back(key.clone()),
+            (Activity::Queued, _) => {
+                entry.queued_at = Some(now);
+                self.queued += 1;
+                self.ready.push_back(key.clone());
+            }
             (Activity::Backoff { until } | Activity::Paced { until }, Some(kind)) => {
                 self.timers.push(Reverse((until, kind, key.clone())));
             }
@@ -461,6 +491,9 @@ impl QueueState {
                 entry.forgotten = true;
                 entry.pending = None;
             } else {
+                if entry.activity == Activity::Queued {
+                    self.queued -= 1;
+                }
                 self.entries.remove(key);
             }
         }
@@ -473,10 +506,7 @@ impl QueueState {
 
     /// The number of Combs waiting for a worker.
     pub fn depth(&self) -> usize {
-        self.entries
-            .values()
-            .filter(|entry| entry.activity == Activity::Queued)
-            .count()
+        self.queued
     }
 
     /// Whether `key` has a step queued or running.
@@ -616,7 +646,10 @@ impl WorkQueue {
 
     pub fn enqueue(&self, key: &CombKey, trigger: Trigger) {
         if self.lock().enqueue(key, trigger) {
-            self.notify.notify_waiters();
+            // One job, one worker: waking every idle worker for it had all of them take the
+            // lock to find nothing (a permit is kept when none waits, and a busy worker looks
+            // at the queue before it waits again).
+            self.notify.notify_one();
         }
     }
 
@@ -652,8 +685,9 @@ impl WorkQueue {
     pub fn finish(&self, key: &CombKey, report: StepReport) {
         self.lock()
             .finish(key, report, Instant::now(), rand::random::<f64>());
-        // The Comb may be queued again, or have a timer earlier than sleeping workers wait for.
-        self.notify.notify_waiters();
+        // The Comb may be queued again, or have a timer earlier than sleeping workers wait
+        // for: one worker looks (the finishing one looks too before it waits).
+        self.notify.notify_one();
     }
 
     pub fn forget(&self, key: &CombKey) {

@@ -137,6 +137,7 @@ async fn work(
             () = soft_passed => continue,
         };
         let Some(job) = job else { return };
+        shared.metrics.queue_wait(layer.name(), job.waited);
         let span = info_span!(
             "comb",
             layer = layer.name(),

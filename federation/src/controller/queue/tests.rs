@@ -34,6 +34,11 @@ fn report(failed: bool) -> StepReport {
     }
 }
 
+/// The next job's Comb and trigger (how long it waited is the clock's).
+fn popped(queue: &mut QueueState) -> Option<(CombKey, Trigger)> {
+    queue.pop().map(|job| (job.key, job.trigger))
+}
+
 #[test]
 fn triggers_for_a_queued_comb_merge_into_one_step() {
     let mut queue = state();
@@ -41,13 +46,7 @@ fn triggers_for_a_queued_comb_merge_into_one_step() {
     assert!(!queue.enqueue(&key("a"), Trigger::Changed));
     assert!(!queue.enqueue(&key("a"), Trigger::Resync));
     assert_eq!(queue.depth(), 1);
-    assert_eq!(
-        queue.pop(),
-        Some(Job {
-            key: key("a"),
-            trigger: Trigger::Changed
-        })
-    );
+    assert_eq!(popped(&mut queue), Some((key("a"), Trigger::Changed)));
     assert_eq!(queue.pop(), None);
 }
 
@@ -67,13 +66,7 @@ fn one_step_at_a_time_per_comb_and_a_rerun_after_it() {
     // ... but queues it once a's step is over.
     queue.finish(&key("a"), report(false), now, 0.0);
     assert_eq!(queue.activity(&key("a")), Some(Activity::Queued));
-    assert_eq!(
-        queue.pop(),
-        Some(Job {
-            key: key("a"),
-            trigger: Trigger::Resource
-        })
-    );
+    assert_eq!(popped(&mut queue), Some((key("a"), Trigger::Resource)));
     queue.finish(&key("a"), report(false), now, 0.0);
     assert_eq!(queue.activity(&key("a")), Some(Activity::Idle));
     assert!(!queue.is_busy(&key("a")));
@@ -505,4 +498,64 @@ fn a_step_that_held_progress_back_comes_again_when_it_is_due() {
     queue.finish(&key("a"), report(false), now + Duration::from_secs(3), 0.0);
     queue.promote_due(now + Duration::from_secs(10));
     assert_eq!(queue.pop(), None);
+}
+
+#[test]
+fn the_depth_follows_every_move_in_and_out_of_queued() {
+    // The depth is a count kept as entries move: after each operation it must equal the
+    // entries that are queued, counted.
+    let mut queue = state();
+    let now = Instant::now();
+    let counted = |queue: &QueueState| {
+        queue
+            .entries
+            .values()
+            .filter(|entry| entry.activity == Activity::Queued)
+            .count()
+    };
+    let check = |queue: &QueueState, step: &str| {
+        assert_eq!(queue.depth(), counted(queue), "after {step}");
+    };
+    queue.enqueue(&key("a"), Trigger::Created);
+    queue.enqueue(&key("b"), Trigger::Created);
+    queue.enqueue(&key("c"), Trigger::Created);
+    check(&queue, "three created");
+    queue.forget(&key("c"));
+    check(&queue, "a queued one forgotten");
+    let a = queue.pop().unwrap();
+    check(&queue, "a popped");
+    queue.enqueue(&a.key, Trigger::Resource);
+    queue.finish(&a.key, report(false), now, 0.0);
+    check(&queue, "a queued again after its step");
+    let a = queue.pop().unwrap();
+    queue.finish(&a.key, report(true), now, 0.0);
+    check(&queue, "a backing off");
+    queue.promote_due(now + Duration::from_secs(60));
+    check(&queue, "a's retry due");
+    let b = queue.pop().unwrap();
+    queue.forget(&b.key);
+    queue.finish(&b.key, report(false), now, 0.0);
+    check(&queue, "b forgotten while running");
+    while let Some(job) = queue.pop() {
+        queue.finish(&job.key, report(false), now, 0.0);
+    }
+    check(&queue, "all done");
+    assert_eq!(queue.depth(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_says_how_long_it_waited_for_a_worker() {
+    let mut queue = state();
+    queue.enqueue(&key("a"), Trigger::Created);
+    tokio::time::advance(Duration::from_millis(30)).await;
+    let job = queue.pop().unwrap();
+    assert_eq!(job.waited, Duration::from_millis(30));
+    // A retry waits from when it came due, not from when the step failed.
+    queue.finish(&job.key, report(true), Instant::now(), 0.0);
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let due = Instant::now();
+    queue.promote_due(due);
+    tokio::time::advance(Duration::from_millis(7)).await;
+    let job = queue.pop().unwrap();
+    assert_eq!(job.waited, Duration::from_millis(7));
 }
