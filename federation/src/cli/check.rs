@@ -103,7 +103,7 @@ pub fn dependency_cycles(combs: &[Comb]) -> String {
             .collect();
         graph.set(&CombKey::new(namespace, name), dependencies);
     }
-    describe_cycles(&graph.cycles())
+    describe_cycles(graph.cycles())
 }
 
 /// `ns/name: message` of each Comb whose status has a condition `pick` chooses.

@@ -8,50 +8,117 @@ use petgraph::graphmap::DiGraphMap;
 
 use crate::engine::keys::CombKey;
 
-/// Edges from each Comb to the Combs it depends on.
+/// Edges from each Comb to the Combs it depends on, the same edges the other way, and the
+/// cycles they make, kept as edges change: a step asks who depends on a Comb and which cycle it
+/// is in, and a walk of the whole graph for either made every step cost as much as the layer
+/// has dependencies (a layer converging stepped its Combs in time growing with their square).
 #[derive(Debug, Default)]
 pub struct DependencyGraph {
     edges: BTreeMap<CombKey, BTreeSet<CombKey>>,
+    dependents: BTreeMap<CombKey, BTreeSet<CombKey>>,
+    cycles: Vec<Vec<CombKey>>,
+}
+
+/// What changing a Comb's dependencies changed beyond its own edges.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DependencyChange {
+    /// The cycles are not those of before.
+    pub cycles_changed: bool,
+    /// Combs it no longer depends on (they may have no dependent left).
+    pub dropped: Vec<CombKey>,
 }
 
 impl DependencyGraph {
-    /// Records the dependencies of `key`; returns whether they changed.
-    pub fn set(&mut self, key: &CombKey, dependencies: BTreeSet<CombKey>) -> bool {
-        if self.edges.get(key) == Some(&dependencies) {
-            return false;
+    /// Records the dependencies of `key`; `None` when they are those it had.
+    pub fn set(
+        &mut self,
+        key: &CombKey,
+        dependencies: BTreeSet<CombKey>,
+    ) -> Option<DependencyChange> {
+        let unchanged = match self.edges.get(key) {
+            Some(old) => *old == dependencies,
+            None => dependencies.is_empty(),
+        };
+        if unchanged {
+            return None;
         }
-        if dependencies.is_empty() {
-            return self.edges.remove(key).is_some();
+        // Only a cycle through `key` can appear or go (or change its members) when `key`'s
+        // edges change: any other cycle's paths do not pass through it.
+        let was_cyclic = self.reaches_itself(key);
+        let old = if dependencies.is_empty() {
+            self.edges.remove(key).unwrap_or_default()
+        } else {
+            self.edges
+                .insert(key.clone(), dependencies.clone())
+                .unwrap_or_default()
+        };
+        let dropped: Vec<CombKey> = old.difference(&dependencies).cloned().collect();
+        for dependency in &dropped {
+            if let Some(dependents) = self.dependents.get_mut(dependency) {
+                dependents.remove(key);
+                if dependents.is_empty() {
+                    self.dependents.remove(dependency);
+                }
+            }
         }
-        self.edges.insert(key.clone(), dependencies);
-        true
+        for dependency in dependencies.difference(&old) {
+            self.dependents
+                .entry(dependency.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        let cycles_changed = if was_cyclic || self.reaches_itself(key) {
+            let cycles = self.find_cycles();
+            let changed = cycles != self.cycles;
+            self.cycles = cycles;
+            changed
+        } else {
+            false
+        };
+        Some(DependencyChange {
+            cycles_changed,
+            dropped,
+        })
     }
 
-    /// Forgets `key` (its CR is gone); returns whether it had dependencies.
-    pub fn remove(&mut self, key: &CombKey) -> bool {
-        self.edges.remove(key).is_some()
-    }
-
-    /// The Combs that depend on `key`.
+    /// The Combs that depend on `key`, sorted.
     pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
-        self.edges
-            .iter()
-            .filter(|(_, dependencies)| dependencies.contains(key))
-            .map(|(dependent, _)| dependent.clone())
-            .collect()
+        self.dependents
+            .get(key)
+            .map(|dependents| dependents.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Whether some Comb depends on `key`.
     pub fn is_depended_on(&self, key: &CombKey) -> bool {
-        self.edges
-            .values()
-            .any(|dependencies| dependencies.contains(key))
+        self.dependents.contains_key(key)
     }
 
     /// Every cycle, one per strongly connected component, each as a path that starts and ends
-    /// at its smallest Comb (`a -> b -> a`), sorted. Kosaraju's search, petgraph's iterative
-    /// one: a long chain of dependencies cannot overflow the stack (its Tarjan recurses).
-    pub fn cycles(&self) -> Vec<Vec<CombKey>> {
+    /// at its smallest Comb (`a -> b -> a`), sorted.
+    pub fn cycles(&self) -> &[Vec<CombKey>] {
+        &self.cycles
+    }
+
+    /// Whether a path of dependencies leads from `key` back to it: the walk covers only what
+    /// `key` depends on, directly or not.
+    fn reaches_itself(&self, key: &CombKey) -> bool {
+        let mut seen: BTreeSet<&CombKey> = BTreeSet::new();
+        let mut next: Vec<&CombKey> = self.edges.get(key).into_iter().flatten().collect();
+        while let Some(node) = next.pop() {
+            if node == key {
+                return true;
+            }
+            if seen.insert(node) {
+                next.extend(self.edges.get(node).into_iter().flatten());
+            }
+        }
+        false
+    }
+
+    /// The cycles of the whole graph, found anew. Kosaraju's search, petgraph's iterative one:
+    /// a long chain of dependencies cannot overflow the stack (its Tarjan recurses).
+    fn find_cycles(&self) -> Vec<Vec<CombKey>> {
         let mut graph: DiGraphMap<&CombKey, ()> = DiGraphMap::new();
         for (dependent, dependencies) in &self.edges {
             graph.add_node(dependent);
@@ -189,11 +256,24 @@ mod tests {
             vec![key("api"), key("mailer")]
         );
         assert_eq!(graph.dependents_of(&key("mailer")), Vec::<CombKey>::new());
-        assert!(!graph.set(&key("api"), [key("db")].into()));
-        assert!(graph.set(&key("api"), BTreeSet::new()));
+        assert_eq!(graph.set(&key("api"), [key("db")].into()), None);
+        assert_eq!(
+            graph.set(&key("api"), BTreeSet::new()),
+            Some(DependencyChange {
+                cycles_changed: false,
+                dropped: vec![key("db")]
+            })
+        );
         assert_eq!(graph.dependents_of(&key("db")), vec![key("mailer")]);
-        assert!(graph.remove(&key("mailer")));
-        assert!(!graph.remove(&key("mailer")));
+        assert!(graph.is_depended_on(&key("db")));
+        assert_eq!(
+            graph
+                .set(&key("mailer"), BTreeSet::new())
+                .map(|change| change.dropped),
+            Some(vec![key("db"), key("nats")])
+        );
+        assert_eq!(graph.set(&key("mailer"), BTreeSet::new()), None);
+        assert!(!graph.is_depended_on(&key("db")));
     }
 
     #[test]
@@ -225,10 +305,50 @@ mod tests {
         ];
         for (edges, expected) in cases {
             assert_eq!(
-                describe_cycles(&graph(&edges).cycles()),
+                describe_cycles(graph(&edges).cycles()),
                 expected,
                 "{edges:?}"
             );
+        }
+    }
+
+    #[test]
+    fn the_cycles_kept_are_those_found_anew_after_every_change() {
+        // Changes of one Comb's edges at a time, in a small graph where cycles come, go, merge
+        // and change members that are not on their reported path: what is kept must always
+        // equal a search of the whole graph.
+        let names = ["a", "b", "c", "d", "e", "f"];
+        let mut graph = DependencyGraph::default();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        for change in 0..2_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let from = names[(seed % 6) as usize];
+            let dependencies: BTreeSet<CombKey> = names
+                .iter()
+                .enumerate()
+                .filter(|(place, _)| (seed >> (8 + place)) & 3 == 0)
+                .map(|(_, name)| key(name))
+                .collect();
+            let before = graph.cycles().to_vec();
+            let told = graph.set(&key(from), dependencies);
+            assert_eq!(graph.cycles(), graph.find_cycles(), "change {change}");
+            let changed = told.is_some_and(|told| told.cycles_changed);
+            assert_eq!(changed, before != graph.cycles(), "change {change}");
+            for name in names {
+                let dependents: Vec<CombKey> = graph
+                    .edges
+                    .iter()
+                    .filter(|(_, dependencies)| dependencies.contains(&key(name)))
+                    .map(|(dependent, _)| dependent.clone())
+                    .collect();
+                assert_eq!(
+                    graph.dependents_of(&key(name)),
+                    dependents,
+                    "change {change}"
+                );
+            }
         }
     }
 

@@ -315,13 +315,6 @@ struct Health {
     listed_scopes: HashSet<usize>,
 }
 
-#[derive(Default)]
-struct Graph {
-    dependencies: DependencyGraph,
-    /// The cycles reported last, so that each change is reported once.
-    reported: Vec<Vec<CombKey>>,
-}
-
 /// A layer at run time.
 pub struct LayerRuntime {
     pub index: usize,
@@ -339,7 +332,7 @@ pub struct LayerRuntime {
     /// What dependents judge each Comb by that some Comb depends on; none for the others. Taken
     /// before `store` or `graph` when both are held.
     judged: Mutex<HashMap<CombKey, Arc<Judged>>>,
-    graph: Mutex<Graph>,
+    graph: Mutex<DependencyGraph>,
     health: Mutex<Health>,
     /// Whether this replica steps the layer (always, but with sharding while it holds the
     /// layer's Lease): what only the stepping replica does (Events of cycles) asks it.
@@ -370,7 +363,7 @@ impl LayerRuntime {
             queue,
             store: Mutex::new(HashMap::new()),
             judged: Mutex::new(HashMap::new()),
-            graph: Mutex::new(Graph::default()),
+            graph: Mutex::new(DependencyGraph::default()),
             health: Mutex::new(Health {
                 state: LayerState::Starting,
                 since: jiff::Timestamp::now(),
@@ -486,10 +479,15 @@ impl LayerRuntime {
     /// Forgets a Comb whose CR is gone; returns whether it was known.
     pub fn remove_cr(&self, key: &CombKey) -> bool {
         self.queue.forget(key);
-        lock(&self.graph).dependencies.remove(key);
+        // Its edges went when it was seen gone (`set_dependencies` with none): the cycles
+        // were told then.
+        let dropped = lock(&self.graph)
+            .set(key, BTreeSet::new())
+            .map(|change| change.dropped)
+            .unwrap_or_default();
         // Out of the store first: what a step judged of it meanwhile is not kept after.
         let known = lock(&self.store).remove(key).is_some();
-        self.forget_unjudged();
+        self.forget_unjudged(std::iter::once(key).chain(&dropped));
         known
     }
 
@@ -531,21 +529,24 @@ impl LayerRuntime {
             return;
         }
         let mut kept = lock(&self.judged);
-        if lock(&self.store).contains_key(key) && lock(&self.graph).dependencies.is_depended_on(key)
-        {
+        if lock(&self.store).contains_key(key) && lock(&self.graph).is_depended_on(key) {
             kept.insert(key.clone(), judged.clone());
         }
     }
 
     /// Lets go of what is kept for Combs that are gone or that nothing depends on any more.
-    fn forget_unjudged(&self) {
+    fn forget_unjudged<'a>(&self, candidates: impl IntoIterator<Item = &'a CombKey>) {
         let mut kept = lock(&self.judged);
         if kept.is_empty() {
             return;
         }
         let store = lock(&self.store);
         let graph = lock(&self.graph);
-        kept.retain(|key, _| store.contains_key(key) && graph.dependencies.is_depended_on(key));
+        for key in candidates {
+            if !(store.contains_key(key) && graph.is_depended_on(key)) {
+                kept.remove(key);
+            }
+        }
     }
 
     /// The CR of `key` as last seen; `None` when it is not known.
@@ -603,26 +604,20 @@ impl LayerRuntime {
             .filter_map(|reference| dependency_key(reference, &key.namespace))
             .collect();
         let mut graph = lock(&self.graph);
-        if !graph.dependencies.set(key, dependencies) {
-            return None;
-        }
-        let cycles = graph.dependencies.cycles();
-        let told = cycles != graph.reported;
-        if told {
-            graph.reported = cycles.clone();
-        }
+        let change = graph.set(key, dependencies)?;
+        let cycles = change.cycles_changed.then(|| graph.cycles().to_vec());
         drop(graph);
-        self.forget_unjudged();
-        told.then_some(cycles)
+        self.forget_unjudged(&change.dropped);
+        cycles
     }
 
     /// The dependency cycle `key` is in, if any, starting and ending at `key`.
     pub fn cycle_of(&self, key: &CombKey) -> Option<Vec<CombKey>> {
         let cycle = lock(&self.graph)
-            .dependencies
             .cycles()
-            .into_iter()
-            .find(|cycle| cycle.contains(key))?;
+            .iter()
+            .find(|cycle| cycle.contains(key))?
+            .clone();
         // The cycle repeats its first Comb at the end: rotate the loop to begin at `key`.
         let ring = &cycle[..cycle.len().saturating_sub(1)];
         let start = ring.iter().position(|member| member == key)?;
@@ -637,7 +632,7 @@ impl LayerRuntime {
 
     /// The Combs of this layer that depend on `key`.
     pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
-        lock(&self.graph).dependencies.dependents_of(key)
+        lock(&self.graph).dependents_of(key)
     }
 
     /// Marks one Comb watch as listed; returns whether the whole layer just became listed.
