@@ -66,6 +66,12 @@ impl ResourceType {
         format!("{}/{}", self.group, self.plural)
     }
 
+    /// Whether `other` is stored under the same key (as [`ResourceType::storage_key`] says,
+    /// without building it).
+    pub fn same_storage(&self, other: &ResourceType) -> bool {
+        self.group == other.group && self.plural == other.plural
+    }
+
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
     }

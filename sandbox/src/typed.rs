@@ -3,6 +3,10 @@
 //! are dropped, wrong types are refused, and formats (times, base64 data) are checked. Without
 //! this a client could store fields a real cluster never keeps, and pass here only.
 
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{LazyLock, RwLock};
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -17,11 +21,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext
 use crate::resources::ResourceType;
 
 fn encode<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, String> {
-    let typed: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    // Decoding from the borrowed value spares a deep copy of the whole object per write.
+    let typed = T::deserialize(object).map_err(|e| e.to_string())?;
     serde_json::to_value(typed).map_err(|e| e.to_string())
 }
 
-fn round_trip<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, String> {
+fn round_trip<T: DeserializeOwned + Serialize + 'static>(object: &Value) -> Result<Value, String> {
     let mut value = encode::<T>(object)?;
     drop_empty_maps::<T>(&mut value);
     Ok(value)
@@ -63,11 +68,8 @@ fn empty_objects(value: &Value, path: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) 
 }
 
 /// Go's `omitempty` drops an empty map where k8s-openapi keeps `{}` (`data: {}`), while an
-/// empty struct stays `{}` in both (`resources: {}`). The two look alike in JSON, so each `{}`
-/// is told apart by whether a key put into it survives the typed round trip: a struct drops
-/// unknown keys, a map keeps them.
-fn drop_empty_maps<T: DeserializeOwned + Serialize>(value: &mut Value) {
-    const PROBE: &str = "comb.sandbox/probe";
+/// empty struct stays `{}` in both (`resources: {}`).
+fn drop_empty_maps<T: DeserializeOwned + Serialize + 'static>(value: &mut Value) {
     let mut paths = Vec::new();
     empty_objects(value, &mut Vec::new(), &mut paths);
     // Removing keys never moves array items, so every path stays valid.
@@ -75,29 +77,69 @@ fn drop_empty_maps<T: DeserializeOwned + Serialize>(value: &mut Value) {
         let Some((last, parent)) = path.split_last() else {
             continue;
         };
-        let kept: Vec<bool> = [json!(""), json!("0"), json!({})]
-            .into_iter()
-            .map(|sample| {
-                let mut probe = value.clone();
-                let Some(node) = at_mut(&mut probe, path) else {
-                    return false;
-                };
-                *node = json!({PROBE: sample});
-                encode::<T>(&probe).is_ok_and(|mut encoded| {
-                    at_mut(&mut encoded, path).is_some_and(|n| n.get(PROBE).is_some())
-                })
-            })
-            .collect();
-        // A map keeps a key whose value has its type; free-form JSON (a CRD's
-        // `subresources.status: {}`) keeps every key, and Go keeps it as it came.
-        let is_map = kept.iter().any(|k| *k) && !kept.iter().all(|k| *k);
-        if !is_map {
+        if !is_map_at::<T>(value, path) {
             continue;
         }
         if let (Step::Key(key), Some(Value::Object(map))) = (last, at_mut(value, parent)) {
             map.remove(key);
         }
     }
+}
+
+/// Where in a type a path leads, array items alike: whether a `{}` there is a map or a
+/// struct is the type's, not the object's.
+type Shape = (TypeId, Vec<Option<String>>);
+
+/// Each shape's answer, found once per process: finding it encodes the whole object three
+/// times, and doing that for every `{}` of every write (a Pod has several) was most of the
+/// emulator's time under a rollout.
+static MAP_SHAPES: LazyLock<RwLock<HashMap<Shape, bool>>> = LazyLock::new(Default::default);
+
+fn is_map_at<T: DeserializeOwned + Serialize + 'static>(value: &Value, path: &[Step]) -> bool {
+    let shape: Shape = (
+        TypeId::of::<T>(),
+        path.iter()
+            .map(|step| match step {
+                Step::Key(key) => Some(key.clone()),
+                Step::Index(_) => None,
+            })
+            .collect(),
+    );
+    let known = MAP_SHAPES
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&shape)
+        .copied();
+    known.unwrap_or_else(|| {
+        let is_map = probe_is_map::<T>(value, path);
+        MAP_SHAPES
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(shape, is_map);
+        is_map
+    })
+}
+
+/// The two look alike in JSON, so a `{}` is told apart by whether a key put into it survives
+/// the typed round trip: a struct drops unknown keys, a map keeps them.
+fn probe_is_map<T: DeserializeOwned + Serialize>(value: &Value, path: &[Step]) -> bool {
+    const PROBE: &str = "comb.sandbox/probe";
+    let kept: Vec<bool> = [json!(""), json!("0"), json!({})]
+        .into_iter()
+        .map(|sample| {
+            let mut probe = value.clone();
+            let Some(node) = at_mut(&mut probe, path) else {
+                return false;
+            };
+            *node = json!({PROBE: sample});
+            encode::<T>(&probe).is_ok_and(|mut encoded| {
+                at_mut(&mut encoded, path).is_some_and(|n| n.get(PROBE).is_some())
+            })
+        })
+        .collect();
+    // A map keeps a key whose value has its type; free-form JSON (a CRD's
+    // `subresources.status: {}`) keeps every key, and Go keeps it as it came.
+    kept.iter().any(|k| *k) && !kept.iter().all(|k| *k)
 }
 
 /// The object after a typed decode and encode, or the decode error; `None` for kinds that
@@ -134,7 +176,7 @@ type Codec = fn(&Value) -> Result<Value, String>;
 /// The kind's typed round trip and its plain encode (empty maps kept, for finding unknown
 /// fields by what the decode dropped).
 fn codec(rt: &ResourceType) -> Option<(Codec, Codec)> {
-    fn pair<T: DeserializeOwned + Serialize>() -> (Codec, Codec) {
+    fn pair<T: DeserializeOwned + Serialize + 'static>() -> (Codec, Codec) {
         (round_trip::<T>, encode::<T>)
     }
     let f = match (rt.group.as_str(), rt.kind.as_str()) {

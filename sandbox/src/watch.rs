@@ -25,7 +25,7 @@ use crate::table::{self, IncludeObject};
 
 /// Which objects a watch sees.
 struct Filter {
-    storage_key: String,
+    resource: ResourceType,
     namespace: Option<String>,
     name: Option<String>,
     labels: Option<LabelSelector>,
@@ -50,7 +50,9 @@ impl Filter {
 
     /// The watch event a store event becomes for this watcher, if any.
     fn translate(&self, event: &StoreEvent) -> Option<(&'static str, Value)> {
-        if event.resource.storage_key() != self.storage_key {
+        // Every watch of the cluster sees every change: the kind is told apart first, and
+        // without allocating.
+        if !event.resource.same_storage(&self.resource) {
             return None;
         }
         let now = self.matches(&event.object);
@@ -163,7 +165,7 @@ pub fn serve(
         ),
     };
     let filter = Filter {
-        storage_key: rt.storage_key(),
+        resource: rt.clone(),
         namespace: namespace.filter(|_| rt.namespaced).map(String::from),
         name: name.map(String::from),
         labels,

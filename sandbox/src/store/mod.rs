@@ -122,8 +122,8 @@ pub struct ListPage {
 /// history after the given resourceVersion, then live events.
 pub struct WatchStart {
     pub initial: Vec<Value>,
-    pub backlog: Vec<StoreEvent>,
-    pub receiver: broadcast::Receiver<StoreEvent>,
+    pub backlog: Vec<Arc<StoreEvent>>,
+    pub receiver: broadcast::Receiver<Arc<StoreEvent>>,
     /// The resourceVersion everything up to which is in `initial`/`backlog`.
     pub resource_version: u64,
 }
@@ -159,11 +159,13 @@ struct State {
     objects: HashMap<String, BTreeMap<ObjectKey, Value>>,
     by_uid: HashMap<String, Location>,
     dependents: HashMap<String, BTreeSet<Location>>,
-    history: VecDeque<StoreEvent>,
+    history: VecDeque<Arc<StoreEvent>>,
     /// Events after this resourceVersion are all in `history`.
     compacted: u64,
     registry: Registry,
-    sender: broadcast::Sender<StoreEvent>,
+    /// Events are shared, not copied, with every subscriber: each watch of the cluster receives
+    /// every change, and a copy of the object per watch was most of the emulator's work.
+    sender: broadcast::Sender<Arc<StoreEvent>>,
     history_limit: usize,
     /// The cluster IPs and node ports the stored Services have.
     service_addresses: Allocator,
@@ -193,13 +195,6 @@ fn is_service(rt: &ResourceType) -> bool {
     rt.group.is_empty() && rt.kind == "Service"
 }
 
-/// The object without its resourceVersion, to detect no-op updates.
-fn comparable(object: &Value) -> Value {
-    let mut copy = object.clone();
-    meta::set_metadata_field(&mut copy, "resourceVersion", None);
-    copy
-}
-
 impl State {
     fn location(rt: &ResourceType, ns: &str, name: &str) -> Location {
         (rt.storage_key(), ns.to_string(), name.to_string())
@@ -217,6 +212,7 @@ impl State {
     }
 
     fn emit(&mut self, event: StoreEvent) {
+        let event = Arc::new(event);
         self.history.push_back(event.clone());
         while self.history.len() > self.history_limit {
             if let Some(old) = self.history.pop_front() {
@@ -361,7 +357,8 @@ impl State {
         if meta::is_deleting(crd_object) {
             crd::set_terminating(&mut updated);
         }
-        if comparable(&updated) != comparable(crd_object) {
+        // A copy with another status, its resourceVersion the same: compared as it is.
+        if updated != *crd_object {
             self.put(crd_rt, updated);
         }
     }
@@ -448,7 +445,7 @@ impl Store {
     }
 
     /// Every change from now on, in resourceVersion order.
-    pub fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoreEvent>> {
         self.lock().sender.subscribe()
     }
 
