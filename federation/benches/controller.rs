@@ -13,9 +13,10 @@
 //! 1. **Edit.** `COMB_BENCH_EDIT_COMBS` Combs per layer, resync 1 h (so that nothing else runs);
 //!    `COMB_BENCH_EDITS` times an image of a prod Comb is edited: the time until a watch sees
 //!    the Deployment with the new image (reaction), and every request along the three layers
-//!    until the chain is quiet again. After each edit a plain client writes a ConfigMap no Comb
-//!    selects and times its watch seeing it: a reaction holds two such round trips (the edit,
-//!    comb's apply), so the reaction less two of them is comb's part.
+//!    until the chain is quiet again. After each edit a plain client makes the two writes a
+//!    reaction holds, each timed until its watch sees it: the same edit of a Comb in a namespace
+//!    no layer watches, and an apply of the edited Deployment under a name no Comb selects. The
+//!    reaction less those two is comb's part.
 //! 2. **Convergence.** `COMB_BENCH_COMBS` Combs per layer created, then the controller started
 //!    (resync `COMB_BENCH_RESYNC`): requests and time until every Comb is Running.
 //! 3. **Settled resync.** `COMB_BENCH_SETTLE` later, one resync period of the same controller:
@@ -61,7 +62,7 @@ use comb_sandbox::controls::{LoggedRequest, epoch_micros};
 use comb_testkit::{Backend, OBSERVER, Setup, World};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{GroupVersionKind, TypeMeta};
 use kube::runtime::watcher::{self, Event};
@@ -765,9 +766,10 @@ struct Settled {
 #[derive(Default)]
 struct Edits {
     reaction: Vec<Duration>,
-    /// After each edit, a plain client's write seen by its watch on the same server: a
-    /// reaction is two of these (the edit, comb's apply) and comb's own work between them.
-    round_trip: Vec<Duration>,
+    /// After each edit, a plain client's two writes of the same kinds on the same server, each
+    /// seen by its watch: a reaction is these two (the edit, comb's apply) and comb's own work
+    /// between them.
+    round_trip: Vec<RoundTrips>,
     requests: Vec<Requests>,
     /// The floor of all of them together: one Deployment write each, and the transitions
     /// comb recorded for them (a build without `comb_transitions_total` records none).
@@ -910,18 +912,123 @@ async fn edit_once(
     into.requests.push(Requests::collect(world));
     let recorded = controller.transitions().await?.since(&transitions_before);
     into.floor.add_edit("deployments.apps", recorded);
-    into.round_trip.push(round_trip(world, edit).await?);
+    into.round_trip.push(round_trips(world, edit).await?);
     Ok(())
 }
 
-/// One write of a plain client (a ConfigMap no Comb selects, in prod's namespace) until a watch
-/// on the same server sees it: what each of a reaction's two API round trips costs here, so
-/// that comb's part of the reaction can be told from the server's.
-async fn round_trip(world: &World, edit: usize) -> Result<Duration> {
+/// The two writes a reaction holds, made by a plain client on the same server and each timed
+/// until a watch sees it: the edit (the same merge patch of a Comb, in a namespace no layer
+/// watches) and the apply (the edited Deployment, forced server-side apply, under a name no Comb
+/// selects). What the server takes for them is not comb's; the rest of the reaction is.
+async fn round_trips(world: &World, edit: usize) -> Result<RoundTrips> {
     let name = "bench-round-trip";
-    let config_maps: Api<ConfigMap> = Api::namespaced(world.observer("prod").await, "platform");
+    let image = format!("nginx:trip-{edit}");
+    let client = world.observer("prod").await;
+    let combs: Api<Comb> = Api::namespaced_with(
+        client.clone(),
+        ROUND_TRIP_NAMESPACE,
+        &comb_api::api_resource(DEFAULT_GROUP),
+    );
+    if combs.get_opt(name).await?.is_none() {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        if namespaces.get_opt(ROUND_TRIP_NAMESPACE).await?.is_none() {
+            namespaces
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": ROUND_TRIP_NAMESPACE}}))?,
+                )
+                .await?;
+        }
+        let comb = Comb::new(
+            DEFAULT_GROUP,
+            ROUND_TRIP_NAMESPACE,
+            name,
+            spec(name, "nginx:1")?,
+        );
+        combs.create(&PostParams::default(), &comb).await?;
+    }
+    let edited = until_seen(
+        &combs,
+        name,
+        |comb: &Comb| {
+            comb.spec
+                .config
+                .as_ref()
+                .and_then(|config| config.get("manifests"))
+                .and_then(|manifests| manifests.pointer("/0/spec/template/spec/containers/0/image"))
+                == Some(&json!(image))
+        },
+        || async {
+            combs
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"spec": {"config": {"manifests": manifests(name, &image)}}}),
+                    ),
+                )
+                .await?;
+            Ok(())
+        },
+    )
+    .await?;
+    let deployments: Api<Deployment> = Api::namespaced(client, "platform");
+    let mut deployment = manifests(name, &image)[0].take();
+    deployment["metadata"]["name"] = json!(name);
+    let applied = until_seen(
+        &deployments,
+        name,
+        |seen: &Deployment| {
+            seen.spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.containers.first())
+                .and_then(|container| container.image.as_deref())
+                == Some(image.as_str())
+        },
+        || async {
+            deployments
+                .patch(
+                    name,
+                    &PatchParams::apply("comb-bench").force(),
+                    &Patch::Apply(&deployment),
+                )
+                .await?;
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(RoundTrips {
+        edit: edited,
+        apply: applied,
+    })
+}
+
+/// The namespace of prod's server no layer watches, for the plain client's round trips.
+const ROUND_TRIP_NAMESPACE: &str = "bench-round-trip";
+
+/// A plain client's two writes of [`round_trips`].
+#[derive(Clone, Copy)]
+struct RoundTrips {
+    edit: Duration,
+    apply: Duration,
+}
+
+/// How long from `write` until a watch of `name` in `api` sees an object that `seen` accepts
+/// (the watch has listed before the write).
+async fn until_seen<K, W>(
+    api: &Api<K>,
+    name: &str,
+    seen: impl Fn(&K) -> bool,
+    write: impl FnOnce() -> W,
+) -> Result<Duration>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    W: Future<Output = Result<()>>,
+{
     let watch = watcher::watcher(
-        config_maps.clone(),
+        api.clone(),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
     );
     futures::pin_mut!(watch);
@@ -930,24 +1037,12 @@ async fn round_trip(world: &World, edit: usize) -> Result<Duration> {
             break;
         }
     }
-    let value = edit.to_string();
     let started = Instant::now();
-    config_maps
-        .patch(
-            name,
-            &PatchParams::apply("comb-bench").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": name},
-                "data": {"edit": value},
-            })),
-        )
-        .await?;
+    write().await?;
     within(Duration::from_secs(60), "the plain write seen", async {
         while let Some(event) = watch.try_next().await? {
-            if let Event::Apply(config_map) = event
-                && config_map.data.as_ref().and_then(|data| data.get("edit")) == Some(&value)
+            if let Event::Apply(object) = event
+                && seen(&object)
             {
                 return Ok(started.elapsed());
             }
@@ -1647,23 +1742,33 @@ fn print_edits(settings: &Settings, whose: &str, edits: &Edits) {
         );
     }
     if !edits.round_trip.is_empty() {
-        let mut trips = edits.round_trip.clone();
-        trips.sort();
+        let sorted = |pick: fn(&RoundTrips) -> Duration| {
+            let mut trips: Vec<Duration> = edits.round_trip.iter().map(pick).collect();
+            trips.sort();
+            trips
+        };
+        let edit_trips = sorted(|trips| trips.edit);
+        let apply_trips = sorted(|trips| trips.apply);
         println!(
-            "| a plain client's write seen by its watch{whose} (same server, after each edit) | median {}, p90 {} |",
-            millis(percentile(&trips, 0.5)),
-            millis(percentile(&trips, 0.9)),
+            "| a plain client's Comb edit seen by its watch{whose} (same server, after each edit) | median {}, p90 {} |",
+            millis(percentile(&edit_trips, 0.5)),
+            millis(percentile(&edit_trips, 0.9)),
         );
-        // Per edit: its reaction less the two round trips it holds (the edit's, comb's apply).
+        println!(
+            "| a plain client's Deployment apply seen by its watch{whose} | median {}, p90 {} |",
+            millis(percentile(&apply_trips, 0.5)),
+            millis(percentile(&apply_trips, 0.9)),
+        );
+        // Per edit: its reaction less the two writes it holds, as the plain client saw them.
         let mut own: Vec<Duration> = edits
             .reaction
             .iter()
             .zip(&edits.round_trip)
-            .map(|(reaction, trip)| reaction.saturating_sub(*trip * 2))
+            .map(|(reaction, trips)| reaction.saturating_sub(trips.edit + trips.apply))
             .collect();
         own.sort();
         println!(
-            "| comb's part of the reaction{whose} (reaction - 2 x the plain write, per edit) | median {}, p90 {} |",
+            "| comb's part of the reaction{whose} (reaction - the two plain writes, per edit) | median {}, p90 {} |",
             millis(percentile(&own, 0.5)),
             millis(percentile(&own, 0.9)),
         );
