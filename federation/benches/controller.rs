@@ -28,6 +28,11 @@
 //!    created up to that size, a fresh controller started, and `COMB_BENCH_SETTLE` after all
 //!    are Running, its VmRSS and VmHWM; first with no Comb at all.
 //!
+//! 6. **Growth** (not in the default phases). For each size of `COMB_BENCH_GROWTH` (Combs in
+//!    all, a third per layer; default `3000,10000` / `150,450`), phase 2's convergence and
+//!    phase 4's plain client on fresh clusters, and how each time grew from the smallest size:
+//!    comb's growth beside the server's own.
+//!
 //! Phases 1 and 2 also print comb's writes against **the floor** a truthful controller needs
 //! (issue 23): each object written once (for an edit, the one Deployment), one finalizer per
 //! Comb, and one status write and one Event per transition comb recorded (its
@@ -46,7 +51,7 @@
 //! COMB_BENCH_RESYNC 60s, COMB_BENCH_SETTLE 10s / 30s, COMB_BENCH_EDITS 20 / 5,
 //! COMB_BENCH_EDIT_COMBS 20 / 5, COMB_BENCH_WORKERS 8, COMB_BENCH_RSS `1000,3000` / `150` (add
 //! 10000 for the issue's figure; empty for none), COMB_BENCH_PHASES `edit,converge,plain,rss`
-//! (any subset; plain needs converge). COMB_BENCH_LOGS=DIR keeps each controller's log there,
+//! (any subset, and `growth`; plain needs converge). COMB_BENCH_LOGS=DIR keeps each controller's log there,
 //! COMB_BENCH_RUST_LOG sets its RUST_LOG (default `warn`). COMB_BENCH_AGAINST=PATH runs the
 //! edit phase of that other build of `comb` too, in turns with this one's on the same settled
 //! Combs (this, other, other, this), and prints its figures beside: an A/B in one run.
@@ -99,6 +104,8 @@ struct Settings {
     edit_combs: usize,
     workers: usize,
     rss_sizes: Vec<usize>,
+    /// The sizes of the growth phase (Combs in all), smallest first.
+    growth_sizes: Vec<usize>,
     phases: Vec<String>,
     /// Another build of `comb` (`COMB_BENCH_AGAINST`) whose edit phase runs beside this one's.
     against: Option<PathBuf>,
@@ -119,6 +126,19 @@ fn env_number(name: &str, default: usize) -> Result<usize> {
         .with_context(|| format!("{name} is not a number"))
 }
 
+/// Sizes separated by commas; none for an empty value.
+fn env_sizes(name: &str, default: &str) -> Result<Vec<usize>> {
+    env_or(name, default)
+        .split(',')
+        .map(str::trim)
+        .filter(|size| !size.is_empty())
+        .map(|size| {
+            size.parse()
+                .with_context(|| format!("{name}: sizes separated by commas"))
+        })
+        .collect()
+}
+
 fn env_duration(name: &str, default: &str) -> Result<Duration> {
     let text = env_or(name, default);
     comb_federation::config::parse_positive_duration(&text)
@@ -130,15 +150,10 @@ impl Settings {
         let backend = Backend::from_env();
         let kube = backend == Backend::Kube;
         let pick = |emulator: &'static str, real: &'static str| if kube { real } else { emulator };
-        let rss_sizes = env_or("COMB_BENCH_RSS", pick("1000,3000", "150"))
-            .split(',')
-            .map(str::trim)
-            .filter(|size| !size.is_empty())
-            .map(|size| {
-                size.parse()
-                    .context("COMB_BENCH_RSS: sizes separated by commas")
-            })
-            .collect::<Result<Vec<usize>>>()?;
+        let rss_sizes = env_sizes("COMB_BENCH_RSS", pick("1000,3000", "150"))?;
+        let mut growth_sizes = env_sizes("COMB_BENCH_GROWTH", pick("3000,10000", "150,450"))?;
+        growth_sizes.sort_unstable();
+        growth_sizes.dedup();
         Ok(Settings {
             backend,
             combs: env_number("COMB_BENCH_COMBS", if kube { 50 } else { 300 })?,
@@ -148,6 +163,7 @@ impl Settings {
             edit_combs: env_number("COMB_BENCH_EDIT_COMBS", if kube { 5 } else { 20 })?.max(1),
             workers: env_number("COMB_BENCH_WORKERS", 8)?.max(1),
             rss_sizes,
+            growth_sizes,
             phases: env_or("COMB_BENCH_PHASES", "edit,converge,plain,rss")
                 .split(',')
                 .map(|phase| phase.trim().to_string())
@@ -755,6 +771,20 @@ struct Figures {
     memory: Vec<(usize, u64, u64, Duration)>,
     /// VmRSS and VmHWM of phase 2's controller after its settled resync.
     converged_memory: Option<(u64, u64)>,
+    growth: Vec<Growth>,
+}
+
+/// One size of the growth phase.
+struct Growth {
+    combs: usize,
+    /// comb's convergence, from its start until every Comb is Running.
+    comb: Duration,
+    /// The plain client's, from its first write until its Deployments are ready.
+    plain: Duration,
+    /// comb's writes during its convergence.
+    writes: u64,
+    /// VmRSS of `comb run` (KiB) once every Comb is Running.
+    rss: u64,
 }
 
 struct Settled {
@@ -1148,25 +1178,34 @@ async fn deployed_objects(world: &World) -> Result<Vec<Vec<(ApiResource, Value)>
     Ok(layers)
 }
 
+/// `counts` Combs per layer created on `world`, then a fresh controller started: it, and the
+/// time from its start until every Comb is Running. The request logs start at its start.
+async fn converge(
+    settings: &Settings,
+    world: &World,
+    counts: [usize; 3],
+) -> Result<(ControllerProcess, Duration)> {
+    create_combs(world, &[0; 3], &counts).await?;
+    reset(world);
+    let started = Instant::now();
+    let mut controller = ControllerProcess::start(world, settings.resync, settings.workers).await?;
+    controller
+        .guard(within(
+            settings.deadline,
+            "every Comb Running",
+            all_running(world, &counts),
+        ))
+        .await?;
+    Ok((controller, started.elapsed()))
+}
+
 async fn converge_phase(
     settings: &Settings,
     figures: &mut Figures,
 ) -> Result<Vec<Vec<(ApiResource, Value)>>> {
     let world = clusters(settings, true).await;
     let count = settings.combs;
-    create_combs(&world, &[0; 3], &[count; 3]).await?;
-    reset(&world);
-    let started = Instant::now();
-    let mut controller =
-        ControllerProcess::start(&world, settings.resync, settings.workers).await?;
-    controller
-        .guard(within(
-            settings.deadline,
-            "every Comb Running",
-            all_running(&world, &[count; 3]),
-        ))
-        .await?;
-    let converged = started.elapsed();
+    let (mut controller, converged) = converge(settings, &world, [count; 3]).await?;
     figures.convergence = Some((Requests::collect(&world), converged));
     figures.convergence_floor = Some(Floor::of_convergence(
         managed_per_resource(&world).await?,
@@ -1214,6 +1253,17 @@ async fn plain_phase(
     figures: &mut Figures,
     objects: Vec<Vec<(ApiResource, Value)>>,
 ) -> Result<()> {
+    figures.plain = Some(plain_client(settings, objects).await?);
+    Ok(())
+}
+
+/// On fresh clusters, `objects` (per layer) created once each by a plain client, as many at a
+/// time per layer as the controller has workers: its requests, the time until its Deployments
+/// are ready, and how many objects it wrote.
+async fn plain_client(
+    settings: &Settings,
+    objects: Vec<Vec<(ApiResource, Value)>>,
+) -> Result<(Requests, Duration, usize)> {
     let world = clusters(settings, true).await;
     let total = objects.iter().map(Vec::len).sum();
     let deployments: Vec<usize> = objects
@@ -1272,8 +1322,38 @@ async fn plain_phase(
         async { futures::future::try_join_all(ready).await },
     )
     .await?;
-    figures.plain = Some((Requests::collect(&world), started.elapsed(), total));
+    let plain = (Requests::collect(&world), started.elapsed(), total);
     world.shutdown().await;
+    Ok(plain)
+}
+
+/// Convergence at each size of `COMB_BENCH_GROWTH` (Combs in all, a third per layer), each on
+/// fresh clusters, and the plain client's for the same objects: how the time grows with the
+/// Combs, comb's beside the plain client's, so that what grows faster than linearly in comb
+/// shows apart from what grows in the server.
+async fn growth_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
+    for &size in &settings.growth_sizes {
+        let world = clusters(settings, true).await;
+        let (controller, converged) = converge(settings, &world, split(size)).await?;
+        let requests = Requests::collect(&world);
+        let (rss, _) = controller.memory()?;
+        let objects = deployed_objects(&world).await?;
+        controller.stop(&format!("growth-{size}")).await?;
+        world.shutdown().await;
+        eprintln!("growth: {size} Combs converged in {}", seconds(converged));
+        let (_, plain, _) = plain_client(settings, objects).await?;
+        eprintln!(
+            "growth: the plain client's {size} Combs' objects ready in {}",
+            seconds(plain)
+        );
+        figures.growth.push(Growth {
+            combs: size,
+            comb: converged,
+            plain,
+            writes: requests.count(Class::Write),
+            rss,
+        });
+    }
     Ok(())
 }
 
@@ -1705,6 +1785,41 @@ fn report(settings: &Settings, figures: &Figures) {
             seconds(converged)
         );
     }
+    print_growth(&figures.growth);
+}
+
+/// The growth phase's table: each size's convergence, comb's and the plain client's, and how
+/// each grew from the smallest size, against how the Combs grew.
+fn print_growth(growth: &[Growth]) {
+    let Some(first) = growth.first() else {
+        return;
+    };
+    println!();
+    println!(
+        "| growth: convergence on fresh clusters | comb | plain client | comb / plain | comb's writes per Comb | RSS of `comb run` |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for size in growth {
+        println!(
+            "| {} Combs | {} | {} | {} | {} | {:.1} MiB |",
+            thousands(size.combs as u64),
+            seconds(size.comb),
+            seconds(size.plain),
+            ratio(size.comb.as_secs_f64(), size.plain.as_secs_f64()),
+            per(size.writes, size.combs),
+            size.rss as f64 / 1024.0
+        );
+    }
+    for size in &growth[1..] {
+        println!(
+            "| growth factor {} -> {} Combs ({}) | {} | {} | | | |",
+            thousands(first.combs as u64),
+            thousands(size.combs as u64),
+            ratio(size.combs as f64, first.combs as f64),
+            ratio(size.comb.as_secs_f64(), first.comb.as_secs_f64()),
+            ratio(size.plain.as_secs_f64(), first.plain.as_secs_f64()),
+        );
+    }
 }
 
 /// The edit phase's rows of one build (`whose` tells which, after the figure's name).
@@ -1792,6 +1907,10 @@ async fn run(settings: &Settings) -> Result<Figures> {
     if settings.runs("rss") && !settings.rss_sizes.is_empty() {
         memory_phase(settings, &mut figures).await?;
         eprintln!("memory phase done");
+    }
+    if settings.runs("growth") {
+        growth_phase(settings, &mut figures).await?;
+        eprintln!("growth phase done");
     }
     Ok(figures)
 }
