@@ -135,8 +135,14 @@ impl Store {
             BTreeMap::new()
         };
         let current = state.objects.get(&key);
+        let narrowed = match (namespace.filter(|_| rt.namespaced), &options.label_selector) {
+            (Some(ns), Some(selector)) if !changed_since => state.labelled(&key, ns, selector),
+            _ => None,
+        };
         let source: Box<dyn Iterator<Item = (&ObjectKey, &Value)>> = if changed_since {
             Box::new(snapshot.iter())
+        } else if let Some(narrowed) = narrowed {
+            Box::new(narrowed.into_iter())
         } else {
             match current {
                 Some(objects) => Box::new(objects.iter()),

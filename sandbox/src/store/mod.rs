@@ -15,7 +15,7 @@ use crate::api_error::{ApiError, FieldError};
 use crate::crd;
 use crate::meta;
 use crate::resources::{Registry, ResourceType, crd_resource_types};
-use crate::selectors::{FieldSelector, LabelSelector};
+use crate::selectors::{FieldSelector, LabelOp, LabelSelector};
 use crate::service_addresses::Allocator;
 use crate::strategy;
 
@@ -154,11 +154,20 @@ type ObjectKey = (String, String);
 /// Where an object lives: storage key, namespace ("" when cluster-scoped), name.
 type Location = (String, String, String);
 
+/// Storage key, namespace, label key, label value.
+type LabelledKey = (String, String, String, String);
+
 struct State {
     resource_version: u64,
     objects: HashMap<String, BTreeMap<ObjectKey, Value>>,
     by_uid: HashMap<String, Location>,
     dependents: HashMap<String, BTreeSet<Location>>,
+    /// The names of a namespace's objects of a type that carry a label with a value, so that
+    /// a list by an equality selector visits what it selects instead of the whole namespace:
+    /// the simulated endpoint controllers list a namespace's Pods and slices by selector on
+    /// every change, which at thousands of Services made the emulator's time grow with their
+    /// square.
+    labelled: HashMap<LabelledKey, BTreeSet<String>>,
     history: VecDeque<Arc<StoreEvent>>,
     /// Events after this resourceVersion are all in `history`.
     compacted: u64,
@@ -243,6 +252,66 @@ impl State {
         } else {
             self.by_uid.remove(&uid);
         }
+        let (storage, namespace, name) = location;
+        let labels = object["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten();
+        for (label, value) in labels {
+            let Some(value) = value.as_str() else {
+                continue;
+            };
+            let key = (
+                storage.clone(),
+                namespace.clone(),
+                label.clone(),
+                value.to_string(),
+            );
+            if add {
+                self.labelled.entry(key).or_default().insert(name.clone());
+            } else if let Some(names) = self.labelled.get_mut(&key) {
+                names.remove(name);
+                if names.is_empty() {
+                    self.labelled.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The objects of one namespace that a label selector's narrowest equality requirement
+    /// admits, in the store's order; `None` when the selector has no equality to narrow by.
+    /// The caller still matches the whole selector.
+    fn labelled<'a>(
+        &'a self,
+        storage: &str,
+        namespace: &str,
+        selector: &LabelSelector,
+    ) -> Option<Vec<(&'a ObjectKey, &'a Value)>> {
+        let empty = BTreeSet::new();
+        let names = selector
+            .requirements
+            .iter()
+            .filter_map(|requirement| match &requirement.op {
+                LabelOp::Equals(value) => Some((&requirement.key, value)),
+                _ => None,
+            })
+            .map(|(label, value)| {
+                let key = (
+                    storage.to_string(),
+                    namespace.to_string(),
+                    label.clone(),
+                    value.clone(),
+                );
+                self.labelled.get(&key).unwrap_or(&empty)
+            })
+            .min_by_key(|names| names.len())?;
+        let objects = self.objects.get(storage)?;
+        Some(
+            names
+                .iter()
+                .filter_map(|name| objects.get_key_value(&(namespace.to_string(), name.clone())))
+                .collect(),
+        )
     }
 
     /// Stores an object (new or replacing) at a fresh resourceVersion and emits the event.
@@ -380,6 +449,7 @@ impl Store {
                 objects: HashMap::new(),
                 by_uid: HashMap::new(),
                 dependents: HashMap::new(),
+                labelled: HashMap::new(),
                 history: VecDeque::new(),
                 compacted: 0,
                 registry: Registry::default(),
@@ -504,6 +574,85 @@ mod tests {
 
     fn rt(store: &Store, group: &str, kind: &str) -> ResourceType {
         store.resource_type(group, kind).expect("served")
+    }
+
+    #[test]
+    fn a_list_by_label_finds_what_a_scan_of_the_namespace_finds() {
+        // Random creates, relabels and deletes in two namespaces; after each, every selector's
+        // list (the label index where an equality narrows it) equals a scan's.
+        let s = store();
+        let cm = rt(&s, "", "ConfigMap");
+        let namespaces = ["default", "kube-public"];
+        let selectors = [
+            "app=a",
+            "app=a,tier=x",
+            "tier=x,app=b",
+            "app=a,tier!=x",
+            "app!=a",
+            "app in (a,b)",
+            "app=c",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for change in 0..600 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let namespace = namespaces[(seed % 2) as usize];
+            let name = format!("cm-{}", (seed >> 8) % 12);
+            let app = ["a", "b"][((seed >> 16) % 2) as usize];
+            let tier = ["x", "y"][((seed >> 20) % 2) as usize];
+            let labels = json!({"app": app, "tier": tier});
+            let existing = s.get(&cm, Some(namespace), &name).ok();
+            match ((seed >> 24) % 3, existing) {
+                (0, Some(_)) => {
+                    s.delete(&cm, Some(namespace), &name, Propagation::Background)
+                        .expect("deleted");
+                }
+                (_, Some(mut object)) => {
+                    object["metadata"]["labels"] = labels;
+                    s.update(&cm, Some(namespace), object).expect("relabelled");
+                }
+                (_, None) => {
+                    s.create(
+                        &cm,
+                        Some(namespace),
+                        json!({"metadata": {"name": name, "labels": labels}}),
+                    )
+                    .expect("created");
+                }
+            }
+            for namespace in namespaces {
+                let (all, _) = s.list(&cm, Some(namespace), None, None).expect("listed");
+                for selector in selectors {
+                    let parsed = LabelSelector::parse(selector).expect("parses");
+                    let scanned: Vec<&str> = all
+                        .iter()
+                        .filter(|object| parsed.matches(object))
+                        .map(meta::name)
+                        .collect();
+                    let (listed, _) = s
+                        .list(&cm, Some(namespace), Some(selector), None)
+                        .expect("listed");
+                    let listed: Vec<&str> = listed.iter().map(meta::name).collect();
+                    assert_eq!(listed, scanned, "change {change}, {namespace}, {selector}");
+                }
+            }
+        }
+        // Nothing stale is kept: each name indexed is an object carrying that label now.
+        let state = s.lock();
+        for ((storage, namespace, label, value), names) in &state.labelled {
+            for name in names {
+                let object = state
+                    .objects
+                    .get(storage)
+                    .and_then(|objects| objects.get(&(namespace.clone(), name.clone())));
+                assert_eq!(
+                    object.and_then(|o| o["metadata"]["labels"][label].as_str()),
+                    Some(value.as_str()),
+                    "{namespace}/{name} {label}={value}"
+                );
+            }
+        }
     }
 
     #[test]
