@@ -578,6 +578,9 @@ mod tests {
 
     #[test]
     fn a_list_by_label_finds_what_a_scan_of_the_namespace_finds() {
+        use rand::rngs::StdRng;
+        use rand::{Rng as _, SeedableRng as _};
+
         // Random creates, relabels and deletes in two namespaces; after each, every selector's
         // list (the label index where an equality narrows it) equals a scan's.
         let s = store();
@@ -592,18 +595,15 @@ mod tests {
             "app in (a,b)",
             "app=c",
         ];
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut rng = StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15);
         for change in 0..600 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let namespace = namespaces[(seed % 2) as usize];
-            let name = format!("cm-{}", (seed >> 8) % 12);
-            let app = ["a", "b"][((seed >> 16) % 2) as usize];
-            let tier = ["x", "y"][((seed >> 20) % 2) as usize];
+            let namespace = namespaces[rng.random_range(0..namespaces.len())];
+            let name = format!("cm-{}", rng.random_range(0..12));
+            let app = ["a", "b"][rng.random_range(0..2)];
+            let tier = ["x", "y"][rng.random_range(0..2)];
             let labels = json!({"app": app, "tier": tier});
             let existing = s.get(&cm, Some(namespace), &name).ok();
-            match ((seed >> 24) % 3, existing) {
+            match (rng.random_range(0..3), existing) {
                 (0, Some(_)) => {
                     s.delete(&cm, Some(namespace), &name, Propagation::Background)
                         .expect("deleted");
