@@ -284,6 +284,24 @@ impl ControllerProcess {
         Ok((field("VmRSS:")?, field("VmHWM:")?))
     }
 
+    /// The CPU time it spent so far, all its threads, user and system (/proc/PID/stat).
+    fn cpu(&self) -> Result<Duration> {
+        let pid = self.child.id().context("comb run has exited")?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // The fields after the command's `(name)`: state is field 3, utime 14 and stime 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let field = |number: usize| -> Result<u64> {
+            fields
+                .get(number - 3)
+                .and_then(|value| value.parse().ok())
+                .with_context(|| format!("no field {number} in /proc/{pid}/stat"))
+        };
+        Ok(ticks(field(14)? + field(15)?))
+    }
+
     /// The transitions it recorded so far (`comb_transitions_total`), by the phase and reason
     /// reached (`Running (Healthy)`).
     async fn transitions(&self) -> Result<Transitions> {
@@ -761,12 +779,12 @@ struct Figures {
     edits: Edits,
     /// `COMB_BENCH_AGAINST`'s build's edits, in the same run.
     against: Option<Edits>,
-    convergence: Option<(Requests, Duration)>,
+    convergence: Option<(Requests, Duration, Cpu)>,
     /// The floor of the convergence: the objects the Combs record, their finalizers and the
     /// transitions comb recorded until every Comb was Running.
     convergence_floor: Option<Floor>,
     settled: Option<Settled>,
-    plain: Option<(Requests, Duration, usize)>,
+    plain: Option<Plain>,
     /// `(Combs, VmRSS KiB, VmHWM KiB, time to converge)`.
     memory: Vec<(usize, u64, u64, Duration)>,
     /// VmRSS and VmHWM of phase 2's controller after its settled resync.
@@ -774,13 +792,25 @@ struct Figures {
     growth: Vec<Growth>,
 }
 
+/// The plain client's creation of what the Combs deployed.
+struct Plain {
+    requests: Requests,
+    /// From its first write until its Deployments are ready.
+    time: Duration,
+    /// The objects it created.
+    objects: usize,
+    cpu: Cpu,
+}
+
 /// One size of the growth phase.
 struct Growth {
     combs: usize,
     /// comb's convergence, from its start until every Comb is Running.
     comb: Duration,
+    comb_cpu: Cpu,
     /// The plain client's, from its first write until its Deployments are ready.
     plain: Duration,
+    plain_cpu: Cpu,
     /// comb's writes during its convergence.
     writes: u64,
     /// VmRSS of `comb run` (KiB) once every Comb is Running.
@@ -1178,15 +1208,17 @@ async fn deployed_objects(world: &World) -> Result<Vec<Vec<(ApiResource, Value)>
     Ok(layers)
 }
 
-/// `counts` Combs per layer created on `world`, then a fresh controller started: it, and the
-/// time from its start until every Comb is Running. The request logs start at its start.
+/// `counts` Combs per layer created on `world`, then a fresh controller started: it, the time
+/// from its start until every Comb is Running, and the CPU spent meanwhile. The request logs
+/// start at its start.
 async fn converge(
     settings: &Settings,
     world: &World,
     counts: [usize; 3],
-) -> Result<(ControllerProcess, Duration)> {
+) -> Result<(ControllerProcess, Duration, Cpu)> {
     create_combs(world, &[0; 3], &counts).await?;
     reset(world);
+    let busy_before = machine_busy()?;
     let started = Instant::now();
     let mut controller = ControllerProcess::start(world, settings.resync, settings.workers).await?;
     controller
@@ -1196,7 +1228,49 @@ async fn converge(
             all_running(world, &counts),
         ))
         .await?;
-    Ok((controller, started.elapsed()))
+    let converged = started.elapsed();
+    let cpu = Cpu {
+        comb: Some(controller.cpu()?),
+        machine: machine_busy()?.saturating_sub(busy_before),
+    };
+    Ok((controller, converged, cpu))
+}
+
+/// CPU time spent while something ran: by the whole machine (the API servers, comb, the bench's
+/// own clients), and by `comb run` alone where it ran. The server's part is the difference: it
+/// tells whether a slow convergence is comb's work or the requests it made the server do.
+#[derive(Clone, Copy)]
+struct Cpu {
+    comb: Option<Duration>,
+    machine: Duration,
+}
+
+/// The kernel's clock ticks of /proc/stat and /proc/PID/stat: USER_HZ, 100 on every Linux
+/// architecture this runs on (the ABI fixes it, whatever the kernel's own HZ).
+const USER_HZ: u64 = 100;
+
+fn ticks(count: u64) -> Duration {
+    Duration::from_millis(count * 1000 / USER_HZ)
+}
+
+/// The CPU time the machine spent busy since boot, all cores: /proc/stat's first line less
+/// idle and I/O wait (guest time is counted in user time already).
+fn machine_busy() -> Result<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("cpu "))
+        .context("/proc/stat has no cpu line")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal ...
+    let busy: u64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&field| fields.get(field))
+        .sum();
+    Ok(ticks(busy))
 }
 
 async fn converge_phase(
@@ -1205,8 +1279,8 @@ async fn converge_phase(
 ) -> Result<Vec<Vec<(ApiResource, Value)>>> {
     let world = clusters(settings, true).await;
     let count = settings.combs;
-    let (mut controller, converged) = converge(settings, &world, [count; 3]).await?;
-    figures.convergence = Some((Requests::collect(&world), converged));
+    let (mut controller, converged, cpu) = converge(settings, &world, [count; 3]).await?;
+    figures.convergence = Some((Requests::collect(&world), converged, cpu));
     figures.convergence_floor = Some(Floor::of_convergence(
         managed_per_resource(&world).await?,
         (3 * count) as u64,
@@ -1259,11 +1333,11 @@ async fn plain_phase(
 
 /// On fresh clusters, `objects` (per layer) created once each by a plain client, as many at a
 /// time per layer as the controller has workers: its requests, the time until its Deployments
-/// are ready, and how many objects it wrote.
+/// are ready, how many objects it wrote, and the machine's CPU meanwhile.
 async fn plain_client(
     settings: &Settings,
     objects: Vec<Vec<(ApiResource, Value)>>,
-) -> Result<(Requests, Duration, usize)> {
+) -> Result<Plain> {
     let world = clusters(settings, true).await;
     let total = objects.iter().map(Vec::len).sum();
     let deployments: Vec<usize> = objects
@@ -1277,6 +1351,7 @@ async fn plain_client(
         .collect();
     // The API resources come from phase 2's discovery: the plain client only creates.
     reset(&world);
+    let busy_before = machine_busy()?;
     let started = Instant::now();
     let mut writers = Vec::new();
     for ((_, context, _, namespace), objects) in LAYERS.iter().zip(objects) {
@@ -1322,7 +1397,15 @@ async fn plain_client(
         async { futures::future::try_join_all(ready).await },
     )
     .await?;
-    let plain = (Requests::collect(&world), started.elapsed(), total);
+    let plain = Plain {
+        time: started.elapsed(),
+        cpu: Cpu {
+            comb: None,
+            machine: machine_busy()?.saturating_sub(busy_before),
+        },
+        requests: Requests::collect(&world),
+        objects: total,
+    };
     world.shutdown().await;
     Ok(plain)
 }
@@ -1334,22 +1417,24 @@ async fn plain_client(
 async fn growth_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
     for &size in &settings.growth_sizes {
         let world = clusters(settings, true).await;
-        let (controller, converged) = converge(settings, &world, split(size)).await?;
+        let (controller, converged, cpu) = converge(settings, &world, split(size)).await?;
         let requests = Requests::collect(&world);
         let (rss, _) = controller.memory()?;
         let objects = deployed_objects(&world).await?;
         controller.stop(&format!("growth-{size}")).await?;
         world.shutdown().await;
         eprintln!("growth: {size} Combs converged in {}", seconds(converged));
-        let (_, plain, _) = plain_client(settings, objects).await?;
+        let plain = plain_client(settings, objects).await?;
         eprintln!(
             "growth: the plain client's {size} Combs' objects ready in {}",
-            seconds(plain)
+            seconds(plain.time)
         );
         figures.growth.push(Growth {
             combs: size,
             comb: converged,
-            plain,
+            comb_cpu: cpu,
+            plain: plain.time,
+            plain_cpu: plain.cpu,
             writes: requests.count(Class::Write),
             rss,
         });
@@ -1494,14 +1579,14 @@ fn report(settings: &Settings, figures: &Figures) {
     println!();
 
     // Convergence against the plain client.
-    if let Some((comb, comb_time)) = &figures.convergence {
+    if let Some((comb, comb_time, comb_cpu)) = &figures.convergence {
         println!(
             "| convergence of {} Combs | comb | plain client | comb / plain |",
             thousands(combs as u64)
         );
         println!("|---|---|---|---|");
         let plain = figures.plain.as_ref();
-        let plain_count = |class| plain.map(|(p, ..)| p.count(class));
+        let plain_count = |class| plain.map(|p| p.requests.count(class));
         let cell = |n: Option<u64>| n.map_or("-".to_string(), thousands);
         for (what, class) in [
             ("writes", Class::Write),
@@ -1521,23 +1606,24 @@ fn report(settings: &Settings, figures: &Figures) {
         println!(
             "| time | {} | {} | {} |",
             seconds(*comb_time),
-            plain.map_or("-".to_string(), |(_, time, _)| seconds(*time)),
-            plain.map_or("-".to_string(), |(_, time, _)| ratio(
+            plain.map_or("-".to_string(), |plain| seconds(plain.time)),
+            plain.map_or("-".to_string(), |plain| ratio(
                 comb_time.as_secs_f64(),
-                time.as_secs_f64()
+                plain.time.as_secs_f64()
             ))
         );
-        if let Some((_, _, objects)) = plain {
+        print_cpu_rows(comb_cpu, plain.map(|plain| &plain.cpu));
+        if let Some(plain) = plain {
             println!(
                 "| objects | {} deployed | {} created | |",
-                thousands(*objects as u64),
-                thousands(*objects as u64)
+                thousands(plain.objects as u64),
+                thousands(plain.objects as u64)
             );
         }
         println!(
             "| answers >= 400 | {} | {} | |",
             failures(comb),
-            plain.map_or("-".to_string(), |(p, ..)| failures(p))
+            plain.map_or("-".to_string(), |plain| failures(&plain.requests))
         );
         println!();
     }
@@ -1550,11 +1636,14 @@ fn report(settings: &Settings, figures: &Figures) {
         figures
             .convergence
             .as_ref()
-            .map(|(r, _)| ("convergence, per Comb".to_string(), r.by_key(), combs)),
-        figures
-            .plain
-            .as_ref()
-            .map(|(r, ..)| ("plain client, per Comb".to_string(), r.by_key(), combs)),
+            .map(|(r, ..)| ("convergence, per Comb".to_string(), r.by_key(), combs)),
+        figures.plain.as_ref().map(|plain| {
+            (
+                "plain client, per Comb".to_string(),
+                plain.requests.by_key(),
+                combs,
+            )
+        }),
         settled.map(|s| {
             (
                 "settled resync, per Comb".to_string(),
@@ -1636,7 +1725,7 @@ fn report(settings: &Settings, figures: &Figures) {
             .convergence_floor
             .as_ref()
             .zip(figures.convergence.as_ref())
-            .map(|(floor, (requests, _))| {
+            .map(|(floor, (requests, ..))| {
                 ("convergence, per Comb".to_string(), floor, requests, combs)
             }),
         (edit_count > 0).then(|| {
@@ -1677,7 +1766,7 @@ fn report(settings: &Settings, figures: &Figures) {
 
     // Per layer: writes / reads.
     let mut rows: Vec<(String, Requests, usize)> = Vec::new();
-    if let Some((r, _)) = &figures.convergence {
+    if let Some((r, ..)) = &figures.convergence {
         rows.push(("convergence, per Comb".into(), r.clone(), settings.combs));
     }
     if let Some(s) = settled {
@@ -1788,6 +1877,37 @@ fn report(settings: &Settings, figures: &Figures) {
     print_growth(&figures.growth);
 }
 
+/// The convergence table's CPU rows: the machine's, comb's own, and the rest (the API servers
+/// and the bench's clients), comb's and the plain client's side by side.
+fn print_cpu_rows(comb: &Cpu, plain: Option<&Cpu>) {
+    let cell = |cpu: Option<Duration>| cpu.map_or("-".to_string(), seconds);
+    let compare = |comb: Option<Duration>, plain: Option<Duration>| match (comb, plain) {
+        (Some(comb), Some(plain)) => ratio(comb.as_secs_f64(), plain.as_secs_f64()),
+        _ => "-".to_string(),
+    };
+    let rest = |cpu: &Cpu| Some(cpu.machine.saturating_sub(cpu.comb.unwrap_or_default()));
+    for (what, comb, plain) in [
+        (
+            "CPU, whole machine",
+            Some(comb.machine),
+            plain.map(|p| p.machine),
+        ),
+        ("CPU, `comb run`", comb.comb, None),
+        (
+            "CPU, the rest (servers, bench)",
+            rest(comb),
+            plain.and_then(rest),
+        ),
+    ] {
+        println!(
+            "| {what} | {} | {} | {} |",
+            cell(comb),
+            cell(plain),
+            compare(comb, plain)
+        );
+    }
+}
+
 /// The growth phase's table: each size's convergence, comb's and the plain client's, and how
 /// each grew from the smallest size, against how the Combs grew.
 fn print_growth(growth: &[Growth]) {
@@ -1796,23 +1916,27 @@ fn print_growth(growth: &[Growth]) {
     };
     println!();
     println!(
-        "| growth: convergence on fresh clusters | comb | plain client | comb / plain | comb's writes per Comb | RSS of `comb run` |"
+        "| growth: convergence on fresh clusters | comb | plain client | comb / plain | comb's writes per Comb | RSS of `comb run` | CPU: `comb run` / the rest / the plain client's |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for size in growth {
+        let comb_cpu = size.comb_cpu.comb.unwrap_or_default();
         println!(
-            "| {} Combs | {} | {} | {} | {} | {:.1} MiB |",
+            "| {} Combs | {} | {} | {} | {} | {:.1} MiB | {} / {} / {} |",
             thousands(size.combs as u64),
             seconds(size.comb),
             seconds(size.plain),
             ratio(size.comb.as_secs_f64(), size.plain.as_secs_f64()),
             per(size.writes, size.combs),
-            size.rss as f64 / 1024.0
+            size.rss as f64 / 1024.0,
+            seconds(comb_cpu),
+            seconds(size.comb_cpu.machine.saturating_sub(comb_cpu)),
+            seconds(size.plain_cpu.machine),
         );
     }
     for size in &growth[1..] {
         println!(
-            "| growth factor {} -> {} Combs ({}) | {} | {} | | | |",
+            "| growth factor {} -> {} Combs ({}) | {} | {} | | | | |",
             thousands(first.combs as u64),
             thousands(size.combs as u64),
             ratio(size.combs as f64, first.combs as f64),

@@ -127,16 +127,20 @@ async fn a_dependency_cycle_is_reported_and_stays_blocked() {
             ("b".to_string(), message)
         ]
     );
-    // Phase changes are Events too, with the Ready reason.
-    let list = events.list(&ListParams::default()).await.unwrap();
-    let blocked = list
-        .items
-        .iter()
-        .find(|e| {
-            e.involved_object.name.as_deref() == Some("b")
-                && e.reason.as_deref() == Some("DependencyNotReady")
-        })
-        .expect("an Event of b's transition");
+    // Phase changes are Events too, with the Ready reason. The step writes that Event after
+    // the status it announces, and the cycle's Events come from a task of their own, so on a
+    // real server it can land after both were seen.
+    let blocked = wait_until("an Event of b's transition", || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some("b")
+                    && e.reason.as_deref() == Some("DependencyNotReady")
+            })
+        }
+    })
+    .await;
     assert_eq!(blocked.type_.as_deref(), Some("Warning"));
     assert!(
         blocked.message.as_deref().unwrap().ends_with(
