@@ -284,22 +284,10 @@ impl ControllerProcess {
         Ok((field("VmRSS:")?, field("VmHWM:")?))
     }
 
-    /// The CPU time it spent so far, all its threads, user and system (/proc/PID/stat).
+    /// The CPU time it spent so far.
     fn cpu(&self) -> Result<Duration> {
         let pid = self.child.id().context("comb run has exited")?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // The fields after the command's `(name)`: state is field 3, utime 14 and stime 15.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        let field = |number: usize| -> Result<u64> {
-            fields
-                .get(number - 3)
-                .and_then(|value| value.parse().ok())
-                .with_context(|| format!("no field {number} in /proc/{pid}/stat"))
-        };
-        Ok(ticks(field(14)? + field(15)?))
+        process_cpu(&pid.to_string())
     }
 
     /// The transitions it recorded so far (`comb_transitions_total`), by the phase and reason
@@ -1218,7 +1206,7 @@ async fn converge(
 ) -> Result<(ControllerProcess, Duration, Cpu)> {
     create_combs(world, &[0; 3], &counts).await?;
     reset(world);
-    let busy_before = machine_busy()?;
+    let before = Cpu::now(None)?;
     let started = Instant::now();
     let mut controller = ControllerProcess::start(world, settings.resync, settings.workers).await?;
     controller
@@ -1229,20 +1217,44 @@ async fn converge(
         ))
         .await?;
     let converged = started.elapsed();
-    let cpu = Cpu {
-        comb: Some(controller.cpu()?),
-        machine: machine_busy()?.saturating_sub(busy_before),
-    };
+    // comb's process started with the count: all its CPU is the convergence's.
+    let cpu = Cpu::now(Some(&controller))?.since(&before);
     Ok((controller, converged, cpu))
 }
 
-/// CPU time spent while something ran: by the whole machine (the API servers, comb, the bench's
-/// own clients), and by `comb run` alone where it ran. The server's part is the difference: it
-/// tells whether a slow convergence is comb's work or the requests it made the server do.
-#[derive(Clone, Copy)]
+/// CPU time spent while something ran, all cores, user and system: by `comb run` where it ran,
+/// by this process (the emulator's servers when the backend is the emulator, and the bench's
+/// own clients), and by the whole machine (with a real backend, its servers are the machine's
+/// rest; anything else running on the machine counts there too). It tells whether a slow
+/// convergence is comb's work or the server's.
+#[derive(Clone, Copy, Default)]
 struct Cpu {
     comb: Option<Duration>,
+    bench: Duration,
     machine: Duration,
+}
+
+impl Cpu {
+    /// The counters now, `comb`'s too when given.
+    fn now(comb: Option<&ControllerProcess>) -> Result<Cpu> {
+        Ok(Cpu {
+            comb: comb.map(ControllerProcess::cpu).transpose()?,
+            bench: process_cpu("self")?,
+            machine: machine_busy()?,
+        })
+    }
+
+    /// What was spent since `earlier`.
+    fn since(&self, earlier: &Cpu) -> Cpu {
+        Cpu {
+            comb: match (self.comb, earlier.comb) {
+                (Some(now), Some(then)) => Some(now.saturating_sub(then)),
+                (now, _) => now,
+            },
+            bench: self.bench.saturating_sub(earlier.bench),
+            machine: self.machine.saturating_sub(earlier.machine),
+        }
+    }
 }
 
 /// The kernel's clock ticks of /proc/stat and /proc/PID/stat: USER_HZ, 100 on every Linux
@@ -1251,6 +1263,24 @@ const USER_HZ: u64 = 100;
 
 fn ticks(count: u64) -> Duration {
     Duration::from_millis(count * 1000 / USER_HZ)
+}
+
+/// The CPU time the process `pid` (a number, or `self`) spent so far, all its threads, user and
+/// system (/proc/PID/stat).
+fn process_cpu(pid: &str) -> Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command's `(name)`: state is field 3, utime 14 and stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |number: usize| -> Result<u64> {
+        fields
+            .get(number - 3)
+            .and_then(|value| value.parse().ok())
+            .with_context(|| format!("no field {number} in /proc/{pid}/stat"))
+    };
+    Ok(ticks(field(14)? + field(15)?))
 }
 
 /// The CPU time the machine spent busy since boot, all cores: /proc/stat's first line less
@@ -1351,7 +1381,7 @@ async fn plain_client(
         .collect();
     // The API resources come from phase 2's discovery: the plain client only creates.
     reset(&world);
-    let busy_before = machine_busy()?;
+    let before = Cpu::now(None)?;
     let started = Instant::now();
     let mut writers = Vec::new();
     for ((_, context, _, namespace), objects) in LAYERS.iter().zip(objects) {
@@ -1399,10 +1429,7 @@ async fn plain_client(
     .await?;
     let plain = Plain {
         time: started.elapsed(),
-        cpu: Cpu {
-            comb: None,
-            machine: machine_busy()?.saturating_sub(busy_before),
-        },
+        cpu: Cpu::now(None)?.since(&before),
         requests: Requests::collect(&world),
         objects: total,
     };
@@ -1877,26 +1904,24 @@ fn report(settings: &Settings, figures: &Figures) {
     print_growth(&figures.growth);
 }
 
-/// The convergence table's CPU rows: the machine's, comb's own, and the rest (the API servers
-/// and the bench's clients), comb's and the plain client's side by side.
+/// The convergence table's CPU rows ([`Cpu`]), comb's and the plain client's side by side.
 fn print_cpu_rows(comb: &Cpu, plain: Option<&Cpu>) {
     let cell = |cpu: Option<Duration>| cpu.map_or("-".to_string(), seconds);
     let compare = |comb: Option<Duration>, plain: Option<Duration>| match (comb, plain) {
         (Some(comb), Some(plain)) => ratio(comb.as_secs_f64(), plain.as_secs_f64()),
         _ => "-".to_string(),
     };
-    let rest = |cpu: &Cpu| Some(cpu.machine.saturating_sub(cpu.comb.unwrap_or_default()));
     for (what, comb, plain) in [
+        ("CPU, `comb run`", comb.comb, None),
+        (
+            "CPU, the bench process (the emulator's servers, the bench's clients)",
+            Some(comb.bench),
+            plain.map(|p| p.bench),
+        ),
         (
             "CPU, whole machine",
             Some(comb.machine),
             plain.map(|p| p.machine),
-        ),
-        ("CPU, `comb run`", comb.comb, None),
-        (
-            "CPU, the rest (servers, bench)",
-            rest(comb),
-            plain.and_then(rest),
         ),
     ] {
         println!(
@@ -1916,11 +1941,10 @@ fn print_growth(growth: &[Growth]) {
     };
     println!();
     println!(
-        "| growth: convergence on fresh clusters | comb | plain client | comb / plain | comb's writes per Comb | RSS of `comb run` | CPU: `comb run` / the rest / the plain client's |"
+        "| growth: convergence on fresh clusters | comb | plain client | comb / plain | comb's writes per Comb | RSS of `comb run` | CPU of `comb run` / of the bench process, comb's run / the plain client's |"
     );
     println!("|---|---|---|---|---|---|---|");
     for size in growth {
-        let comb_cpu = size.comb_cpu.comb.unwrap_or_default();
         println!(
             "| {} Combs | {} | {} | {} | {} | {:.1} MiB | {} / {} / {} |",
             thousands(size.combs as u64),
@@ -1929,9 +1953,9 @@ fn print_growth(growth: &[Growth]) {
             ratio(size.comb.as_secs_f64(), size.plain.as_secs_f64()),
             per(size.writes, size.combs),
             size.rss as f64 / 1024.0,
-            seconds(comb_cpu),
-            seconds(size.comb_cpu.machine.saturating_sub(comb_cpu)),
-            seconds(size.plain_cpu.machine),
+            seconds(size.comb_cpu.comb.unwrap_or_default()),
+            seconds(size.comb_cpu.bench),
+            seconds(size.plain_cpu.bench),
         );
     }
     for size in &growth[1..] {

@@ -13,22 +13,29 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use crate::error::{Error, Result};
 
-/// Runs `"$@"`, and ends it (TERM, then KILL after 5 s) once stdin reads EOF; removes `$1` (a
-/// directory, may be empty) when the process is gone. Stdin is kept on fd 3 because `sh` gives
-/// a background job `/dev/null` as its stdin. The reader ignores INT, TERM and HUP: a Ctrl-C
-/// (or `timeout`) signals the whole process group, and the watchdog must outlive it to make
-/// sure a component that hangs in its graceful shutdown is killed.
+/// Runs `"$@"`, and ends it (TERM, then KILL after 5 s) once stdin reads EOF; then removes `$1`
+/// (a directory, may be empty). Stdin is kept on fd 3 because `sh` gives a background job
+/// `/dev/null` as its stdin. The reader ignores INT, TERM and HUP: a Ctrl-C (or `timeout`)
+/// signals the whole process group, and the watchdog must outlive it to make sure a component
+/// that hangs in its graceful shutdown is killed.
+///
+/// The directory goes only when the stop came from comb (it asked, or it died): the reader marks
+/// it before it signals. A component that ends on its own leaves it, with the log that says why
+/// (etcd's log is in the directory its watchdog removes), for comb to read and then remove. The
+/// reader is killed with KILL (it ignores TERM) so that it cannot mark a directory made later.
 const WATCHDOG: &str = r#"cleanup=$1; shift
 exec 3<&0
 "$@" </dev/null 3<&- &
 child=$!
-( trap '' INT TERM HUP; read -r _ <&3; kill -TERM "$child" 2>/dev/null; i=0
+( trap '' INT TERM HUP; read -r _ <&3
+  [ -n "$cleanup" ] && : >"$cleanup/.comb-stopping" 2>/dev/null
+  kill -TERM "$child" 2>/dev/null; i=0
   while kill -0 "$child" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
   kill -KILL "$child" 2>/dev/null ) &
 reader=$!
 wait "$child"; status=$?
-kill "$reader" 2>/dev/null
-[ -n "$cleanup" ] && rm -rf "$cleanup"
+kill -KILL "$reader" 2>/dev/null
+[ -n "$cleanup" ] && [ -e "$cleanup/.comb-stopping" ] && rm -rf "$cleanup"
 exit "$status""#;
 
 /// One running component of a cluster.
@@ -48,7 +55,8 @@ impl std::fmt::Debug for Component {
 }
 
 impl Component {
-    /// Starts `binary args` with its output in `log`; `cleanup` is removed when it ends.
+    /// Starts `binary args` with its output in `log`; `cleanup` is removed when comb stops it
+    /// (or dies), not when it ends on its own.
     pub fn spawn(
         name: &str,
         binary: &Path,
@@ -123,4 +131,57 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     all[all.len().saturating_sub(lines)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component that writes `words` and then runs `rest` (shell).
+    fn shell(dir: &Path, words: &str, rest: &str) -> Component {
+        Component::spawn(
+            "test",
+            Path::new("/bin/sh"),
+            &["-c".to_string(), format!("echo {words}; {rest}")],
+            &dir.join("test.log"),
+            Some(dir),
+        )
+        .unwrap()
+    }
+
+    async fn ended(component: &mut Component) -> std::process::ExitStatus {
+        tokio::time::timeout(Duration::from_secs(30), component.child.wait())
+            .await
+            .expect("the watchdog ends")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_component_that_fails_on_its_own_leaves_its_log_to_be_read() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("cluster");
+        std::fs::create_dir(&dir).unwrap();
+        let mut component = shell(&dir, "bind: address already in use", "exit 1");
+        assert!(!ended(&mut component).await.success());
+        assert_eq!(component.log_tail(5), "bind: address already in use");
+        // Stopped after it ended: nothing left to end, and the directory stays comb's to remove.
+        component.stop_and_wait(Duration::from_secs(10)).await;
+        assert!(dir.exists());
+    }
+
+    #[tokio::test]
+    async fn a_component_comb_stops_takes_its_directory_with_it() {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("cluster");
+        std::fs::create_dir(&dir).unwrap();
+        let mut component = shell(&dir, "serving", "exec sleep 600");
+        // Started, and its output written, before it is asked to stop.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while component.log_tail(1) != "serving" {
+            assert!(tokio::time::Instant::now() < deadline, "it never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        component.stop_and_wait(Duration::from_secs(30)).await;
+        assert!(!dir.exists());
+    }
 }
