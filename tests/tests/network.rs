@@ -15,7 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -374,6 +374,23 @@ fn netns_of(pid: u32) -> Option<String> {
         .map(|link| link.display().to_string())
 }
 
+/// The sandboxes' data directories (`$TMPDIR/comb-kube-*`) that the processes `pids` hold files
+/// open in.
+fn data_directories(pids: &[u32]) -> BTreeSet<PathBuf> {
+    let temp = std::env::temp_dir();
+    pids.iter()
+        .filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/fd")).ok())
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|open| {
+            let top = open.strip_prefix(&temp).ok()?.components().next()?;
+            let top = top.as_os_str().to_str()?;
+            top.starts_with("comb-kube-").then(|| temp.join(top))
+        })
+        .collect()
+}
+
 /// The processes inside any of `namespaces`.
 fn processes_in(namespaces: &BTreeSet<String>) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -551,22 +568,29 @@ async fn iptables_mode_and_the_call_control_and_nothing_outlives_a_killed_sandbo
         namespaces.len() >= 2,
         "the node's and the Pods' namespaces hold processes: {namespaces:?}"
     );
+    // Nor the directory its clusters kept their data and logs in.
+    let directories = data_directories(&processes);
+    assert_eq!(directories.len(), 1, "{directories:?}");
     let mut sandbox = sandbox;
     sandbox.0.kill().expect("SIGKILL");
     sandbox.0.wait().expect("reaped");
-    wait_until("every process of the killed sandbox gone", || async {
-        let alive: Vec<u32> = processes
-            .iter()
-            .copied()
-            .filter(|p| Path::new(&format!("/proc/{p}")).exists())
-            .collect();
-        let inside = processes_in(&namespaces);
-        if alive.is_empty() && inside.is_empty() {
-            Ok(())
-        } else {
-            Err((alive, inside))
-        }
-    })
+    wait_until(
+        "every process and the directory of the killed sandbox gone",
+        || async {
+            let alive: Vec<u32> = processes
+                .iter()
+                .copied()
+                .filter(|p| Path::new(&format!("/proc/{p}")).exists())
+                .collect();
+            let inside = processes_in(&namespaces);
+            let kept: Vec<&PathBuf> = directories.iter().filter(|dir| dir.exists()).collect();
+            if alive.is_empty() && inside.is_empty() && kept.is_empty() {
+                Ok(())
+            } else {
+                Err((alive, inside, kept))
+            }
+        },
+    )
     .await;
     let named = std::process::Command::new("ip")
         .args(["netns", "list"])

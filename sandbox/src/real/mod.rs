@@ -217,6 +217,10 @@ pub struct RealSandbox {
     /// Held so that the router's namespace lives as long as the clusters'.
     _router: Option<Arc<Router>>,
     _dir: tempfile::TempDir,
+    /// Removes `_dir` when the sandbox is never dropped: held in a static (a test binary's
+    /// shared control planes) or its process killed. Each cluster's etcd removes its own
+    /// directory so; this takes the directory above them too.
+    _janitor: Component,
 }
 
 impl std::fmt::Debug for RealSandbox {
@@ -259,6 +263,13 @@ impl RealSandbox {
                 what: "creating the clusters' data directory".into(),
                 source,
             })?;
+        let janitor = Component::spawn(
+            "janitor",
+            Path::new("sleep"),
+            &["infinity".to_string()],
+            &dir.path().join("janitor.log"),
+            Some(dir.path()),
+        )?;
         let authority = Arc::new(Authority::generate()?);
         let token = uuid::Uuid::new_v4().simple().to_string();
         let client = api_client(authority.der())?;
@@ -321,6 +332,7 @@ impl RealSandbox {
             tasks,
             _router: router,
             _dir: dir,
+            _janitor: janitor,
         };
         match first_error {
             Some(error) => {
