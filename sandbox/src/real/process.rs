@@ -137,16 +137,21 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 mod tests {
     use super::*;
 
-    /// A component that writes `words` and then runs `rest` (shell).
-    fn shell(dir: &Path, words: &str, rest: &str) -> Component {
-        Component::spawn(
+    /// A component that writes `words` and then runs `rest` (shell), with its log in and its
+    /// cleanup of a directory of its own: the component, that directory, and what holds it.
+    fn shell(words: &str, rest: &str) -> (Component, PathBuf, tempfile::TempDir) {
+        let top = tempfile::tempdir().unwrap();
+        let dir = top.path().join("cluster");
+        std::fs::create_dir(&dir).unwrap();
+        let component = Component::spawn(
             "test",
             Path::new("/bin/sh"),
             &["-c".to_string(), format!("echo {words}; {rest}")],
             &dir.join("test.log"),
-            Some(dir),
+            Some(&dir),
         )
-        .unwrap()
+        .unwrap();
+        (component, dir, top)
     }
 
     async fn ended(component: &mut Component) -> std::process::ExitStatus {
@@ -158,10 +163,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_component_that_fails_on_its_own_leaves_its_log_to_be_read() {
-        let top = tempfile::tempdir().unwrap();
-        let dir = top.path().join("cluster");
-        std::fs::create_dir(&dir).unwrap();
-        let mut component = shell(&dir, "bind: address already in use", "exit 1");
+        let (mut component, dir, _top) = shell("bind: address already in use", "exit 1");
         assert!(!ended(&mut component).await.success());
         assert_eq!(component.log_tail(5), "bind: address already in use");
         // Stopped after it ended: nothing left to end, and the directory stays comb's to remove.
@@ -171,10 +173,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_component_comb_stops_takes_its_directory_with_it() {
-        let top = tempfile::tempdir().unwrap();
-        let dir = top.path().join("cluster");
-        std::fs::create_dir(&dir).unwrap();
-        let mut component = shell(&dir, "serving", "exec sleep 600");
+        let (mut component, dir, _top) = shell("serving", "exec sleep 600");
         // Started, and its output written, before it is asked to stop.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while component.log_tail(1) != "serving" {
