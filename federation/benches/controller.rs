@@ -1227,7 +1227,7 @@ async fn converge(
 /// own clients), and by the whole machine (with a real backend, its servers are the machine's
 /// rest; anything else running on the machine counts there too). It tells whether a slow
 /// convergence is comb's work or the server's.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Cpu {
     comb: Option<Duration>,
     bench: Duration,
@@ -1363,7 +1363,7 @@ async fn plain_phase(
 
 /// On fresh clusters, `objects` (per layer) created once each by a plain client, as many at a
 /// time per layer as the controller has workers: its requests, the time until its Deployments
-/// are ready, how many objects it wrote, and the machine's CPU meanwhile.
+/// are ready, how many objects it wrote, and the CPU spent meanwhile ([`Cpu`], no comb in it).
 async fn plain_client(
     settings: &Settings,
     objects: Vec<Vec<(ApiResource, Value)>>,
