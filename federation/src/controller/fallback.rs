@@ -29,7 +29,6 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::events::EventType;
-use super::fallback_state::lock;
 use super::layer::{LayerRuntime, LayerState};
 use super::queue::Trigger;
 use crate::config::{Fallback, Probe};
@@ -165,7 +164,7 @@ impl Shared {
                 None,
             );
         };
-        let mut chains = lock(&self.fallbacks.chains);
+        let mut chains = self.fallbacks.chains.lock();
         let chain = chains
             .entry((layer.index, key.clone()))
             .or_insert_with(|| resumed_chain(config, candidates, fallback, recorded));
@@ -183,12 +182,7 @@ impl Shared {
         previous: Option<&CombStatus>,
         status: &CombStatus,
     ) {
-        let Some(fallback) = layer
-            .layer
-            .borrow
-            .as_ref()
-            .and_then(|borrow| borrow.fallback.as_ref())
-        else {
+        let Some(fallback) = layer.fallback() else {
             return;
         };
         let Some((kind, reason, message)) = fallback_event(previous, status, fallback) else {
@@ -239,7 +233,7 @@ impl Shared {
         let borrowers = self.fallback_borrowers();
         self.probe(&borrowers).await;
         let now = Instant::now();
-        let mut chains = lock(&self.fallbacks.chains);
+        let mut chains = self.fallbacks.chains.lock();
         let mut on_fallback: BTreeMap<usize, i64> = BTreeMap::new();
         let mut kept: BTreeSet<(usize, CombKey)> = BTreeSet::new();
         for borrower in &borrowers {
@@ -285,7 +279,7 @@ impl Shared {
         chains.retain(|id, _| kept.contains(id));
         drop(chains);
         for layer in &self.layers {
-            if config_has_fallback(layer) {
+            if layer.fallback().is_some() {
                 self.metrics.set_borrowers_on_fallback(
                     layer.name(),
                     on_fallback.get(&layer.index).copied().unwrap_or(0),
@@ -299,7 +293,7 @@ impl Shared {
     fn fallback_borrowers(&self) -> Vec<Borrower<'_>> {
         let mut borrowers = Vec::new();
         for layer in self.layers.iter().filter(|layer| layer.is_holding()) {
-            if !config_has_fallback(layer) {
+            if layer.fallback().is_none() {
                 continue;
             }
             for key in layer.keys() {
@@ -370,7 +364,7 @@ impl Shared {
         let layer = &peer.layer;
         let context = &layer.layer.context;
         let schedule = schedules.get(context)?;
-        let api = lock(&self.fallbacks.api).get(context).cloned()?;
+        let api = self.fallbacks.api.lock().get(context).cloned()?;
         let api_trouble = if layer.state() == LayerState::Down {
             Some("context unreachable".to_string())
         } else {
@@ -395,7 +389,7 @@ impl Shared {
             return Some(Err(why));
         }
         if fallback.probe == Some(Probe::Tcp) {
-            let probes = lock(&self.fallbacks.probes);
+            let probes = self.fallbacks.probes.lock();
             for address in bridge_addresses(status.as_ref(), peer.same_server) {
                 match probes.get(&address)? {
                     (_, Err(why)) => return Some(Err(why.clone())),
@@ -412,7 +406,7 @@ impl Shared {
         let mut due: BTreeMap<String, Duration> = BTreeMap::new();
         let now = Instant::now();
         {
-            let probes = lock(&self.fallbacks.probes);
+            let probes = self.fallbacks.probes.lock();
             for borrower in borrowers {
                 if borrower.fallback.probe != Some(Probe::Tcp) {
                     continue;
@@ -446,7 +440,7 @@ impl Shared {
             .collect()
             .await;
         let at = Instant::now();
-        let mut probes = lock(&self.fallbacks.probes);
+        let mut probes = self.fallbacks.probes.lock();
         for (address, result) in results {
             if let Err(why) = &result {
                 debug!("probe: {why}");
@@ -454,15 +448,6 @@ impl Shared {
             probes.insert(address, (at, result));
         }
     }
-}
-
-/// Whether the layer's borrow has a fallback.
-fn config_has_fallback(layer: &LayerRuntime) -> bool {
-    layer
-        .layer
-        .borrow
-        .as_ref()
-        .is_some_and(|borrow| borrow.fallback.is_some())
 }
 
 /// A chain for a borrower met for the first time, on the entry its recorded status shows.
@@ -560,7 +545,7 @@ async fn check_context(
             Err(_) => Some(check_failure(Err(schedule.timeout))),
         };
         shared.metrics.upstream_check(&context, failure.is_none());
-        let mut api = lock(&shared.fallbacks.api);
+        let mut api = shared.fallbacks.api.lock();
         let health = api.entry(context.clone()).or_default();
         match failure {
             None => {

@@ -3,11 +3,12 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
 use comb_api::{Comb, CombSpec, CombStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::TypeMeta;
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
@@ -17,7 +18,7 @@ use super::graph::DependencyGraph;
 use super::queue::{Trigger, WorkQueue};
 use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_signature};
 
-use crate::config::Layer;
+use crate::config::{Fallback, Layer};
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::keys::{CombKey, dependency_key};
@@ -339,11 +340,6 @@ pub struct LayerRuntime {
     holding: AtomicBool,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent before anything could panic.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl LayerRuntime {
     pub fn new(
         index: usize,
@@ -386,6 +382,11 @@ impl LayerRuntime {
         &self.layer.name
     }
 
+    /// The fallback of the layer's borrow, if it has one.
+    pub fn fallback(&self) -> Option<&Fallback> {
+        self.layer.borrow.as_ref()?.fallback.as_ref()
+    }
+
     /// The client edge of one step of a Comb in `namespace`: the layer's own, whose writes
     /// impersonate the layer's `serviceAccount` when it names one (the client for that user is
     /// built once and kept by the pool).
@@ -421,7 +422,7 @@ impl LayerRuntime {
             annotations.remove(LAST_APPLIED);
         }
         let own_write = source == Source::OwnWrite;
-        let mut store = lock(&self.store);
+        let mut store = self.store.lock();
         let Some(entry) = store.get_mut(key) else {
             if own_write {
                 // Deleted meanwhile: its watch event said so.
@@ -481,19 +482,22 @@ impl LayerRuntime {
         self.queue.forget(key);
         // Its edges went when it was seen gone (`set_dependencies` with none): the cycles
         // were told then.
-        let dropped = lock(&self.graph)
+        let dropped = self
+            .graph
+            .lock()
             .set(key, BTreeSet::new())
             .map(|change| change.dropped)
             .unwrap_or_default();
         // Out of the store first: what a step judged of it meanwhile is not kept after.
-        let known = lock(&self.store).remove(key).is_some();
+        let known = self.store.lock().remove(key).is_some();
         self.forget_unjudged(std::iter::once(key).chain(&dropped));
         known
     }
 
     /// The keys of the Combs of `scope` (a namespace, or all).
     pub fn keys_in(&self, scope: Option<&str>) -> Vec<CombKey> {
-        lock(&self.store)
+        self.store
+            .lock()
             .keys()
             .filter(|key| scope.is_none_or(|namespace| key.namespace == namespace))
             .cloned()
@@ -505,19 +509,21 @@ impl LayerRuntime {
     }
 
     pub fn knows(&self, key: &CombKey) -> bool {
-        lock(&self.store).contains_key(key)
+        self.store.lock().contains_key(key)
     }
 
     /// The uid and generation of the CR of `key` as last seen; `None` when it is not known.
     pub fn origin(&self, key: &CombKey) -> Option<Origin> {
-        lock(&self.store)
+        self.store
+            .lock()
             .get(key)
             .map(|entry| Origin::of_metadata(entry.cr.metadata()))
     }
 
     /// What dependents judge `key` by, if it is kept for `origin`.
     pub fn judged(&self, key: &CombKey, origin: &Origin) -> Option<Arc<Judged>> {
-        lock(&self.judged)
+        self.judged
+            .lock()
             .get(key)
             .filter(|judged| judged.origin == *origin)
             .cloned()
@@ -528,20 +534,20 @@ impl LayerRuntime {
         if !judged.keepable() {
             return;
         }
-        let mut kept = lock(&self.judged);
-        if lock(&self.store).contains_key(key) && lock(&self.graph).is_depended_on(key) {
+        let mut kept = self.judged.lock();
+        if self.store.lock().contains_key(key) && self.graph.lock().is_depended_on(key) {
             kept.insert(key.clone(), judged.clone());
         }
     }
 
     /// Lets go of what is kept for Combs that are gone or that nothing depends on any more.
     fn forget_unjudged<'a>(&self, candidates: impl IntoIterator<Item = &'a CombKey>) {
-        let mut kept = lock(&self.judged);
+        let mut kept = self.judged.lock();
         if kept.is_empty() {
             return;
         }
-        let store = lock(&self.store);
-        let graph = lock(&self.graph);
+        let store = self.store.lock();
+        let graph = self.graph.lock();
         for key in candidates {
             if !(store.contains_key(key) && graph.is_depended_on(key)) {
                 kept.remove(key);
@@ -551,12 +557,13 @@ impl LayerRuntime {
 
     /// The CR of `key` as last seen; `None` when it is not known.
     pub fn cr(&self, key: &CombKey) -> Option<Comb> {
-        lock(&self.store).get(key).map(|entry| entry.cr.comb())
+        self.store.lock().get(key).map(|entry| entry.cr.comb())
     }
 
     /// What the Comb of `key` recorded last (see [`CombEntry::recorded_status`]).
     pub fn recorded_status(&self, key: &CombKey) -> Option<CombStatus> {
-        lock(&self.store)
+        self.store
+            .lock()
             .get(key)
             .and_then(|entry| entry.recorded_status().cloned())
     }
@@ -564,19 +571,20 @@ impl LayerRuntime {
     /// The status the CR of `key` carries as last seen (not a status only memory holds): what a
     /// borrower reading it as its peer sees. `None` when the Comb is not known.
     pub fn kept_status(&self, key: &CombKey) -> Option<Option<CombStatus>> {
-        lock(&self.store)
+        self.store
+            .lock()
             .get(key)
             .map(|entry| entry.cr.status().cloned())
     }
 
     /// Runs `f` on the entry of `key`, if there is one.
     pub fn with_entry<T>(&self, key: &CombKey, f: impl FnOnce(&mut CombEntry) -> T) -> Option<T> {
-        lock(&self.store).get_mut(key).map(|entry| f(entry))
+        self.store.lock().get_mut(key).map(|entry| f(entry))
     }
 
     /// Every entry, for `--once` and the final outcome: `f` over each.
     pub fn each_entry<T>(&self, mut f: impl FnMut(&CombKey, &CombEntry) -> T) -> Vec<T> {
-        let store = lock(&self.store);
+        let store = self.store.lock();
         let mut keys: Vec<&CombKey> = store.keys().collect();
         keys.sort();
         keys.into_iter()
@@ -603,7 +611,7 @@ impl LayerRuntime {
             .iter()
             .filter_map(|reference| dependency_key(reference, &key.namespace))
             .collect();
-        let mut graph = lock(&self.graph);
+        let mut graph = self.graph.lock();
         let change = graph.set(key, dependencies)?;
         let cycles = change.cycles_changed.then(|| graph.cycles().to_vec());
         drop(graph);
@@ -613,7 +621,9 @@ impl LayerRuntime {
 
     /// The dependency cycle `key` is in, if any, starting and ending at `key`.
     pub fn cycle_of(&self, key: &CombKey) -> Option<Vec<CombKey>> {
-        let cycle = lock(&self.graph)
+        let cycle = self
+            .graph
+            .lock()
             .cycles()
             .iter()
             .find(|cycle| cycle.contains(key))?
@@ -632,12 +642,12 @@ impl LayerRuntime {
 
     /// The Combs of this layer that depend on `key`.
     pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
-        lock(&self.graph).dependents_of(key)
+        self.graph.lock().dependents_of(key)
     }
 
     /// Marks one Comb watch as listed; returns whether the whole layer just became listed.
     pub fn mark_listed(&self, scope: usize) -> bool {
-        let mut health = lock(&self.health);
+        let mut health = self.health.lock();
         let was = health.listed_scopes.len() >= self.scopes;
         health.listed_scopes.insert(scope);
         let listed = health.listed_scopes.len() >= self.scopes;
@@ -650,12 +660,12 @@ impl LayerRuntime {
 
     /// Every Comb watch has listed once.
     pub fn is_listed(&self) -> bool {
-        lock(&self.health).listed_scopes.len() >= self.scopes
+        self.health.lock().listed_scopes.len() >= self.scopes
     }
 
     /// Marks the layer down; returns whether it was not down before.
     pub fn mark_down(&self, error: &str) -> bool {
-        let mut health = lock(&self.health);
+        let mut health = self.health.lock();
         health.error = Some(error.to_string());
         if health.state == LayerState::Down {
             return false;
@@ -668,7 +678,7 @@ impl LayerRuntime {
 
     /// Marks the layer up after it was down; returns whether it was down.
     pub fn mark_up(&self) -> bool {
-        let mut health = lock(&self.health);
+        let mut health = self.health.lock();
         if health.state != LayerState::Down {
             return false;
         }
@@ -684,12 +694,12 @@ impl LayerRuntime {
     }
 
     pub fn state(&self) -> LayerState {
-        lock(&self.health).state
+        self.health.lock().state
     }
 
     pub fn status(&self) -> LayerStatus {
-        let combs = lock(&self.store).len();
-        let health = lock(&self.health);
+        let combs = self.store.lock().len();
+        let health = self.health.lock();
         LayerStatus {
             name: self.layer.name.clone(),
             context: self.layer.context.clone(),

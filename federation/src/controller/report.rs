@@ -192,11 +192,9 @@ impl Shared {
         self.layers
             .iter()
             .flat_map(|layer| {
-                let recorded = layer.each_entry(|key, _| key.clone());
-                recorded.into_iter().map(move |key| {
+                layer.each_entry(|key, entry| {
                     // A kept status that does not decode is reported; the outcome has none.
-                    let status = layer.recorded_status(&key);
-                    let status = status.as_ref();
+                    let status = entry.recorded_status();
                     let ready = status.and_then(CombStatus::ready);
                     CombOutcome {
                         layer: layer.name().to_string(),

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec};
+use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Reason, UpstreamSpec};
 
 use super::queue::Trigger;
 use crate::config::{BorrowDecision, Config};
@@ -121,19 +121,10 @@ impl Versions {
 }
 
 /// What others react to in a Comb's status: phase, Ready verdict, endpoints and upstream
-/// (without the times, which change on every borrowing step). Kept for every Comb, so all but
-/// the phase as a hash (their copies took ~250 bytes a Comb).
+/// (without the times, which change on every borrowing step). Kept for every Comb, so as a hash
+/// (their copies took ~250 bytes a Comb).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatusSignature {
-    phase: Option<Phase>,
-    rest: u64,
-}
-
-impl StatusSignature {
-    pub fn phase(&self) -> Option<&Phase> {
-        self.phase.as_ref()
-    }
-}
+pub struct StatusSignature(u64);
 
 /// The [`StatusSignature`] of a recorded status.
 pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
@@ -152,13 +143,11 @@ pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
             ..upstream
         });
     // The same values give the same text, so the same hash, within this process.
-    let text = serde_json::to_string(&(ready, endpoints, upstream)).unwrap_or_default();
+    let phase = status.and_then(|s| s.phase.as_ref());
+    let text = serde_json::to_string(&(phase, ready, endpoints, upstream)).unwrap_or_default();
     let mut hasher = std::hash::DefaultHasher::new();
     std::hash::Hash::hash(&text, &mut hasher);
-    StatusSignature {
-        phase: status.and_then(|s| s.phase.clone()),
-        rest: std::hash::Hasher::finish(&hasher),
-    }
+    StatusSignature(std::hash::Hasher::finish(&hasher))
 }
 
 /// The Comb a managed resource belongs to, by its name and namespace labels.
