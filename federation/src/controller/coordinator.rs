@@ -281,11 +281,10 @@ impl Coordinator {
                 let holder = match self.held.get(&layer) {
                     Some(held) if held.draining.is_some() || held.lost => return None,
                     Some(_) => self.sharding.identity.clone(),
-                    None => self
-                        .observed
-                        .get(&self.sharding.shard_lease(&layer))?
-                        .holder()?
-                        .to_string(),
+                    None => {
+                        holder_of(&self.observed.get(&self.sharding.shard_lease(&layer))?.lease)?
+                            .to_string()
+                    }
                 };
                 Some((layer, holder))
             })
@@ -326,7 +325,7 @@ impl Coordinator {
                         || renewed > wall
                 })
             })
-            .filter_map(|observed| observed.holder().map(str::to_string))
+            .filter_map(|observed| holder_of(&observed.lease).map(str::to_string))
             .collect();
         members.push(self.sharding.identity.clone());
         members.sort();
@@ -346,12 +345,9 @@ impl Coordinator {
                     }
                     return;
                 }
-                let lost = held.lost;
-                let lease = held.lease.clone();
-                self.held.remove(layer);
                 self.shared.metrics.set_shard_held(layer, false);
-                if !lost {
-                    self.release(layer, lease).await;
+                if let Some(held) = self.held.remove(layer).filter(|held| !held.lost) {
+                    self.release(layer, held.lease).await;
                 }
                 return;
             }
@@ -421,7 +417,7 @@ impl Coordinator {
                 lease: written,
                 renewed_at: sent,
                 fence,
-                abort: work.abort_token(),
+                abort: work.abort.clone(),
                 work: Some(work),
                 draining: None,
                 lost: false,
@@ -549,16 +545,10 @@ impl Coordinator {
     /// Stops every layer's work, waits for the running steps and releases the Leases, so that
     /// the others take over at once.
     async fn leave(&mut self) {
-        let layers: Vec<String> = self.held.keys().cloned().collect();
-        for layer in &layers {
-            if let Some(held) = self.held.get_mut(layer) {
-                held.drain(false);
-            }
+        for held in self.held.values_mut() {
+            held.drain(false);
         }
-        for layer in layers {
-            let Some(mut held) = self.held.remove(&layer) else {
-                continue;
-            };
+        for (layer, mut held) in std::mem::take(&mut self.held) {
             if let Some(draining) = held.draining.take() {
                 let _ = draining.await;
             }
@@ -582,8 +572,10 @@ impl Coordinator {
                         transitions_of(&held.lease),
                     ),
                     None => (
-                        observed.and_then(|o| o.holder().map(str::to_string)),
-                        observed.map_or(0, Observed::transitions),
+                        observed
+                            .and_then(|o| holder_of(&o.lease))
+                            .map(str::to_string),
+                        observed.map_or(0, |o| transitions_of(&o.lease)),
                     ),
                 };
                 let assigned_to = assignment.get(&layer).cloned();

@@ -3,14 +3,15 @@
 //! ([`FallbackChain`](crate::engine::borrow::FallbackChain), pure), and steps a borrower whose
 //! chain moved; the step then borrows from (or runs as) the entry in use.
 //!
-//! What comb looks at, and how often (every [`HealthPolicy::check_period`] of the shortest
-//! `unhealthyAfter` that depends on it):
+//! What comb looks at, and how often (every
+//! [`HealthPolicy::check_period`](crate::engine::borrow::HealthPolicy::check_period) of the
+//! shortest `unhealthyAfter` that depends on it):
 //!
 //! - each upstream layer's API server: one `GET /readyz` per kube context, whatever the number
 //!   of borrowers (a settled layer sends no other request, so a partition that leaves its
 //!   connections hanging would otherwise go unnoticed until a watch times out), with a deadline
-//!   ([`HealthPolicy::check_timeout`]); a layer whose watches failed counts as unreachable at
-//!   once;
+//!   ([`HealthPolicy::check_timeout`](crate::engine::borrow::HealthPolicy::check_timeout)); a
+//!   layer whose watches failed counts as unreachable at once;
 //! - the peer Comb in each entry's layer, as the watches hold it: serving while Running (or
 //!   rolling out) with endpoints ([`peer_serves`]);
 //! - with `probe: tcp`, one TCP connect per address the bridge to each entry would use, from the
@@ -31,12 +32,11 @@ use super::Shared;
 use super::events::EventType;
 use super::layer::{LayerRuntime, LayerState};
 use super::queue::Trigger;
+use super::triggers::chain_peer;
 use crate::config::{Fallback, Probe};
 use crate::engine::borrow::fallback::{peer_serves, written_duration};
 use crate::engine::borrow::redirect::with_port;
-use crate::engine::borrow::{
-    Candidate, Controlling, FallbackChain, FallbackState, HealthPolicy, Observation,
-};
+use crate::engine::borrow::{Candidate, Controlling, FallbackChain, FallbackState, Observation};
 use crate::engine::keys::CombKey;
 
 /// How many TCP probes run at once.
@@ -50,13 +50,6 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    fn of(policy: &HealthPolicy) -> Schedule {
-        Schedule {
-            period: policy.check_period(),
-            timeout: policy.check_timeout(),
-        }
-    }
-
     /// The tighter of two schedules (a context several borrows depend on is checked as the
     /// most demanding one needs).
     fn tighter(self, other: Schedule) -> Schedule {
@@ -78,7 +71,10 @@ pub(crate) fn checked_contexts(config: &crate::config::Config) -> BTreeMap<Strin
         let Some(fallback) = &borrow.fallback else {
             continue;
         };
-        let schedule = Schedule::of(&fallback.policy);
+        let schedule = Schedule {
+            period: fallback.policy.check_period(),
+            timeout: fallback.policy.check_timeout(),
+        };
         let layers = std::iter::once(borrow.from.as_str()).chain(fallback.to.iter().filter_map(
             |candidate| match candidate {
                 Candidate::Layer(name) => Some(name.as_str()),
@@ -321,35 +317,20 @@ impl Shared {
 
     /// Where the peer of entry `candidate` of `key`'s chain is; `None` for `local`.
     fn peer_of(&self, layer: &LayerRuntime, key: &CombKey, candidate: &Candidate) -> Option<Peer> {
-        let Candidate::Layer(target) = candidate else {
-            return None;
-        };
-        let (upstream, namespace) =
-            self.config
-                .peer_up_the_chain(&layer.layer, &key.namespace, target)?;
-        let runtime = self
-            .layers
-            .iter()
-            .find(|l| l.name() == upstream.name)?
-            .clone();
-        let same_server = self
-            .pool()
-            .and_then(|pool| {
-                Some(
-                    pool.server_url(&upstream.context).ok()?
-                        == pool.server_url(&layer.layer.context).ok()?,
-                )
-            })
-            .unwrap_or(false);
+        // The runtimes are the configuration's layers, in its order.
+        let (index, peer) = chain_peer(&self.config, &layer.layer, key, candidate)?;
+        let runtime = self.layers.get(index)?.clone();
+        // Every layer's pool is the controller's one.
+        let pool = &layer.borrow_env.pool;
+        let same_server = matches!(
+            (pool.server_url(&runtime.layer.context), pool.server_url(&layer.layer.context)),
+            (Ok(upstream), Ok(here)) if upstream == here
+        );
         Some(Peer {
             layer: runtime,
-            key: CombKey::new(namespace, &key.name),
+            key: peer,
             same_server,
         })
-    }
-
-    fn pool(&self) -> Option<&comb_kubeconfigs::ClientPool> {
-        self.layers.first().map(|layer| &layer.borrow_env.pool)
     }
 
     /// What one look at `peer` finds at `now`; `None` while there is nothing to go by yet (no
@@ -588,6 +569,7 @@ async fn evaluate_fallbacks(
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::engine::borrow::HealthPolicy;
     use serde_json::json;
 
     fn config(yaml: &str) -> Config {

@@ -64,11 +64,7 @@ impl ControllerHandle {
 
     /// The health of layer `name`.
     pub fn layer(&self, name: &str) -> Option<LayerStatus> {
-        self.shared
-            .layers
-            .iter()
-            .find(|layer| layer.name() == name)
-            .map(|layer| layer.status())
+        self.layers().into_iter().find(|layer| layer.name == name)
     }
 
     /// Every layer's queue.

@@ -585,10 +585,11 @@ impl LayerRuntime {
     /// Every entry, for `--once` and the final outcome: `f` over each.
     pub fn each_entry<T>(&self, mut f: impl FnMut(&CombKey, &CombEntry) -> T) -> Vec<T> {
         let store = self.store.lock();
-        let mut keys: Vec<&CombKey> = store.keys().collect();
-        keys.sort();
-        keys.into_iter()
-            .filter_map(|key| store.get(key).map(|entry| f(key, entry)))
+        let mut entries: Vec<(&CombKey, &Box<CombEntry>)> = store.iter().collect();
+        entries.sort_by_key(|(key, _)| *key);
+        entries
+            .into_iter()
+            .map(|(key, entry)| f(key, entry))
             .collect()
     }
 
@@ -629,15 +630,11 @@ impl LayerRuntime {
             .find(|cycle| cycle.contains(key))?
             .clone();
         // The cycle repeats its first Comb at the end: rotate the loop to begin at `key`.
-        let ring = &cycle[..cycle.len().saturating_sub(1)];
+        let mut ring = cycle[..cycle.len().saturating_sub(1)].to_vec();
         let start = ring.iter().position(|member| member == key)?;
-        let mut rotated: Vec<CombKey> = ring[start..]
-            .iter()
-            .chain(&ring[..start])
-            .cloned()
-            .collect();
-        rotated.push(key.clone());
-        Some(rotated)
+        ring.rotate_left(start);
+        ring.push(key.clone());
+        Some(ring)
     }
 
     /// The Combs of this layer that depend on `key`.

@@ -14,6 +14,7 @@
 //! clock; [`WorkQueue`] wraps it for the workers.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
@@ -73,10 +74,6 @@ impl Trigger {
             self,
             Trigger::Dependency | Trigger::Upstream | Trigger::Fallback
         )
-    }
-
-    pub fn as_str(self) -> &'static str {
-        self.into()
     }
 }
 
@@ -312,13 +309,11 @@ impl QueueState {
 
     /// Moves Combs whose retry or resync is due at `now` into the ready queue.
     pub fn promote_due(&mut self, now: Instant) {
-        while let Some(Reverse((at, _, _))) = self.timers.peek() {
-            if *at > now {
+        while let Some(timer) = self.timers.peek_mut() {
+            if timer.0.0 > now {
                 break;
             }
-            let Some(Reverse((at, kind, key))) = self.timers.pop() else {
-                break;
-            };
+            let Reverse((at, kind, key)) = PeekMut::pop(timer);
             let Some(entry) = self.entries.get_mut(&key) else {
                 continue;
             };

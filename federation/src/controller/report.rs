@@ -67,13 +67,11 @@ impl Shared {
         previous: Option<&CombStatus>,
         status: &CombStatus,
     ) {
-        let (Some(namespace), Some(name)) = (
-            cr.metadata.namespace.as_deref(),
-            cr.metadata.name.as_deref(),
-        ) else {
+        let Some(key) = comb_key(cr) else {
             return;
         };
-        let Some(transition) = Transition::between(layer.name(), namespace, name, previous, status)
+        let Some(transition) =
+            Transition::between(layer.name(), &key.namespace, &key.name, previous, status)
         else {
             return;
         };

@@ -156,12 +156,11 @@ impl Controller {
                 if let Ok(bound) = listener.local_addr() {
                     let _ = shared.admin_address.set(bound);
                 }
-                let handle = ControllerHandle {
-                    shared: shared.clone(),
-                };
                 Some(tokio::spawn(admin::serve(
                     listener,
-                    handle,
+                    ControllerHandle {
+                        shared: shared.clone(),
+                    },
                     shared.stopping.clone(),
                 )))
             }
@@ -181,11 +180,8 @@ impl Controller {
             None => Ok(run_active(&shared, &shutdown).await),
         };
         shared.stopping.cancel();
-        if let Some(admin) = admin {
-            let _ = admin.await;
-        }
-        if let Some(webhook) = webhook {
-            let _ = webhook.await;
+        for server in admin.into_iter().chain(webhook) {
+            let _ = server.await;
         }
         info!("stopped");
         outcome

@@ -17,6 +17,7 @@ use super::events::EventType;
 use super::layer::{Built, Judged, LayerRuntime, Origin};
 use super::queue::{StepReport, StepState};
 use super::reads::StepPeers;
+use super::triggers::comb_key;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::class::CombInstance;
 use crate::engine::keys::{CombKey, dependency_key};
@@ -327,24 +328,21 @@ async fn set_finalizers(
     cr: &Comb,
     finalizers: &[String],
 ) -> Result<Comb> {
-    let (Some(namespace), Some(name)) = (
-        cr.metadata.namespace.as_deref(),
-        cr.metadata.name.as_deref(),
-    ) else {
+    let Some(key) = comb_key(cr) else {
         return Err(Error::Controller(
             "the Comb has no namespace or name".to_string(),
         ));
     };
     let api: Api<Comb> = Api::namespaced_with(
         ops.client().clone(),
-        namespace,
+        &key.namespace,
         &comb_api::api_resource(group),
     );
     let patch = json!({"metadata": {
         "finalizers": finalizers,
         "resourceVersion": cr.metadata.resource_version,
     }});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|error| Error::kube("patch finalizers of Comb", error))
 }

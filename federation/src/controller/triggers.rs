@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Reason, UpstreamSpec};
 
 use super::queue::Trigger;
-use crate::config::{BorrowDecision, Config};
+use crate::config::{BorrowDecision, Config, Layer};
 use crate::engine::borrow::Candidate;
 use crate::engine::keys::CombKey;
 
@@ -159,6 +159,22 @@ pub fn owner_of(labels: Option<&BTreeMap<String, String>>, keys: &LabelKeys) -> 
     ))
 }
 
+/// The peer of Comb `key` of `layer` on entry `candidate` of its fallback chain, as (layer index,
+/// key); `None` for `local`.
+pub fn chain_peer(
+    config: &Config,
+    layer: &Layer,
+    key: &CombKey,
+    candidate: &Candidate,
+) -> Option<(usize, CombKey)> {
+    let Candidate::Layer(target) = candidate else {
+        return None;
+    };
+    let (upstream, namespace) = config.peer_up_the_chain(layer, &key.namespace, target)?;
+    let index = config.layers.iter().position(|l| l.name == upstream.name)?;
+    Some((index, CombKey::new(namespace, &key.name)))
+}
+
 /// Upstream class names that read a peer Comb in another layer.
 const K8S_UPSTREAMS: [&str; 2] = ["K8s", "Kubernetes::Comb::Upstream::K8s"];
 
@@ -172,17 +188,7 @@ pub fn upstream_peer(config: &Config, layer: usize, comb: &Comb) -> Option<(usiz
     let index_of = |name: &str| config.layers.iter().position(|l| l.name == name);
     if let Some((candidates, _)) = config.fallback_of(this, &key.namespace, &key.name) {
         let entry = config.recorded_entry(&candidates, comb.status.as_ref());
-        return match candidates.get(entry)? {
-            Candidate::Local => None,
-            Candidate::Layer(target) => {
-                let (upstream, namespace) =
-                    config.peer_up_the_chain(this, &key.namespace, target)?;
-                Some((
-                    index_of(&upstream.name)?,
-                    CombKey::new(namespace, &key.name),
-                ))
-            }
-        };
+        return chain_peer(config, this, &key, candidates.get(entry)?);
     }
     match this.borrow_decision(config, &key.namespace, &key.name) {
         BorrowDecision::Borrow {

@@ -26,7 +26,7 @@ pub(super) struct LayerWork {
     /// Workers take no more jobs; watches end.
     stop: CancellationToken,
     /// Running steps are dropped (the Lease is lost).
-    abort: CancellationToken,
+    pub(super) abort: CancellationToken,
     tasks: JoinSet<()>,
 }
 
@@ -86,10 +86,6 @@ impl LayerWork {
         self.stop.cancel();
     }
 
-    pub(super) fn abort_token(&self) -> CancellationToken {
-        self.abort.clone()
-    }
-
     /// Waits until every worker and watch of the layer ended.
     pub(super) async fn join(mut self) {
         self.stop.cancel();
@@ -137,7 +133,7 @@ async fn work(
             layer = layer.name(),
             namespace = %job.key.namespace,
             comb = %job.key.name,
-            trigger = job.trigger.as_str(),
+            trigger = <&str>::from(job.trigger),
         );
         let started_at = jiff::Timestamp::now();
         let stepping = std::panic::AssertUnwindSafe(step::step(&shared, &layer, &job.key))
