@@ -508,9 +508,8 @@ async fn check_context(
             () = cancel.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let request = match http::Request::get("/readyz").body(Vec::new()) {
-            Ok(request) => request,
-            Err(_) => return,
+        let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+            return;
         };
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,

@@ -5,9 +5,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use comb_api::{Comb, CombSpec, CombStatus};
+use comb_api::{Comb, CombStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::TypeMeta;
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -37,19 +36,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// two-manifest Comb).
 #[derive(Clone, Debug)]
 pub struct KeptComb {
-    head: Head,
-    spec: CombSpec,
+    /// The CR without its configuration.
+    cr: Comb,
     config: Option<Box<RawValue>>,
-    status: Option<CombStatus>,
-}
-
-/// What is kept of a CR but its spec and status.
-#[derive(Clone, Debug)]
-struct Head {
-    types: Option<TypeMeta>,
-    metadata: ObjectMeta,
-    spec_error: Option<String>,
-    status_error: Option<String>,
 }
 
 impl KeptComb {
@@ -60,39 +49,24 @@ impl KeptComb {
             // empty configuration).
             serde_json::value::to_raw_value(&config).unwrap_or_else(|_| RawValue::NULL.to_owned())
         });
-        KeptComb::with_spec(cr, config)
-    }
-
-    fn with_spec(cr: Comb, config: Option<Box<RawValue>>) -> KeptComb {
-        KeptComb {
-            head: Head {
-                types: cr.types,
-                metadata: cr.metadata,
-                spec_error: cr.spec_error,
-                status_error: cr.status_error,
-            },
-            spec: CombSpec {
-                config: None,
-                ..cr.spec
-            },
-            config,
-            status: cr.status,
-        }
+        KeptComb { cr, config }
     }
 
     /// A later version of the same CR: the kept spec is reused while the generation stays (a
     /// status write does not change the spec).
-    fn next(&self, cr: Comb) -> KeptComb {
+    fn next(&self, mut cr: Comb) -> KeptComb {
+        let kept = &self.cr;
         let same_spec = cr.metadata.generation.is_some()
-            && cr.metadata.uid == self.head.metadata.uid
-            && cr.metadata.generation == self.head.metadata.generation
-            && cr.spec_error == self.head.spec_error;
+            && cr.metadata.uid == kept.metadata.uid
+            && cr.metadata.generation == kept.metadata.generation
+            && cr.spec_error == kept.spec_error;
         if !same_spec {
             return KeptComb::new(cr);
         }
+        cr.spec = kept.spec.clone();
         KeptComb {
-            spec: self.spec.clone(),
-            ..KeptComb::with_spec(cr, self.config.clone())
+            cr,
+            config: self.config.clone(),
         }
     }
 
@@ -100,34 +74,26 @@ impl KeptComb {
     /// its text) makes the spec fail to build, as a malformed spec does, never an empty one
     /// (a Comb without its manifests would prune everything).
     pub fn comb(&self) -> Comb {
-        let head = &self.head;
-        let (config, config_error) = match &self.config {
-            None => (None, None),
-            Some(text) => match serde_json::from_str(text.get()) {
-                Ok(config) => (Some(config), None),
-                Err(error) => (None, Some(format!("spec.config: {error}"))),
-            },
-        };
-        Comb {
-            types: head.types.clone(),
-            metadata: head.metadata.clone(),
-            spec: CombSpec {
-                config,
-                ..self.spec.clone()
-            },
-            status: self.status.clone(),
-            spec_error: head.spec_error.clone().or(config_error),
-            status_error: head.status_error.clone(),
+        let mut comb = self.cr.clone();
+        if let Some(text) = &self.config {
+            match serde_json::from_str(text.get()) {
+                Ok(config) => comb.spec.config = Some(config),
+                Err(error) => {
+                    comb.spec_error
+                        .get_or_insert_with(|| format!("spec.config: {error}"));
+                }
+            }
         }
+        comb
     }
 
     pub fn metadata(&self) -> &ObjectMeta {
-        &self.head.metadata
+        &self.cr.metadata
     }
 
     /// The recorded status.
     pub fn status(&self) -> Option<&CombStatus> {
-        self.status.as_ref()
+        self.cr.status.as_ref()
     }
 }
 
@@ -447,12 +413,8 @@ impl LayerRuntime {
         }
         // Without a generation (a server that keeps none) the trigger compares the specs.
         let trigger = if cr.metadata.generation.is_some() {
-            // The trigger reads only the metadata then.
-            let kept = Comb {
-                metadata: kept.clone(),
-                ..Comb::default()
-            };
-            cr_trigger(Some(&kept), &cr, own_write)
+            // The trigger reads only the metadata then: the CR without its configuration serves.
+            cr_trigger(Some(&entry.cr.cr), &cr, own_write)
         } else {
             cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
         };

@@ -188,7 +188,7 @@ impl Metrics {
 
     /// What counts the kept copies that do not decode, for the caches and the layers.
     pub fn unprojectable_counter(&self) -> Arc<dyn CountUnprojectable> {
-        Arc::new(UnprojectableCounter(self.undecodable.clone()))
+        Arc::new(self.undecodable.clone())
     }
 
     pub fn set_shard_held(&self, layer: &str, held: bool) {
@@ -288,16 +288,13 @@ impl Metrics {
 }
 
 /// [`Metrics`]'s count of kept copies that do not decode.
-struct UnprojectableCounter(Family<CopyLabels, Counter>);
-
-impl CountUnprojectable for UnprojectableCounter {
+impl CountUnprojectable for Family<CopyLabels, Counter> {
     fn unprojectable(&self, context: &str, kind: &str) {
-        self.0
-            .get_or_create(&CopyLabels {
-                context: context.to_string(),
-                kind: kind.to_string(),
-            })
-            .inc();
+        self.get_or_create(&CopyLabels {
+            context: context.to_string(),
+            kind: kind.to_string(),
+        })
+        .inc();
     }
 }
 

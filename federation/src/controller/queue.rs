@@ -401,35 +401,38 @@ impl QueueState {
         };
         let elsewhere =
             again.is_some_and(Trigger::from_elsewhere) && entry.reruns <= ELSEWHERE_RERUNS;
-        let (activity, timer) = if urgent {
-            (Activity::Queued, None)
+        entry.activity = if urgent {
+            Activity::Queued
         } else if entry.failures > 0 {
             let until = now + self.backoff.delay(entry.failures, jitter);
-            (Activity::Backoff { until }, Some(TimerKind::Retry))
+            Activity::Backoff { until }
         } else if again.is_some() && entry.reruns > 1 && !elsewhere {
             let until = now + self.pacing.delay(entry.reruns - 1, jitter);
-            (Activity::Paced { until }, Some(TimerKind::Paced))
+            Activity::Paced { until }
         } else if again.is_some() {
-            (Activity::Queued, None)
+            Activity::Queued
         } else {
-            (Activity::Idle, None)
+            Activity::Idle
         };
-        // A backoff's retry serves whatever came in; a rerun keeps its trigger.
-        entry.pending = match activity {
-            Activity::Queued | Activity::Paced { .. } => again,
-            _ => None,
-        };
-        entry.activity = activity;
-        match (activity, timer) {
-            (Activity::Queued, _) => {
+        // A backoff's retry serves whatever came in (`pending` is empty); a rerun keeps its
+        // trigger.
+        match entry.activity {
+            Activity::Queued => {
+                entry.pending = again;
                 entry.queued_at = Some(now);
                 self.queued += 1;
                 self.ready.push_back(key.clone());
             }
-            (Activity::Backoff { until } | Activity::Paced { until }, Some(kind)) => {
-                self.timers.push(Reverse((until, kind, key.clone())));
+            Activity::Paced { until } => {
+                entry.pending = again;
+                self.timers
+                    .push(Reverse((until, TimerKind::Paced, key.clone())));
             }
-            _ => {}
+            Activity::Backoff { until } => {
+                self.timers
+                    .push(Reverse((until, TimerKind::Retry, key.clone())));
+            }
+            Activity::Idle | Activity::Running => {}
         }
     }
 

@@ -383,9 +383,9 @@ async fn delete(
         )
         .await;
         shared.announce_notes(layer, &cr, &report.notes, None).await;
+        let summary = report.summary();
         if !report.failures.is_empty() {
             shared.metrics.api_error(layer.name(), "cleanup");
-            let summary = report.summary();
             warn!("orphan: cleanup incomplete, retrying: {summary}");
             shared
                 .event(
@@ -398,7 +398,6 @@ async fn delete(
                 .await;
             return deleting(Reason::CleanupFailed, true);
         }
-        let summary = report.summary();
         info!("orphan: cleanup done: {summary}");
         shared
             .event(layer, &cr, EventType::Normal, Reason::CleanedUp, &summary)
