@@ -1,6 +1,6 @@
 //! Which watch events call for which steps: pure decisions over the objects seen.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Reason, UpstreamSpec};
 
@@ -150,12 +150,12 @@ pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
     StatusSignature(std::hash::Hasher::finish(&hasher))
 }
 
-/// The Comb a managed resource belongs to, by its name and namespace labels.
-pub fn owner_of(labels: Option<&BTreeMap<String, String>>, keys: &LabelKeys) -> Option<CombKey> {
-    let labels = labels?;
+/// The Comb a managed resource belongs to, by its name and namespace labels (`label` reads
+/// one).
+pub fn owner_of<'a>(label: impl Fn(&str) -> Option<&'a str>, keys: &LabelKeys) -> Option<CombKey> {
     Some(CombKey::new(
-        labels.get(keys.namespace_label())?,
-        labels.get(keys.name_label())?,
+        label(keys.namespace_label())?,
+        label(keys.name_label())?,
     ))
 }
 
@@ -228,6 +228,7 @@ mod tests {
     use comb_api::{CombCondition, CombSpec, ConditionStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn comb(namespace: &str, name: &str) -> Comb {
         let mut comb = Comb::new(
@@ -396,14 +397,14 @@ mod tests {
             ),
         ]
         .into();
-        assert_eq!(
-            owner_of(Some(&labels), &keys),
-            Some(CombKey::new("platform", "nats"))
-        );
+        let of = |labels: &BTreeMap<String, String>| {
+            owner_of(|key| labels.get(key).map(String::as_str), &keys)
+        };
+        assert_eq!(of(&labels), Some(CombKey::new("platform", "nats")));
         let mut partial = labels.clone();
         partial.remove("comb.internal/comb-namespace");
-        assert_eq!(owner_of(Some(&partial), &keys), None);
-        assert_eq!(owner_of(None, &keys), None);
+        assert_eq!(of(&partial), None);
+        assert_eq!(owner_of(|_| None, &keys), None);
     }
 
     #[test]

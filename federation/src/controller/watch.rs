@@ -512,21 +512,14 @@ impl Forbidden {
 /// The Comb an object's labels name, and the object's name.
 fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
     // Read as they are (label values are strings), not decoded: nothing to fail.
-    let labels: Option<std::collections::BTreeMap<String, String>> = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|labels| {
-            labels
-                .iter()
-                .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
-                .collect()
-        });
+    let labels = object.pointer("/metadata/labels");
+    let owner = owner_of(|key| labels?.get(key)?.as_str(), keys);
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    (owner_of(labels.as_ref(), keys), name)
+    (owner, name)
 }
 
 #[cfg(test)]
