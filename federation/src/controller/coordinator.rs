@@ -27,7 +27,7 @@ struct Held {
     lease: Lease,
     /// When the last successful write of it was sent.
     renewed_at: Instant,
-    fence: Arc<Fence>,
+    fence: Fence,
     work: Option<LayerWork>,
     /// Drops the running steps of the work, running or draining.
     abort: CancellationToken,
@@ -38,10 +38,6 @@ struct Held {
 }
 
 impl Held {
-    fn transitions(&self) -> i32 {
-        transitions_of(&self.lease)
-    }
-
     fn drain(&mut self, abort: bool) {
         if abort {
             self.abort.cancel();
@@ -65,6 +61,24 @@ async fn bounded<T>(
             std::io::ErrorKind::TimedOut,
             format!("no answer within {limit:?}"),
         )))),
+    }
+}
+
+/// Writes `lease` named `name`, bounded by the request limit: created when `create`, else
+/// replaced (conditional on the resourceVersion it carries).
+async fn write_lease(
+    api: &Api<Lease>,
+    sharding: &Sharding,
+    name: &str,
+    lease: &Lease,
+    create: bool,
+) -> kube::Result<Lease> {
+    let params = PostParams::default();
+    let limit = sharding.request_limit();
+    if create {
+        bounded(limit, api.create(&params, lease)).await
+    } else {
+        bounded(limit, api.replace(name, &params, lease)).await
     }
 }
 
@@ -182,11 +196,7 @@ async fn keep_membership(api: Api<Lease>, sharding: Sharding, leaving: Cancellat
             _ = tick.tick() => {}
         }
         let lease = lease_object(&sharding, &name, "member", None, last.as_ref(), 0);
-        let written = match &last {
-            Some(_) => bounded(limit, api.replace(&name, &PostParams::default(), &lease)).await,
-            None => bounded(limit, api.create(&PostParams::default(), &lease)).await,
-        };
-        match written {
+        match write_lease(&api, &sharding, &name, &lease, last.is_none()).await {
             Ok(written) => last = Some(written),
             // There already (a restart under the same name) or changed since: go on from the
             // current one.
@@ -238,11 +248,11 @@ impl Coordinator {
                 return;
             }
         };
-        let names: Vec<String> = leases
-            .iter()
-            .filter_map(|lease| lease.metadata.name.clone())
-            .collect();
-        self.observed.retain(|name, _| names.contains(name));
+        self.observed.retain(|name, _| {
+            leases
+                .iter()
+                .any(|lease| lease.metadata.name.as_ref() == Some(name))
+        });
         for lease in leases {
             self.remember(lease);
         }
@@ -252,18 +262,14 @@ impl Coordinator {
         let Some(name) = lease.metadata.name.clone() else {
             return;
         };
-        let version = lease.metadata.resource_version.clone();
-        match self.observed.get_mut(&name) {
-            Some(observed) if observed.lease.metadata.resource_version == version => {}
-            _ => {
-                self.observed.insert(
-                    name,
-                    Observed {
-                        lease,
-                        since: Instant::now(),
-                    },
-                );
-            }
+        let version = &lease.metadata.resource_version;
+        if self
+            .observed
+            .get(&name)
+            .is_none_or(|observed| observed.lease.metadata.resource_version != *version)
+        {
+            let since = Instant::now();
+            self.observed.insert(name, Observed { lease, since });
         }
     }
 
@@ -275,11 +281,10 @@ impl Coordinator {
                 let holder = match self.held.get(&layer) {
                     Some(held) if held.draining.is_some() || held.lost => return None,
                     Some(_) => self.sharding.identity.clone(),
-                    None => self
-                        .observed
-                        .get(&self.sharding.shard_lease(&layer))?
-                        .holder()?
-                        .to_string(),
+                    None => {
+                        holder_of(&self.observed.get(&self.sharding.shard_lease(&layer))?.lease)?
+                            .to_string()
+                    }
                 };
                 Some((layer, holder))
             })
@@ -320,7 +325,7 @@ impl Coordinator {
                         || renewed > wall
                 })
             })
-            .filter_map(|observed| observed.holder().map(str::to_string))
+            .filter_map(|observed| holder_of(&observed.lease).map(str::to_string))
             .collect();
         members.push(self.sharding.identity.clone());
         members.sort();
@@ -340,12 +345,9 @@ impl Coordinator {
                     }
                     return;
                 }
-                let lost = held.lost;
-                let lease = held.lease.clone();
-                self.held.remove(layer);
-                self.set_held_metric(layer, false);
-                if !lost {
-                    self.release(layer, lease).await;
+                self.shared.metrics.set_shard_held(layer, false);
+                if let Some(held) = self.held.remove(layer).filter(|held| !held.lost) {
+                    self.release(layer, held.lease).await;
                 }
                 return;
             }
@@ -366,47 +368,33 @@ impl Coordinator {
         let now = Instant::now();
         let observed = self.observed.get(&lease_name);
         let decision = claim(observed, now, self.sharding.duration());
-        let previous = observed.map(|o| o.lease.clone());
-        let lease = match decision {
+        let (previous, transitions) = match decision {
             Claim::Wait => return,
-            Claim::Create => self.lease_object(&lease_name, "shard", Some(layer), None, 0),
-            Claim::Take { transitions } => self.lease_object(
-                &lease_name,
-                "shard",
-                Some(layer),
-                previous.as_ref(),
-                transitions,
-            ),
+            Claim::Create => (None, 0),
+            Claim::Take { transitions } => (observed.map(|o| &o.lease), transitions),
         };
+        let lease = lease_object(
+            &self.sharding,
+            &lease_name,
+            "shard",
+            Some(layer),
+            previous,
+            transitions,
+        );
         let sent = Instant::now();
-        let written = match decision {
-            Claim::Create => {
-                bounded(
-                    self.sharding.request_limit(),
-                    self.api.create(&PostParams::default(), &lease),
-                )
-                .await
-            }
-            _ => {
-                bounded(
-                    self.sharding.request_limit(),
-                    self.api
-                        .replace(&lease_name, &PostParams::default(), &lease),
-                )
-                .await
-            }
-        };
-        let written = match written {
-            Ok(written) => written,
-            Err(error) => {
-                // Another replica was quicker (409), or the server did not answer: the next
-                // tick looks again.
-                info!(layer, %error, "claiming the layer's Lease failed");
-                return;
-            }
-        };
+        let create = decision == Claim::Create;
+        let written =
+            match write_lease(&self.api, &self.sharding, &lease_name, &lease, create).await {
+                Ok(written) => written,
+                Err(error) => {
+                    // Another replica was quicker (409), or the server did not answer: the next
+                    // tick looks again.
+                    info!(layer, %error, "claiming the layer's Lease failed");
+                    return;
+                }
+            };
         self.remember(written.clone());
-        let fence = Fence::until(self.deadlines(sent));
+        let fence = Fence::new(Some(self.deadlines(sent)));
         let Some(runtime) = self
             .shared
             .layers
@@ -416,30 +404,26 @@ impl Coordinator {
         else {
             return;
         };
-        let transitions = written
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.lease_transitions)
-            .unwrap_or(0);
+        let transitions = transitions_of(&written);
         info!(
             layer,
             transitions, "holding the layer's Lease: stepping its Combs"
         );
         self.shared.metrics.shard_acquired(layer);
-        let work = LayerWork::start(&self.shared, &runtime, fence.clone(), true);
+        let work = LayerWork::start(&self.shared, &runtime, &fence, true);
         self.held.insert(
             layer.to_string(),
             Held {
                 lease: written,
                 renewed_at: sent,
                 fence,
-                abort: work.abort_token(),
+                abort: work.abort.clone(),
                 work: Some(work),
                 draining: None,
                 lost: false,
             },
         );
-        self.set_held_metric(layer, true);
+        self.shared.metrics.set_shard_held(layer, true);
     }
 
     fn deadlines(&self, renewed_at: Instant) -> (Instant, Instant) {
@@ -469,18 +453,13 @@ impl Coordinator {
             spec.lease_duration_seconds = Some(self.sharding.duration_seconds());
         }
         let sent = Instant::now();
-        let written = bounded(
-            self.sharding.request_limit(),
-            self.api.replace(&name, &PostParams::default(), &lease),
-        )
-        .await;
-        match written {
+        match write_lease(&self.api, &self.sharding, &name, &lease, false).await {
             Ok(written) => {
                 let deadlines = self.deadlines(sent);
                 if let Some(held) = self.held.get_mut(layer) {
                     held.lease = written.clone();
                     held.renewed_at = sent;
-                    held.fence.extend(deadlines);
+                    held.fence.send_replace(Some(deadlines));
                 }
                 self.remember(written);
             }
@@ -502,7 +481,7 @@ impl Coordinator {
                                     .spec
                                     .as_ref()
                                     .and_then(|spec| spec.lease_transitions)
-                                    == Some(held.transitions())
+                                    == Some(transitions_of(&held.lease))
                         });
                 match current {
                     Some(current) if ours => {
@@ -541,7 +520,7 @@ impl Coordinator {
             if held.draining.is_none() {
                 // Nothing was running: forget it now.
                 self.held.remove(layer);
-                self.set_held_metric(layer, false);
+                self.shared.metrics.set_shard_held(layer, false);
             }
         }
     }
@@ -554,12 +533,7 @@ impl Coordinator {
             spec.holder_identity = None;
             spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
         }
-        match bounded(
-            self.sharding.request_limit(),
-            self.api.replace(&name, &PostParams::default(), &lease),
-        )
-        .await
-        {
+        match write_lease(&self.api, &self.sharding, &name, &lease, false).await {
             Ok(written) => {
                 info!(layer, "released the layer's Lease");
                 self.remember(written);
@@ -571,39 +545,18 @@ impl Coordinator {
     /// Stops every layer's work, waits for the running steps and releases the Leases, so that
     /// the others take over at once.
     async fn leave(&mut self) {
-        let layers: Vec<String> = self.held.keys().cloned().collect();
-        for layer in &layers {
-            if let Some(held) = self.held.get_mut(layer) {
-                held.drain(false);
-            }
+        for held in self.held.values_mut() {
+            held.drain(false);
         }
-        for layer in layers {
-            let Some(mut held) = self.held.remove(&layer) else {
-                continue;
-            };
+        for (layer, mut held) in std::mem::take(&mut self.held) {
             if let Some(draining) = held.draining.take() {
                 let _ = draining.await;
             }
-            self.set_held_metric(&layer, false);
+            self.shared.metrics.set_shard_held(&layer, false);
             if !held.lost {
                 self.release(&layer, held.lease).await;
             }
         }
-    }
-
-    fn set_held_metric(&self, layer: &str, held: bool) {
-        self.shared.metrics.set_shard_held(layer, held);
-    }
-
-    fn lease_object(
-        &self,
-        name: &str,
-        role: &str,
-        layer: Option<&str>,
-        previous: Option<&Lease>,
-        transitions: i32,
-    ) -> Lease {
-        lease_object(&self.sharding, name, role, layer, previous, transitions)
     }
 
     fn publish(&self, members: &[String], assignment: &BTreeMap<String, String>) {
@@ -616,11 +569,13 @@ impl Coordinator {
                 let (holder, transitions) = match self.held.get(&layer) {
                     Some(held) => (
                         holder_of(&held.lease).map(str::to_string),
-                        held.transitions(),
+                        transitions_of(&held.lease),
                     ),
                     None => (
-                        observed.and_then(|o| o.holder().map(str::to_string)),
-                        observed.map_or(0, Observed::transitions),
+                        observed
+                            .and_then(|o| holder_of(&o.lease))
+                            .map(str::to_string),
+                        observed.map_or(0, |o| transitions_of(&o.lease)),
                     ),
                 };
                 let assigned_to = assignment.get(&layer).cloned();
@@ -629,7 +584,6 @@ impl Coordinator {
                     Some(held)
                         if held
                             .fence
-                            .subscribe()
                             .borrow()
                             .is_some_and(|(soft, _)| Instant::now() >= soft) =>
                     {
@@ -652,7 +606,7 @@ impl Coordinator {
             })
             .collect();
         self.shared.metrics.set_shard_members(members.len());
-        self.shared.set_shards_view(ShardsView {
+        *self.shared.shards.lock() = Some(ShardsView {
             identity: self.sharding.identity.clone(),
             namespace: self.sharding.namespace.clone(),
             lease_duration_seconds: self.sharding.duration_seconds(),

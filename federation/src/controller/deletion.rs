@@ -51,9 +51,7 @@ impl CleanupReport {
         info!(object = %object, "orphan: {note}");
         self.notes.push(note);
     }
-}
 
-impl CleanupReport {
     /// `deleted N object(s), kept M (...)`, for the Event and the log.
     pub fn summary(&self) -> String {
         let mut text = format!("deleted {} object(s)", self.deleted.len());

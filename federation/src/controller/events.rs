@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 
 /// `Normal` or `Warning`, as Events know them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::IntoStaticStr)]
 pub enum EventType {
     Normal,
     Warning,
@@ -28,13 +28,6 @@ impl EventType {
         match phase {
             Phase::Error | Phase::Blocked | Phase::NeedsConfig => EventType::Warning,
             _ => EventType::Normal,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
         }
     }
 }
@@ -74,7 +67,7 @@ pub fn event_for(
         },
         reason: Some(reason.to_string()),
         message: Some(truncate(message, MAX_MESSAGE)),
-        type_: Some(kind.as_str().to_string()),
+        type_: Some(<&str>::from(kind).to_string()),
         source: Some(EventSource {
             component: Some(COMPONENT.to_string()),
             host: None,
@@ -154,13 +147,7 @@ impl Announced {
     /// The API did not take `event`: kept for the next step (the oldest goes when too many
     /// wait; it was logged when it failed).
     pub fn refused(&mut self, event: Announcement) {
-        if self.unsent.contains(&event) {
-            return;
-        }
-        if self.unsent.len() == NOTES_KEPT {
-            self.unsent.pop_front();
-        }
-        self.unsent.push_back(event);
+        keep(&mut self.unsent, event);
     }
 
     /// The Events to try again, oldest first; they are no longer kept.
@@ -169,13 +156,7 @@ impl Announced {
     }
 
     fn told(&mut self, note: String) {
-        if self.notes.contains(&note) {
-            return;
-        }
-        if self.notes.len() == NOTES_KEPT {
-            self.notes.pop_front();
-        }
-        self.notes.push_back(note);
+        keep(&mut self.notes, note);
     }
 
     /// The notes of a step that were not announced before, in order: each becomes an Event,
@@ -203,6 +184,17 @@ impl Announced {
         }
         fresh
     }
+}
+
+/// Adds `item` to `kept` unless it is there, letting the oldest go beyond [`NOTES_KEPT`].
+fn keep<T: PartialEq>(kept: &mut VecDeque<T>, item: T) {
+    if kept.contains(&item) {
+        return;
+    }
+    if kept.len() == NOTES_KEPT {
+        kept.pop_front();
+    }
+    kept.push_back(item);
 }
 
 /// The Event a prune note becomes: its type and reason. Something left in place is a

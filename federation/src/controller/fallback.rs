@@ -3,14 +3,15 @@
 //! ([`FallbackChain`](crate::engine::borrow::FallbackChain), pure), and steps a borrower whose
 //! chain moved; the step then borrows from (or runs as) the entry in use.
 //!
-//! What comb looks at, and how often (every [`HealthPolicy::check_period`] of the shortest
-//! `unhealthyAfter` that depends on it):
+//! What comb looks at, and how often (every
+//! [`HealthPolicy::check_period`](crate::engine::borrow::HealthPolicy::check_period) of the
+//! shortest `unhealthyAfter` that depends on it):
 //!
 //! - each upstream layer's API server: one `GET /readyz` per kube context, whatever the number
 //!   of borrowers (a settled layer sends no other request, so a partition that leaves its
 //!   connections hanging would otherwise go unnoticed until a watch times out), with a deadline
-//!   ([`HealthPolicy::check_timeout`]); a layer whose watches failed counts as unreachable at
-//!   once;
+//!   ([`HealthPolicy::check_timeout`](crate::engine::borrow::HealthPolicy::check_timeout)); a
+//!   layer whose watches failed counts as unreachable at once;
 //! - the peer Comb in each entry's layer, as the watches hold it: serving while Running (or
 //!   rolling out) with endpoints ([`peer_serves`]);
 //! - with `probe: tcp`, one TCP connect per address the bridge to each entry would use, from the
@@ -29,15 +30,13 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::events::EventType;
-use super::fallback_state::lock;
 use super::layer::{LayerRuntime, LayerState};
 use super::queue::Trigger;
+use super::triggers::chain_peer;
 use crate::config::{Fallback, Probe};
 use crate::engine::borrow::fallback::{peer_serves, written_duration};
 use crate::engine::borrow::redirect::with_port;
-use crate::engine::borrow::{
-    Candidate, Controlling, FallbackChain, FallbackState, HealthPolicy, Observation,
-};
+use crate::engine::borrow::{Candidate, Controlling, FallbackChain, FallbackState, Observation};
 use crate::engine::keys::CombKey;
 
 /// How many TCP probes run at once.
@@ -51,13 +50,6 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    fn of(policy: &HealthPolicy) -> Schedule {
-        Schedule {
-            period: policy.check_period(),
-            timeout: policy.check_timeout(),
-        }
-    }
-
     /// The tighter of two schedules (a context several borrows depend on is checked as the
     /// most demanding one needs).
     fn tighter(self, other: Schedule) -> Schedule {
@@ -79,7 +71,10 @@ pub(crate) fn checked_contexts(config: &crate::config::Config) -> BTreeMap<Strin
         let Some(fallback) = &borrow.fallback else {
             continue;
         };
-        let schedule = Schedule::of(&fallback.policy);
+        let schedule = Schedule {
+            period: fallback.policy.check_period(),
+            timeout: fallback.policy.check_timeout(),
+        };
         let layers = std::iter::once(borrow.from.as_str()).chain(fallback.to.iter().filter_map(
             |candidate| match candidate {
                 Candidate::Layer(name) => Some(name.as_str()),
@@ -165,7 +160,7 @@ impl Shared {
                 None,
             );
         };
-        let mut chains = lock(&self.fallbacks.chains);
+        let mut chains = self.fallbacks.chains.lock();
         let chain = chains
             .entry((layer.index, key.clone()))
             .or_insert_with(|| resumed_chain(config, candidates, fallback, recorded));
@@ -183,12 +178,7 @@ impl Shared {
         previous: Option<&CombStatus>,
         status: &CombStatus,
     ) {
-        let Some(fallback) = layer
-            .layer
-            .borrow
-            .as_ref()
-            .and_then(|borrow| borrow.fallback.as_ref())
-        else {
+        let Some(fallback) = layer.fallback() else {
             return;
         };
         let Some((kind, reason, message)) = fallback_event(previous, status, fallback) else {
@@ -239,7 +229,7 @@ impl Shared {
         let borrowers = self.fallback_borrowers();
         self.probe(&borrowers).await;
         let now = Instant::now();
-        let mut chains = lock(&self.fallbacks.chains);
+        let mut chains = self.fallbacks.chains.lock();
         let mut on_fallback: BTreeMap<usize, i64> = BTreeMap::new();
         let mut kept: BTreeSet<(usize, CombKey)> = BTreeSet::new();
         for borrower in &borrowers {
@@ -285,7 +275,7 @@ impl Shared {
         chains.retain(|id, _| kept.contains(id));
         drop(chains);
         for layer in &self.layers {
-            if config_has_fallback(layer) {
+            if layer.fallback().is_some() {
                 self.metrics.set_borrowers_on_fallback(
                     layer.name(),
                     on_fallback.get(&layer.index).copied().unwrap_or(0),
@@ -299,7 +289,7 @@ impl Shared {
     fn fallback_borrowers(&self) -> Vec<Borrower<'_>> {
         let mut borrowers = Vec::new();
         for layer in self.layers.iter().filter(|layer| layer.is_holding()) {
-            if !config_has_fallback(layer) {
+            if layer.fallback().is_none() {
                 continue;
             }
             for key in layer.keys() {
@@ -327,35 +317,20 @@ impl Shared {
 
     /// Where the peer of entry `candidate` of `key`'s chain is; `None` for `local`.
     fn peer_of(&self, layer: &LayerRuntime, key: &CombKey, candidate: &Candidate) -> Option<Peer> {
-        let Candidate::Layer(target) = candidate else {
-            return None;
-        };
-        let (upstream, namespace) =
-            self.config
-                .peer_up_the_chain(&layer.layer, &key.namespace, target)?;
-        let runtime = self
-            .layers
-            .iter()
-            .find(|l| l.name() == upstream.name)?
-            .clone();
-        let same_server = self
-            .pool()
-            .and_then(|pool| {
-                Some(
-                    pool.server_url(&upstream.context).ok()?
-                        == pool.server_url(&layer.layer.context).ok()?,
-                )
-            })
-            .unwrap_or(false);
+        // The runtimes are the configuration's layers, in its order.
+        let (index, peer) = chain_peer(&self.config, &layer.layer, key, candidate)?;
+        let runtime = self.layers.get(index)?.clone();
+        // Every layer's pool is the controller's one.
+        let pool = &layer.borrow_env.pool;
+        let same_server = matches!(
+            (pool.server_url(&runtime.layer.context), pool.server_url(&layer.layer.context)),
+            (Ok(upstream), Ok(here)) if upstream == here
+        );
         Some(Peer {
             layer: runtime,
-            key: CombKey::new(namespace, &key.name),
+            key: peer,
             same_server,
         })
-    }
-
-    fn pool(&self) -> Option<&comb_kubeconfigs::ClientPool> {
-        self.layers.first().map(|layer| &layer.borrow_env.pool)
     }
 
     /// What one look at `peer` finds at `now`; `None` while there is nothing to go by yet (no
@@ -370,7 +345,7 @@ impl Shared {
         let layer = &peer.layer;
         let context = &layer.layer.context;
         let schedule = schedules.get(context)?;
-        let api = lock(&self.fallbacks.api).get(context).cloned()?;
+        let api = self.fallbacks.api.lock().get(context).cloned()?;
         let api_trouble = if layer.state() == LayerState::Down {
             Some("context unreachable".to_string())
         } else {
@@ -395,7 +370,7 @@ impl Shared {
             return Some(Err(why));
         }
         if fallback.probe == Some(Probe::Tcp) {
-            let probes = lock(&self.fallbacks.probes);
+            let probes = self.fallbacks.probes.lock();
             for address in bridge_addresses(status.as_ref(), peer.same_server) {
                 match probes.get(&address)? {
                     (_, Err(why)) => return Some(Err(why.clone())),
@@ -412,7 +387,7 @@ impl Shared {
         let mut due: BTreeMap<String, Duration> = BTreeMap::new();
         let now = Instant::now();
         {
-            let probes = lock(&self.fallbacks.probes);
+            let probes = self.fallbacks.probes.lock();
             for borrower in borrowers {
                 if borrower.fallback.probe != Some(Probe::Tcp) {
                     continue;
@@ -446,7 +421,7 @@ impl Shared {
             .collect()
             .await;
         let at = Instant::now();
-        let mut probes = lock(&self.fallbacks.probes);
+        let mut probes = self.fallbacks.probes.lock();
         for (address, result) in results {
             if let Err(why) = &result {
                 debug!("probe: {why}");
@@ -454,15 +429,6 @@ impl Shared {
             probes.insert(address, (at, result));
         }
     }
-}
-
-/// Whether the layer's borrow has a fallback.
-fn config_has_fallback(layer: &LayerRuntime) -> bool {
-    layer
-        .layer
-        .borrow
-        .as_ref()
-        .is_some_and(|borrow| borrow.fallback.is_some())
 }
 
 /// A chain for a borrower met for the first time, on the entry its recorded status shows.
@@ -542,9 +508,8 @@ async fn check_context(
             () = cancel.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let request = match http::Request::get("/readyz").body(Vec::new()) {
-            Ok(request) => request,
-            Err(_) => return,
+        let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+            return;
         };
         let outcome = tokio::select! {
             () = cancel.cancelled() => return,
@@ -560,7 +525,7 @@ async fn check_context(
             Err(_) => Some(check_failure(Err(schedule.timeout))),
         };
         shared.metrics.upstream_check(&context, failure.is_none());
-        let mut api = lock(&shared.fallbacks.api);
+        let mut api = shared.fallbacks.api.lock();
         let health = api.entry(context.clone()).or_default();
         match failure {
             None => {
@@ -603,6 +568,7 @@ async fn evaluate_fallbacks(
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::engine::borrow::HealthPolicy;
     use serde_json::json;
 
     fn config(yaml: &str) -> Config {

@@ -3,8 +3,9 @@
 //! fill it are methods of `Shared`, so the state cannot live beside them without a cycle.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
+
+use parking_lot::Mutex;
 
 use crate::engine::borrow::{ApiHealth, FallbackChain};
 use crate::engine::keys::CombKey;
@@ -23,8 +24,3 @@ pub(crate) struct Fallbacks {
 
 /// When an address was probed, and what that found.
 type Probed = (Instant, Result<(), String>);
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its map consistent.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}

@@ -1,13 +1,12 @@
 //! Who is woken by what: a Comb CR as watched or as our own write returned it, a CR that is
 //! gone, and the dependents and borrowers (in lower layers) of a Comb whose status changed.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use comb_api::Comb;
 use tracing::warn;
 
 use super::Shared;
-use super::graph::BorrowIndex;
 use super::layer::{self, LayerRuntime};
 use super::queue::Trigger;
 use super::triggers::{self, Source};
@@ -31,7 +30,7 @@ impl Shared {
         let peer = triggers::upstream_peer(&self.config, layer.index, &cr);
         let references = cr.spec.dependencies().to_vec();
         let change = layer.observe_cr(&key, cr, source);
-        self.lock_borrowers().set(&(layer.index, key.clone()), peer);
+        self.borrowers.lock().set(&(layer.index, key.clone()), peer);
         // Until it is built, `spec.dependsOn` stands for the class's dependencies; each step
         // records the class's own.
         if change.trigger == Some(Trigger::Created)
@@ -64,7 +63,7 @@ impl Shared {
             self.spawn_cycle_report(layer, cycles);
         }
         if layer.remove_cr(key) {
-            self.lock_borrowers().set(&(layer.index, key.clone()), None);
+            self.borrowers.lock().set(&(layer.index, key.clone()), None);
             self.wake_watchers_of(layer, key);
         }
     }
@@ -84,7 +83,8 @@ impl Shared {
     /// when the borrower's own record never changed.
     pub(super) fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
         let borrowers = self
-            .lock_borrowers()
+            .borrowers
+            .lock()
             .borrowers_of(&(layer.index, key.clone()));
         for (index, borrower) in borrowers {
             if let Some(lower) = self.layers.get(index) {
@@ -94,12 +94,5 @@ impl Shared {
                 }
             }
         }
-    }
-
-    fn lock_borrowers(&self) -> std::sync::MutexGuard<'_, BorrowIndex> {
-        // Updated in single calls that leave it consistent.
-        self.borrowers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 }

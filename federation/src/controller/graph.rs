@@ -149,16 +149,15 @@ impl DependencyGraph {
                         continue;
                     }
                     if child == start {
-                        let mut middle = Vec::new();
+                        // Walked back from `node` to `start`, then turned around.
+                        let mut path = vec![start.clone()];
                         let mut at = node;
                         while at != start {
-                            middle.push(at.clone());
+                            path.push(at.clone());
                             at = previous.get(at)?;
                         }
-                        middle.reverse();
-                        let mut path = vec![start.clone()];
-                        path.extend(middle);
                         path.push(start.clone());
+                        path.reverse();
                         return Some(path);
                     }
                     if !previous.contains_key(child) {

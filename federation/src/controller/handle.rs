@@ -33,21 +33,17 @@ impl ControllerHandle {
     /// The federation as the controller knows it now (each Comb with the status it recorded
     /// last), for the admin page: a layer that is down is drawn with why.
     pub fn picture(&self) -> crate::picture::Picture {
+        // The runtimes are the configuration's layers, in its order.
         let listed: Vec<std::result::Result<Vec<comb_api::Comb>, String>> = self
             .shared
-            .config
             .layers
             .iter()
-            .map(|layer| {
-                let Some(runtime) = self.shared.layers.iter().find(|l| l.name() == layer.name)
-                else {
-                    return Ok(Vec::new());
-                };
+            .map(|runtime| {
                 let status = runtime.status();
                 if status.state == LayerState::Down {
                     return Err(format!(
                         "layer {} is down: {}",
-                        layer.name,
+                        status.name,
                         status.error.unwrap_or_default()
                     ));
                 }
@@ -68,11 +64,7 @@ impl ControllerHandle {
 
     /// The health of layer `name`.
     pub fn layer(&self, name: &str) -> Option<LayerStatus> {
-        self.shared
-            .layers
-            .iter()
-            .find(|layer| layer.name() == name)
-            .map(|layer| layer.status())
+        self.layers().into_iter().find(|layer| layer.name == name)
     }
 
     /// Every layer's queue.
@@ -143,7 +135,7 @@ impl ControllerHandle {
 
     /// With sharding, who holds which layer as this replica saw it last (`/debug/shards`).
     pub fn shards(&self) -> Option<super::ShardsView> {
-        self.shared.shards_view()
+        self.shared.shards.lock().clone()
     }
 
     /// Every transition from now on.

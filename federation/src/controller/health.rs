@@ -63,7 +63,7 @@ impl Shared {
                 "layer {} is back; stepping its Combs",
                 layer.name()
             );
-            self.layer_up(layer);
+            self.metrics.set_layer_up(layer.name(), true);
             for key in layer.keys() {
                 layer.queue.enqueue(&key, Trigger::LayerRecovered);
                 // Lower layers read this one's Combs: whatever judged them while the layer was
@@ -72,12 +72,8 @@ impl Shared {
                 self.wake_borrowers_of(layer, &key);
             }
         } else if layer.state() == LayerState::Up {
-            self.layer_up(layer);
+            self.metrics.set_layer_up(layer.name(), true);
         }
-    }
-
-    fn layer_up(&self, layer: &LayerRuntime) {
-        self.metrics.set_layer_up(layer.name(), true);
     }
 
     /// Asks the down layer's API server for its version until it answers: a watch that resumes
@@ -86,7 +82,7 @@ impl Shared {
         let shared = self.clone();
         let layer = layer.clone();
         tokio::spawn(async move {
-            let mut retries = shared.watch_retries();
+            let mut retries = Retries::new(shared.options.watch_backoff);
             while layer.state() == LayerState::Down {
                 if !shared.pause(retries.next_delay(), &shared.stopping).await {
                     return;
@@ -96,11 +92,6 @@ impl Shared {
                 }
             }
         });
-    }
-
-    /// The delays between attempts of a failing watch or probe.
-    pub(crate) fn watch_retries(&self) -> Retries {
-        Retries::new(self.options.watch_backoff)
     }
 
     /// Waits `delay` before the next attempt; false when stopping.

@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
-use comb_api::{Comb, CombSpec, CombStatus};
+use comb_api::{Comb, CombStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::TypeMeta;
+use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
@@ -17,7 +17,7 @@ use super::graph::DependencyGraph;
 use super::queue::{Trigger, WorkQueue};
 use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_signature};
 
-use crate::config::Layer;
+use crate::config::{Fallback, Layer};
 use crate::engine::borrow::BorrowEnv;
 use crate::engine::class::{CombInstance, Settings};
 use crate::engine::keys::{CombKey, dependency_key};
@@ -36,19 +36,9 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// two-manifest Comb).
 #[derive(Clone, Debug)]
 pub struct KeptComb {
-    head: Head,
-    spec: CombSpec,
+    /// The CR without its configuration.
+    cr: Comb,
     config: Option<Box<RawValue>>,
-    status: Option<CombStatus>,
-}
-
-/// What is kept of a CR but its spec and status.
-#[derive(Clone, Debug)]
-struct Head {
-    types: Option<TypeMeta>,
-    metadata: ObjectMeta,
-    spec_error: Option<String>,
-    status_error: Option<String>,
 }
 
 impl KeptComb {
@@ -59,39 +49,24 @@ impl KeptComb {
             // empty configuration).
             serde_json::value::to_raw_value(&config).unwrap_or_else(|_| RawValue::NULL.to_owned())
         });
-        KeptComb::with_spec(cr, config)
-    }
-
-    fn with_spec(cr: Comb, config: Option<Box<RawValue>>) -> KeptComb {
-        KeptComb {
-            head: Head {
-                types: cr.types,
-                metadata: cr.metadata,
-                spec_error: cr.spec_error,
-                status_error: cr.status_error,
-            },
-            spec: CombSpec {
-                config: None,
-                ..cr.spec
-            },
-            config,
-            status: cr.status,
-        }
+        KeptComb { cr, config }
     }
 
     /// A later version of the same CR: the kept spec is reused while the generation stays (a
     /// status write does not change the spec).
-    fn next(&self, cr: Comb) -> KeptComb {
+    fn next(&self, mut cr: Comb) -> KeptComb {
+        let kept = &self.cr;
         let same_spec = cr.metadata.generation.is_some()
-            && cr.metadata.uid == self.head.metadata.uid
-            && cr.metadata.generation == self.head.metadata.generation
-            && cr.spec_error == self.head.spec_error;
+            && cr.metadata.uid == kept.metadata.uid
+            && cr.metadata.generation == kept.metadata.generation
+            && cr.spec_error == kept.spec_error;
         if !same_spec {
             return KeptComb::new(cr);
         }
+        cr.spec = kept.spec.clone();
         KeptComb {
-            spec: self.spec.clone(),
-            ..KeptComb::with_spec(cr, self.config.clone())
+            cr,
+            config: self.config.clone(),
         }
     }
 
@@ -99,34 +74,26 @@ impl KeptComb {
     /// its text) makes the spec fail to build, as a malformed spec does, never an empty one
     /// (a Comb without its manifests would prune everything).
     pub fn comb(&self) -> Comb {
-        let head = &self.head;
-        let (config, config_error) = match &self.config {
-            None => (None, None),
-            Some(text) => match serde_json::from_str(text.get()) {
-                Ok(config) => (Some(config), None),
-                Err(error) => (None, Some(format!("spec.config: {error}"))),
-            },
-        };
-        Comb {
-            types: head.types.clone(),
-            metadata: head.metadata.clone(),
-            spec: CombSpec {
-                config,
-                ..self.spec.clone()
-            },
-            status: self.status.clone(),
-            spec_error: head.spec_error.clone().or(config_error),
-            status_error: head.status_error.clone(),
+        let mut comb = self.cr.clone();
+        if let Some(text) = &self.config {
+            match serde_json::from_str(text.get()) {
+                Ok(config) => comb.spec.config = Some(config),
+                Err(error) => {
+                    comb.spec_error
+                        .get_or_insert_with(|| format!("spec.config: {error}"));
+                }
+            }
         }
+        comb
     }
 
     pub fn metadata(&self) -> &ObjectMeta {
-        &self.head.metadata
+        &self.cr.metadata
     }
 
     /// The recorded status.
     pub fn status(&self) -> Option<&CombStatus> {
-        self.status.as_ref()
+        self.cr.status.as_ref()
     }
 }
 
@@ -339,11 +306,6 @@ pub struct LayerRuntime {
     holding: AtomicBool,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section leaves its data consistent before anything could panic.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 impl LayerRuntime {
     pub fn new(
         index: usize,
@@ -386,6 +348,11 @@ impl LayerRuntime {
         &self.layer.name
     }
 
+    /// The fallback of the layer's borrow, if it has one.
+    pub fn fallback(&self) -> Option<&Fallback> {
+        self.layer.borrow.as_ref()?.fallback.as_ref()
+    }
+
     /// The client edge of one step of a Comb in `namespace`: the layer's own, whose writes
     /// impersonate the layer's `serviceAccount` when it names one (the client for that user is
     /// built once and kept by the pool).
@@ -421,7 +388,7 @@ impl LayerRuntime {
             annotations.remove(LAST_APPLIED);
         }
         let own_write = source == Source::OwnWrite;
-        let mut store = lock(&self.store);
+        let mut store = self.store.lock();
         let Some(entry) = store.get_mut(key) else {
             if own_write {
                 // Deleted meanwhile: its watch event said so.
@@ -446,12 +413,8 @@ impl LayerRuntime {
         }
         // Without a generation (a server that keeps none) the trigger compares the specs.
         let trigger = if cr.metadata.generation.is_some() {
-            // The trigger reads only the metadata then.
-            let kept = Comb {
-                metadata: kept.clone(),
-                ..Comb::default()
-            };
-            cr_trigger(Some(&kept), &cr, own_write)
+            // The trigger reads only the metadata then: the CR without its configuration serves.
+            cr_trigger(Some(&entry.cr.cr), &cr, own_write)
         } else {
             cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
         };
@@ -481,19 +444,22 @@ impl LayerRuntime {
         self.queue.forget(key);
         // Its edges went when it was seen gone (`set_dependencies` with none): the cycles
         // were told then.
-        let dropped = lock(&self.graph)
+        let dropped = self
+            .graph
+            .lock()
             .set(key, BTreeSet::new())
             .map(|change| change.dropped)
             .unwrap_or_default();
         // Out of the store first: what a step judged of it meanwhile is not kept after.
-        let known = lock(&self.store).remove(key).is_some();
+        let known = self.store.lock().remove(key).is_some();
         self.forget_unjudged(std::iter::once(key).chain(&dropped));
         known
     }
 
     /// The keys of the Combs of `scope` (a namespace, or all).
     pub fn keys_in(&self, scope: Option<&str>) -> Vec<CombKey> {
-        lock(&self.store)
+        self.store
+            .lock()
             .keys()
             .filter(|key| scope.is_none_or(|namespace| key.namespace == namespace))
             .cloned()
@@ -505,19 +471,21 @@ impl LayerRuntime {
     }
 
     pub fn knows(&self, key: &CombKey) -> bool {
-        lock(&self.store).contains_key(key)
+        self.store.lock().contains_key(key)
     }
 
     /// The uid and generation of the CR of `key` as last seen; `None` when it is not known.
     pub fn origin(&self, key: &CombKey) -> Option<Origin> {
-        lock(&self.store)
+        self.store
+            .lock()
             .get(key)
             .map(|entry| Origin::of_metadata(entry.cr.metadata()))
     }
 
     /// What dependents judge `key` by, if it is kept for `origin`.
     pub fn judged(&self, key: &CombKey, origin: &Origin) -> Option<Arc<Judged>> {
-        lock(&self.judged)
+        self.judged
+            .lock()
             .get(key)
             .filter(|judged| judged.origin == *origin)
             .cloned()
@@ -528,20 +496,20 @@ impl LayerRuntime {
         if !judged.keepable() {
             return;
         }
-        let mut kept = lock(&self.judged);
-        if lock(&self.store).contains_key(key) && lock(&self.graph).is_depended_on(key) {
+        let mut kept = self.judged.lock();
+        if self.store.lock().contains_key(key) && self.graph.lock().is_depended_on(key) {
             kept.insert(key.clone(), judged.clone());
         }
     }
 
     /// Lets go of what is kept for Combs that are gone or that nothing depends on any more.
     fn forget_unjudged<'a>(&self, candidates: impl IntoIterator<Item = &'a CombKey>) {
-        let mut kept = lock(&self.judged);
+        let mut kept = self.judged.lock();
         if kept.is_empty() {
             return;
         }
-        let store = lock(&self.store);
-        let graph = lock(&self.graph);
+        let store = self.store.lock();
+        let graph = self.graph.lock();
         for key in candidates {
             if !(store.contains_key(key) && graph.is_depended_on(key)) {
                 kept.remove(key);
@@ -551,12 +519,13 @@ impl LayerRuntime {
 
     /// The CR of `key` as last seen; `None` when it is not known.
     pub fn cr(&self, key: &CombKey) -> Option<Comb> {
-        lock(&self.store).get(key).map(|entry| entry.cr.comb())
+        self.store.lock().get(key).map(|entry| entry.cr.comb())
     }
 
     /// What the Comb of `key` recorded last (see [`CombEntry::recorded_status`]).
     pub fn recorded_status(&self, key: &CombKey) -> Option<CombStatus> {
-        lock(&self.store)
+        self.store
+            .lock()
             .get(key)
             .and_then(|entry| entry.recorded_status().cloned())
     }
@@ -564,23 +533,25 @@ impl LayerRuntime {
     /// The status the CR of `key` carries as last seen (not a status only memory holds): what a
     /// borrower reading it as its peer sees. `None` when the Comb is not known.
     pub fn kept_status(&self, key: &CombKey) -> Option<Option<CombStatus>> {
-        lock(&self.store)
+        self.store
+            .lock()
             .get(key)
             .map(|entry| entry.cr.status().cloned())
     }
 
     /// Runs `f` on the entry of `key`, if there is one.
     pub fn with_entry<T>(&self, key: &CombKey, f: impl FnOnce(&mut CombEntry) -> T) -> Option<T> {
-        lock(&self.store).get_mut(key).map(|entry| f(entry))
+        self.store.lock().get_mut(key).map(|entry| f(entry))
     }
 
     /// Every entry, for `--once` and the final outcome: `f` over each.
     pub fn each_entry<T>(&self, mut f: impl FnMut(&CombKey, &CombEntry) -> T) -> Vec<T> {
-        let store = lock(&self.store);
-        let mut keys: Vec<&CombKey> = store.keys().collect();
-        keys.sort();
-        keys.into_iter()
-            .filter_map(|key| store.get(key).map(|entry| f(key, entry)))
+        let store = self.store.lock();
+        let mut entries: Vec<(&CombKey, &Box<CombEntry>)> = store.iter().collect();
+        entries.sort_by_key(|(key, _)| *key);
+        entries
+            .into_iter()
+            .map(|(key, entry)| f(key, entry))
             .collect()
     }
 
@@ -603,7 +574,7 @@ impl LayerRuntime {
             .iter()
             .filter_map(|reference| dependency_key(reference, &key.namespace))
             .collect();
-        let mut graph = lock(&self.graph);
+        let mut graph = self.graph.lock();
         let change = graph.set(key, dependencies)?;
         let cycles = change.cycles_changed.then(|| graph.cycles().to_vec());
         drop(graph);
@@ -613,31 +584,29 @@ impl LayerRuntime {
 
     /// The dependency cycle `key` is in, if any, starting and ending at `key`.
     pub fn cycle_of(&self, key: &CombKey) -> Option<Vec<CombKey>> {
-        let cycle = lock(&self.graph)
+        let cycle = self
+            .graph
+            .lock()
             .cycles()
             .iter()
             .find(|cycle| cycle.contains(key))?
             .clone();
         // The cycle repeats its first Comb at the end: rotate the loop to begin at `key`.
-        let ring = &cycle[..cycle.len().saturating_sub(1)];
+        let mut ring = cycle[..cycle.len().saturating_sub(1)].to_vec();
         let start = ring.iter().position(|member| member == key)?;
-        let mut rotated: Vec<CombKey> = ring[start..]
-            .iter()
-            .chain(&ring[..start])
-            .cloned()
-            .collect();
-        rotated.push(key.clone());
-        Some(rotated)
+        ring.rotate_left(start);
+        ring.push(key.clone());
+        Some(ring)
     }
 
     /// The Combs of this layer that depend on `key`.
     pub fn dependents_of(&self, key: &CombKey) -> Vec<CombKey> {
-        lock(&self.graph).dependents_of(key)
+        self.graph.lock().dependents_of(key)
     }
 
     /// Marks one Comb watch as listed; returns whether the whole layer just became listed.
     pub fn mark_listed(&self, scope: usize) -> bool {
-        let mut health = lock(&self.health);
+        let mut health = self.health.lock();
         let was = health.listed_scopes.len() >= self.scopes;
         health.listed_scopes.insert(scope);
         let listed = health.listed_scopes.len() >= self.scopes;
@@ -650,12 +619,12 @@ impl LayerRuntime {
 
     /// Every Comb watch has listed once.
     pub fn is_listed(&self) -> bool {
-        lock(&self.health).listed_scopes.len() >= self.scopes
+        self.health.lock().listed_scopes.len() >= self.scopes
     }
 
     /// Marks the layer down; returns whether it was not down before.
     pub fn mark_down(&self, error: &str) -> bool {
-        let mut health = lock(&self.health);
+        let mut health = self.health.lock();
         health.error = Some(error.to_string());
         if health.state == LayerState::Down {
             return false;
@@ -668,7 +637,7 @@ impl LayerRuntime {
 
     /// Marks the layer up after it was down; returns whether it was down.
     pub fn mark_up(&self) -> bool {
-        let mut health = lock(&self.health);
+        let mut health = self.health.lock();
         if health.state != LayerState::Down {
             return false;
         }
@@ -684,12 +653,12 @@ impl LayerRuntime {
     }
 
     pub fn state(&self) -> LayerState {
-        lock(&self.health).state
+        self.health.lock().state
     }
 
     pub fn status(&self) -> LayerStatus {
-        let combs = lock(&self.store).len();
-        let health = lock(&self.health);
+        let combs = self.store.lock().len();
+        let health = self.health.lock();
         LayerStatus {
             name: self.layer.name.clone(),
             context: self.layer.context.clone(),

@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::engine::cache::CountUnprojectable;
 use crate::error::{Error, Result};
@@ -82,128 +82,124 @@ impl Default for Metrics {
     }
 }
 
+/// `metric`, registered in `registry` as `name` with `help`.
+fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// The labels of a metric by layer.
+fn of_layer(layer: &str) -> LayerLabels {
+    LayerLabels {
+        layer: layer.to_string(),
+    }
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("comb");
-        let reconciles = Family::<PhaseLabels, Counter>::default();
-        registry.register(
-            "reconciles",
-            "Reconcile steps by layer and the phase they recorded",
-            reconciles.clone(),
-        );
-        let transitions = Family::<TransitionLabels, Counter>::default();
-        registry.register(
-            "transitions",
-            "Transitions recorded (a Comb's phase or Ready reason changed: one status write and \
-             one Event each), by layer and the phase and reason reached",
-            transitions.clone(),
-        );
-        let step_duration = HistogramFamily::new_with_constructor(step_histogram);
-        registry.register(
-            "step_duration_seconds",
-            "How long one reconcile or cleanup step took",
-            step_duration.clone(),
-        );
-        let queue_wait = HistogramFamily::new_with_constructor(step_histogram);
-        registry.register(
-            "queue_wait_seconds",
-            "How long a Comb waited for a worker between being queued and its step starting",
-            queue_wait.clone(),
-        );
-        let queue_depth = Family::<LayerLabels, Gauge>::default();
-        registry.register(
-            "queue_depth",
-            "Combs waiting for a worker, by layer",
-            queue_depth.clone(),
-        );
-        let api_errors = Family::<ApiErrorLabels, Counter>::default();
-        registry.register(
-            "api_errors",
-            "Failed requests to a layer's API server, by operation",
-            api_errors.clone(),
-        );
-        let layer_up = Family::<LayerLabels, Gauge>::default();
-        registry.register(
-            "layer_up",
-            "1 while the layer's API server answers, else 0",
-            layer_up.clone(),
-        );
-        let shard_held = Family::<LayerLabels, Gauge>::default();
-        registry.register(
-            "shard_held",
-            "1 while this replica holds the layer's shard Lease and steps its Combs (sharded runs)",
-            shard_held.clone(),
-        );
-        let shard_acquisitions = Family::<LayerLabels, Counter>::default();
-        registry.register(
-            "shard_acquisitions",
-            "Times this replica took a layer's shard Lease",
-            shard_acquisitions.clone(),
-        );
-        let shard_members = Gauge::default();
-        registry.register(
-            "shard_members",
-            "Live replicas sharing the layers, as this replica sees them",
-            shard_members.clone(),
-        );
-        let borrowers_on_fallback = Family::<LayerLabels, Gauge>::default();
-        registry.register(
-            "borrowers_on_fallback",
-            "Borrowers of the layer that borrow from a fallback (or run locally) because their \
-             preferred upstream is unhealthy",
-            borrowers_on_fallback.clone(),
-        );
-        let upstream_checks = Family::<CheckLabels, Counter>::default();
-        registry.register(
-            "upstream_checks",
-            "Checks (GET /readyz) of the API servers that borrows with a fallback depend on, by \
-             kube context and result (ok or failed)",
-            upstream_checks.clone(),
-        );
-        let undecodable = Family::<CopyLabels, Counter>::default();
-        registry.register(
-            "undecodable_copies",
-            "Watched objects that comb cannot read (a field it reads holds what no reading gives \
-             a value to), by kube context and kind, counted at each delivery; reads of them go \
-             to the API server, and each object is also logged once",
-            undecodable.clone(),
-        );
         Metrics {
+            reconciles: registered(
+                &mut registry,
+                "reconciles",
+                "Reconcile steps by layer and the phase they recorded",
+                Family::default(),
+            ),
+            transitions: registered(
+                &mut registry,
+                "transitions",
+                "Transitions recorded (a Comb's phase or Ready reason changed: one status write and \
+                 one Event each), by layer and the phase and reason reached",
+                Family::default(),
+            ),
+            step_duration: registered(
+                &mut registry,
+                "step_duration_seconds",
+                "How long one reconcile or cleanup step took",
+                HistogramFamily::new_with_constructor(step_histogram),
+            ),
+            queue_wait: registered(
+                &mut registry,
+                "queue_wait_seconds",
+                "How long a Comb waited for a worker between being queued and its step starting",
+                HistogramFamily::new_with_constructor(step_histogram),
+            ),
+            queue_depth: registered(
+                &mut registry,
+                "queue_depth",
+                "Combs waiting for a worker, by layer",
+                Family::default(),
+            ),
+            api_errors: registered(
+                &mut registry,
+                "api_errors",
+                "Failed requests to a layer's API server, by operation",
+                Family::default(),
+            ),
+            layer_up: registered(
+                &mut registry,
+                "layer_up",
+                "1 while the layer's API server answers, else 0",
+                Family::default(),
+            ),
+            shard_held: registered(
+                &mut registry,
+                "shard_held",
+                "1 while this replica holds the layer's shard Lease and steps its Combs (sharded runs)",
+                Family::default(),
+            ),
+            shard_acquisitions: registered(
+                &mut registry,
+                "shard_acquisitions",
+                "Times this replica took a layer's shard Lease",
+                Family::default(),
+            ),
+            shard_members: registered(
+                &mut registry,
+                "shard_members",
+                "Live replicas sharing the layers, as this replica sees them",
+                Gauge::default(),
+            ),
+            borrowers_on_fallback: registered(
+                &mut registry,
+                "borrowers_on_fallback",
+                "Borrowers of the layer that borrow from a fallback (or run locally) because their \
+                 preferred upstream is unhealthy",
+                Family::default(),
+            ),
+            upstream_checks: registered(
+                &mut registry,
+                "upstream_checks",
+                "Checks (GET /readyz) of the API servers that borrows with a fallback depend on, by \
+                 kube context and result (ok or failed)",
+                Family::default(),
+            ),
+            undecodable: registered(
+                &mut registry,
+                "undecodable_copies",
+                "Watched objects that comb cannot read (a field it reads holds what no reading gives \
+                 a value to), by kube context and kind, counted at each delivery; reads of them go \
+                 to the API server, and each object is also logged once",
+                Family::default(),
+            ),
             registry,
-            borrowers_on_fallback,
-            upstream_checks,
-            reconciles,
-            transitions,
-            step_duration,
-            queue_wait,
-            queue_depth,
-            api_errors,
-            layer_up,
-            shard_held,
-            shard_acquisitions,
-            shard_members,
-            undecodable,
         }
     }
 
     /// What counts the kept copies that do not decode, for the caches and the layers.
     pub fn unprojectable_counter(&self) -> Arc<dyn CountUnprojectable> {
-        Arc::new(UnprojectableCounter(self.undecodable.clone()))
+        Arc::new(self.undecodable.clone())
     }
 
     pub fn set_shard_held(&self, layer: &str, held: bool) {
         self.shard_held
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .set(i64::from(held));
     }
 
     pub fn shard_acquired(&self, layer: &str) {
         self.shard_acquisitions
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .inc();
     }
 
@@ -221,18 +217,14 @@ impl Metrics {
             })
             .inc();
         self.step_duration
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .observe(duration.as_secs_f64());
     }
 
     /// How long a step of `layer` waited for a worker.
     pub fn queue_wait(&self, layer: &str, waited: Duration) {
         self.queue_wait
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .observe(waited.as_secs_f64());
     }
 
@@ -260,17 +252,13 @@ impl Metrics {
 
     pub fn set_layer_up(&self, layer: &str, up: bool) {
         self.layer_up
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .set(i64::from(up));
     }
 
     pub fn set_borrowers_on_fallback(&self, layer: &str, count: i64) {
         self.borrowers_on_fallback
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .set(count);
     }
 
@@ -286,9 +274,7 @@ impl Metrics {
 
     pub fn set_queue_depth(&self, layer: &str, depth: usize) {
         self.queue_depth
-            .get_or_create(&LayerLabels {
-                layer: layer.to_string(),
-            })
+            .get_or_create(&of_layer(layer))
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
@@ -302,16 +288,13 @@ impl Metrics {
 }
 
 /// [`Metrics`]'s count of kept copies that do not decode.
-struct UnprojectableCounter(Family<CopyLabels, Counter>);
-
-impl CountUnprojectable for UnprojectableCounter {
+impl CountUnprojectable for Family<CopyLabels, Counter> {
     fn unprojectable(&self, context: &str, kind: &str) {
-        self.0
-            .get_or_create(&CopyLabels {
-                context: context.to_string(),
-                kind: kind.to_string(),
-            })
-            .inc();
+        self.get_or_create(&CopyLabels {
+            context: context.to_string(),
+            kind: kind.to_string(),
+        })
+        .inc();
     }
 }
 

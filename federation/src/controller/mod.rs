@@ -58,9 +58,11 @@ mod work;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use tokio::sync::{Notify, broadcast};
+use parking_lot::Mutex;
+
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffPolicy;
@@ -89,8 +91,6 @@ pub(crate) struct Shared {
     fallbacks: fallback_state::Fallbacks,
     pub(crate) metrics: metrics::Metrics,
     transitions: broadcast::Sender<Transition>,
-    /// Woken when a layer has listed its Combs.
-    pub(crate) listed: Notify,
     options: ControllerOptions,
     /// Cancelled when the controller stops: background probes end with it.
     stopping: CancellationToken,
@@ -100,20 +100,4 @@ pub(crate) struct Shared {
     shards: Mutex<Option<shards::ShardsView>>,
     admin_address: OnceLock<SocketAddr>,
     webhook_address: OnceLock<SocketAddr>,
-}
-
-impl Shared {
-    pub(crate) fn set_shards_view(&self, view: shards::ShardsView) {
-        *self
-            .shards
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
-    }
-
-    pub(crate) fn shards_view(&self) -> Option<shards::ShardsView> {
-        self.shards
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
 }

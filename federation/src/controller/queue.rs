@@ -14,11 +14,12 @@
 //! clock; [`WorkQueue`] wraps it for the workers.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use comb_api::{Phase, Reason};
+use parking_lot::Mutex;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -28,8 +29,9 @@ use crate::engine::cache::ReadSummary;
 use crate::engine::keys::CombKey;
 
 /// Why a Comb is stepped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Trigger {
     /// The CR appeared (or the controller started).
     Created,
@@ -72,26 +74,12 @@ impl Trigger {
             Trigger::Dependency | Trigger::Upstream | Trigger::Fallback
         )
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Created => "created",
-            Trigger::Changed => "changed",
-            Trigger::Deleting => "deleting",
-            Trigger::Resource => "resource",
-            Trigger::Dependency => "dependency",
-            Trigger::Upstream => "upstream",
-            Trigger::LayerRecovered => "layer-recovered",
-            Trigger::Fallback => "fallback",
-            Trigger::Resync => "resync",
-            Trigger::Retry => "retry",
-        }
-    }
 }
 
 /// What a Comb is doing now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activity {
+    #[default]
     Idle,
     Queued,
     Running,
@@ -168,7 +156,22 @@ pub struct StepReport {
     pub again_after: Option<Duration>,
 }
 
-#[derive(Debug)]
+impl StepReport {
+    /// A step that left its Comb as `state`, retried with backoff when `failed`; whoever timed
+    /// the step sets when it started and how long it took.
+    pub fn new(state: StepState, failed: bool) -> StepReport {
+        StepReport {
+            state,
+            failed,
+            started_at: jiff::Timestamp::UNIX_EPOCH,
+            duration: Duration::ZERO,
+            reads: None,
+            again_after: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
 struct Entry {
     activity: Activity,
     /// The trigger of the next step: why the Comb is queued, or why it runs again after the
@@ -188,22 +191,6 @@ struct Entry {
     /// where one period's end meets the next.
     resync_jitter: Option<f64>,
     last: Option<StepReport>,
-}
-
-impl Entry {
-    fn new() -> Entry {
-        Entry {
-            activity: Activity::Idle,
-            pending: None,
-            failures: 0,
-            reruns: 0,
-            forgotten: false,
-            queued_at: None,
-            next_resync: None,
-            resync_jitter: None,
-            last: None,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -310,61 +297,37 @@ impl QueueState {
 
     /// Asks for a step of `key`. Returns whether the Comb became queued (workers should wake).
     pub fn enqueue(&mut self, key: &CombKey, trigger: Trigger) -> bool {
-        let entry = self.entries.entry(key.clone()).or_insert_with(Entry::new);
+        let entry = self.entries.entry(key.clone()).or_default();
         entry.forgotten = false;
-        match entry.activity {
-            Activity::Idle => {
-                entry.activity = Activity::Queued;
-                entry.queued_at = Some(Instant::now());
-                self.queued += 1;
-                entry.pending = Some(trigger);
-                self.ready.push_back(key.clone());
-                true
-            }
-            Activity::Queued => {
-                merge(&mut entry.pending, trigger);
-                false
-            }
-            Activity::Running => {
-                merge(&mut entry.pending, trigger);
-                false
-            }
+        let queue = match entry.activity {
+            Activity::Idle => true,
             Activity::Paced { .. } | Activity::Backoff { .. } if trigger.urgent() => {
-                entry.activity = Activity::Queued;
-                entry.queued_at = Some(Instant::now());
-                self.queued += 1;
-                entry.pending = Some(trigger);
                 entry.reruns = 0;
-                self.ready.push_back(key.clone());
                 true
             }
-            Activity::Paced { .. }
-                if trigger.from_elsewhere() && entry.reruns <= ELSEWHERE_RERUNS =>
-            {
-                entry.activity = Activity::Queued;
-                entry.queued_at = Some(Instant::now());
-                self.queued += 1;
-                merge(&mut entry.pending, trigger);
-                self.ready.push_back(key.clone());
-                true
-            }
-            Activity::Paced { .. } => {
-                merge(&mut entry.pending, trigger);
-                false
-            }
-            Activity::Backoff { .. } => false,
+            Activity::Paced { .. } => trigger.from_elsewhere() && entry.reruns <= ELSEWHERE_RERUNS,
+            Activity::Backoff { .. } => return false,
+            Activity::Queued | Activity::Running => false,
+        };
+        // An idle, paced or backing-off Comb holds no urgent trigger (one would have queued it),
+        // so whenever the Comb is queued here the merge keeps the new trigger.
+        merge(&mut entry.pending, trigger);
+        if queue {
+            entry.activity = Activity::Queued;
+            entry.queued_at = Some(Instant::now());
+            self.queued += 1;
+            self.ready.push_back(key.clone());
         }
+        queue
     }
 
     /// Moves Combs whose retry or resync is due at `now` into the ready queue.
     pub fn promote_due(&mut self, now: Instant) {
-        while let Some(Reverse((at, _, _))) = self.timers.peek() {
-            if *at > now {
+        while let Some(timer) = self.timers.peek_mut() {
+            if timer.0.0 > now {
                 break;
             }
-            let Some(Reverse((at, kind, key))) = self.timers.pop() else {
-                break;
-            };
+            let Reverse((at, kind, key)) = PeekMut::pop(timer);
             let Some(entry) = self.entries.get_mut(&key) else {
                 continue;
             };
@@ -452,35 +415,38 @@ impl QueueState {
         };
         let elsewhere =
             again.is_some_and(Trigger::from_elsewhere) && entry.reruns <= ELSEWHERE_RERUNS;
-        let (activity, timer) = if urgent {
-            (Activity::Queued, None)
+        entry.activity = if urgent {
+            Activity::Queued
         } else if entry.failures > 0 {
             let until = now + self.backoff.delay(entry.failures, jitter);
-            (Activity::Backoff { until }, Some(TimerKind::Retry))
+            Activity::Backoff { until }
         } else if again.is_some() && entry.reruns > 1 && !elsewhere {
             let until = now + self.pacing.delay(entry.reruns - 1, jitter);
-            (Activity::Paced { until }, Some(TimerKind::Paced))
+            Activity::Paced { until }
         } else if again.is_some() {
-            (Activity::Queued, None)
+            Activity::Queued
         } else {
-            (Activity::Idle, None)
+            Activity::Idle
         };
-        // A backoff's retry serves whatever came in; a rerun keeps its trigger.
-        entry.pending = match activity {
-            Activity::Queued | Activity::Paced { .. } => again,
-            _ => None,
-        };
-        entry.activity = activity;
-        match (activity, timer) {
-            (Activity::Queued, _) => {
+        // A backoff's retry serves whatever came in (`pending` is empty); a rerun keeps its
+        // trigger.
+        match entry.activity {
+            Activity::Queued => {
+                entry.pending = again;
                 entry.queued_at = Some(now);
                 self.queued += 1;
                 self.ready.push_back(key.clone());
             }
-            (Activity::Backoff { until } | Activity::Paced { until }, Some(kind)) => {
-                self.timers.push(Reverse((until, kind, key.clone())));
+            Activity::Paced { until } => {
+                entry.pending = again;
+                self.timers
+                    .push(Reverse((until, TimerKind::Paced, key.clone())));
             }
-            _ => {}
+            Activity::Backoff { until } => {
+                self.timers
+                    .push(Reverse((until, TimerKind::Retry, key.clone())));
+            }
+            Activity::Idle | Activity::Running => {}
         }
     }
 
@@ -523,47 +489,41 @@ impl QueueState {
 
     /// What the debug view shows, sorted by Comb; `now`/`wall_now` convert backoff instants.
     pub fn snapshot(&self, now: Instant, wall_now: jiff::Timestamp) -> Vec<QueueEntryView> {
-        let mut views: Vec<QueueEntryView> =
-            self.entries
-                .iter()
-                .map(|(key, entry)| {
-                    let wall = |until: Instant| {
-                        let left = until.saturating_duration_since(now);
-                        jiff::SignedDuration::try_from(left)
-                            .ok()
-                            .and_then(|left| wall_now.checked_add(left).ok())
-                    };
-                    let (state, backoff_until) = match entry.activity {
-                        Activity::Idle => ("idle", None),
-                        Activity::Queued => ("queued", None),
-                        Activity::Running => ("running", None),
-                        Activity::Paced { until } => ("paced", wall(until)),
-                        Activity::Backoff { until } => ("backoff", wall(until)),
-                    };
-                    QueueEntryView {
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                        state,
-                        backoff_until,
-                        pending: entry.pending,
-                        failures: entry.failures,
-                        last_phase: entry
-                            .last
-                            .as_ref()
-                            .and_then(|last| last.state.phase_word().map(str::to_string)),
-                        last_reason: entry
-                            .last
-                            .as_ref()
-                            .and_then(|last| last.state.reason().cloned()),
-                        last_step_at: entry.last.as_ref().map(|last| last.started_at),
-                        last_step_millis: entry.last.as_ref().map(|last| {
-                            u64::try_from(last.duration.as_millis()).unwrap_or(u64::MAX)
-                        }),
-                        last_reads: entry.last.as_ref().and_then(|last| last.reads.clone()),
-                        next_resync_at: entry.next_resync.and_then(wall),
-                    }
-                })
-                .collect();
+        let wall = |until: Instant| {
+            let left = until.saturating_duration_since(now);
+            jiff::SignedDuration::try_from(left)
+                .ok()
+                .and_then(|left| wall_now.checked_add(left).ok())
+        };
+        let mut views: Vec<QueueEntryView> = self
+            .entries
+            .iter()
+            .map(|(key, entry)| {
+                let (state, backoff_until) = match entry.activity {
+                    Activity::Idle => ("idle", None),
+                    Activity::Queued => ("queued", None),
+                    Activity::Running => ("running", None),
+                    Activity::Paced { until } => ("paced", wall(until)),
+                    Activity::Backoff { until } => ("backoff", wall(until)),
+                };
+                let last = entry.last.as_ref();
+                QueueEntryView {
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    state,
+                    backoff_until,
+                    pending: entry.pending,
+                    failures: entry.failures,
+                    last_phase: last.and_then(|last| last.state.phase_word().map(str::to_string)),
+                    last_reason: last.and_then(|last| last.state.reason().cloned()),
+                    last_step_at: last.map(|last| last.started_at),
+                    last_step_millis: last
+                        .map(|last| u64::try_from(last.duration.as_millis()).unwrap_or(u64::MAX)),
+                    last_reads: last.and_then(|last| last.reads.clone()),
+                    next_resync_at: entry.next_resync.and_then(wall),
+                }
+            })
+            .collect();
         views.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         views
     }
@@ -639,13 +599,8 @@ impl WorkQueue {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
-        // Every method leaves the state consistent before it could panic.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub fn enqueue(&self, key: &CombKey, trigger: Trigger) {
-        if self.lock().enqueue(key, trigger) {
+        if self.state.lock().enqueue(key, trigger) {
             // One job, one worker: waking every idle worker for it had all of them take the
             // lock to find nothing (a permit is kept when none waits, and a busy worker looks
             // at the queue before it waits again).
@@ -660,7 +615,7 @@ impl WorkQueue {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let wake_at = {
-                let mut state = self.lock();
+                let mut state = self.state.lock();
                 if state.closed {
                     return None;
                 }
@@ -683,7 +638,8 @@ impl WorkQueue {
     }
 
     pub fn finish(&self, key: &CombKey, report: StepReport) {
-        self.lock()
+        self.state
+            .lock()
             .finish(key, report, Instant::now(), rand::random::<f64>());
         // The Comb may be queued again, or have a timer earlier than sleeping workers wait
         // for: one worker looks (the finishing one looks too before it waits).
@@ -691,39 +647,41 @@ impl WorkQueue {
     }
 
     pub fn forget(&self, key: &CombKey) {
-        self.lock().forget(key);
+        self.state.lock().forget(key);
     }
 
     /// Holds every step back (the layer is unreachable); queued Combs wait.
     pub fn pause(&self) {
-        self.lock().paused = true;
+        self.state.lock().paused = true;
     }
 
     pub fn resume(&self) {
-        self.lock().paused = false;
+        self.state.lock().paused = false;
         self.notify.notify_waiters();
     }
 
     pub fn is_paused(&self) -> bool {
-        self.lock().paused
+        self.state.lock().paused
     }
 
     /// Stops handing out jobs; running steps finish.
     pub fn close(&self) {
-        self.lock().closed = true;
+        self.state.lock().closed = true;
         self.notify.notify_waiters();
     }
 
     pub fn depth(&self) -> usize {
-        self.lock().depth()
+        self.state.lock().depth()
     }
 
     pub fn is_busy(&self, key: &CombKey) -> bool {
-        self.lock().is_busy(key)
+        self.state.lock().is_busy(key)
     }
 
     pub fn snapshot(&self) -> Vec<QueueEntryView> {
-        self.lock().snapshot(Instant::now(), jiff::Timestamp::now())
+        self.state
+            .lock()
+            .snapshot(Instant::now(), jiff::Timestamp::now())
     }
 }
 

@@ -67,13 +67,11 @@ impl Shared {
         previous: Option<&CombStatus>,
         status: &CombStatus,
     ) {
-        let (Some(namespace), Some(name)) = (
-            cr.metadata.namespace.as_deref(),
-            cr.metadata.name.as_deref(),
-        ) else {
+        let Some(key) = comb_key(cr) else {
             return;
         };
-        let Some(transition) = Transition::between(layer.name(), namespace, name, previous, status)
+        let Some(transition) =
+            Transition::between(layer.name(), &key.namespace, &key.name, previous, status)
         else {
             return;
         };
@@ -192,11 +190,9 @@ impl Shared {
         self.layers
             .iter()
             .flat_map(|layer| {
-                let recorded = layer.each_entry(|key, _| key.clone());
-                recorded.into_iter().map(move |key| {
+                layer.each_entry(|key, entry| {
                     // A kept status that does not decode is reported; the outcome has none.
-                    let status = layer.recorded_status(&key);
-                    let status = status.as_ref();
+                    let status = entry.recorded_status();
                     let ready = status.and_then(CombStatus::ready);
                     CombOutcome {
                         layer: layer.name().to_string(),

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use comb_kubeconfigs::ClientPool;
-use tokio::sync::{Notify, broadcast};
+use parking_lot::Mutex;
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
@@ -102,12 +103,7 @@ impl Controller {
         peers.set(&layers);
         for layer in &layers {
             metrics.set_layer_up(layer.name(), false);
-            if layer
-                .layer
-                .borrow
-                .as_ref()
-                .is_some_and(|borrow| borrow.fallback.is_some())
-            {
+            if layer.fallback().is_some() {
                 metrics.set_borrowers_on_fallback(layer.name(), 0);
             }
             metrics.set_queue_depth(layer.name(), 0);
@@ -122,7 +118,6 @@ impl Controller {
                 fallbacks: Default::default(),
                 metrics,
                 transitions,
-                listed: Notify::new(),
                 active: AtomicBool::new(false),
                 shards: Mutex::new(None),
                 options,
@@ -161,12 +156,11 @@ impl Controller {
                 if let Ok(bound) = listener.local_addr() {
                     let _ = shared.admin_address.set(bound);
                 }
-                let handle = ControllerHandle {
-                    shared: shared.clone(),
-                };
                 Some(tokio::spawn(admin::serve(
                     listener,
-                    handle,
+                    ControllerHandle {
+                        shared: shared.clone(),
+                    },
                     shared.stopping.clone(),
                 )))
             }
@@ -186,11 +180,8 @@ impl Controller {
             None => Ok(run_active(&shared, &shutdown).await),
         };
         shared.stopping.cancel();
-        if let Some(admin) = admin {
-            let _ = admin.await;
-        }
-        if let Some(webhook) = webhook {
-            let _ = webhook.await;
+        for server in admin.into_iter().chain(webhook) {
+            let _ = server.await;
         }
         info!("stopped");
         outcome
@@ -307,10 +298,11 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
 /// Without sharding: the work of every layer until `shutdown` (or settled); whether `--once`'s
 /// timeout hit.
 async fn run_every_layer(shared: &Arc<Shared>, shutdown: &CancellationToken) -> bool {
+    let unlimited = Fence::new(None);
     let works: Vec<LayerWork> = shared
         .layers
         .iter()
-        .map(|layer| LayerWork::start(shared, layer, Fence::unlimited(), false))
+        .map(|layer| LayerWork::start(shared, layer, &unlimited, false))
         .collect();
     let timed_out = match shared.options.once {
         Some(once) => {

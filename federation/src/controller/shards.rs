@@ -223,14 +223,6 @@ pub(super) struct Observed {
 }
 
 impl Observed {
-    pub(super) fn holder(&self) -> Option<&str> {
-        holder_of(&self.lease)
-    }
-
-    pub(super) fn transitions(&self) -> i32 {
-        transitions_of(&self.lease)
-    }
-
     fn duration(&self, default: Duration) -> Duration {
         self.lease
             .spec
@@ -278,9 +270,11 @@ pub enum Claim {
 pub(super) fn claim(observed: Option<&Observed>, now: Instant, default: Duration) -> Claim {
     match observed {
         None => Claim::Create,
-        Some(observed) if observed.holder().is_none() || observed.expired(now, default) => {
+        Some(observed)
+            if holder_of(&observed.lease).is_none() || observed.expired(now, default) =>
+        {
             Claim::Take {
-                transitions: observed.transitions() + 1,
+                transitions: transitions_of(&observed.lease) + 1,
             }
         }
         Some(_) => Claim::Wait,

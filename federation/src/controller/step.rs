@@ -17,8 +17,8 @@ use super::events::EventType;
 use super::layer::{Built, Judged, LayerRuntime, Origin};
 use super::queue::{StepReport, StepState};
 use super::reads::StepPeers;
+use super::triggers::comb_key;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
-use crate::engine::cache::ReadSummary;
 use crate::engine::class::CombInstance;
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kube_ops::KubeOps;
@@ -28,46 +28,21 @@ use crate::engine::reconcile::{
 };
 use crate::error::{Error, Result};
 
-/// How a step went: what it left the Comb as, and what the queue does next.
-struct Outcome {
-    state: StepState,
-    /// Retry with backoff.
-    failed: bool,
-    /// Where a reconcile step's reads went.
-    reads: Option<ReadSummary>,
-    /// Step again this soon (the progress it held back is due then).
-    again_after: Option<std::time::Duration>,
+/// The report of a step that recorded `status`; `failed`: retry with backoff.
+fn recorded(status: &CombStatus, failed: bool) -> StepReport {
+    let state = match &status.phase {
+        Some(phase) => StepState::Recorded {
+            phase: phase.clone(),
+            reason: status.ready().and_then(|ready| ready.reason.clone()),
+        },
+        // A status without a phase is none comb records; say what failed.
+        None => StepState::Failed(Reason::StatusFailed),
+    };
+    StepReport::new(state, failed)
 }
 
-impl Outcome {
-    fn of(status: &CombStatus, failed: bool) -> Outcome {
-        let state = match &status.phase {
-            Some(phase) => StepState::Recorded {
-                phase: phase.clone(),
-                reason: status.ready().and_then(|ready| ready.reason.clone()),
-            },
-            // A status without a phase is none comb records; say what failed.
-            None => StepState::Failed(Reason::StatusFailed),
-        };
-        Outcome::new(state, failed)
-    }
-
-    fn new(state: StepState, failed: bool) -> Outcome {
-        Outcome {
-            state,
-            failed,
-            reads: None,
-            again_after: None,
-        }
-    }
-
-    fn failed(reason: Reason) -> Outcome {
-        Outcome::new(StepState::Failed(reason), true)
-    }
-
-    fn deleting(reason: Reason, failed: bool) -> Outcome {
-        Outcome::new(StepState::Deleting(reason), failed)
-    }
+fn deleting(reason: Reason, failed: bool) -> StepReport {
+    StepReport::new(StepState::Deleting(reason), failed)
 }
 
 /// Runs one step of `key` and says how it went.
@@ -79,35 +54,21 @@ pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey
         // Events the API did not take before come first, in their order.
         shared.retry_events(layer, cr).await;
     }
-    let outcome = match cr {
-        None => Outcome::new(StepState::Gone, false),
+    let report = match cr {
+        None => StepReport::new(StepState::Gone, false),
         Some(cr) if cr.metadata.deletion_timestamp.is_some() => {
             delete(shared, layer, key, cr).await
         }
         Some(cr) => reconcile_comb(shared, layer, key, cr).await,
     };
-    step_report(shared, layer, started, started_at, outcome)
-}
-
-/// The step's report of `outcome`, counted in the metrics.
-fn step_report(
-    shared: &Shared,
-    layer: &LayerRuntime,
-    started: Instant,
-    started_at: jiff::Timestamp,
-    outcome: Outcome,
-) -> StepReport {
     let duration = started.elapsed();
-    if let Some(phase) = outcome.state.phase_word() {
+    if let Some(phase) = report.state.phase_word() {
         shared.metrics.step(layer.name(), phase, duration);
     }
     StepReport {
-        state: outcome.state,
-        failed: outcome.failed,
         started_at,
         duration,
-        reads: outcome.reads,
-        again_after: outcome.again_after,
+        ..report
     }
 }
 
@@ -149,7 +110,7 @@ async fn reconcile_comb(
     layer: &Arc<LayerRuntime>,
     key: &CombKey,
     cr: Comb,
-) -> Outcome {
+) -> StepReport {
     let group = &shared.config.group;
     let finalizer = finalizer(group);
     let cr = match finalizers_with(&cr, &finalizer) {
@@ -162,7 +123,7 @@ async fn reconcile_comb(
             Err(error) => {
                 shared.metrics.api_error(layer.name(), "finalizer");
                 warn!(%error, "adding the finalizer {finalizer} failed; retrying");
-                return Outcome::failed(Reason::FinalizerFailed);
+                return StepReport::new(StepState::Failed(Reason::FinalizerFailed), true);
             }
         },
     };
@@ -218,12 +179,12 @@ async fn reconcile_comb(
         shared.metrics.api_error(layer.name(), "status");
     }
     let failed = outcome.write_failed || status.phase == Some(Phase::Error);
-    Outcome {
+    StepReport {
         reads: ops.read_summary(),
         again_after: outcome
             .progress_due
             .map(|due| due.saturating_duration_since(std::time::Instant::now())),
-        ..Outcome::of(status, failed)
+        ..recorded(status, failed)
     }
 }
 
@@ -338,7 +299,7 @@ async fn build_failed(
     key: &CombKey,
     cr: &Comb,
     message: String,
-) -> Outcome {
+) -> StepReport {
     layer.with_entry(key, |entry| entry.stepped = true);
     let env = StepEnv {
         ops: &layer.ops,
@@ -351,13 +312,13 @@ async fn build_failed(
         // Nothing holds it in memory (there is no Comb): the retry writes it again.
         shared.metrics.api_error(layer.name(), "status");
         warn!("the BuildFailed status is not written; retrying");
-        return Outcome::of(&outcome.status, true);
+        return recorded(&outcome.status, true);
     }
     shared.own_write(layer, key, outcome.stored.clone());
     shared
         .after_status(layer, &outcome.stored, cr.status.as_ref(), &outcome.status)
         .await;
-    Outcome::of(&outcome.status, false)
+    recorded(&outcome.status, false)
 }
 
 /// Sets the CR's finalizers, conditional on the resourceVersion it was read with.
@@ -367,24 +328,21 @@ async fn set_finalizers(
     cr: &Comb,
     finalizers: &[String],
 ) -> Result<Comb> {
-    let (Some(namespace), Some(name)) = (
-        cr.metadata.namespace.as_deref(),
-        cr.metadata.name.as_deref(),
-    ) else {
+    let Some(key) = comb_key(cr) else {
         return Err(Error::Controller(
             "the Comb has no namespace or name".to_string(),
         ));
     };
     let api: Api<Comb> = Api::namespaced_with(
         ops.client().clone(),
-        namespace,
+        &key.namespace,
         &comb_api::api_resource(group),
     );
     let patch = json!({"metadata": {
         "finalizers": finalizers,
         "resourceVersion": cr.metadata.resource_version,
     }});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|error| Error::kube("patch finalizers of Comb", error))
 }
@@ -395,12 +353,12 @@ async fn delete(
     layer: &Arc<LayerRuntime>,
     key: &CombKey,
     cr: Comb,
-) -> Outcome {
+) -> StepReport {
     let group = &shared.config.group;
     let finalizer = finalizer(group);
     if !has_finalizer(&cr, &finalizer) {
         // Other finalizers hold it; nothing of ours is left to do.
-        return Outcome::deleting(Reason::OtherFinalizers, false);
+        return deleting(Reason::OtherFinalizers, false);
     }
     if orphans_everything(&cr, group) {
         info!("orphan: {group}/deletion-policy is Orphan, leaving every resource in place");
@@ -414,7 +372,7 @@ async fn delete(
             Ok(ops) => ops,
             Err(error) => {
                 warn!(%error, "orphan: cleanup cannot start, retrying");
-                return Outcome::deleting(Reason::CleanupFailed, true);
+                return deleting(Reason::CleanupFailed, true);
             }
         };
         let report = cleanup(
@@ -425,9 +383,9 @@ async fn delete(
         )
         .await;
         shared.announce_notes(layer, &cr, &report.notes, None).await;
+        let summary = report.summary();
         if !report.failures.is_empty() {
             shared.metrics.api_error(layer.name(), "cleanup");
-            let summary = report.summary();
             warn!("orphan: cleanup incomplete, retrying: {summary}");
             shared
                 .event(
@@ -438,21 +396,22 @@ async fn delete(
                     &summary,
                 )
                 .await;
-            return Outcome::deleting(Reason::CleanupFailed, true);
+            return deleting(Reason::CleanupFailed, true);
         }
-        let summary = report.summary();
         info!("orphan: cleanup done: {summary}");
         shared
             .event(layer, &cr, EventType::Normal, Reason::CleanedUp, &summary)
             .await;
     }
     match set_finalizers(&layer.ops, group, &cr, &finalizers_without(&cr, &finalizer)).await {
-        Ok(_) => Outcome::new(StepState::Deleted, false),
-        Err(error) if error.status_code() == Some(404) => Outcome::new(StepState::Deleted, false),
+        Ok(_) => StepReport::new(StepState::Deleted, false),
+        Err(error) if error.status_code() == Some(404) => {
+            StepReport::new(StepState::Deleted, false)
+        }
         Err(error) => {
             shared.metrics.api_error(layer.name(), "finalizer");
             warn!(%error, "removing the finalizer {finalizer} failed; retrying");
-            Outcome::deleting(Reason::FinalizerFailed, true)
+            deleting(Reason::FinalizerFailed, true)
         }
     }
 }

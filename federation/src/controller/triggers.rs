@@ -1,11 +1,11 @@
 //! Which watch events call for which steps: pure decisions over the objects seen.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
-use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Phase, Reason, UpstreamSpec};
+use comb_api::{Comb, CombStatus, CombUpstreamStatus, LabelKeys, Reason, UpstreamSpec};
 
 use super::queue::Trigger;
-use crate::config::{BorrowDecision, Config};
+use crate::config::{BorrowDecision, Config, Layer};
 use crate::engine::borrow::Candidate;
 use crate::engine::keys::CombKey;
 
@@ -121,19 +121,10 @@ impl Versions {
 }
 
 /// What others react to in a Comb's status: phase, Ready verdict, endpoints and upstream
-/// (without the times, which change on every borrowing step). Kept for every Comb, so all but
-/// the phase as a hash (their copies took ~250 bytes a Comb).
+/// (without the times, which change on every borrowing step). Kept for every Comb, so as a hash
+/// (their copies took ~250 bytes a Comb).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatusSignature {
-    phase: Option<Phase>,
-    rest: u64,
-}
-
-impl StatusSignature {
-    pub fn phase(&self) -> Option<&Phase> {
-        self.phase.as_ref()
-    }
-}
+pub struct StatusSignature(u64);
 
 /// The [`StatusSignature`] of a recorded status.
 pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
@@ -152,22 +143,36 @@ pub fn status_signature(status: Option<&CombStatus>) -> StatusSignature {
             ..upstream
         });
     // The same values give the same text, so the same hash, within this process.
-    let text = serde_json::to_string(&(ready, endpoints, upstream)).unwrap_or_default();
+    let phase = status.and_then(|s| s.phase.as_ref());
+    let text = serde_json::to_string(&(phase, ready, endpoints, upstream)).unwrap_or_default();
     let mut hasher = std::hash::DefaultHasher::new();
     std::hash::Hash::hash(&text, &mut hasher);
-    StatusSignature {
-        phase: status.and_then(|s| s.phase.clone()),
-        rest: std::hash::Hasher::finish(&hasher),
-    }
+    StatusSignature(std::hash::Hasher::finish(&hasher))
 }
 
-/// The Comb a managed resource belongs to, by its name and namespace labels.
-pub fn owner_of(labels: Option<&BTreeMap<String, String>>, keys: &LabelKeys) -> Option<CombKey> {
-    let labels = labels?;
+/// The Comb a managed resource belongs to, by its name and namespace labels (`label` reads
+/// one).
+pub fn owner_of<'a>(label: impl Fn(&str) -> Option<&'a str>, keys: &LabelKeys) -> Option<CombKey> {
     Some(CombKey::new(
-        labels.get(keys.namespace_label())?,
-        labels.get(keys.name_label())?,
+        label(keys.namespace_label())?,
+        label(keys.name_label())?,
     ))
+}
+
+/// The peer of Comb `key` of `layer` on entry `candidate` of its fallback chain, as (layer index,
+/// key); `None` for `local`.
+pub fn chain_peer(
+    config: &Config,
+    layer: &Layer,
+    key: &CombKey,
+    candidate: &Candidate,
+) -> Option<(usize, CombKey)> {
+    let Candidate::Layer(target) = candidate else {
+        return None;
+    };
+    let (upstream, namespace) = config.peer_up_the_chain(layer, &key.namespace, target)?;
+    let index = config.layers.iter().position(|l| l.name == upstream.name)?;
+    Some((index, CombKey::new(namespace, &key.name)))
 }
 
 /// Upstream class names that read a peer Comb in another layer.
@@ -183,17 +188,7 @@ pub fn upstream_peer(config: &Config, layer: usize, comb: &Comb) -> Option<(usiz
     let index_of = |name: &str| config.layers.iter().position(|l| l.name == name);
     if let Some((candidates, _)) = config.fallback_of(this, &key.namespace, &key.name) {
         let entry = config.recorded_entry(&candidates, comb.status.as_ref());
-        return match candidates.get(entry)? {
-            Candidate::Local => None,
-            Candidate::Layer(target) => {
-                let (upstream, namespace) =
-                    config.peer_up_the_chain(this, &key.namespace, target)?;
-                Some((
-                    index_of(&upstream.name)?,
-                    CombKey::new(namespace, &key.name),
-                ))
-            }
-        };
+        return chain_peer(config, this, &key, candidates.get(entry)?);
     }
     match this.borrow_decision(config, &key.namespace, &key.name) {
         BorrowDecision::Borrow {
@@ -233,6 +228,7 @@ mod tests {
     use comb_api::{CombCondition, CombSpec, ConditionStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn comb(namespace: &str, name: &str) -> Comb {
         let mut comb = Comb::new(
@@ -401,14 +397,14 @@ mod tests {
             ),
         ]
         .into();
-        assert_eq!(
-            owner_of(Some(&labels), &keys),
-            Some(CombKey::new("platform", "nats"))
-        );
+        let of = |labels: &BTreeMap<String, String>| {
+            owner_of(|key| labels.get(key).map(String::as_str), &keys)
+        };
+        assert_eq!(of(&labels), Some(CombKey::new("platform", "nats")));
         let mut partial = labels.clone();
         partial.remove("comb.internal/comb-namespace");
-        assert_eq!(owner_of(Some(&partial), &keys), None);
-        assert_eq!(owner_of(None, &keys), None);
+        assert_eq!(of(&partial), None);
+        assert_eq!(owner_of(|_| None, &keys), None);
     }
 
     #[test]

@@ -125,16 +125,12 @@ pub async fn watch_combs(
         Some(namespace) => Api::namespaced_with(client, namespace, &resource),
         None => Api::all_with(client, &resource),
     };
-    let stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE));
+    let stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE))
+        .take_until(cancel.cancelled());
     futures::pin_mut!(stream);
-    let mut retries = shared.watch_retries();
+    let mut retries = Retries::new(shared.options.watch_backoff);
     let mut listing: Option<HashSet<CombKey>> = None;
-    loop {
-        let item = tokio::select! {
-            () = cancel.cancelled() => return,
-            item = stream.next() => item,
-        };
-        let Some(item) = item else { return };
+    while let Some(item) = stream.next().await {
         let event = match item {
             Ok(event) => event,
             Err(error) => {
@@ -189,7 +185,6 @@ pub async fn watch_combs(
                         combs = layer.keys().len(),
                         "layer listed"
                     );
-                    shared.listed.notify_waiters();
                 }
             }
             Event::Apply(cr) => shared.cr_seen(&layer, cr, Source::Watched),
@@ -214,19 +209,8 @@ struct Unencodable {
     error: String,
 }
 
-/// One object a watch delivered, as JSON.
-type Delivered = Result<Value, Unencodable>;
-
-/// `event` with its object as JSON, or the object that does not encode.
-fn encoded(event: Event<Delivered>) -> Result<Event<Value>, Unencodable> {
-    Ok(match event {
-        Event::Init => Event::Init,
-        Event::InitDone => Event::InitDone,
-        Event::InitApply(object) => Event::InitApply(object?),
-        Event::Apply(object) => Event::Apply(object?),
-        Event::Delete(object) => Event::Delete(object?),
-    })
-}
+/// One event a watch delivered, its object as JSON, or the object that does not encode.
+type Delivered = Result<Event<Value>, Unencodable>;
 
 /// The events of one kind's watch as JSON objects with their `apiVersion` and `kind` (list
 /// items come without). `managedFields` stay: the cache keeps them as one hash per manager,
@@ -236,7 +220,7 @@ fn object_events(
     kind: &ApiResource,
     scope: Option<&str>,
     config: watcher::Config,
-) -> BoxStream<'static, watcher::Result<Event<Delivered>>> {
+) -> BoxStream<'static, watcher::Result<Delivered>> {
     let types = TypeMeta {
         api_version: kind.api_version.clone(),
         kind: kind.kind.clone(),
@@ -262,7 +246,7 @@ fn json_events<K>(
     config: watcher::Config,
     types: TypeMeta,
     types_of: fn(&mut K) -> &mut Option<TypeMeta>,
-) -> BoxStream<'static, watcher::Result<Event<Delivered>>>
+) -> BoxStream<'static, watcher::Result<Delivered>>
 where
     K: kube::Resource
         + Clone
@@ -274,7 +258,7 @@ where
 {
     watcher::watcher(api, config)
         .map_ok(move |event| {
-            map_event(event, |mut object| {
+            try_map_event(event, |mut object| {
                 *types_of(&mut object) = Some(types.clone());
                 serde_json::to_value(&object).map_err(|error| Unencodable {
                     namespace: object.meta().namespace.clone().unwrap_or_default(),
@@ -286,14 +270,17 @@ where
         .boxed()
 }
 
-fn map_event<K, T>(event: Event<K>, f: impl FnOnce(K) -> T) -> Event<T> {
-    match event {
-        Event::Apply(object) => Event::Apply(f(object)),
-        Event::Delete(object) => Event::Delete(f(object)),
+fn try_map_event<K, T, E>(
+    event: Event<K>,
+    f: impl FnOnce(K) -> Result<T, E>,
+) -> Result<Event<T>, E> {
+    Ok(match event {
+        Event::Apply(object) => Event::Apply(f(object)?),
+        Event::Delete(object) => Event::Delete(f(object)?),
         Event::Init => Event::Init,
-        Event::InitApply(object) => Event::InitApply(f(object)),
+        Event::InitApply(object) => Event::InitApply(f(object)?),
         Event::InitDone => Event::InitDone,
-    }
+    })
 }
 
 /// Tells the cache, when dropped, that a watch of its scope ended.
@@ -333,7 +320,8 @@ pub async fn watch_managed(
         watcher::Config::default()
             .labels(&selector)
             .page_size(LIST_PAGE),
-    );
+    )
+    .take_until(cancel.cancelled());
     futures::pin_mut!(stream);
     let cache = layer.ops.cache().cloned();
     let (api_version, kind_name) = (kind.api_version.clone(), kind.kind.clone());
@@ -344,14 +332,9 @@ pub async fn watch_managed(
         kind: kind_name.clone(),
         scope: scope.clone(),
     });
-    let mut retries = shared.watch_retries();
+    let mut retries = Retries::new(shared.options.watch_backoff);
     let mut forbidden = Forbidden::default();
-    loop {
-        let item = tokio::select! {
-            () = cancel.cancelled() => return,
-            item = stream.next() => item,
-        };
-        let Some(item) = item else { return };
+    while let Some(item) = stream.next().await {
         let event = match item {
             Ok(event) => event,
             Err(error) => {
@@ -393,7 +376,7 @@ pub async fn watch_managed(
                 continue;
             }
         };
-        let event = match encoded(event) {
+        let event = match event {
             Ok(event) => event,
             Err(object) => {
                 warn!(
@@ -529,21 +512,14 @@ impl Forbidden {
 /// The Comb an object's labels name, and the object's name.
 fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey>, String) {
     // Read as they are (label values are strings), not decoded: nothing to fail.
-    let labels: Option<std::collections::BTreeMap<String, String>> = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .map(|labels| {
-            labels
-                .iter()
-                .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
-                .collect()
-        });
+    let labels = object.pointer("/metadata/labels");
+    let owner = owner_of(|key| labels?.get(key)?.as_str(), keys);
     let name = object
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    (owner_of(labels.as_ref(), keys), name)
+    (owner, name)
 }
 
 #[cfg(test)]

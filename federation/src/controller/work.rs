@@ -4,7 +4,6 @@
 //! deadline, and a step still running at the hard one is dropped.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use comb_api::Reason;
 use futures::FutureExt;
@@ -16,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
 use super::layer::LayerRuntime;
-use super::{Shared, queue, step, watch as watches};
+use super::queue::{StepReport, StepState, Trigger};
+use super::{Shared, step, watch as watches};
 
 /// The work of one layer: its managed-resource watches and its workers. Started for every
 /// layer, or with sharding once this replica holds the layer's Lease; stopped when it no longer
@@ -26,7 +26,7 @@ pub(super) struct LayerWork {
     /// Workers take no more jobs; watches end.
     stop: CancellationToken,
     /// Running steps are dropped (the Lease is lost).
-    abort: CancellationToken,
+    pub(super) abort: CancellationToken,
     tasks: JoinSet<()>,
 }
 
@@ -36,7 +36,7 @@ impl LayerWork {
     pub(super) fn start(
         shared: &Arc<Shared>,
         layer: &Arc<LayerRuntime>,
-        fence: Arc<Fence>,
+        fence: &Fence,
         requeue: bool,
     ) -> LayerWork {
         let stop = CancellationToken::new();
@@ -61,7 +61,7 @@ impl LayerWork {
         }
         if requeue {
             for key in layer.keys() {
-                layer.queue.enqueue(&key, queue::Trigger::Created);
+                layer.queue.enqueue(&key, Trigger::Created);
             }
         }
         for _ in 0..shared.options.workers_per_layer.max(1) {
@@ -84,10 +84,6 @@ impl LayerWork {
     /// Takes no more jobs; running steps finish ([`LayerWork::join`] waits for them).
     pub(super) fn stop(&self) {
         self.stop.cancel();
-    }
-
-    pub(super) fn abort_token(&self) -> CancellationToken {
-        self.abort.clone()
     }
 
     /// Waits until every worker and watch of the layer ended.
@@ -124,17 +120,11 @@ async fn work(
             }
             continue;
         }
-        let soft_passed = async move {
-            match soft {
-                Some(soft) => tokio::time::sleep_until(soft).await,
-                None => std::future::pending().await,
-            }
-        };
         let job = tokio::select! {
             biased;
             () = stop.cancelled() => return,
             job = layer.queue.next() => job,
-            () = soft_passed => continue,
+            () = sleep_until(soft) => continue,
         };
         let Some(job) = job else { return };
         shared.metrics.queue_wait(layer.name(), job.waited);
@@ -143,7 +133,7 @@ async fn work(
             layer = layer.name(),
             namespace = %job.key.namespace,
             comb = %job.key.name,
-            trigger = job.trigger.as_str(),
+            trigger = <&str>::from(job.trigger),
         );
         let started_at = jiff::Timestamp::now();
         let stepping = std::panic::AssertUnwindSafe(step::step(&shared, &layer, &job.key))
@@ -153,28 +143,21 @@ async fn work(
             stepped = stepping => Some(stepped),
             () = fence_expired(fence.clone(), abort.clone()) => None,
         };
+        // A step that did not finish is retried with backoff.
         let report = match stepped {
             Some(Ok(report)) => report,
             Some(Err(_)) => {
                 span.in_scope(|| error!("the step panicked; retrying with backoff"));
-                queue::StepReport {
-                    state: queue::StepState::Failed(Reason::ReconcileFailed),
-                    failed: true,
+                StepReport {
                     started_at,
-                    duration: Duration::ZERO,
-                    reads: None,
-                    again_after: None,
+                    ..StepReport::new(StepState::Failed(Reason::ReconcileFailed), true)
                 }
             }
             None => {
                 span.in_scope(|| warn!("the layer's Lease is ending: the running step is dropped"));
-                queue::StepReport {
-                    state: queue::StepState::Dropped(Reason::ShardLost),
-                    failed: true,
+                StepReport {
                     started_at,
-                    duration: Duration::ZERO,
-                    reads: None,
-                    again_after: None,
+                    ..StepReport::new(StepState::Dropped(Reason::ShardLost), true)
                 }
             }
         };
@@ -185,36 +168,20 @@ async fn work(
     }
 }
 
+/// Sleeps until `at`; never without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The soft and hard deadlines of a layer's work: no step starts after the first, a running
 /// step is dropped at the second. `None`: no limit (the layer is not sharded).
 pub(super) type Deadlines = Option<(Instant, Instant)>;
 
-/// The deadlines a layer's workers obey, moved on by every renewal.
-pub(super) struct Fence {
-    deadlines: watch::Sender<Deadlines>,
-}
-
-impl Fence {
-    pub(super) fn unlimited() -> Arc<Fence> {
-        Arc::new(Fence {
-            deadlines: watch::Sender::new(None),
-        })
-    }
-
-    pub(super) fn until(deadlines: (Instant, Instant)) -> Arc<Fence> {
-        Arc::new(Fence {
-            deadlines: watch::Sender::new(Some(deadlines)),
-        })
-    }
-
-    pub(super) fn extend(&self, deadlines: (Instant, Instant)) {
-        self.deadlines.send_replace(Some(deadlines));
-    }
-
-    pub(super) fn subscribe(&self) -> watch::Receiver<Deadlines> {
-        self.deadlines.subscribe()
-    }
-}
+/// The deadlines a layer's workers obey, moved on by every renewal (`send_replace`).
+pub(super) type Fence = watch::Sender<Deadlines>;
 
 /// Resolves once the hard deadline passes (as renewals move it) or `abort` is cancelled.
 pub(super) async fn fence_expired(
@@ -223,26 +190,15 @@ pub(super) async fn fence_expired(
 ) {
     loop {
         let hard = deadlines.borrow_and_update().map(|(_, hard)| hard);
-        let passed = async move {
-            match hard {
-                Some(hard) => tokio::time::sleep_until(hard).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             () = abort.cancelled() => return,
-            () = passed => return,
+            () = sleep_until(hard) => return,
             changed = deadlines.changed() => {
                 if changed.is_err() {
                     // The fence is gone: nothing moves the deadline any more.
                     tokio::select! {
                         () = abort.cancelled() => {}
-                        () = async move {
-                            match hard {
-                                Some(hard) => tokio::time::sleep_until(hard).await,
-                                None => std::future::pending().await,
-                            }
-                        } => {}
+                        () = sleep_until(hard) => {}
                     }
                     return;
                 }
@@ -254,16 +210,17 @@ pub(super) async fn fence_expired(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[tokio::test(start_paused = true)]
     async fn the_fence_drops_a_step_at_its_hard_deadline_unless_a_renewal_moved_it() {
         let start = Instant::now();
         let seconds = Duration::from_secs;
-        let fence = Fence::until((start + seconds(2), start + seconds(3)));
+        let fence = Fence::new(Some((start + seconds(2), start + seconds(3))));
         let expired = tokio::spawn(fence_expired(fence.subscribe(), CancellationToken::new()));
         tokio::time::sleep(Duration::from_millis(2_500)).await;
         // A renewal before the hard deadline moves it.
-        fence.extend((start + seconds(4), start + seconds(5)));
+        fence.send_replace(Some((start + seconds(4), start + seconds(5))));
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         tokio::task::yield_now().await;
         assert!(
@@ -276,7 +233,7 @@ mod tests {
 
         // Without a limit only the abort ends it.
         let abort = CancellationToken::new();
-        let unlimited = Fence::unlimited();
+        let unlimited = Fence::new(None);
         let expired = tokio::spawn(fence_expired(unlimited.subscribe(), abort.clone()));
         tokio::time::sleep(seconds(3_600)).await;
         tokio::task::yield_now().await;
@@ -285,7 +242,7 @@ mod tests {
         expired.await.unwrap();
 
         // A fence dropped keeps its last deadline.
-        let fence = Fence::until((start, Instant::now() + seconds(1)));
+        let fence = Fence::new(Some((start, Instant::now() + seconds(1))));
         let expired = tokio::spawn(fence_expired(fence.subscribe(), CancellationToken::new()));
         drop(fence);
         tokio::time::sleep(Duration::from_millis(500)).await;

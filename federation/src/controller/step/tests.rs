@@ -179,7 +179,7 @@ async fn a_step_starts_from_what_memory_holds_of_the_same_object_and_generation(
 #[test]
 fn a_step_reports_the_phase_and_ready_reason_it_recorded() {
     let running = status(Phase::Running, "applied 2 resource(s)");
-    let outcome = Outcome::of(&running, false);
+    let outcome = recorded(&running, false);
     assert_eq!(
         (outcome.state, outcome.failed),
         (
@@ -194,7 +194,7 @@ fn a_step_reports_the_phase_and_ready_reason_it_recorded() {
         conditions: None,
         ..running
     };
-    let outcome = Outcome::of(&no_ready, true);
+    let outcome = recorded(&no_ready, true);
     assert_eq!(
         (outcome.state, outcome.failed),
         (
@@ -206,7 +206,7 @@ fn a_step_reports_the_phase_and_ready_reason_it_recorded() {
         )
     );
     // A status without a phase is none comb records: the step failed to make one.
-    let outcome = Outcome::of(&CombStatus::default(), true);
+    let outcome = recorded(&CombStatus::default(), true);
     assert_eq!(outcome.state, StepState::Failed(Reason::StatusFailed));
     assert_eq!(outcome.state.phase_word(), Some("Error"));
 }
