@@ -409,121 +409,71 @@ impl Step<'_> {
             }
         };
         let applied = format!("applied {} resource(s)", items.len());
-        // A rollout the workload controllers are still carrying out: every item stands as
-        // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
-        // verdict says the controllers are at it rather than "not healthy yet". The Pods it
-        // starts may be the first problems; the rollout is still what the Comb waits for.
-        // After comb's own deploy the verdict stays that deploy's, `Pending (Deployed)` with
-        // the progress in its message, as the steps after it that find the Pods not ready yet
-        // say too: one transition in, one out, not Deployed, RolloutInProgress, Deployed with
-        // a status write and an Event each.
-        if status.rolling_out
-            && self.nothing_to_apply(&items, &live, borrowed)
-            && !record_differs(self.previous_managed(), &items)
-        {
-            r.established = Some(Established::Local);
-            if self.previous.is_some_and(|previous| {
+        let record_differs = record_differs(self.previous_managed(), &items);
+        let changed = changed_items(&items, &live, ctx);
+        // Whether applying would change nothing: every resource stands, as rendered now, and no
+        // bridge is to be replaced.
+        let settled = !borrowed && live.iter().all(Option::is_some) && changed.is_empty();
+        let deployed = |message| (Phase::Pending, Reason::Deployed, message);
+        // Whether the verdict goes with a deploy, and the verdict.
+        let (deploy, verdict) = if status.rolling_out && settled && !record_differs {
+            // A rollout the workload controllers are still carrying out: every item stands as
+            // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
+            // verdict says the controllers are at it rather than "not healthy yet". The Pods it
+            // starts may be the first problems; the rollout is still what the Comb waits for.
+            // After comb's own deploy the verdict stays that deploy's, `Pending (Deployed)` with
+            // the progress in its message, as the steps after it that find the Pods not ready yet
+            // say too: one transition in, one out, not Deployed, RolloutInProgress, Deployed with
+            // a status write and an Event each.
+            let after_deploy = self.previous.is_some_and(|previous| {
                 previous.phase == Some(Phase::Pending)
                     && previous
                         .ready()
                         .is_some_and(|ready| ready.reason == Some(Reason::Deployed))
-            }) {
-                r.finish(
-                    Phase::Pending,
-                    Reason::Deployed,
-                    not_healthy_yet(&applied, &status),
-                );
+            });
+            let verdict = if after_deploy {
+                deployed(not_healthy_yet(&applied, &status))
             } else {
-                r.finish(
-                    Phase::Pending,
-                    Reason::RolloutInProgress,
-                    status.message.clone().unwrap_or_default(),
-                );
-            }
-            return ControlFlow::Break(());
-        }
-        if let Some(verdict) = self.live_error(&items, &live, &status, borrowed) {
-            if record_differs(self.previous_managed(), &items) {
-                return self.apply_local(r, &items, &live, verdict).await;
-            }
-            r.established = Some(Established::Local);
-            r.finish(verdict.0, verdict.1, verdict.2);
-            return ControlFlow::Break(());
-        }
-        if !status.healthy {
-            let message = not_healthy_yet(&applied, &status);
-            return self
-                .apply_local(
-                    r,
-                    &items,
-                    &live,
-                    (Phase::Pending, Reason::Deployed, message),
-                )
-                .await;
-        }
-        if borrowed {
-            let message = format!("{applied}, in place of the bridge");
-            return self
-                .apply_local(
-                    r,
-                    &items,
-                    &live,
-                    (Phase::Pending, Reason::Deployed, message),
-                )
-                .await;
-        }
-        let changed = changed_items(&items, &live, ctx);
-        if !changed.is_empty() {
-            let message = format!("{applied}, {}", changed.describe());
-            return self
-                .apply_local(
-                    r,
-                    &items,
-                    &live,
-                    (Phase::Pending, Reason::Deployed, message),
-                )
-                .await;
-        }
-        if record_differs(self.previous_managed(), &items) {
+                let message = status.message.clone().unwrap_or_default();
+                (Phase::Pending, Reason::RolloutInProgress, message)
+            };
+            (false, verdict)
+        } else if status.phase == Phase::Error && settled {
+            // An Error the cluster shows (a crash loop, an image that does not pull, a failed Job
+            // or Pod) that applying again cannot change, because every resource stands as
+            // rendered now: the step records it as it is, instead of one more `Pending
+            // (Deployed)` that hides it.
+            let reason = status.reason.clone();
+            let message = status.message.clone().unwrap_or_default();
+            let verdict = (
+                Phase::Error,
+                reason.unwrap_or(Reason::Other("Error".into())),
+                message,
+            );
+            (record_differs, verdict)
+        } else if !status.healthy {
+            (true, deployed(not_healthy_yet(&applied, &status)))
+        } else if borrowed {
+            (true, deployed(format!("{applied}, in place of the bridge")))
+        } else if !changed.is_empty() {
+            (true, deployed(format!("{applied}, {}", changed.describe())))
+        } else if record_differs {
             let message = format!("healthy; the record differed from the manifests: {applied}");
+            (true, (Phase::Running, Reason::Healthy, message))
+        } else {
+            (
+                false,
+                (Phase::Running, Reason::Healthy, "healthy".to_string()),
+            )
+        };
+        if deploy {
             return self
-                .apply_local(r, &items, &live, (Phase::Running, Reason::Healthy, message))
+                .apply(r, &items, Some(&live), &[], Established::Local, verdict)
                 .await;
         }
         r.established = Some(Established::Local);
-        r.finish(Phase::Running, Reason::Healthy, "healthy");
+        r.finish(verdict.0, verdict.1, verdict.2);
         ControlFlow::Break(())
-    }
-
-    /// An Error the cluster shows (a crash loop, an image that does not pull, a failed Job or
-    /// Pod) that applying again cannot change, because every resource stands as rendered now:
-    /// the step records it as it is, instead of one more `Pending (Deployed)` that hides it.
-    fn live_error(
-        &self,
-        items: &[RenderedItem],
-        live: &LiveObjects,
-        status: &LiveStatus,
-        borrowed: bool,
-    ) -> Option<(Phase, Reason, String)> {
-        let settled = self.nothing_to_apply(items, live, borrowed);
-        (status.phase == Phase::Error && settled).then(|| {
-            (
-                Phase::Error,
-                status
-                    .reason
-                    .clone()
-                    .unwrap_or(Reason::Other("Error".into())),
-                status.message.clone().unwrap_or_default(),
-            )
-        })
-    }
-
-    /// Whether applying would change nothing: every resource stands, as rendered now, and no
-    /// bridge is to be replaced.
-    fn nothing_to_apply(&self, items: &[RenderedItem], live: &LiveObjects, borrowed: bool) -> bool {
-        !borrowed
-            && live.iter().all(Option::is_some)
-            && changed_items(items, live, self.comb.context()).is_empty()
     }
 
     /// Step 5b: observe the upstream, record it, replicate, then apply the bridge (in place of
@@ -631,17 +581,6 @@ impl Step<'_> {
             }
         }
         ControlFlow::Break(())
-    }
-
-    async fn apply_local(
-        &self,
-        r: &mut StepRecord,
-        items: &[RenderedItem],
-        live: &LiveObjects,
-        verdict: (Phase, Reason, String),
-    ) -> ControlFlow<()> {
-        self.apply(r, items, Some(live), &[], Established::Local, verdict)
-            .await
     }
 
     fn previous_managed(&self) -> &[ManagedObject] {
