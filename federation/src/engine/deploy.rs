@@ -106,10 +106,7 @@ pub async fn deploy(
             }
         }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
-        match ops
-            .ensure_keeping(&item.manifest, live_object.as_ref(), kept)
-            .await
-        {
+        match ops.ensure(&item.manifest, live_object.as_ref(), kept).await {
             Ok(stored) => {
                 ops.stands_as_applied(&resource, &stored, &item.digest);
                 applied.push(stored);
@@ -220,7 +217,7 @@ async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: Projection)
 }
 
 /// The Pod template annotation a restart writes, as a path of field names: a migration of an
-/// object an older comb replaced leaves it with whoever wrote it ([`KubeOps::ensure_keeping`]).
+/// object an older comb replaced leaves it with whoever wrote it ([`KubeOps::ensure`]).
 fn restart_path(restart_annotation: &str) -> Vec<String> {
     [
         "spec",
@@ -453,9 +450,9 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                     .await,
                 ),
                 // Any failure of the get counts as "does not exist", as in the reference.
-                None => match ops.get(orphan).await {
-                    Ok(_) => OrphanFate::LostLabels,
-                    Err(_) => OrphanFate::Gone,
+                None => match ops.get_opt(orphan).await {
+                    Ok(Some(_)) => OrphanFate::LostLabels,
+                    Ok(None) | Err(_) => OrphanFate::Gone,
                 },
             };
             outcome.record(orphan, fate, &selector);

@@ -194,21 +194,12 @@ impl KubeOps {
     /// The discovery cache is shared.
     pub fn writing_as(&self, user: &str, writer: Client) -> KubeOps {
         KubeOps {
-            client: self.client.clone(),
             writer: Writer {
                 client: writer,
                 user: Some(user.to_string()),
             },
-            kinds: self.kinds.clone(),
-            objects: self.objects.clone(),
-            watched: self.watched,
-            reads: self.reads.clone(),
+            ..self.clone()
         }
-    }
-
-    /// The user writes impersonate; `None` when they go out as the controller.
-    pub fn writes_as(&self) -> Option<&str> {
-        self.writer.user.as_deref()
     }
 
     /// The underlying client (the controller's identity), for watches and other requests outside
@@ -259,7 +250,7 @@ impl KubeOps {
         }
         let (api_resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         Ok(ResourceType {
             api_resource,
             namespaced: capabilities.scope == Scope::Namespaced,
@@ -325,28 +316,6 @@ impl KubeOps {
         }
     }
 
-    /// What comb knows of the object `resource` names: from the watches, or the API server.
-    pub async fn get(&self, resource: &ManagedObject) -> Result<Projection> {
-        if let Some(object) = self.objects.get(resource) {
-            self.read_from_cache();
-            return Ok(object);
-        }
-        let whole = self.get_from_server(resource).await?;
-        self.project(&resource.api_version, &resource.kind, &whole)
-    }
-
-    /// The object as the API server has it now, never the watch's copy.
-    async fn get_from_server(&self, resource: &ManagedObject) -> Result<Value> {
-        let request = format!("get {}", resource.kind);
-        self.read_from_api(&request);
-        let api = self.object_api(Access::Read, &request, resource).await?;
-        let object = api
-            .get(&resource.name)
-            .await
-            .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &object)
-    }
-
     /// What comb knows of the object `resource` names, or `None` when the server says it does
     /// not exist.
     pub async fn get_opt(&self, resource: &ManagedObject) -> Result<Option<Projection>> {
@@ -376,7 +345,7 @@ impl KubeOps {
         match api.get_opt(&resource.name).await {
             Ok(Some(object)) => to_value(&request, &object).map(Some),
             Ok(None) => Ok(None),
-            Err(error) => Err(api_error(&request, error)),
+            Err(error) => Err(Error::kube(&request, error)),
         }
     }
 
@@ -420,7 +389,7 @@ impl KubeOps {
         let list = api
             .list(&ListParams::default().labels(label_selector))
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         list.items
             .iter()
             .map(|object| to_value(&request, object))
@@ -452,12 +421,7 @@ impl KubeOps {
     /// immutable), and an existing `batch/v1` Job that is active or has succeeded (a Job's pod
     /// template is immutable, and a running or done Job must not start again). Any other existing
     /// Job (failed, or without status yet) is deleted with its pods and created anew.
-    pub async fn ensure(&self, manifest: &Value, live: Option<&Projection>) -> Result<Projection> {
-        self.ensure_keeping(manifest, live, &[]).await
-    }
-
-    /// [`KubeOps::ensure`], with the fields `kept` left to their owner by a migration.
-    pub async fn ensure_keeping(
+    pub async fn ensure(
         &self,
         manifest: &Value,
         live: Option<&Projection>,
@@ -480,9 +444,9 @@ impl KubeOps {
                 ExistingTreatment::Replace => self.migrate(&target, live, kept).await?,
             }
         }
-        let applied = self.apply(&target, &body, FIELD_MANAGER).await?;
+        let applied = self.apply_as(&target, &body, FIELD_MANAGER).await?;
         if applied.managed.stopped {
-            return self.apply(&target, &bare(manifest), STOP_MANAGER).await;
+            return self.apply_as(&target, &bare(manifest), STOP_MANAGER).await;
         }
         Ok(applied)
     }
@@ -513,7 +477,7 @@ impl KubeOps {
                 "resourceVersion": live.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
                 "managedFields": fields,
             }});
-            match self.merge_patch_as(target, &patch, FIELD_MANAGER).await {
+            match self.merge_patch(target, &patch, Some(FIELD_MANAGER)).await {
                 Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
                     attempts += 1;
                     // The watch may not have brought the version that conflicted yet.
@@ -527,8 +491,10 @@ impl KubeOps {
         }
     }
 
-    /// A forced server-side apply of `body` as `manager`; returns the stored object.
-    async fn apply(
+    /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
+    /// [`STOP_MANAGER`] scaling to zero); returns the stored object. Unlike a patch, what
+    /// `manager` applies can be given back by applying without it.
+    pub async fn apply_as(
         &self,
         target: &ManagedObject,
         body: &Value,
@@ -543,7 +509,7 @@ impl KubeOps {
                 &Patch::Apply(body),
             )
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         self.project(
             &target.api_version,
             &target.kind,
@@ -594,7 +560,7 @@ impl KubeOps {
             {
                 Ok(Created::AlreadyExists)
             }
-            Err(error) => Err(api_error(&request, error)),
+            Err(error) => Err(Error::kube(&request, error)),
         }
     }
 
@@ -631,58 +597,31 @@ impl KubeOps {
         };
         api.delete(&resource.name, &params)
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         self.objects.removed(resource);
         Ok(())
     }
 
-    /// A JSON merge patch of the main resource; returns the patched object.
-    pub async fn merge_patch(&self, resource: &ManagedObject, patch: &Value) -> Result<Value> {
-        self.patch_with(resource, patch, &PatchParams::default())
-            .await
-    }
-
-    /// A JSON merge patch of the main resource by field manager `manager`, who then owns what
-    /// it changed (e.g. [`RESTART_MANAGER`] the restart annotation, which comb's apply leaves
-    /// alone); returns the patched object.
-    pub async fn merge_patch_as(
+    /// A JSON merge patch of the main resource, by field manager `manager` when given, who then
+    /// owns what it changed (e.g. [`RESTART_MANAGER`] the restart annotation, which comb's apply
+    /// leaves alone); returns the patched object.
+    pub async fn merge_patch(
         &self,
         resource: &ManagedObject,
         patch: &Value,
-        manager: &str,
-    ) -> Result<Value> {
-        let params = PatchParams {
-            field_manager: Some(manager.to_string()),
-            ..PatchParams::default()
-        };
-        self.patch_with(resource, patch, &params).await
-    }
-
-    async fn patch_with(
-        &self,
-        resource: &ManagedObject,
-        patch: &Value,
-        params: &PatchParams,
+        manager: Option<&str>,
     ) -> Result<Value> {
         let request = format!("patch {}", resource.kind);
         let api = self.object_api(Access::Write, &request, resource).await?;
+        let params = PatchParams {
+            field_manager: manager.map(str::to_string),
+            ..PatchParams::default()
+        };
         let patched = api
-            .patch(&resource.name, params, &Patch::Merge(patch))
+            .patch(&resource.name, &params, &Patch::Merge(patch))
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         to_value(&request, &patched)
-    }
-
-    /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
-    /// [`STOP_MANAGER`] scaling to zero); returns the stored object. Unlike a patch, what
-    /// `manager` applies can be given back by applying without it.
-    pub async fn apply_as(
-        &self,
-        resource: &ManagedObject,
-        body: &Value,
-        manager: &str,
-    ) -> Result<Projection> {
-        self.apply(resource, body, manager).await
     }
 
     fn combs(&self, group: &str, namespace: &str) -> Api<Comb> {
@@ -699,7 +638,7 @@ impl KubeOps {
         self.combs(group, namespace)
             .get(name)
             .await
-            .map_err(|error| api_error("get Comb", error))
+            .map_err(|error| Error::kube("get Comb", error))
     }
 
     /// Replaces the status subresource of `comb` (which must carry the resourceVersion it was
@@ -718,7 +657,7 @@ impl KubeOps {
         self.combs(group, namespace)
             .replace_status(name, &PostParams::default(), comb)
             .await
-            .map_err(|error| api_error(request, error))
+            .map_err(|error| Error::kube(request, error))
     }
 
     /// Writes `status` into the CR `cr` (conditional on the resourceVersion `cr` was read
@@ -796,7 +735,7 @@ impl KubeOps {
         Api::<Pod>::namespaced(self.client.clone(), namespace)
             .logs(pod, &params)
             .await
-            .map_err(|error| api_error("log Pod", error))
+            .map_err(|error| Error::kube("log Pod", error))
     }
 }
 
@@ -912,13 +851,6 @@ fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
 fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
     serde_json::from_value(value.clone())
         .map_err(|error| Error::request(request, format!("the manifest is not an object: {error}")))
-}
-
-/// The server's words for a failed request (one rule for every crate:
-/// [`describe_error`](comb_kubeconfigs::describe_error)), with
-/// the client's error kept so callers can tell a conflict from other failures.
-fn api_error(request: &str, error: kube::Error) -> Error {
-    Error::kube(request, error)
 }
 
 /// How often a conditional write is decided again on a fresh read when it meets a conflict

@@ -293,7 +293,7 @@ async fn act_on_kinds(
             };
             match action {
                 Action::Restart(patch) => {
-                    ops.merge_patch_as(&resource, patch, RESTART_MANAGER)
+                    ops.merge_patch(&resource, patch, Some(RESTART_MANAGER))
                         .await?;
                 }
                 Action::Stop(fields) => {
