@@ -208,13 +208,6 @@ impl KubeOps {
         &self.client
     }
 
-    fn client_for(&self, access: Access) -> &Client {
-        match access {
-            Access::Read => &self.client,
-            Access::Write => &self.writer.client,
-        }
-    }
-
     /// Where `apiVersion`/`kind` is served and its scope: built-in kinds from the static table,
     /// anything else from the API server's discovery (once per client).
     pub async fn resource_type(&self, api_version: &str, kind: &str) -> Result<ResourceType> {
@@ -265,7 +258,10 @@ impl KubeOps {
         namespace: Option<&str>,
     ) -> Result<Api<DynamicObject>> {
         let resource = self.resource_type(api_version, kind).await?;
-        let client = self.client_for(access).clone();
+        let client = match access {
+            Access::Read => self.client.clone(),
+            Access::Write => self.writer.client.clone(),
+        };
         Ok(match (resource.namespaced, namespace) {
             (true, Some(namespace)) => {
                 Api::namespaced_with(client, namespace, &resource.api_resource)
@@ -527,19 +523,6 @@ impl KubeOps {
         body: &Value,
     ) -> Result<Projection> {
         self.delete(target, unchanged_since(live)).await?;
-        match self.create(target, body).await? {
-            Created::Stored(stored) => Ok(stored),
-            Created::AlreadyExists => Err(Error::request(
-                format!("create {}", target.kind),
-                format!(
-                    "{} {} still exists after its deletion",
-                    target.kind, target.name
-                ),
-            )),
-        }
-    }
-
-    async fn create(&self, target: &ManagedObject, body: &Value) -> Result<Created> {
         let request = format!("create {}", target.kind);
         let api = self.object_api(Access::Write, &request, target).await?;
         let mut object = from_value(&request, body)?;
@@ -549,19 +532,26 @@ impl KubeOps {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PostParams::default()
         };
-        match api.create(&params, &object).await {
-            Ok(stored) => Ok(Created::Stored(self.project(
-                &target.api_version,
-                &target.kind,
-                &to_value(&request, &stored)?,
-            )?)),
-            Err(kube::Error::Api(status))
-                if status.code == 409 && status.reason == "AlreadyExists" =>
-            {
-                Ok(Created::AlreadyExists)
-            }
-            Err(error) => Err(Error::kube(&request, error)),
-        }
+        let stored = api
+            .create(&params, &object)
+            .await
+            .map_err(|error| match error {
+                kube::Error::Api(status)
+                    if status.code == 409 && status.reason == "AlreadyExists" =>
+                {
+                    let still = format!(
+                        "{} {} still exists after its deletion",
+                        target.kind, target.name
+                    );
+                    Error::request(&request, still)
+                }
+                error => Error::kube(&request, error),
+            })?;
+        self.project(
+            &target.api_version,
+            &target.kind,
+            &to_value(&request, &stored)?,
+        )
     }
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
@@ -797,11 +787,6 @@ impl KubeOps {
         };
         Ok(self.get_opt(&resource).await?.is_some())
     }
-}
-
-enum Created {
-    Stored(Projection),
-    AlreadyExists,
 }
 
 /// The preconditions of a delete decided on `copy`: that very object (its uid), as it was
