@@ -21,17 +21,6 @@ use crate::engine::values::clean_message;
 
 pub use crate::engine::status::{ResourceKey, union};
 
-impl ResourceKey {
-    pub fn of_item(item: &RenderedItem) -> ResourceKey {
-        ResourceKey {
-            group: item.group.clone(),
-            kind: item.kind.clone(),
-            namespace: item.namespace.clone(),
-            name: item.name.clone(),
-        }
-    }
-}
-
 pub use crate::engine::projection::HELM_KEEP;
 
 /// What may become of an object a Comb would delete (prune, cleanup), decided on one copy of
@@ -87,7 +76,7 @@ pub fn record_differs(recorded: &[ManagedObject], items: &[RenderedItem]) -> boo
     recorded.len() != items.len()
         || items
             .iter()
-            .any(|item| !recorded_keys.contains(&ResourceKey::of_item(item)))
+            .any(|item| !recorded_keys.contains(&ResourceKey::of(&item.resource())))
 }
 
 /// Live resources applied from another manifest than the one rendered now.
