@@ -342,41 +342,35 @@ impl Step<'_> {
 
     /// Step 4: the class's prerequisites.
     async fn check(&self, r: &mut StepRecord) -> ControlFlow<()> {
-        match self.comb.check(self.env.ops).await {
-            Ok(missing) if missing.is_empty() => {
-                r.set_condition(
-                    CONFIG_READY,
-                    Verdict::new(ConditionStatus::True, Reason::Complete, "nothing missing"),
-                );
-                ControlFlow::Continue(())
-            }
-            Ok(missing) => {
-                let message = format!("missing: {}", missing.join("; "));
-                r.set_condition(
-                    CONFIG_READY,
-                    Verdict::new(
-                        ConditionStatus::False,
-                        Reason::MissingPrerequisites,
-                        message.clone(),
-                    ),
-                );
-                r.finish(Phase::NeedsConfig, Reason::MissingPrerequisites, message);
-                ControlFlow::Break(())
-            }
-            Err(error) => {
-                let message = format!("check failed: {}", clean_message(&error.to_string()));
-                r.set_condition(
-                    CONFIG_READY,
-                    Verdict::new(
-                        ConditionStatus::Unknown,
-                        Reason::CheckFailed,
-                        message.clone(),
-                    ),
-                );
-                r.finish(Phase::Error, Reason::CheckFailed, message);
-                ControlFlow::Break(())
-            }
-        }
+        let (status, phase, reason, message) = match self.comb.check(self.env.ops).await {
+            Ok(missing) if missing.is_empty() => (
+                ConditionStatus::True,
+                None,
+                Reason::Complete,
+                "nothing missing".to_string(),
+            ),
+            Ok(missing) => (
+                ConditionStatus::False,
+                Some(Phase::NeedsConfig),
+                Reason::MissingPrerequisites,
+                format!("missing: {}", missing.join("; ")),
+            ),
+            Err(error) => (
+                ConditionStatus::Unknown,
+                Some(Phase::Error),
+                Reason::CheckFailed,
+                format!("check failed: {}", clean_message(&error.to_string())),
+            ),
+        };
+        r.set_condition(
+            CONFIG_READY,
+            Verdict::new(status, reason.clone(), message.clone()),
+        );
+        let Some(phase) = phase else {
+            return ControlFlow::Continue(());
+        };
+        r.finish(phase, reason, message);
+        ControlFlow::Break(())
     }
 
     /// Step 5a: render, observe, then deploy what is unhealthy or changed, settle a record
