@@ -41,7 +41,7 @@ pub async fn deploy(
     let live = match live {
         Some(live) => live,
         None => {
-            read_here = fetch_live(ops, ctx, items, |_| true)
+            read_here = fetch_live(ops, ctx, items)
                 .await
                 .map_err(|error| Error::Deploy {
                     message: format!(
