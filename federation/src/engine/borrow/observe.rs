@@ -203,17 +203,12 @@ pub async fn observe_upstream(
             return observed.stopped(Phase::Error, Reason::UpstreamFailed, message);
         }
     };
-    let declared = match comb.declared_endpoints().await {
-        Ok(declared) => declared,
-        Err(error) => {
-            let message = format!(
-                "borrowing from {class} failed: {}",
-                clean_message(&error.to_string())
-            );
-            return observed.stopped(Phase::Error, Reason::UpstreamFailed, message);
-        }
-    };
-    let redirected = match redirect(comb.class_name(), &declared, &offered) {
+    let redirected = comb
+        .declared_endpoints()
+        .await
+        .map_err(Redirect::Failed)
+        .and_then(|declared| redirect(comb.class_name(), &declared, &offered));
+    let redirected = match redirected {
         Ok(redirected) => redirected,
         Err(Redirect::Missing(names)) => {
             let phase = status
