@@ -233,18 +233,14 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let annotation = json!({"spec": {"template": {"metadata": {"annotations": {
+    let restart = Action::Restart(json!({"spec": {"template": {"metadata": {"annotations": {
         ctx.settings.labels.restart_annotation(): now
-    }}}}});
+    }}}}}));
     let plan = [
-        ("apps/v1", "Deployment", Action::Restart(annotation.clone())),
-        (
-            "apps/v1",
-            "StatefulSet",
-            Action::Restart(annotation.clone()),
-        ),
-        ("apps/v1", "DaemonSet", Action::Restart(annotation)),
-        ("batch/v1", "Job", Action::Delete),
+        ("apps/v1", "Deployment", &restart),
+        ("apps/v1", "StatefulSet", &restart),
+        ("apps/v1", "DaemonSet", &restart),
+        ("batch/v1", "Job", &Action::Delete),
     ];
     act_on_kinds(ops, ctx, &plan).await
 }
@@ -252,16 +248,13 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
 /// Stops the Comb: Deployments and StatefulSets scaled to 0, CronJobs suspended, Jobs deleted
 /// with their pods. DaemonSets are left alone. The next reconcile deploys the manifests again.
 pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
-    let scale_to_zero = json!({"spec": {"replicas": 0}});
+    let scale_to_zero = Action::Stop(json!({"spec": {"replicas": 0}}));
+    let suspend = Action::Stop(json!({"spec": {"suspend": true}}));
     let plan = [
-        ("apps/v1", "Deployment", Action::Stop(scale_to_zero.clone())),
-        ("apps/v1", "StatefulSet", Action::Stop(scale_to_zero)),
-        (
-            "batch/v1",
-            "CronJob",
-            Action::Stop(json!({"spec": {"suspend": true}})),
-        ),
-        ("batch/v1", "Job", Action::Delete),
+        ("apps/v1", "Deployment", &scale_to_zero),
+        ("apps/v1", "StatefulSet", &scale_to_zero),
+        ("batch/v1", "CronJob", &suspend),
+        ("batch/v1", "Job", &Action::Delete),
     ];
     act_on_kinds(ops, ctx, &plan).await
 }
@@ -271,7 +264,7 @@ pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
 async fn act_on_kinds(
     ops: &KubeOps,
     ctx: &CombContext,
-    plan: &[(&str, &str, Action)],
+    plan: &[(&str, &str, &Action)],
 ) -> Result<Vec<String>> {
     let selector = ctx.comb_selector();
     let mut touched = Vec::new();
