@@ -249,18 +249,6 @@ impl Projection {
                 wanted: "object metadata",
             })?,
         };
-        Projection::of_parts(api_version, kind, &metadata, object, keys)
-    }
-
-    /// The projection of an object given as its decoded metadata and its JSON (whose
-    /// `metadata` is not read again).
-    pub fn of_parts(
-        api_version: &str,
-        kind: &str,
-        metadata: &ObjectMeta,
-        object: &Value,
-        keys: &LabelKeys,
-    ) -> Projected<Projection> {
         let label = |key: &str| -> Option<Box<str>> {
             metadata
                 .labels
@@ -356,7 +344,7 @@ impl Projection {
             deleting: metadata.deletion_timestamp.is_some(),
             controller,
             owned: !owners.is_empty(),
-            managed: managed(metadata),
+            managed: managed(&metadata),
             state,
         })
     }
@@ -395,25 +383,12 @@ fn managed(metadata: &ObjectMeta) -> Managed {
 }
 
 fn job(reader: &Reader<'_>) -> Projected<Job> {
-    let conditions = reader.list("/status/conditions")?;
-    let true_condition = |wanted: &str| -> Projected<Option<Said>> {
-        for (index, condition) in conditions.iter().enumerate() {
-            let at = Reader(condition);
-            let within = |error: Unprojectable| error.at(&format!("status.conditions[{index}]"));
-            let kind = at.text("/type").map_err(within)?;
-            let status = at.text("/status").map_err(within)?;
-            if kind.as_deref() == Some(wanted) && status.as_deref() == Some("True") {
-                return Ok(Some(said(&at, "").map_err(within)?));
-            }
-        }
-        Ok(None)
-    };
     Ok(Job {
         completions: reader.number("/spec/completions")?,
         active: reader.number("/status/active")?,
         succeeded: reader.number("/status/succeeded")?,
-        failed: true_condition("Failed")?,
-        complete: true_condition("Complete")?.is_some(),
+        failed: condition(reader, "Failed", "True")?,
+        complete: condition(reader, "Complete", "True")?.is_some(),
     })
 }
 
@@ -428,19 +403,6 @@ fn pod(reader: &Reader<'_>) -> Projected<Pod> {
             })
             .collect()
     };
-    let mut unscheduled = None;
-    for (index, condition) in reader.list("/status/conditions")?.iter().enumerate() {
-        let at = Reader(condition);
-        let scheduled = at.text("/type").and_then(|kind| {
-            Ok(kind.as_deref() == Some("PodScheduled")
-                && at.text("/status")?.as_deref() == Some("False"))
-        });
-        let within = |error: Unprojectable| error.at(&format!("status.conditions[{index}]"));
-        if scheduled.map_err(within)? {
-            unscheduled = Some(said(&at, "").map_err(within)?);
-            break;
-        }
-    }
     Ok(Pod {
         phase: reader.text("/status/phase")?,
         said: Said {
@@ -449,10 +411,25 @@ fn pod(reader: &Reader<'_>) -> Projected<Pod> {
         },
         init_containers: containers("initContainerStatuses")?,
         containers: containers("containerStatuses")?,
-        unscheduled,
+        unscheduled: condition(reader, "PodScheduled", "False")?,
         revision_hash: None,
         template_generation: None,
     })
+}
+
+/// What the first condition of `status.conditions` of type `wanted` with status `status` says.
+fn condition(reader: &Reader<'_>, wanted: &str, status: &str) -> Projected<Option<Said>> {
+    for (index, condition) in reader.list("/status/conditions")?.iter().enumerate() {
+        let at = Reader(condition);
+        let within = |error: Unprojectable| error.at(&format!("status.conditions[{index}]"));
+        let found = at.text("/type").and_then(|kind| {
+            Ok(kind.as_deref() == Some(wanted) && at.text("/status")?.as_deref() == Some(status))
+        });
+        if found.map_err(within)? {
+            return Ok(Some(said(&at, "").map_err(within)?));
+        }
+    }
+    Ok(None)
 }
 
 fn container(reader: &Reader<'_>) -> Projected<Container> {
