@@ -432,107 +432,92 @@ fn stopped(observed: &[(&RenderedItem, Option<&Projection>)]) -> bool {
     against_manifest
 }
 
-/// What keeps a live workload from ready: a failed or unfinished Job, missing replicas.
-fn workload_problem(item: &RenderedItem, live: &Projection) -> Option<Problem> {
-    let name = &item.name;
-    let (ready, desired, scaled_below) =
-        match (item.group.as_str(), item.kind.as_str(), &live.state) {
-            ("batch", "Job", State::Job(job)) => return job_problem(name, job),
-            ("batch", "Job", _) => return job_problem(name, &Job::default()),
-            ("apps", "DaemonSet", state) => {
-                let daemon_set = match state {
-                    State::DaemonSet(daemon_set) => daemon_set.as_ref(),
-                    _ => &DaemonSet::default(),
-                };
-                let desired = daemon_set.desired.unwrap_or(0);
-                if let Some(problem) = rollout_problem(item, live, desired) {
-                    return Some(problem);
-                }
-                (daemon_set.ready.unwrap_or(0), desired, None)
-            }
-            ("", "ReplicationController", state)
-            | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet", state) => {
-                let replicated = match state {
-                    State::Replicated(replicated) => replicated.as_ref(),
-                    _ => &Replicated::default(),
-                };
-                let scaled = replicated.replicas.unwrap_or(1);
-                let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
-                // Scaling down is measured against the manifest; scaling up (by hand, by an
-                // autoscaler) counts as the new desired.
-                let (desired, scaled_below) = if scaled < wanted {
-                    (wanted, Some(scaled))
-                } else {
-                    (scaled, None)
-                };
-                // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
-                if scaled_below.is_none()
-                    && let Some(problem) = rollout_problem(item, live, desired)
-                {
-                    return Some(problem);
-                }
-                (replicated.ready.unwrap_or(0), desired, scaled_below)
-            }
-            _ => return None,
-        };
-    (ready < desired).then(|| {
-        let scaled = scaled_below
-            .map(|scaled| format!(" (scaled to {scaled})"))
-            .unwrap_or_default();
-        Problem::pending(
-            Reason::ReplicasNotReady,
-            format!("{} {name}: {ready} of {desired} ready{scaled}", item.kind),
-        )
-    })
-}
-
-/// A workload whose controller has not seen its current spec yet, or has not finished rolling
-/// it out (kstatus's rules, which Flux and kpt use): `RolloutInProgress`, with a message such
-/// as `Deployment web: 1 of 2 updated, 1 ready`. Ready counts alone would call the old Pods
-/// healthy before the new ones exist. Judged only where a controller reports
+/// What keeps a live workload from ready: a failed or unfinished Job, a rollout, missing
+/// replicas.
+///
+/// A rollout is a workload whose controller has not seen its current spec yet, or has not
+/// finished rolling it out (kstatus's rules, which Flux and kpt use): `RolloutInProgress`, with a
+/// message such as `Deployment web: 1 of 2 updated, 1 ready`. Ready counts alone would call the
+/// old Pods healthy before the new ones exist. Judged only where a controller reports
 /// (`status.observedGeneration`); an object no controller wrote is judged by its ready counts.
-fn rollout_problem(item: &RenderedItem, live: &Projection, desired: i64) -> Option<Problem> {
+fn workload_problem(item: &RenderedItem, live: &Projection) -> Option<Problem> {
     let (kind, name) = (item.kind.as_str(), &item.name);
-    if !seen_by_controller(live) {
+    // Ready and desired replicas, how far it is scaled below its manifest, and, where a rollout
+    // is judged, how many replicas are updated and whether the rollout goes on.
+    let (ready, desired, scaled_below, rollout) = match (item.group.as_str(), kind, &live.state) {
+        ("batch", "Job", State::Job(job)) => return job_problem(name, job),
+        ("batch", "Job", _) => return job_problem(name, &Job::default()),
+        ("apps", "DaemonSet", state) => {
+            let daemon_set = match state {
+                State::DaemonSet(daemon_set) => daemon_set.as_ref(),
+                _ => &DaemonSet::default(),
+            };
+            let desired = daemon_set.desired.unwrap_or(0);
+            let updated = daemon_set.updated.unwrap_or(0);
+            let ready = daemon_set.ready.unwrap_or(0);
+            (ready, desired, None, Some((updated, updated < desired)))
+        }
+        ("", "ReplicationController", state)
+        | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet", state) => {
+            let replicated = match state {
+                State::Replicated(replicated) => replicated.as_ref(),
+                _ => &Replicated::default(),
+            };
+            let scaled = replicated.replicas.unwrap_or(1);
+            let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
+            // Scaling down is measured against the manifest; scaling up (by hand, by an
+            // autoscaler) counts as the new desired.
+            let (desired, scaled_below) = if scaled < wanted {
+                (wanted, Some(scaled))
+            } else {
+                (scaled, None)
+            };
+            let updated = replicated.updated.unwrap_or(0);
+            let rolling = match kind {
+                // Old replicas still there, or fewer new ones than wanted.
+                "Deployment" => updated < desired || replicated.current.unwrap_or(0) > updated,
+                "StatefulSet" => {
+                    let revisions_differ = matches!(
+                        (replicated.current_revision.as_deref(), replicated.update_revision.as_deref()),
+                        (Some(current), Some(update)) if current != update
+                    );
+                    replicated.rolls_by_itself && (revisions_differ || updated < desired)
+                }
+                _ => false,
+            };
+            // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
+            let rollout = scaled_below.is_none().then_some((updated, rolling));
+            (
+                replicated.ready.unwrap_or(0),
+                desired,
+                scaled_below,
+                rollout,
+            )
+        }
+        _ => return None,
+    };
+    if rollout.is_some() && !seen_by_controller(live) {
         let generation = live.generation.unwrap_or(0);
         return Some(Problem::pending(
             Reason::RolloutInProgress,
             format!("{kind} {name}: its controller has not seen generation {generation} yet"),
         ));
     }
-    observed_generation(live)?;
-    let (updated, ready, rolling) = match (kind, &live.state) {
-        ("Deployment", State::Replicated(status)) => {
-            let updated = status.updated.unwrap_or(0);
-            // Old replicas still there, or fewer new ones than wanted.
-            (
-                updated,
-                status.ready.unwrap_or(0),
-                updated < desired || status.current.unwrap_or(0) > updated,
-            )
-        }
-        ("StatefulSet", State::Replicated(status)) => {
-            let revisions_differ = matches!(
-                (status.current_revision.as_deref(), status.update_revision.as_deref()),
-                (Some(current), Some(update)) if current != update
-            );
-            let updated = status.updated.unwrap_or(0);
-            (
-                updated,
-                status.ready.unwrap_or(0),
-                status.rolls_by_itself && (revisions_differ || updated < desired),
-            )
-        }
-        ("DaemonSet", State::DaemonSet(status)) => {
-            let updated = status.updated.unwrap_or(0);
-            (updated, status.ready.unwrap_or(0), updated < desired)
-        }
-        _ => return None,
-    };
-    rolling.then(|| {
-        Problem::pending(
+    if let Some((updated, true)) = rollout
+        && observed_generation(live).is_some()
+    {
+        return Some(Problem::pending(
             Reason::RolloutInProgress,
             format!("{kind} {name}: {updated} of {desired} updated, {ready} ready"),
+        ));
+    }
+    (ready < desired).then(|| {
+        let scaled = scaled_below
+            .map(|scaled| format!(" (scaled to {scaled})"))
+            .unwrap_or_default();
+        Problem::pending(
+            Reason::ReplicasNotReady,
+            format!("{kind} {name}: {ready} of {desired} ready{scaled}"),
         )
     })
 }
