@@ -171,12 +171,6 @@ pub struct PrunePlan {
     pub groups: Vec<PruneGroup>,
 }
 
-impl PrunePlan {
-    pub fn is_empty(&self) -> bool {
-        self.notes.is_empty() && self.groups.is_empty()
-    }
-}
-
 /// The orphans are `previous − desired` by identity. Cluster-scoped ones (recorded without a
 /// namespace, or of a Kind that is not namespaced) only get a note, and so do those in a
 /// namespace `tenancy` does not allow the Comb of `comb_namespace` (any more): comb deletes
@@ -450,14 +444,14 @@ mod tests {
             res("v1", "Service", Some("other"), "nats"),
         ];
         assert!(record_differs(&other_ns, &items));
-        assert!(
+        assert_eq!(
             plan_prune(
                 &recorded,
                 &items.iter().map(RenderedItem::resource).collect::<Vec<_>>(),
                 &Tenancy::default(),
                 "platform"
-            )
-            .is_empty()
+            ),
+            PrunePlan::default()
         );
     }
 
