@@ -28,6 +28,7 @@ use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
 pub use crate::engine::projection::STOP_MANAGER;
 use crate::engine::projection::{CombSelector, Fingerprint, Projection};
+use crate::engine::values::object_name;
 use crate::error::{Error, Result};
 pub use comb_api::managed_fields::{
     FIELD_MANAGER, LEGACY_MANAGERS, applied_by, migrated_managed_fields, now_rfc3339,
@@ -122,22 +123,15 @@ impl KubeOps {
     /// What comb reads of `object` of `api_version`/`kind` (as the API server sent it).
     pub fn project(&self, api_version: &str, kind: &str, object: &Value) -> Result<Projection> {
         Projection::of(api_version, kind, object, self.keys()).map_err(|error| {
-            let field = |key: &str| {
-                object
-                    .pointer(&format!("/metadata/{key}"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
+            let place = match object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+            {
+                Some(namespace) if !namespace.is_empty() => format!("{namespace}/"),
+                _ => String::new(),
             };
-            let namespace = field("namespace");
-            let place = if namespace.is_empty() {
-                String::new()
-            } else {
-                format!("{namespace}/")
-            };
-            Error::Unprojectable(format!(
-                "{kind} {place}{} cannot be read: {error}",
-                field("name")
-            ))
+            let name = object_name(object).unwrap_or_default();
+            Error::Unprojectable(format!("{kind} {place}{name} cannot be read: {error}"))
         })
     }
 
@@ -763,24 +757,19 @@ impl ScopeLookup for KubeOps {
 #[async_trait]
 impl PrerequisiteLookup for KubeOps {
     async fn secret_exists(&self, namespace: &str, name: &str) -> Result<bool> {
-        self.exists("v1", "Secret", namespace, name).await
+        self.exists("Secret", namespace, name).await
     }
 
     async fn config_map_exists(&self, namespace: &str, name: &str) -> Result<bool> {
-        self.exists("v1", "ConfigMap", namespace, name).await
+        self.exists("ConfigMap", namespace, name).await
     }
 }
 
 impl KubeOps {
-    async fn exists(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Result<bool> {
+    /// Whether the core object `kind` `namespace/name` exists.
+    async fn exists(&self, kind: &str, namespace: &str, name: &str) -> Result<bool> {
         let resource = ManagedObject {
-            api_version: api_version.to_string(),
+            api_version: "v1".to_string(),
             kind: kind.to_string(),
             namespace: Some(namespace.to_string()),
             name: name.to_string(),

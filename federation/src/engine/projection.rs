@@ -433,9 +433,9 @@ fn condition(reader: &Reader<'_>, wanted: &str, status: &str) -> Projected<Optio
 }
 
 fn container(reader: &Reader<'_>) -> Projected<Container> {
-    let state = if reader.present("/state/waiting") {
+    let state = if reader.at("/state/waiting").is_some() {
         ContainerState::Waiting(said(reader, "/state/waiting")?)
-    } else if reader.present("/state/terminated") {
+    } else if reader.at("/state/terminated").is_some() {
         match reader.number("/state/terminated/exitCode")? {
             None | Some(0) => ContainerState::Fine,
             Some(exit_code) => ContainerState::Failed {
@@ -467,10 +467,6 @@ struct Reader<'a>(&'a Value);
 impl Reader<'_> {
     fn at(&self, pointer: &str) -> Option<&Value> {
         self.0.pointer(pointer).filter(|value| !value.is_null())
-    }
-
-    fn present(&self, pointer: &str) -> bool {
-        self.at(pointer).is_some()
     }
 
     /// A number (or numeric string, or boolean); `None` when missing or null.

@@ -36,7 +36,7 @@ impl Stop {
 }
 
 /// What observing the upstream found (the reference's `o`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct UpstreamObservation {
     /// The upstream's class name.
     pub class: String,
@@ -55,10 +55,7 @@ impl UpstreamObservation {
     pub(crate) fn new(class: &str) -> UpstreamObservation {
         UpstreamObservation {
             class: class.to_string(),
-            status: None,
-            endpoints: None,
-            bridge: Vec::new(),
-            stop: None,
+            ..UpstreamObservation::default()
         }
     }
 
