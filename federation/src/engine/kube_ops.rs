@@ -51,7 +51,10 @@ pub struct ResourceType {
 #[derive(Clone)]
 pub struct KubeOps {
     client: Client,
-    writer: Writer,
+    /// The client of a Comb's writes, and the user it impersonates (`None`: the controller's
+    /// own).
+    writer: Client,
+    writes_as: Option<String>,
     kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
     /// What comb knows of this context's objects: under `comb run` the controller's watches
     /// feed it (`watched`) and it answers the lists and gets they cover; otherwise (`comb run
@@ -61,13 +64,6 @@ pub struct KubeOps {
     watched: bool,
     /// Where the reads of one step went ([`KubeOps::logging_reads`]).
     reads: Option<Arc<ReadLog>>,
-}
-
-/// The client of a Comb's writes, and the user it impersonates (`None`: the controller's own).
-#[derive(Clone)]
-struct Writer {
-    client: Client,
-    user: Option<String>,
 }
 
 /// Which client a request goes through.
@@ -80,7 +76,7 @@ enum Access {
 impl std::fmt::Debug for KubeOps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeOps")
-            .field("writes_as", &self.writer.user)
+            .field("writes_as", &self.writes_as)
             .finish_non_exhaustive()
     }
 }
@@ -90,10 +86,8 @@ impl KubeOps {
     /// projections of what it reads keep.
     pub fn new(client: Client, keys: LabelKeys) -> Self {
         KubeOps {
-            writer: Writer {
-                client: client.clone(),
-                user: None,
-            },
+            writer: client.clone(),
+            writes_as: None,
             client,
             kinds: Arc::new(Mutex::new(HashMap::new())),
             objects: Arc::new(ObjectCache::new(keys)),
@@ -188,10 +182,8 @@ impl KubeOps {
     /// The discovery cache is shared.
     pub fn writing_as(&self, user: &str, writer: Client) -> KubeOps {
         KubeOps {
-            writer: Writer {
-                client: writer,
-                user: Some(user.to_string()),
-            },
+            writer,
+            writes_as: Some(user.to_string()),
             ..self.clone()
         }
     }
@@ -254,7 +246,7 @@ impl KubeOps {
         let resource = self.resource_type(api_version, kind).await?;
         let client = match access {
             Access::Read => self.client.clone(),
-            Access::Write => self.writer.client.clone(),
+            Access::Write => self.writer.clone(),
         };
         Ok(match (resource.namespaced, namespace) {
             (true, Some(namespace)) => {
@@ -721,9 +713,7 @@ impl KubeOps {
             .await
             .map_err(|error| Error::kube("log Pod", error))
     }
-}
 
-impl KubeOps {
     /// A container's log from its last `tail_lines` lines on, followed as it grows.
     pub async fn follow_pod_log(
         &self,
