@@ -25,9 +25,8 @@ pub async fn logs(
     lines: i64,
     container: Option<&str>,
 ) -> Result<String> {
-    let pods = whole_pods(ops, ctx).await?;
     let mut streams = Vec::new();
-    for stream in chosen_streams(ctx, &pods, container)? {
+    for stream in chosen_streams(ops, ctx, container).await? {
         let text = match ops
             .pod_log(
                 &ctx.namespace,
@@ -59,8 +58,7 @@ pub async fn follow_logs(
 ) -> Result<()> {
     use futures::{AsyncBufReadExt as _, StreamExt as _};
 
-    let pods = whole_pods(ops, ctx).await?;
-    let streams = chosen_streams(ctx, &pods, container)?;
+    let streams = chosen_streams(ops, ctx, container).await?;
     let prefixed = streams.len() > 1;
     let mut followed = Vec::new();
     for stream in streams {
@@ -95,23 +93,18 @@ pub async fn follow_logs(
     Ok(())
 }
 
-/// The Comb's pods, whole (their containers are in their specs), from the API server, sorted
-/// by name.
-async fn whole_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Value>> {
+/// The streams of the Comb's pods to read (the pods whole, their containers are in their specs,
+/// from the API server, sorted by name): all, or those of `container`, which must be in some pod.
+async fn chosen_streams(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    container: Option<&str>,
+) -> Result<Vec<LogStream>> {
     let mut pods = ops
         .list_whole("v1", "Pod", Some(&ctx.namespace), &ctx.label_selector())
         .await?;
     pods.sort_by(|a, b| object_name(a).cmp(&object_name(b)));
-    Ok(pods)
-}
-
-/// The streams of `pods` to read: all, or those of `container`, which must be in some pod.
-fn chosen_streams(
-    ctx: &CombContext,
-    pods: &[Value],
-    container: Option<&str>,
-) -> Result<Vec<LogStream>> {
-    let streams = log_streams(pods);
+    let streams = log_streams(&pods);
     let Some(wanted) = container else {
         return Ok(streams);
     };
