@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use comb_api::{Endpoint, name_problem};
 use serde_json::Value;
 
-use crate::engine::values::describe_value;
+use crate::engine::values::{describe_value, unknown_keys};
 use crate::error::{Error, Result};
 
 /// The keys a declaration may have.
@@ -79,18 +79,8 @@ impl EndpointDecl {
                 describe_value(value)
             )));
         };
-        let mut unknown: Vec<&str> = map
-            .keys()
-            .map(String::as_str)
-            .filter(|key| !KNOWN_KEYS.contains(key))
-            .collect();
-        if !unknown.is_empty() {
-            unknown.sort_unstable();
-            return Err(fail(format!(
-                "unknown key(s) {} (known: {})",
-                unknown.join(", "),
-                KNOWN_KEYS.join(", ")
-            )));
+        if let Some(unknown) = unknown_keys(map, &KNOWN_KEYS) {
+            return Err(fail(unknown));
         }
         let text = |key: &str| map.get(key).and_then(scalar_text);
         let name = text("name").unwrap_or_default();
