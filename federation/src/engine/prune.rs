@@ -183,7 +183,8 @@ pub fn plan_prune(
 ) -> PrunePlan {
     let desired_keys: HashSet<ResourceKey> = desired.iter().map(ResourceKey::of).collect();
     let mut plan = PrunePlan::default();
-    let mut groups: BTreeMap<(String, String), Vec<ManagedObject>> = BTreeMap::new();
+    // By apiVersion, Kind and namespace: sorted as `apiVersion/Kind` is.
+    let mut groups: BTreeMap<(String, String, String), Vec<ManagedObject>> = BTreeMap::new();
     let mut seen = HashSet::new();
     for orphan in previous {
         let key = ResourceKey::of(orphan);
@@ -200,27 +201,23 @@ pub fn plan_prune(
                 ));
             }
             Some(namespace) if is_namespaced(&key.group, &orphan.kind) => {
-                groups
-                    .entry((
-                        format!("{}/{}", orphan.api_version, orphan.kind),
-                        namespace.clone(),
-                    ))
-                    .or_default()
-                    .push(orphan.clone());
+                let group = (
+                    orphan.api_version.clone(),
+                    orphan.kind.clone(),
+                    namespace.clone(),
+                );
+                groups.entry(group).or_default().push(orphan.clone());
             }
             _ => plan.notes.push(note_cluster_scoped(orphan)),
         }
     }
     plan.groups = groups
         .into_iter()
-        .filter_map(|((_, namespace), orphans)| {
-            let first = orphans.first()?;
-            Some(PruneGroup {
-                api_version: first.api_version.clone(),
-                kind: first.kind.clone(),
-                namespace,
-                orphans,
-            })
+        .map(|((api_version, kind, namespace), orphans)| PruneGroup {
+            api_version,
+            kind,
+            namespace,
+            orphans,
         })
         .collect();
     plan
