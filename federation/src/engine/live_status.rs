@@ -220,14 +220,8 @@ pub fn derive_local_status(
         })
         .collect();
     pod_states.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    let mut pod_problems = Vec::new();
-    let pods: Vec<PodState> = pod_states
-        .into_iter()
-        .map(|(state, problem)| {
-            pod_problems.extend(problem);
-            state
-        })
-        .collect();
+    let (pods, pod_problems): (Vec<PodState>, Vec<Option<Problem>>) =
+        pod_states.into_iter().unzip();
 
     if observed.iter().all(|(_, live)| live.is_none()) {
         return LiveStatus::single(
@@ -246,7 +240,7 @@ pub fn derive_local_status(
         .filter(|(_, live)| live.is_none())
         .map(|(item, _)| Problem::missing(item))
         .collect();
-    problems.extend(pod_problems);
+    problems.extend(pod_problems.into_iter().flatten());
     problems.extend(workload_problems);
     LiveStatus::from_problems(&problems, pods)
 }
