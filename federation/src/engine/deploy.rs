@@ -156,13 +156,14 @@ fn loses_its_selector(item: &RenderedItem, before: &Projection) -> bool {
 /// none of comb's labels, so they are read from the API server.
 async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Result<()> {
     let namespace = service.namespace.clone();
-    // The Endpoints object first: the mirroring controller would mirror it again.
-    let endpoints = ManagedObject {
-        api_version: "v1".into(),
-        kind: "Endpoints".into(),
+    let object = |api_version: &str, kind: &str, name: &str| ManagedObject {
+        api_version: api_version.into(),
+        kind: kind.into(),
         namespace: namespace.clone(),
-        name: service.name.clone(),
+        name: name.into(),
     };
+    // The Endpoints object first: the mirroring controller would mirror it again.
+    let endpoints = object("v1", "Endpoints", &service.name);
     if let Some(live) = ops.get_whole(&endpoints).await?
         && !applied_by(&live, FIELD_MANAGER)
     {
@@ -184,12 +185,7 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
             .await?
         {
             let copy = ops.project("discovery.k8s.io/v1", "EndpointSlice", &slice)?;
-            let stale = ManagedObject {
-                api_version: "discovery.k8s.io/v1".into(),
-                kind: "EndpointSlice".into(),
-                namespace: namespace.clone(),
-                name: copy.name.to_string(),
-            };
+            let stale = object("discovery.k8s.io/v1", "EndpointSlice", &copy.name);
             delete_stale(ops, &stale, copy).await?;
         }
     }

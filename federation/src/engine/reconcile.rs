@@ -288,28 +288,22 @@ impl Step<'_> {
                 return ControlFlow::Break(());
             }
         };
-        let Some((reason, _)) = problems.first() else {
-            r.set_condition(
-                DEPENDENCIES_READY,
-                Verdict::new(
-                    ConditionStatus::True,
-                    Reason::Healthy,
-                    "all dependencies are healthy",
-                ),
-            );
-            return ControlFlow::Continue(());
+        let verdict = match problems.first() {
+            None => Verdict::new(
+                ConditionStatus::True,
+                Reason::Healthy,
+                "all dependencies are healthy",
+            ),
+            Some((reason, _)) => {
+                let messages: Vec<&str> = problems.iter().map(|(_, m)| m.as_str()).collect();
+                Verdict::new(ConditionStatus::False, reason.clone(), messages.join("; "))
+            }
         };
-        let reason = reason.clone();
-        let message = problems
-            .iter()
-            .map(|(_, message)| message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        r.set_condition(
-            DEPENDENCIES_READY,
-            Verdict::new(ConditionStatus::False, reason.clone(), message.clone()),
-        );
-        r.finish(Phase::Blocked, reason, message);
+        r.set_condition(DEPENDENCIES_READY, verdict.clone());
+        if verdict.status == ConditionStatus::True {
+            return ControlFlow::Continue(());
+        }
+        r.finish(Phase::Blocked, verdict.reason, verdict.message);
         ControlFlow::Break(())
     }
 

@@ -285,15 +285,16 @@ impl Tenancy {
             return None;
         }
         let (context, namespace) = (&peer.context, &peer.namespace);
-        let copies = if peer.replicas.is_empty() {
-            String::new()
+        let (copies, replicate) = if peer.replicas.is_empty() {
+            (String::new(), "")
         } else {
             let copied: Vec<String> = peer
                 .replicas
                 .iter()
                 .map(|replica| format!("{} {}", replica.kind.kind(), replica.name))
                 .collect();
-            format!(" and copies {} from it", copied.join(", "))
+            let copies = format!(" and copies {} from it", copied.join(", "));
+            (copies, ", replicate: true")
         };
         let target = match self
             .upstreams
@@ -303,11 +304,6 @@ impl Tenancy {
         {
             Some(layer) => format!("layer: {}", layer.name),
             None => format!("context: {context}"),
-        };
-        let replicate = if peer.replicas.is_empty() {
-            ""
-        } else {
-            ", replicate: true"
         };
         Some(format!(
             "{source} names context {context}, namespace {namespace}{copies}, which {who} does not \
