@@ -10,7 +10,6 @@ use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER, same_object};
 use crate::engine::live_status::LiveStatus;
-use crate::engine::projection::Projection;
 use crate::engine::values::object_name;
 use crate::error::{Error, Result};
 
@@ -262,15 +261,12 @@ async fn act_on_kinds(
     let selector = ctx.comb_selector();
     let mut touched = Vec::new();
     for (api_version, kind, action) in plan {
-        let objects = ops
+        let mut objects = ops
             .list(api_version, kind, Some(&ctx.namespace), &selector)
             .await?;
-        let mut named: Vec<(&str, &Projection)> = objects
-            .iter()
-            .map(|object| (&*object.name, object))
-            .collect();
-        named.sort_unstable_by_key(|(name, _)| *name);
-        for (name, object) in named {
+        objects.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        for object in &objects {
+            let name = &*object.name;
             let resource = ManagedObject {
                 api_version: api_version.to_string(),
                 kind: kind.to_string(),
