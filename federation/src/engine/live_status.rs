@@ -9,8 +9,7 @@ use comb_api::{CombUpstreamStatus, Phase, Reason};
 use serde::Serialize;
 
 use crate::engine::projection::{
-    CONTROLLER_REVISION_HASH, ContainerState, DaemonSet, Job, POD_TEMPLATE_GENERATION, Pod,
-    Projection, Replicated, Said, State,
+    ContainerState, DaemonSet, Job, Pod, Projection, Replicated, Said, State,
 };
 use crate::engine::render::RenderedItem;
 pub(crate) use crate::engine::values::{number_or, truthy};
@@ -267,7 +266,7 @@ fn rolls_out(problem: Option<&Problem>) -> bool {
 
 /// Which Pods of a workload being rolled out are already of the revision it rolls out, told
 /// as its controller tells them.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 enum CurrentRevision<'a> {
     /// A Deployment's Pods belong to the ReplicaSets it controls (`owned`); the current one is
     /// the one of the newest revision, once its controller has seen the Deployment's spec
@@ -276,15 +275,19 @@ enum CurrentRevision<'a> {
         owned: Vec<&'a str>,
         current: Option<&'a str>,
     },
-    /// A StatefulSet's or DaemonSet's current Pods carry the label `key` with this value.
-    Label { key: &'static str, value: &'a str },
+    /// A StatefulSet's or DaemonSet's current Pods carry this value in the revision label that
+    /// `label` reads of a Pod (`controller-revision-hash`, `pod-template-generation`).
+    Label {
+        label: fn(&Pod) -> Option<&str>,
+        value: &'a str,
+    },
     /// Its controller has not told yet (a StatefulSet whose controller has not seen its spec):
     /// none of its Pods runs the current revision for sure.
     Unknown,
 }
 
 /// A workload of the Comb whose controller is rolling out its current spec.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Rollout<'a> {
     kind: &'a str,
     name: &'a str,
@@ -320,7 +323,7 @@ impl<'a> Rollout<'a> {
             ("apps", "StatefulSet", State::Replicated(replicated)) => {
                 match replicated.update_revision.as_deref() {
                     Some(value) if seen_by_controller(live) => CurrentRevision::Label {
-                        key: CONTROLLER_REVISION_HASH,
+                        label: |pod| pod.revision_hash.as_deref(),
                         value,
                     },
                     _ => CurrentRevision::Unknown,
@@ -329,7 +332,7 @@ impl<'a> Rollout<'a> {
             ("apps", "DaemonSet", State::DaemonSet(daemon_set)) => {
                 match daemon_set.template_generation.as_deref() {
                     Some(value) => CurrentRevision::Label {
-                        key: POD_TEMPLATE_GENERATION,
+                        label: |pod| pod.template_generation.as_deref(),
                         value,
                     },
                     None => CurrentRevision::Unknown,
@@ -355,12 +358,12 @@ impl<'a> Rollout<'a> {
                 owner_kind == "ReplicaSet" && owned.contains(&owner) && *current != Some(owner)
             }
             _ if (owner_kind, owner) != (self.kind, self.name) => false,
-            CurrentRevision::Label { key, value } => {
-                let label = match &pod.state {
-                    State::Pod(pod) => pod.revision_label(key),
+            CurrentRevision::Label { label, value } => {
+                let revision = match &pod.state {
+                    State::Pod(pod) => label(pod),
                     _ => None,
                 };
-                label != Some(value)
+                revision != Some(value)
             }
             CurrentRevision::Unknown => true,
         }

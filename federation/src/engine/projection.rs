@@ -189,17 +189,6 @@ pub struct Pod {
     pub template_generation: Option<Box<str>>,
 }
 
-impl Pod {
-    /// The value of one of the revision labels the Pod carries.
-    pub fn revision_label(&self, key: &str) -> Option<&str> {
-        match key {
-            CONTROLLER_REVISION_HASH => self.revision_hash.as_deref(),
-            POD_TEMPLATE_GENERATION => self.template_generation.as_deref(),
-            _ => None,
-        }
-    }
-}
-
 /// One container's status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Container {
