@@ -88,10 +88,10 @@ pub async fn deploy(
         {
             // What comb knows of it cannot tell every field: the whole object, read once; then
             // comb's fields are remembered as standing.
-            let whole = match ops.get_whole(&resource).await {
-                Ok(whole) => whole,
-                Err(error) => return Err(failed(&applied, "get", error)),
-            };
+            let whole = ops
+                .get_whole(&resource)
+                .await
+                .map_err(|error| failed(&applied, "get", error))?;
             live_object = None;
             if let Some(whole) = whole {
                 let object = ops
@@ -106,13 +106,12 @@ pub async fn deploy(
             }
         }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
-        match ops.ensure(&item.manifest, live_object.as_ref(), kept).await {
-            Ok(stored) => {
-                ops.stands_as_applied(&resource, &stored, &item.digest);
-                applied.push(stored);
-            }
-            Err(error) => return Err(failed(&applied, "ensure", error)),
-        }
+        let stored = ops
+            .ensure(&item.manifest, live_object.as_ref(), kept)
+            .await
+            .map_err(|error| failed(&applied, "ensure", error))?;
+        ops.stands_as_applied(&resource, &stored, &item.digest);
+        applied.push(stored);
     }
     // Once the bridge's own EndpointSlices are written too.
     for service in unselected {
@@ -236,12 +235,11 @@ pub fn unchanged_since_apply(
     live: &Projection,
     as_applied: Option<&AsApplied>,
 ) -> bool {
-    let Some(as_applied) = as_applied else {
-        return false;
-    };
-    as_applied.digest == Fingerprint::of(&item.digest)
-        && stands_applied(item, live)
-        && live.managed.comb == Some(as_applied.fields)
+    as_applied.is_some_and(|as_applied| {
+        as_applied.digest == Fingerprint::of(&item.digest)
+            && stands_applied(item, live)
+            && live.managed.comb == Some(as_applied.fields)
+    })
 }
 
 /// What [`unchanged`] asks besides the fields: the rendered digest, not a Job to create anew,
