@@ -232,26 +232,21 @@ impl Step<'_> {
         r: &mut StepRecord,
         upstream: UpstreamResolution,
     ) -> ControlFlow<(), Option<Box<Borrowing>>> {
-        match upstream {
-            UpstreamResolution::Local => ControlFlow::Continue(None),
-            UpstreamResolution::Borrowed(borrowing) => ControlFlow::Continue(Some(borrowing)),
-            UpstreamResolution::Failed(message) => {
-                r.finish(
-                    Phase::Error,
-                    Reason::UpstreamFailed,
-                    format!("resolving the upstream failed: {}", clean_message(&message)),
-                );
-                ControlFlow::Break(())
+        let (reason, message) = match upstream {
+            UpstreamResolution::Local => return ControlFlow::Continue(None),
+            UpstreamResolution::Borrowed(borrowing) => {
+                return ControlFlow::Continue(Some(borrowing));
             }
+            UpstreamResolution::Failed(message) => (
+                Reason::UpstreamFailed,
+                format!("resolving the upstream failed: {}", clean_message(&message)),
+            ),
             UpstreamResolution::Forbidden(message) => {
-                r.finish(
-                    Phase::Error,
-                    Reason::UpstreamForbidden,
-                    clean_message(&message),
-                );
-                ControlFlow::Break(())
+                (Reason::UpstreamForbidden, clean_message(&message))
             }
-        }
+        };
+        r.finish(Phase::Error, reason, message);
+        ControlFlow::Break(())
     }
 
     /// Step 2: a disabled Comb makes no request at all; what runs keeps running.
