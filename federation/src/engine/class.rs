@@ -382,10 +382,6 @@ impl fmt::Debug for CombInstance {
 }
 
 impl CombInstance {
-    /// The class.
-    pub fn class(&self) -> &Arc<dyn CombClass> {
-        &self.class
-    }
     /// The class name, as messages show it.
     pub fn class_name(&self) -> &str {
         self.class.name()

@@ -71,6 +71,8 @@ pub struct KubeOps {
 enum Access {
     Read,
     Write,
+    /// A write that deletes: never of a cluster-scoped object.
+    Delete,
 }
 
 impl std::fmt::Debug for KubeOps {
@@ -246,7 +248,7 @@ impl KubeOps {
         let resource = self.resource_type(api_version, kind).await?;
         let client = match access {
             Access::Read => self.client.clone(),
-            Access::Write => self.writer.clone(),
+            Access::Write | Access::Delete => self.writer.clone(),
         };
         Ok(match (resource.namespaced, namespace) {
             (true, Some(namespace)) => {
@@ -261,7 +263,8 @@ impl KubeOps {
     /// The API of one object: a namespaced one needs its namespace. A write of a cluster-scoped
     /// object that names a namespace is refused: it was placed (and checked against the
     /// layer's tenancy) as namespaced while discovery could not tell, and must not land
-    /// cluster-wide now that it can.
+    /// cluster-wide now that it can. A delete of a cluster-scoped object is refused whatever it
+    /// names.
     async fn object_api(
         &self,
         access: Access,
@@ -280,6 +283,13 @@ impl KubeOps {
                 request,
                 format!(
                     "{} {} is namespaced, but no namespace was given",
+                    resource.kind, resource.name
+                ),
+            )),
+            (false, _, Access::Delete) => Err(Error::request(
+                request,
+                format!(
+                    "{} {} is cluster-scoped: comb never deletes cluster-scoped objects",
                     resource.kind, resource.name
                 ),
             )),
@@ -553,20 +563,7 @@ impl KubeOps {
         preconditions: Preconditions,
     ) -> Result<()> {
         let request = format!("delete {}", resource.kind);
-        if !self
-            .resource_type(&resource.api_version, &resource.kind)
-            .await?
-            .namespaced
-        {
-            return Err(Error::request(
-                &request,
-                format!(
-                    "{} {} is cluster-scoped: comb never deletes cluster-scoped objects",
-                    resource.kind, resource.name
-                ),
-            ));
-        }
-        let api = self.object_api(Access::Write, &request, resource).await?;
+        let api = self.object_api(Access::Delete, &request, resource).await?;
         let params = DeleteParams {
             preconditions: Some(preconditions),
             ..DeleteParams::background()
