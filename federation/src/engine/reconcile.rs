@@ -102,14 +102,6 @@ pub struct StepOutcome {
     pub status_written_at: Option<Instant>,
 }
 
-/// The message of the Ready condition while `spec.maintenance` stops reconciliation.
-pub fn maintenance_message() -> String {
-    format!(
-        "resources are not reconciled while in maintenance (spec.maintenance: {NO_RESOURCE_RECONCILIATION}); \
-         remove spec.maintenance to resume"
-    )
-}
-
 /// Runs one reconcile step of `comb` and says what it produced. `comb`'s CR is afterwards the
 /// one the step ends with, carrying the recorded status (as the API server stored it, or kept
 /// in memory when writing failed), which the next step of the same instance starts from.
@@ -216,15 +208,15 @@ impl Step<'_> {
 
     /// `spec.maintenance: NoResourceReconciliation`: nothing is applied, pruned or looked at.
     fn maintenance(&self, r: &mut StepRecord) -> ControlFlow<()> {
-        if self.comb.context().spec.in_maintenance() {
-            r.finish(
-                Phase::Maintenance,
-                Reason::Maintenance,
-                maintenance_message(),
-            );
-            return ControlFlow::Break(());
+        if !self.comb.context().spec.in_maintenance() {
+            return ControlFlow::Continue(());
         }
-        ControlFlow::Continue(())
+        let message = format!(
+            "resources are not reconciled while in maintenance (spec.maintenance: {NO_RESOURCE_RECONCILIATION}); \
+             remove spec.maintenance to resume"
+        );
+        r.finish(Phase::Maintenance, Reason::Maintenance, message);
+        ControlFlow::Break(())
     }
 
     /// Step 1: the upstream to borrow from, if any.
@@ -548,7 +540,9 @@ impl Step<'_> {
                 let (phase, reason, message) = verdict;
                 r.managed = Some(managed);
                 r.established = Some(established);
-                r.finish(phase, reason, with_notes(message, &notes));
+                // Each prune note follows the verdict's message.
+                let message = [&[message], notes.as_slice()].concat().join("; ");
+                r.finish(phase, reason, message);
                 r.notes = notes;
             }
             Applied::Failed { managed, message } => {
@@ -620,14 +614,6 @@ fn not_healthy_yet(applied: &str, status: &LiveStatus) -> String {
         }
         _ => format!("{applied}, not healthy yet"),
     }
-}
-
-/// `message` with each note appended after `"; "`.
-fn with_notes(message: String, notes: &[String]) -> String {
-    std::iter::once(message)
-        .chain(notes.iter().cloned())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Step 6a: a Comb that serves locally publishes its own endpoints, and so does the very first
