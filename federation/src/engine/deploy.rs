@@ -8,9 +8,7 @@ use serde_json::Value;
 use crate::engine::cache::AsApplied;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
-use crate::engine::kube_ops::{
-    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, applied_by, is_conflict, unchanged_since,
-};
+use crate::engine::kube_ops::{CONFLICT_ATTEMPTS, KubeOps, is_conflict, unchanged_since};
 use crate::engine::observe::{LiveObjects, fetch_live};
 use crate::engine::projection::{Fingerprint, Projection, State};
 use crate::engine::prune::{
@@ -163,10 +161,9 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
     };
     // The Endpoints object first: the mirroring controller would mirror it again.
     let endpoints = object("v1", "Endpoints", &service.name);
-    if let Some(live) = ops.get_whole(&endpoints).await?
-        && !applied_by(&live, FIELD_MANAGER)
+    if let Some(copy) = ops.get_fresh(&endpoints).await?
+        && !copy.applied_by_comb()
     {
-        let copy = ops.project("v1", "Endpoints", &live)?;
         delete_stale(ops, &endpoints, copy).await?;
     }
     for manager in SELECTOR_SLICE_MANAGERS {

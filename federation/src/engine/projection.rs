@@ -361,11 +361,8 @@ fn managed(metadata: &ObjectMeta) -> Managed {
     };
     Managed {
         comb: applied(FIELD_MANAGER).map(|entry| {
-            let fields = entry
-                .fields_v1
-                .as_ref()
-                .map_or(Value::Null, |fields| fields.0.clone());
-            Fingerprint::of(&fields.to_string())
+            let fields = entry.fields_v1.as_ref().map(|fields| fields.0.to_string());
+            Fingerprint::of(fields.as_deref().unwrap_or("null"))
         }),
         stopped: applied(STOP_MANAGER).is_some(),
     }

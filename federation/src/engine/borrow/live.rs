@@ -37,21 +37,19 @@ pub fn derive_borrowed_status(
             )
         };
     }
-    let present = |index: usize| live.get(index).is_some_and(Option::is_some);
     let mut problems: Vec<Problem> = observed
         .bridge
         .iter()
         .enumerate()
-        .filter(|(index, _)| !present(*index))
+        .filter(|(index, _)| !live.get(*index).is_some_and(Option::is_some))
         .map(|(_, item)| Problem::missing(item))
         .collect();
+    let nothing_live = !observed.bridge.is_empty() && problems.len() == observed.bridge.len();
     let verdict = observed.verdict();
     if verdict.phase != Phase::Running {
         problems.push(Problem::pending(verdict.reason, verdict.message));
     }
     let summary = LiveStatus::from_problems(&problems, Vec::new());
-    let nothing_live =
-        !observed.bridge.is_empty() && (0..observed.bridge.len()).all(|i| !present(i));
     let phase = match (problems.is_empty(), nothing_live) {
         (true, _) => Phase::Running,
         (false, true) => Phase::NotDeployed,
