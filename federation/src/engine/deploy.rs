@@ -35,11 +35,10 @@ pub async fn deploy(
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
 ) -> Result<Vec<Projection>> {
-    let read_here;
     let live = match live {
-        Some(live) => live,
-        None => {
-            read_here = fetch_live(ops, ctx, items)
+        Some(live) => Cow::Borrowed(live),
+        None => Cow::Owned(
+            fetch_live(ops, ctx, items)
                 .await
                 .map_err(|error| Error::Deploy {
                     message: format!(
@@ -47,9 +46,8 @@ pub async fn deploy(
                         error.to_string().trim_end()
                     ),
                     applied: 0,
-                })?;
-            &read_here
-        }
+                })?,
+        ),
     };
     let kept = [restart_path(ctx.settings.labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());

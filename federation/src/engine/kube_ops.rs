@@ -711,6 +711,17 @@ impl KubeOps {
             .map_err(|error| Error::kube("log Pod", error))
     }
 
+    /// Whether the core object `kind` `namespace/name` exists.
+    async fn exists(&self, kind: &str, namespace: &str, name: &str) -> Result<bool> {
+        let resource = ManagedObject {
+            api_version: "v1".to_string(),
+            kind: kind.to_string(),
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        };
+        Ok(self.get_opt(&resource).await?.is_some())
+    }
+
     /// A container's log from its last `tail_lines` lines on, followed as it grows.
     pub async fn follow_pod_log(
         &self,
@@ -749,19 +760,6 @@ impl PrerequisiteLookup for KubeOps {
 
     async fn config_map_exists(&self, namespace: &str, name: &str) -> Result<bool> {
         self.exists("ConfigMap", namespace, name).await
-    }
-}
-
-impl KubeOps {
-    /// Whether the core object `kind` `namespace/name` exists.
-    async fn exists(&self, kind: &str, namespace: &str, name: &str) -> Result<bool> {
-        let resource = ManagedObject {
-            api_version: "v1".to_string(),
-            kind: kind.to_string(),
-            namespace: Some(namespace.to_string()),
-            name: name.to_string(),
-        };
-        Ok(self.get_opt(&resource).await?.is_some())
     }
 }
 
