@@ -589,20 +589,13 @@ async fn dependency_problem(
             ));
         }
     };
-    match dependency.healthy().await {
-        Ok(true) => None,
-        Ok(false) => Some((
-            Reason::DependencyNotReady,
-            format!("dependency {reference} is not healthy"),
-        )),
-        Err(error) => Some((
-            Reason::DependencyNotReady,
-            format!(
-                "dependency {reference} is not healthy: {}",
-                clean_message(&error.to_string())
-            ),
-        )),
-    }
+    let why = match dependency.healthy().await {
+        Ok(true) => return None,
+        Ok(false) => String::new(),
+        Err(error) => format!(": {}", clean_message(&error.to_string())),
+    };
+    let message = format!("dependency {reference} is not healthy{why}");
+    Some((Reason::DependencyNotReady, message))
 }
 
 /// `applied N resource(s), not healthy yet`, with what the live status says in parentheses
