@@ -239,16 +239,13 @@ impl ClassRegistry {
     ) -> Result<CombInstance> {
         let comb =
             self.construct_unchecked(class, cr, settings, stub_of.map(CombInstance::class_name))?;
-        let implied;
-        let original = match stub_of {
-            Some(original) => Some(original),
+        match stub_of {
+            Some(original) => check_contract(&comb, original).await?,
             None => {
-                implied = self.implied_original(&comb, cr, settings)?;
-                implied.as_ref()
+                if let Some(original) = self.implied_original(&comb, cr, settings)? {
+                    check_contract(&comb, &original).await?;
+                }
             }
-        };
-        if let Some(original) = original {
-            check_contract(&comb, original).await?;
         }
         Ok(comb)
     }

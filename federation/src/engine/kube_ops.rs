@@ -238,26 +238,25 @@ impl KubeOps {
         })
     }
 
-    async fn api(
+    /// The API of a resource type in `namespace`, through the client `access` goes by.
+    fn api(
         &self,
         access: Access,
-        api_version: &str,
-        kind: &str,
+        resource: &ResourceType,
         namespace: Option<&str>,
-    ) -> Result<Api<DynamicObject>> {
-        let resource = self.resource_type(api_version, kind).await?;
+    ) -> Api<DynamicObject> {
         let client = match access {
             Access::Read => self.client.clone(),
             Access::Write | Access::Delete => self.writer.clone(),
         };
-        Ok(match (resource.namespaced, namespace) {
+        match (resource.namespaced, namespace) {
             (true, Some(namespace)) => {
                 Api::namespaced_with(client, namespace, &resource.api_resource)
             }
             // Cluster-scoped kinds ignore a namespace; a namespaced kind without one means
             // "across all namespaces", as for list.
             _ => Api::all_with(client, &resource.api_resource),
-        })
+        }
     }
 
     /// The API of one object: a namespaced one needs its namespace. A write of a cluster-scoped
@@ -301,10 +300,7 @@ impl KubeOps {
                     resource.kind, resource.name
                 ),
             )),
-            (_, namespace, _) => {
-                self.api(access, &resource.api_version, &resource.kind, namespace)
-                    .await
-            }
+            (_, namespace, _) => Ok(self.api(access, &resource_type, namespace)),
         }
     }
 
@@ -377,7 +373,8 @@ impl KubeOps {
     ) -> Result<Vec<Value>> {
         let request = format!("list {kind}");
         self.read_from_api(&request);
-        let api = self.api(Access::Read, api_version, kind, namespace).await?;
+        let resource = self.resource_type(api_version, kind).await?;
+        let api = self.api(Access::Read, &resource, namespace);
         let list = api
             .list(&ListParams::default().labels(label_selector))
             .await
