@@ -198,7 +198,7 @@ async fn a_namespaced_object_without_namespace_is_refused_before_any_request() {
     let mut nowhere = resource("v1", "ConfigMap", "nats");
     nowhere.namespace = None;
     cluster.reset_requests();
-    let error = cluster.ops.get(&nowhere).await.unwrap_err();
+    let error = cluster.ops.get_opt(&nowhere).await.unwrap_err();
     assert_eq!(
         error.to_string(),
         "get ConfigMap: ConfigMap nats is namespaced, but no namespace was given"
@@ -207,5 +207,5 @@ async fn a_namespaced_object_without_namespace_is_refused_before_any_request() {
     // Cluster-scoped kinds need none.
     let mut team = resource("v1", "Namespace", NS);
     team.namespace = None;
-    assert!(cluster.ops.get(&team).await.is_ok());
+    assert!(cluster.ops.get_opt(&team).await.is_ok());
 }

@@ -167,6 +167,7 @@ async fn a_status_conflict_is_retried_on_a_fresh_read() {
                 name: "nats".into(),
             },
             &json!({"metadata": {"labels": {"team": "messaging"}}}),
+            None,
         )
         .await
         .unwrap();
@@ -213,6 +214,7 @@ async fn a_conflicting_status_write_is_built_again_on_the_newer_record() {
                                  "labels": {"comb.internal/comb": "nats",
                                             "comb.internal/comb-namespace": NS}}}),
             None,
+            &[],
         )
         .await
         .expect("their ConfigMap");

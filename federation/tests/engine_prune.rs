@@ -88,6 +88,7 @@ async fn a_resource_that_lost_its_labels_is_left_alone() {
         .merge_patch(
             &resource("v1", "ConfigMap", "nats-extra"),
             &json!({"metadata": {"labels": {"comb.internal/comb": null, "comb.internal/comb-namespace": null}}}),
+            None,
         )
         .await
         .unwrap();
@@ -345,6 +346,7 @@ async fn annotate(cluster: &Cluster, name: &str, annotations: serde_json::Value)
         .merge_patch(
             &cluster.resource("v1", "ConfigMap", name),
             &json!({"metadata": {"annotations": annotations}}),
+            None,
         )
         .await
         .expect("annotated");
@@ -378,6 +380,7 @@ async fn changed_since_the_copies(
         .merge_patch(
             &cluster.resource("v1", "ConfigMap", "nats-taken"),
             &json!({"metadata": {"labels": labels}}),
+            None,
         )
         .await
         .expect("relabelled");

@@ -231,7 +231,7 @@ async fn needs_config_until_the_prerequisites_exist() {
 
     cluster
         .ops
-        .ensure(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}), None)
+        .ensure(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}), None, &[])
         .await
         .unwrap();
     let mut comb = cluster
@@ -345,7 +345,7 @@ async fn an_object_applied_without_a_digest_is_redeployed() {
     // Someone replaced it by hand, keeping our labels but not the digest.
     let mut live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
     live["metadata"]["annotations"] = json!({});
-    cluster.ops.ensure(&live, None).await.unwrap();
+    cluster.ops.ensure(&live, None, &[]).await.unwrap();
 
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(

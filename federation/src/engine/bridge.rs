@@ -120,13 +120,13 @@ fn plan_service(
         .map(|t| json!({"name": t.endpoint.name(), "port": t.endpoint.port(), "protocol": protocol(t.endpoint)}))
         .collect();
 
-    if names {
-        let mut hosts: Vec<&Host> = Vec::new();
-        for target in &targets {
-            if !hosts.contains(&&target.host) {
-                hosts.push(&target.host);
-            }
+    let mut hosts: Vec<&Host> = Vec::new();
+    for target in &targets {
+        if !hosts.contains(&&target.host) {
+            hosts.push(&target.host);
         }
+    }
+    if names {
         if hosts.len() > 1 {
             problems.push(format!(
                 "Service {service}: an ExternalName Service points at one host, but its endpoints are at {}",
@@ -169,13 +169,7 @@ fn plan_service(
         "metadata": {"name": service},
         "spec": {"ipFamilies": [family], "ipFamilyPolicy": "SingleStack", "ports": ports}
     })];
-    let mut addresses: Vec<&Host> = Vec::new();
-    for target in &targets {
-        if !addresses.contains(&&target.host) {
-            addresses.push(&target.host);
-        }
-    }
-    for (index, address) in addresses.iter().enumerate() {
+    for (index, address) in hosts.iter().enumerate() {
         let slice_ports: Vec<Value> = targets
             .iter()
             .filter(|t| &&t.host == address)

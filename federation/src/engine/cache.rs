@@ -218,19 +218,8 @@ impl ObjectCache {
         }
     }
 
+    /// Runs `f` on the store of `kind` (an empty one the first time the kind is named).
     fn with_kind<T>(
-        &self,
-        api_version: &str,
-        kind: &str,
-        f: impl FnOnce(&mut KindStore) -> T,
-    ) -> Option<T> {
-        let kinds = self.kinds.read().unwrap_or_else(PoisonError::into_inner);
-        let store = kinds.get(&(api_version.to_string(), kind.to_string()))?;
-        let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(f(&mut store))
-    }
-
-    fn with_kind_or_new<T>(
         &self,
         api_version: &str,
         kind: &str,
@@ -250,7 +239,7 @@ impl ObjectCache {
 
     /// A watch of `kind` in `scope` (a namespace, or all) starts listing.
     pub fn list_started(&self, api_version: &str, kind: &str, scope: Option<&str>) {
-        self.with_kind_or_new(api_version, kind, |store| {
+        self.with_kind(api_version, kind, |store| {
             store
                 .listing
                 .insert(scope.map(str::to_string), HashMap::new());
@@ -272,7 +261,7 @@ impl ObjectCache {
     pub fn listed(&self, api_version: &str, kind: &str, scope: Option<&str>, object: Value) {
         let Some(key) = key_of(&object) else { return };
         let kept = self.kept(api_version, kind, &key, &object);
-        self.with_kind_or_new(api_version, kind, |store| {
+        self.with_kind(api_version, kind, |store| {
             if let Some(listing) = store.listing.get_mut(&scope.map(str::to_string)) {
                 listing.insert(key, kept);
             }
@@ -283,7 +272,7 @@ impl ObjectCache {
     /// longer has was deleted meanwhile), our own writes there included, and the scope is
     /// answered from now on.
     pub fn list_done(&self, api_version: &str, kind: &str, scope: Option<&str>) {
-        self.with_kind_or_new(api_version, kind, |store| {
+        self.with_kind(api_version, kind, |store| {
             let scope = scope.map(str::to_string);
             let listed = store.listing.remove(&scope).unwrap_or_default();
             let in_scope = |key: &ObjectKey| scope.as_ref().is_none_or(|ns| &key.0 == ns);
@@ -307,7 +296,7 @@ impl ObjectCache {
     pub fn applied(&self, api_version: &str, kind: &str, object: Value) {
         let Some(key) = key_of(&object) else { return };
         let kept = self.kept(api_version, kind, &key, &object);
-        self.with_kind_or_new(api_version, kind, |store| {
+        self.with_kind(api_version, kind, |store| {
             store.put(key, kept);
         });
     }
@@ -315,7 +304,7 @@ impl ObjectCache {
     /// A watched deletion: the object, our write of it and what comb applied of it go.
     pub fn deleted(&self, api_version: &str, kind: &str, object: &Value) {
         let Some(key) = key_of(object) else { return };
-        self.with_kind_or_new(api_version, kind, |store| {
+        self.with_kind(api_version, kind, |store| {
             store.remove(&key);
         });
     }
@@ -359,7 +348,6 @@ impl ObjectCache {
             }
             Some(objects)
         })
-        .flatten()
     }
 
     /// What the store knows of the object `resource` names when a listed watch covers it and
@@ -373,14 +361,13 @@ impl ObjectCache {
             }
             store.view(&key_of_resource(resource))?.ok().cloned()
         })
-        .flatten()
     }
 
     /// `resource` stands as comb rendered it with `digest`, comb's applied fields being
     /// `fields`: comb just applied it, or found every field as rendered. Remembered until the
     /// object goes, so that a later step can tell from its projection that nothing changed.
     pub fn stands_as_applied(&self, resource: &ManagedObject, applied: AsApplied) {
-        self.with_kind_or_new(&resource.api_version, &resource.kind, |store| {
+        self.with_kind(&resource.api_version, &resource.kind, |store| {
             store.applied.insert(key_of_resource(resource), applied);
         });
     }
@@ -390,7 +377,6 @@ impl ObjectCache {
         self.with_kind(&resource.api_version, &resource.kind, |store| {
             store.applied.get(&key_of_resource(resource)).copied()
         })
-        .flatten()
     }
 
     /// Our own delete of `resource` succeeded: what comb applied of it goes (the watch's

@@ -195,45 +195,37 @@ impl ClassRegistry {
         settings: &Settings,
         stub: &StubSelector<'_>,
     ) -> Result<CombInstance> {
-        self.build_checked(cr, settings, stub)
-            .await
-            .map_err(|error| match error {
-                build @ Error::Build { .. } => build,
-                other => Error::build_from(other),
-            })
-    }
-
-    async fn build_checked(
-        &self,
-        cr: &Comb,
-        settings: &Settings,
-        stub: &StubSelector<'_>,
-    ) -> Result<CombInstance> {
-        if let Some(problem) = &cr.spec_error {
-            return Err(Error::build(format!(
-                "{FROM_CRD}: the custom resource does not decode: {problem}"
-            )));
-        }
-        let class = cr
-            .spec
-            .class
-            .as_deref()
-            .filter(|class| !class.is_empty())
-            .ok_or_else(|| {
-                Error::build(format!("{FROM_CRD}: the custom resource has no spec.class"))
+        let built = async {
+            if let Some(problem) = &cr.spec_error {
+                return Err(Error::build(format!(
+                    "{FROM_CRD}: the custom resource does not decode: {problem}"
+                )));
+            }
+            let class = cr
+                .spec
+                .class
+                .as_deref()
+                .filter(|class| !class.is_empty())
+                .ok_or_else(|| {
+                    Error::build(format!("{FROM_CRD}: the custom resource has no spec.class"))
+                })?;
+            let comb = self.construct(class, cr, settings, None).await?;
+            if !stub(&comb) {
+                return Ok(comb);
+            }
+            let stub_class = self.stub_class_of(&comb).ok_or_else(|| {
+                Error::build(format!(
+                    "{FROM_CRD}: a stub was asked for {}, but {} has no stub class",
+                    comb.name(),
+                    comb.class_name()
+                ))
             })?;
-        let comb = self.construct(class, cr, settings, None).await?;
-        if !stub(&comb) {
-            return Ok(comb);
-        }
-        let stub_class = self.stub_class_of(&comb).ok_or_else(|| {
-            Error::build(format!(
-                "{FROM_CRD}: a stub was asked for {}, but {} has no stub class",
-                comb.name(),
-                comb.class_name()
-            ))
-        })?;
-        self.construct(&stub_class, cr, settings, Some(&comb)).await
+            self.construct(&stub_class, cr, settings, Some(&comb)).await
+        };
+        built.await.map_err(|error| match error {
+            build @ Error::Build { .. } => build,
+            other => Error::build_from(other),
+        })
     }
 
     /// One class built and checked: against `stub_of` when given, else against `Foo` when this is
@@ -247,16 +239,13 @@ impl ClassRegistry {
     ) -> Result<CombInstance> {
         let comb =
             self.construct_unchecked(class, cr, settings, stub_of.map(CombInstance::class_name))?;
-        let implied;
-        let original = match stub_of {
-            Some(original) => Some(original),
+        match stub_of {
+            Some(original) => check_contract(&comb, original).await?,
             None => {
-                implied = self.implied_original(&comb, cr, settings)?;
-                implied.as_ref()
+                if let Some(original) = self.implied_original(&comb, cr, settings)? {
+                    check_contract(&comb, &original).await?;
+                }
             }
-        };
-        if let Some(original) = original {
-            check_contract(&comb, original).await?;
         }
         Ok(comb)
     }
@@ -390,10 +379,6 @@ impl fmt::Debug for CombInstance {
 }
 
 impl CombInstance {
-    /// The class.
-    pub fn class(&self) -> &Arc<dyn CombClass> {
-        &self.class
-    }
     /// The class name, as messages show it.
     pub fn class_name(&self) -> &str {
         self.class.name()

@@ -8,9 +8,7 @@ use serde_json::Value;
 use crate::engine::cache::AsApplied;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
-use crate::engine::kube_ops::{
-    CONFLICT_ATTEMPTS, FIELD_MANAGER, KubeOps, applied_by, is_conflict, unchanged_since,
-};
+use crate::engine::kube_ops::{CONFLICT_ATTEMPTS, KubeOps, is_conflict, unchanged_since};
 use crate::engine::observe::{LiveObjects, fetch_live};
 use crate::engine::projection::{Fingerprint, Projection, State};
 use crate::engine::prune::{
@@ -37,11 +35,10 @@ pub async fn deploy(
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
 ) -> Result<Vec<Projection>> {
-    let read_here;
     let live = match live {
-        Some(live) => live,
-        None => {
-            read_here = fetch_live(ops, ctx, items, |_| true)
+        Some(live) => Cow::Borrowed(live),
+        None => Cow::Owned(
+            fetch_live(ops, ctx, items)
                 .await
                 .map_err(|error| Error::Deploy {
                     message: format!(
@@ -49,9 +46,8 @@ pub async fn deploy(
                         error.to_string().trim_end()
                     ),
                     applied: 0,
-                })?;
-            &read_here
-        }
+                })?,
+        ),
     };
     let kept = [restart_path(ctx.settings.labels.restart_annotation())];
     let mut applied = Vec::with_capacity(items.len());
@@ -88,10 +84,10 @@ pub async fn deploy(
         {
             // What comb knows of it cannot tell every field: the whole object, read once; then
             // comb's fields are remembered as standing.
-            let whole = match ops.get_whole(&resource).await {
-                Ok(whole) => whole,
-                Err(error) => return Err(failed(&applied, "get", error)),
-            };
+            let whole = ops
+                .get_whole(&resource)
+                .await
+                .map_err(|error| failed(&applied, "get", error))?;
             live_object = None;
             if let Some(whole) = whole {
                 let object = ops
@@ -106,16 +102,12 @@ pub async fn deploy(
             }
         }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
-        match ops
-            .ensure_keeping(&item.manifest, live_object.as_ref(), kept)
+        let stored = ops
+            .ensure(&item.manifest, live_object.as_ref(), kept)
             .await
-        {
-            Ok(stored) => {
-                ops.stands_as_applied(&resource, &stored, &item.digest);
-                applied.push(stored);
-            }
-            Err(error) => return Err(failed(&applied, "ensure", error)),
-        }
+            .map_err(|error| failed(&applied, "ensure", error))?;
+        ops.stands_as_applied(&resource, &stored, &item.digest);
+        applied.push(stored);
     }
     // Once the bridge's own EndpointSlices are written too.
     for service in unselected {
@@ -159,17 +151,17 @@ fn loses_its_selector(item: &RenderedItem, before: &Projection) -> bool {
 /// none of comb's labels, so they are read from the API server.
 async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Result<()> {
     let namespace = service.namespace.clone();
-    // The Endpoints object first: the mirroring controller would mirror it again.
-    let endpoints = ManagedObject {
-        api_version: "v1".into(),
-        kind: "Endpoints".into(),
+    let object = |api_version: &str, kind: &str, name: &str| ManagedObject {
+        api_version: api_version.into(),
+        kind: kind.into(),
         namespace: namespace.clone(),
-        name: service.name.clone(),
+        name: name.into(),
     };
-    if let Some(live) = ops.get_whole(&endpoints).await?
-        && !applied_by(&live, FIELD_MANAGER)
+    // The Endpoints object first: the mirroring controller would mirror it again.
+    let endpoints = object("v1", "Endpoints", &service.name);
+    if let Some(copy) = ops.get_fresh(&endpoints).await?
+        && !copy.applied_by_comb()
     {
-        let copy = ops.project("v1", "Endpoints", &live)?;
         delete_stale(ops, &endpoints, copy).await?;
     }
     for manager in SELECTOR_SLICE_MANAGERS {
@@ -187,12 +179,7 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
             .await?
         {
             let copy = ops.project("discovery.k8s.io/v1", "EndpointSlice", &slice)?;
-            let stale = ManagedObject {
-                api_version: "discovery.k8s.io/v1".into(),
-                kind: "EndpointSlice".into(),
-                namespace: namespace.clone(),
-                name: copy.name.to_string(),
-            };
+            let stale = object("discovery.k8s.io/v1", "EndpointSlice", &copy.name);
             delete_stale(ops, &stale, copy).await?;
         }
     }
@@ -220,7 +207,7 @@ async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: Projection)
 }
 
 /// The Pod template annotation a restart writes, as a path of field names: a migration of an
-/// object an older comb replaced leaves it with whoever wrote it ([`KubeOps::ensure_keeping`]).
+/// object an older comb replaced leaves it with whoever wrote it ([`KubeOps::ensure`]).
 fn restart_path(restart_annotation: &str) -> Vec<String> {
     [
         "spec",
@@ -243,12 +230,11 @@ pub fn unchanged_since_apply(
     live: &Projection,
     as_applied: Option<&AsApplied>,
 ) -> bool {
-    let Some(as_applied) = as_applied else {
-        return false;
-    };
-    as_applied.digest == Fingerprint::of(&item.digest)
-        && stands_applied(item, live)
-        && live.managed.comb == Some(as_applied.fields)
+    as_applied.is_some_and(|as_applied| {
+        as_applied.digest == Fingerprint::of(&item.digest)
+            && stands_applied(item, live)
+            && live.managed.comb == Some(as_applied.fields)
+    })
 }
 
 /// What [`unchanged`] asks besides the fields: the rendered digest, not a Job to create anew,
@@ -453,9 +439,9 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                     .await,
                 ),
                 // Any failure of the get counts as "does not exist", as in the reference.
-                None => match ops.get(orphan).await {
-                    Ok(_) => OrphanFate::LostLabels,
-                    Err(_) => OrphanFate::Gone,
+                None => match ops.get_opt(orphan).await {
+                    Ok(Some(_)) => OrphanFate::LostLabels,
+                    Ok(None) | Err(_) => OrphanFate::Gone,
                 },
             };
             outcome.record(orphan, fate, &selector);

@@ -2,8 +2,6 @@
 //! canonical JSON with every leaf a string, hashed with SHA-256. Deploy compares it with the
 //! live object's annotation to tell a changed manifest from an unchanged one.
 
-use std::fmt::Write as _;
-
 use serde_json::{Map, Number, Value};
 use sha2::{Digest as _, Sha256};
 
@@ -31,64 +29,26 @@ pub fn applied_digest(manifest: &Map<String, Value>, digest_annotation: &str) ->
 /// and string a JSON string, booleans and null as themselves; JSON::XS escaping (`"` and `\`,
 /// control characters as `\n \t \r \b \f` or `\u00xx`, `/` and non-ASCII unescaped).
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(&mut out, value);
-    out
+    // serde_json's compact writer escapes exactly as JSON::XS does; only the key order and the
+    // numbers (strings to Perl) are the reference's own.
+    perl_leaves(value).to_string()
 }
 
-fn write_canonical(out: &mut String, value: &Value) {
+/// `value` with every number as Perl's text of it and every object's keys sorted.
+fn perl_leaves(value: &Value) -> Value {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(true) => out.push_str("true"),
-        Value::Bool(false) => out.push_str("false"),
-        Value::Number(number) => write_string(out, &number_text(number)),
-        Value::String(text) => write_string(out, text),
-        Value::Array(items) => {
-            out.push('[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_canonical(out, item);
-            }
-            out.push(']');
-        }
+        Value::Number(number) => Value::String(number_text(number)),
+        Value::Array(items) => Value::Array(items.iter().map(perl_leaves).collect()),
         Value::Object(map) => {
-            // Rust orders strings by UTF-8 bytes, which is codepoint order.
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (index, (key, item)) in entries.into_iter().enumerate() {
-                if index > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_canonical(out, item);
-            }
-            out.push('}');
+            let mut sorted: Map<String, Value> = map
+                .iter()
+                .map(|(key, item)| (key.clone(), perl_leaves(item)))
+                .collect();
+            sorted.sort_keys();
+            Value::Object(sorted)
         }
+        leaf => leaf.clone(),
     }
-}
-
-fn write_string(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// The textual form Perl gives a number: integers as they are, other floats like `%.15g`.

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use comb_api::{Endpoint, name_problem};
 use serde_json::Value;
 
-use crate::engine::values::describe_value;
+use crate::engine::values::{describe_value, unknown_keys};
 use crate::error::{Error, Result};
 
 /// The keys a declaration may have.
@@ -53,6 +53,22 @@ impl EndpointDecl {
         self
     }
 
+    /// The endpoint it declares, at the cluster address `cluster` gives for its port, with its
+    /// protocol; a declaration without a port has none.
+    pub fn endpoint(&self, class: &str, cluster: impl FnOnce(i32) -> String) -> Result<Endpoint> {
+        let port = self.port.ok_or_else(|| {
+            Error::endpoints(format!(
+                "{class}->endpoints: endpoint {} has no port",
+                self.name
+            ))
+        })?;
+        let endpoint = Endpoint::new(&self.name, port)?.with_cluster(cluster(port));
+        Ok(match &self.protocol {
+            Some(protocol) => endpoint.with_protocol(protocol.clone()),
+            None => endpoint,
+        })
+    }
+
     /// A declaration from data (e.g. `config.endpoints` of the `Manifests` class): an object with
     /// the keys `name port protocol service cluster external`. `class` names the class in errors.
     pub fn from_value(class: &str, value: &Value) -> Result<EndpointDecl> {
@@ -63,18 +79,8 @@ impl EndpointDecl {
                 describe_value(value)
             )));
         };
-        let mut unknown: Vec<&str> = map
-            .keys()
-            .map(String::as_str)
-            .filter(|key| !KNOWN_KEYS.contains(key))
-            .collect();
-        if !unknown.is_empty() {
-            unknown.sort_unstable();
-            return Err(fail(format!(
-                "unknown key(s) {} (known: {})",
-                unknown.join(", "),
-                KNOWN_KEYS.join(", ")
-            )));
+        if let Some(unknown) = unknown_keys(map, &KNOWN_KEYS) {
+            return Err(fail(unknown));
         }
         let text = |key: &str| map.get(key).and_then(scalar_text);
         let name = text("name").unwrap_or_default();
@@ -127,25 +133,15 @@ pub fn resolve_local(
     declarations
         .iter()
         .map(|declaration| {
-            let port = declaration.port.ok_or_else(|| {
-                Error::endpoints(format!(
-                    "{class}->endpoints: endpoint {} has no port",
-                    declaration.name
-                ))
+            let endpoint = declaration.endpoint(class, |port| {
+                let service = declaration.service.as_deref().unwrap_or(comb_name);
+                let cluster = declaration.cluster.clone();
+                cluster.unwrap_or_else(|| format!("{service}.{namespace}.svc:{port}"))
             })?;
-            let service = declaration.service.as_deref().unwrap_or(comb_name);
-            let cluster = declaration
-                .cluster
-                .clone()
-                .unwrap_or_else(|| format!("{service}.{namespace}.svc:{port}"));
-            let mut endpoint = Endpoint::new(&declaration.name, port)?.with_cluster(cluster);
-            if let Some(protocol) = &declaration.protocol {
-                endpoint = endpoint.with_protocol(protocol.clone());
-            }
-            if let Some(external) = &declaration.external {
-                endpoint = endpoint.with_external(external.clone());
-            }
-            Ok(endpoint)
+            Ok(match &declaration.external {
+                Some(external) => endpoint.with_external(external.clone()),
+                None => endpoint,
+            })
         })
         .collect()
 }

@@ -166,12 +166,6 @@ pub struct Scopes {
 }
 
 impl Scopes {
-    /// Records what discovery said of `apiVersion`/`kind`.
-    pub fn insert(&mut self, api_version: &str, kind: &str, namespaced: bool) {
-        self.discovered
-            .insert((api_version.to_string(), kind.to_string()), namespaced);
-    }
-
     /// Whether `apiVersion`/`kind` (of `group`) is namespaced: discovery's answer, else the
     /// static table's, else namespaced.
     pub fn is_namespaced(&self, api_version: &str, group: &str, kind: &str) -> bool {
@@ -265,6 +259,14 @@ pub fn existing_treatment(api_version: &str, kind: &str, live: &Projection) -> E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Scopes {
+        /// Records what discovery said of `apiVersion`/`kind` (the tests' discovery).
+        pub fn insert(&mut self, api_version: &str, kind: &str, namespaced: bool) {
+            self.discovered
+                .insert((api_version.to_string(), kind.to_string()), namespaced);
+        }
+    }
 
     #[test]
     fn fills_api_versions() {

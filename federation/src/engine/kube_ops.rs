@@ -28,6 +28,7 @@ use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
 pub use crate::engine::projection::STOP_MANAGER;
 use crate::engine::projection::{CombSelector, Fingerprint, Projection};
+use crate::engine::values::object_name;
 use crate::error::{Error, Result};
 pub use comb_api::managed_fields::{
     FIELD_MANAGER, LEGACY_MANAGERS, applied_by, migrated_managed_fields, now_rfc3339,
@@ -50,7 +51,10 @@ pub struct ResourceType {
 #[derive(Clone)]
 pub struct KubeOps {
     client: Client,
-    writer: Writer,
+    /// The client of a Comb's writes, and the user it impersonates (`None`: the controller's
+    /// own).
+    writer: Client,
+    writes_as: Option<String>,
     kinds: Arc<Mutex<HashMap<(String, String), ResourceType>>>,
     /// What comb knows of this context's objects: under `comb run` the controller's watches
     /// feed it (`watched`) and it answers the lists and gets they cover; otherwise (`comb run
@@ -62,24 +66,19 @@ pub struct KubeOps {
     reads: Option<Arc<ReadLog>>,
 }
 
-/// The client of a Comb's writes, and the user it impersonates (`None`: the controller's own).
-#[derive(Clone)]
-struct Writer {
-    client: Client,
-    user: Option<String>,
-}
-
 /// Which client a request goes through.
 #[derive(Clone, Copy)]
 enum Access {
     Read,
     Write,
+    /// A write that deletes: never of a cluster-scoped object.
+    Delete,
 }
 
 impl std::fmt::Debug for KubeOps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubeOps")
-            .field("writes_as", &self.writer.user)
+            .field("writes_as", &self.writes_as)
             .finish_non_exhaustive()
     }
 }
@@ -89,10 +88,8 @@ impl KubeOps {
     /// projections of what it reads keep.
     pub fn new(client: Client, keys: LabelKeys) -> Self {
         KubeOps {
-            writer: Writer {
-                client: client.clone(),
-                user: None,
-            },
+            writer: client.clone(),
+            writes_as: None,
             client,
             kinds: Arc::new(Mutex::new(HashMap::new())),
             objects: Arc::new(ObjectCache::new(keys)),
@@ -122,22 +119,15 @@ impl KubeOps {
     /// What comb reads of `object` of `api_version`/`kind` (as the API server sent it).
     pub fn project(&self, api_version: &str, kind: &str, object: &Value) -> Result<Projection> {
         Projection::of(api_version, kind, object, self.keys()).map_err(|error| {
-            let field = |key: &str| {
-                object
-                    .pointer(&format!("/metadata/{key}"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
+            let place = match object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+            {
+                Some(namespace) if !namespace.is_empty() => format!("{namespace}/"),
+                _ => String::new(),
             };
-            let namespace = field("namespace");
-            let place = if namespace.is_empty() {
-                String::new()
-            } else {
-                format!("{namespace}/")
-            };
-            Error::Unprojectable(format!(
-                "{kind} {place}{} cannot be read: {error}",
-                field("name")
-            ))
+            let name = object_name(object).unwrap_or_default();
+            Error::Unprojectable(format!("{kind} {place}{name} cannot be read: {error}"))
         })
     }
 
@@ -194,34 +184,16 @@ impl KubeOps {
     /// The discovery cache is shared.
     pub fn writing_as(&self, user: &str, writer: Client) -> KubeOps {
         KubeOps {
-            client: self.client.clone(),
-            writer: Writer {
-                client: writer,
-                user: Some(user.to_string()),
-            },
-            kinds: self.kinds.clone(),
-            objects: self.objects.clone(),
-            watched: self.watched,
-            reads: self.reads.clone(),
+            writer,
+            writes_as: Some(user.to_string()),
+            ..self.clone()
         }
-    }
-
-    /// The user writes impersonate; `None` when they go out as the controller.
-    pub fn writes_as(&self) -> Option<&str> {
-        self.writer.user.as_deref()
     }
 
     /// The underlying client (the controller's identity), for watches and other requests outside
     /// a Comb's own.
     pub fn client(&self) -> &Client {
         &self.client
-    }
-
-    fn client_for(&self, access: Access) -> &Client {
-        match access {
-            Access::Read => &self.client,
-            Access::Write => &self.writer.client,
-        }
     }
 
     /// Where `apiVersion`/`kind` is served and its scope: built-in kinds from the static table,
@@ -259,36 +231,39 @@ impl KubeOps {
         }
         let (api_resource, capabilities) = kube::discovery::pinned_kind(&self.client, &gvk)
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         Ok(ResourceType {
             api_resource,
             namespaced: capabilities.scope == Scope::Namespaced,
         })
     }
 
-    async fn api(
+    /// The API of a resource type in `namespace`, through the client `access` goes by.
+    fn api(
         &self,
         access: Access,
-        api_version: &str,
-        kind: &str,
+        resource: &ResourceType,
         namespace: Option<&str>,
-    ) -> Result<Api<DynamicObject>> {
-        let resource = self.resource_type(api_version, kind).await?;
-        let client = self.client_for(access).clone();
-        Ok(match (resource.namespaced, namespace) {
+    ) -> Api<DynamicObject> {
+        let client = match access {
+            Access::Read => self.client.clone(),
+            Access::Write | Access::Delete => self.writer.clone(),
+        };
+        match (resource.namespaced, namespace) {
             (true, Some(namespace)) => {
                 Api::namespaced_with(client, namespace, &resource.api_resource)
             }
             // Cluster-scoped kinds ignore a namespace; a namespaced kind without one means
             // "across all namespaces", as for list.
             _ => Api::all_with(client, &resource.api_resource),
-        })
+        }
     }
 
     /// The API of one object: a namespaced one needs its namespace. A write of a cluster-scoped
     /// object that names a namespace is refused: it was placed (and checked against the
     /// layer's tenancy) as namespaced while discovery could not tell, and must not land
-    /// cluster-wide now that it can.
+    /// cluster-wide now that it can. A delete of a cluster-scoped object is refused whatever it
+    /// names.
     async fn object_api(
         &self,
         access: Access,
@@ -310,6 +285,13 @@ impl KubeOps {
                     resource.kind, resource.name
                 ),
             )),
+            (false, _, Access::Delete) => Err(Error::request(
+                request,
+                format!(
+                    "{} {} is cluster-scoped: comb never deletes cluster-scoped objects",
+                    resource.kind, resource.name
+                ),
+            )),
             (false, Some(namespace), Access::Write) => Err(Error::request(
                 request,
                 format!(
@@ -318,33 +300,8 @@ impl KubeOps {
                     resource.kind, resource.name
                 ),
             )),
-            (_, namespace, _) => {
-                self.api(access, &resource.api_version, &resource.kind, namespace)
-                    .await
-            }
+            (_, namespace, _) => Ok(self.api(access, &resource_type, namespace)),
         }
-    }
-
-    /// What comb knows of the object `resource` names: from the watches, or the API server.
-    pub async fn get(&self, resource: &ManagedObject) -> Result<Projection> {
-        if let Some(object) = self.objects.get(resource) {
-            self.read_from_cache();
-            return Ok(object);
-        }
-        let whole = self.get_from_server(resource).await?;
-        self.project(&resource.api_version, &resource.kind, &whole)
-    }
-
-    /// The object as the API server has it now, never the watch's copy.
-    async fn get_from_server(&self, resource: &ManagedObject) -> Result<Value> {
-        let request = format!("get {}", resource.kind);
-        self.read_from_api(&request);
-        let api = self.object_api(Access::Read, &request, resource).await?;
-        let object = api
-            .get(&resource.name)
-            .await
-            .map_err(|error| api_error(&request, error))?;
-        to_value(&request, &object)
     }
 
     /// What comb knows of the object `resource` names, or `None` when the server says it does
@@ -376,7 +333,7 @@ impl KubeOps {
         match api.get_opt(&resource.name).await {
             Ok(Some(object)) => to_value(&request, &object).map(Some),
             Ok(None) => Ok(None),
-            Err(error) => Err(api_error(&request, error)),
+            Err(error) => Err(Error::kube(&request, error)),
         }
     }
 
@@ -416,11 +373,12 @@ impl KubeOps {
     ) -> Result<Vec<Value>> {
         let request = format!("list {kind}");
         self.read_from_api(&request);
-        let api = self.api(Access::Read, api_version, kind, namespace).await?;
+        let resource = self.resource_type(api_version, kind).await?;
+        let api = self.api(Access::Read, &resource, namespace);
         let list = api
             .list(&ListParams::default().labels(label_selector))
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         list.items
             .iter()
             .map(|object| to_value(&request, object))
@@ -452,12 +410,7 @@ impl KubeOps {
     /// immutable), and an existing `batch/v1` Job that is active or has succeeded (a Job's pod
     /// template is immutable, and a running or done Job must not start again). Any other existing
     /// Job (failed, or without status yet) is deleted with its pods and created anew.
-    pub async fn ensure(&self, manifest: &Value, live: Option<&Projection>) -> Result<Projection> {
-        self.ensure_keeping(manifest, live, &[]).await
-    }
-
-    /// [`KubeOps::ensure`], with the fields `kept` left to their owner by a migration.
-    pub async fn ensure_keeping(
+    pub async fn ensure(
         &self,
         manifest: &Value,
         live: Option<&Projection>,
@@ -480,9 +433,9 @@ impl KubeOps {
                 ExistingTreatment::Replace => self.migrate(&target, live, kept).await?,
             }
         }
-        let applied = self.apply(&target, &body, FIELD_MANAGER).await?;
+        let applied = self.apply_as(&target, &body, FIELD_MANAGER).await?;
         if applied.managed.stopped {
-            return self.apply(&target, &bare(manifest), STOP_MANAGER).await;
+            return self.apply_as(&target, &bare(manifest), STOP_MANAGER).await;
         }
         Ok(applied)
     }
@@ -513,7 +466,7 @@ impl KubeOps {
                 "resourceVersion": live.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
                 "managedFields": fields,
             }});
-            match self.merge_patch_as(target, &patch, FIELD_MANAGER).await {
+            match self.merge_patch(target, &patch, Some(FIELD_MANAGER)).await {
                 Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
                     attempts += 1;
                     // The watch may not have brought the version that conflicted yet.
@@ -527,8 +480,10 @@ impl KubeOps {
         }
     }
 
-    /// A forced server-side apply of `body` as `manager`; returns the stored object.
-    async fn apply(
+    /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
+    /// [`STOP_MANAGER`] scaling to zero); returns the stored object. Unlike a patch, what
+    /// `manager` applies can be given back by applying without it.
+    pub async fn apply_as(
         &self,
         target: &ManagedObject,
         body: &Value,
@@ -543,7 +498,7 @@ impl KubeOps {
                 &Patch::Apply(body),
             )
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         self.project(
             &target.api_version,
             &target.kind,
@@ -561,19 +516,6 @@ impl KubeOps {
         body: &Value,
     ) -> Result<Projection> {
         self.delete(target, unchanged_since(live)).await?;
-        match self.create(target, body).await? {
-            Created::Stored(stored) => Ok(stored),
-            Created::AlreadyExists => Err(Error::request(
-                format!("create {}", target.kind),
-                format!(
-                    "{} {} still exists after its deletion",
-                    target.kind, target.name
-                ),
-            )),
-        }
-    }
-
-    async fn create(&self, target: &ManagedObject, body: &Value) -> Result<Created> {
         let request = format!("create {}", target.kind);
         let api = self.object_api(Access::Write, &request, target).await?;
         let mut object = from_value(&request, body)?;
@@ -583,19 +525,26 @@ impl KubeOps {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PostParams::default()
         };
-        match api.create(&params, &object).await {
-            Ok(stored) => Ok(Created::Stored(self.project(
-                &target.api_version,
-                &target.kind,
-                &to_value(&request, &stored)?,
-            )?)),
-            Err(kube::Error::Api(status))
-                if status.code == 409 && status.reason == "AlreadyExists" =>
-            {
-                Ok(Created::AlreadyExists)
-            }
-            Err(error) => Err(api_error(&request, error)),
-        }
+        let stored = api
+            .create(&params, &object)
+            .await
+            .map_err(|error| match error {
+                kube::Error::Api(status)
+                    if status.code == 409 && status.reason == "AlreadyExists" =>
+                {
+                    let still = format!(
+                        "{} {} still exists after its deletion",
+                        target.kind, target.name
+                    );
+                    Error::request(&request, still)
+                }
+                error => Error::kube(&request, error),
+            })?;
+        self.project(
+            &target.api_version,
+            &target.kind,
+            &to_value(&request, &stored)?,
+        )
     }
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
@@ -611,78 +560,38 @@ impl KubeOps {
         preconditions: Preconditions,
     ) -> Result<()> {
         let request = format!("delete {}", resource.kind);
-        if !self
-            .resource_type(&resource.api_version, &resource.kind)
-            .await?
-            .namespaced
-        {
-            return Err(Error::request(
-                &request,
-                format!(
-                    "{} {} is cluster-scoped: comb never deletes cluster-scoped objects",
-                    resource.kind, resource.name
-                ),
-            ));
-        }
-        let api = self.object_api(Access::Write, &request, resource).await?;
+        let api = self.object_api(Access::Delete, &request, resource).await?;
         let params = DeleteParams {
             preconditions: Some(preconditions),
             ..DeleteParams::background()
         };
         api.delete(&resource.name, &params)
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         self.objects.removed(resource);
         Ok(())
     }
 
-    /// A JSON merge patch of the main resource; returns the patched object.
-    pub async fn merge_patch(&self, resource: &ManagedObject, patch: &Value) -> Result<Value> {
-        self.patch_with(resource, patch, &PatchParams::default())
-            .await
-    }
-
-    /// A JSON merge patch of the main resource by field manager `manager`, who then owns what
-    /// it changed (e.g. [`RESTART_MANAGER`] the restart annotation, which comb's apply leaves
-    /// alone); returns the patched object.
-    pub async fn merge_patch_as(
+    /// A JSON merge patch of the main resource, by field manager `manager` when given, who then
+    /// owns what it changed (e.g. [`RESTART_MANAGER`] the restart annotation, which comb's apply
+    /// leaves alone); returns the patched object.
+    pub async fn merge_patch(
         &self,
         resource: &ManagedObject,
         patch: &Value,
-        manager: &str,
-    ) -> Result<Value> {
-        let params = PatchParams {
-            field_manager: Some(manager.to_string()),
-            ..PatchParams::default()
-        };
-        self.patch_with(resource, patch, &params).await
-    }
-
-    async fn patch_with(
-        &self,
-        resource: &ManagedObject,
-        patch: &Value,
-        params: &PatchParams,
+        manager: Option<&str>,
     ) -> Result<Value> {
         let request = format!("patch {}", resource.kind);
         let api = self.object_api(Access::Write, &request, resource).await?;
+        let params = PatchParams {
+            field_manager: manager.map(str::to_string),
+            ..PatchParams::default()
+        };
         let patched = api
-            .patch(&resource.name, params, &Patch::Merge(patch))
+            .patch(&resource.name, &params, &Patch::Merge(patch))
             .await
-            .map_err(|error| api_error(&request, error))?;
+            .map_err(|error| Error::kube(&request, error))?;
         to_value(&request, &patched)
-    }
-
-    /// A forced server-side apply of the partial object `body` as field manager `manager` (e.g.
-    /// [`STOP_MANAGER`] scaling to zero); returns the stored object. Unlike a patch, what
-    /// `manager` applies can be given back by applying without it.
-    pub async fn apply_as(
-        &self,
-        resource: &ManagedObject,
-        body: &Value,
-        manager: &str,
-    ) -> Result<Projection> {
-        self.apply(resource, body, manager).await
     }
 
     fn combs(&self, group: &str, namespace: &str) -> Api<Comb> {
@@ -699,7 +608,7 @@ impl KubeOps {
         self.combs(group, namespace)
             .get(name)
             .await
-            .map_err(|error| api_error("get Comb", error))
+            .map_err(|error| Error::kube("get Comb", error))
     }
 
     /// Replaces the status subresource of `comb` (which must carry the resourceVersion it was
@@ -718,7 +627,7 @@ impl KubeOps {
         self.combs(group, namespace)
             .replace_status(name, &PostParams::default(), comb)
             .await
-            .map_err(|error| api_error(request, error))
+            .map_err(|error| Error::kube(request, error))
     }
 
     /// Writes `status` into the CR `cr` (conditional on the resourceVersion `cr` was read
@@ -796,11 +705,20 @@ impl KubeOps {
         Api::<Pod>::namespaced(self.client.clone(), namespace)
             .logs(pod, &params)
             .await
-            .map_err(|error| api_error("log Pod", error))
+            .map_err(|error| Error::kube("log Pod", error))
     }
-}
 
-impl KubeOps {
+    /// Whether the core object `kind` `namespace/name` exists.
+    async fn exists(&self, kind: &str, namespace: &str, name: &str) -> Result<bool> {
+        let resource = ManagedObject {
+            api_version: "v1".to_string(),
+            kind: kind.to_string(),
+            namespace: Some(namespace.to_string()),
+            name: name.to_string(),
+        };
+        Ok(self.get_opt(&resource).await?.is_some())
+    }
+
     /// A container's log from its last `tail_lines` lines on, followed as it grows.
     pub async fn follow_pod_log(
         &self,
@@ -834,35 +752,12 @@ impl ScopeLookup for KubeOps {
 #[async_trait]
 impl PrerequisiteLookup for KubeOps {
     async fn secret_exists(&self, namespace: &str, name: &str) -> Result<bool> {
-        self.exists("v1", "Secret", namespace, name).await
+        self.exists("Secret", namespace, name).await
     }
 
     async fn config_map_exists(&self, namespace: &str, name: &str) -> Result<bool> {
-        self.exists("v1", "ConfigMap", namespace, name).await
+        self.exists("ConfigMap", namespace, name).await
     }
-}
-
-impl KubeOps {
-    async fn exists(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Result<bool> {
-        let resource = ManagedObject {
-            api_version: api_version.to_string(),
-            kind: kind.to_string(),
-            namespace: Some(namespace.to_string()),
-            name: name.to_string(),
-        };
-        Ok(self.get_opt(&resource).await?.is_some())
-    }
-}
-
-enum Created {
-    Stored(Projection),
-    AlreadyExists,
 }
 
 /// The preconditions of a delete decided on `copy`: that very object (its uid), as it was
@@ -912,13 +807,6 @@ fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
 fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
     serde_json::from_value(value.clone())
         .map_err(|error| Error::request(request, format!("the manifest is not an object: {error}")))
-}
-
-/// The server's words for a failed request (one rule for every crate:
-/// [`describe_error`](comb_kubeconfigs::describe_error)), with
-/// the client's error kept so callers can tell a conflict from other failures.
-fn api_error(request: &str, error: kube::Error) -> Error {
-    Error::kube(request, error)
 }
 
 /// How often a conditional write is decided again on a fresh read when it meets a conflict

@@ -9,8 +9,7 @@ use comb_api::{CombUpstreamStatus, Phase, Reason};
 use serde::Serialize;
 
 use crate::engine::projection::{
-    CONTROLLER_REVISION_HASH, ContainerState, DaemonSet, Job, POD_TEMPLATE_GENERATION, Pod,
-    Projection, Replicated, Said, State,
+    ContainerState, DaemonSet, Job, Pod, Projection, Replicated, Said, State,
 };
 use crate::engine::render::RenderedItem;
 pub(crate) use crate::engine::values::{number_or, truthy};
@@ -220,14 +219,8 @@ pub fn derive_local_status(
         })
         .collect();
     pod_states.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-    let mut pod_problems = Vec::new();
-    let pods: Vec<PodState> = pod_states
-        .into_iter()
-        .map(|(state, problem)| {
-            pod_problems.extend(problem);
-            state
-        })
-        .collect();
+    let (pods, pod_problems): (Vec<PodState>, Vec<Option<Problem>>) =
+        pod_states.into_iter().unzip();
 
     if observed.iter().all(|(_, live)| live.is_none()) {
         return LiveStatus::single(
@@ -246,7 +239,7 @@ pub fn derive_local_status(
         .filter(|(_, live)| live.is_none())
         .map(|(item, _)| Problem::missing(item))
         .collect();
-    problems.extend(pod_problems);
+    problems.extend(pod_problems.into_iter().flatten());
     problems.extend(workload_problems);
     LiveStatus::from_problems(&problems, pods)
 }
@@ -273,7 +266,7 @@ fn rolls_out(problem: Option<&Problem>) -> bool {
 
 /// Which Pods of a workload being rolled out are already of the revision it rolls out, told
 /// as its controller tells them.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 enum CurrentRevision<'a> {
     /// A Deployment's Pods belong to the ReplicaSets it controls (`owned`); the current one is
     /// the one of the newest revision, once its controller has seen the Deployment's spec
@@ -282,15 +275,19 @@ enum CurrentRevision<'a> {
         owned: Vec<&'a str>,
         current: Option<&'a str>,
     },
-    /// A StatefulSet's or DaemonSet's current Pods carry the label `key` with this value.
-    Label { key: &'static str, value: &'a str },
+    /// A StatefulSet's or DaemonSet's current Pods carry this value in the revision label that
+    /// `label` reads of a Pod (`controller-revision-hash`, `pod-template-generation`).
+    Label {
+        label: fn(&Pod) -> Option<&str>,
+        value: &'a str,
+    },
     /// Its controller has not told yet (a StatefulSet whose controller has not seen its spec):
     /// none of its Pods runs the current revision for sure.
     Unknown,
 }
 
 /// A workload of the Comb whose controller is rolling out its current spec.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Rollout<'a> {
     kind: &'a str,
     name: &'a str,
@@ -326,7 +323,7 @@ impl<'a> Rollout<'a> {
             ("apps", "StatefulSet", State::Replicated(replicated)) => {
                 match replicated.update_revision.as_deref() {
                     Some(value) if seen_by_controller(live) => CurrentRevision::Label {
-                        key: CONTROLLER_REVISION_HASH,
+                        label: |pod| pod.revision_hash.as_deref(),
                         value,
                     },
                     _ => CurrentRevision::Unknown,
@@ -335,7 +332,7 @@ impl<'a> Rollout<'a> {
             ("apps", "DaemonSet", State::DaemonSet(daemon_set)) => {
                 match daemon_set.template_generation.as_deref() {
                     Some(value) => CurrentRevision::Label {
-                        key: POD_TEMPLATE_GENERATION,
+                        label: |pod| pod.template_generation.as_deref(),
                         value,
                     },
                     None => CurrentRevision::Unknown,
@@ -361,12 +358,12 @@ impl<'a> Rollout<'a> {
                 owner_kind == "ReplicaSet" && owned.contains(&owner) && *current != Some(owner)
             }
             _ if (owner_kind, owner) != (self.kind, self.name) => false,
-            CurrentRevision::Label { key, value } => {
-                let label = match &pod.state {
-                    State::Pod(pod) => pod.revision_label(key),
+            CurrentRevision::Label { label, value } => {
+                let revision = match &pod.state {
+                    State::Pod(pod) => label(pod),
                     _ => None,
                 };
-                label != Some(value)
+                revision != Some(value)
             }
             CurrentRevision::Unknown => true,
         }
@@ -432,107 +429,92 @@ fn stopped(observed: &[(&RenderedItem, Option<&Projection>)]) -> bool {
     against_manifest
 }
 
-/// What keeps a live workload from ready: a failed or unfinished Job, missing replicas.
-fn workload_problem(item: &RenderedItem, live: &Projection) -> Option<Problem> {
-    let name = &item.name;
-    let (ready, desired, scaled_below) =
-        match (item.group.as_str(), item.kind.as_str(), &live.state) {
-            ("batch", "Job", State::Job(job)) => return job_problem(name, job),
-            ("batch", "Job", _) => return job_problem(name, &Job::default()),
-            ("apps", "DaemonSet", state) => {
-                let daemon_set = match state {
-                    State::DaemonSet(daemon_set) => daemon_set.as_ref(),
-                    _ => &DaemonSet::default(),
-                };
-                let desired = daemon_set.desired.unwrap_or(0);
-                if let Some(problem) = rollout_problem(item, live, desired) {
-                    return Some(problem);
-                }
-                (daemon_set.ready.unwrap_or(0), desired, None)
-            }
-            ("", "ReplicationController", state)
-            | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet", state) => {
-                let replicated = match state {
-                    State::Replicated(replicated) => replicated.as_ref(),
-                    _ => &Replicated::default(),
-                };
-                let scaled = replicated.replicas.unwrap_or(1);
-                let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
-                // Scaling down is measured against the manifest; scaling up (by hand, by an
-                // autoscaler) counts as the new desired.
-                let (desired, scaled_below) = if scaled < wanted {
-                    (wanted, Some(scaled))
-                } else {
-                    (scaled, None)
-                };
-                // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
-                if scaled_below.is_none()
-                    && let Some(problem) = rollout_problem(item, live, desired)
-                {
-                    return Some(problem);
-                }
-                (replicated.ready.unwrap_or(0), desired, scaled_below)
-            }
-            _ => return None,
-        };
-    (ready < desired).then(|| {
-        let scaled = scaled_below
-            .map(|scaled| format!(" (scaled to {scaled})"))
-            .unwrap_or_default();
-        Problem::pending(
-            Reason::ReplicasNotReady,
-            format!("{} {name}: {ready} of {desired} ready{scaled}", item.kind),
-        )
-    })
-}
-
-/// A workload whose controller has not seen its current spec yet, or has not finished rolling
-/// it out (kstatus's rules, which Flux and kpt use): `RolloutInProgress`, with a message such
-/// as `Deployment web: 1 of 2 updated, 1 ready`. Ready counts alone would call the old Pods
-/// healthy before the new ones exist. Judged only where a controller reports
+/// What keeps a live workload from ready: a failed or unfinished Job, a rollout, missing
+/// replicas.
+///
+/// A rollout is a workload whose controller has not seen its current spec yet, or has not
+/// finished rolling it out (kstatus's rules, which Flux and kpt use): `RolloutInProgress`, with a
+/// message such as `Deployment web: 1 of 2 updated, 1 ready`. Ready counts alone would call the
+/// old Pods healthy before the new ones exist. Judged only where a controller reports
 /// (`status.observedGeneration`); an object no controller wrote is judged by its ready counts.
-fn rollout_problem(item: &RenderedItem, live: &Projection, desired: i64) -> Option<Problem> {
+fn workload_problem(item: &RenderedItem, live: &Projection) -> Option<Problem> {
     let (kind, name) = (item.kind.as_str(), &item.name);
-    if !seen_by_controller(live) {
+    // Ready and desired replicas, how far it is scaled below its manifest, and, where a rollout
+    // is judged, how many replicas are updated and whether the rollout goes on.
+    let (ready, desired, scaled_below, rollout) = match (item.group.as_str(), kind, &live.state) {
+        ("batch", "Job", State::Job(job)) => return job_problem(name, job),
+        ("batch", "Job", _) => return job_problem(name, &Job::default()),
+        ("apps", "DaemonSet", state) => {
+            let daemon_set = match state {
+                State::DaemonSet(daemon_set) => daemon_set.as_ref(),
+                _ => &DaemonSet::default(),
+            };
+            let desired = daemon_set.desired.unwrap_or(0);
+            let updated = daemon_set.updated.unwrap_or(0);
+            let ready = daemon_set.ready.unwrap_or(0);
+            (ready, desired, None, Some((updated, updated < desired)))
+        }
+        ("", "ReplicationController", state)
+        | ("apps", "Deployment" | "StatefulSet" | "ReplicaSet", state) => {
+            let replicated = match state {
+                State::Replicated(replicated) => replicated.as_ref(),
+                _ => &Replicated::default(),
+            };
+            let scaled = replicated.replicas.unwrap_or(1);
+            let wanted = number_or(item.manifest.pointer("/spec/replicas"), 1);
+            // Scaling down is measured against the manifest; scaling up (by hand, by an
+            // autoscaler) counts as the new desired.
+            let (desired, scaled_below) = if scaled < wanted {
+                (wanted, Some(scaled))
+            } else {
+                (scaled, None)
+            };
+            let updated = replicated.updated.unwrap_or(0);
+            let rolling = match kind {
+                // Old replicas still there, or fewer new ones than wanted.
+                "Deployment" => updated < desired || replicated.current.unwrap_or(0) > updated,
+                "StatefulSet" => {
+                    let revisions_differ = matches!(
+                        (replicated.current_revision.as_deref(), replicated.update_revision.as_deref()),
+                        (Some(current), Some(update)) if current != update
+                    );
+                    replicated.rolls_by_itself && (revisions_differ || updated < desired)
+                }
+                _ => false,
+            };
+            // A Comb scaled down by `stop` is not rolling out: it waits to be deployed again.
+            let rollout = scaled_below.is_none().then_some((updated, rolling));
+            (
+                replicated.ready.unwrap_or(0),
+                desired,
+                scaled_below,
+                rollout,
+            )
+        }
+        _ => return None,
+    };
+    if rollout.is_some() && !seen_by_controller(live) {
         let generation = live.generation.unwrap_or(0);
         return Some(Problem::pending(
             Reason::RolloutInProgress,
             format!("{kind} {name}: its controller has not seen generation {generation} yet"),
         ));
     }
-    observed_generation(live)?;
-    let (updated, ready, rolling) = match (kind, &live.state) {
-        ("Deployment", State::Replicated(status)) => {
-            let updated = status.updated.unwrap_or(0);
-            // Old replicas still there, or fewer new ones than wanted.
-            (
-                updated,
-                status.ready.unwrap_or(0),
-                updated < desired || status.current.unwrap_or(0) > updated,
-            )
-        }
-        ("StatefulSet", State::Replicated(status)) => {
-            let revisions_differ = matches!(
-                (status.current_revision.as_deref(), status.update_revision.as_deref()),
-                (Some(current), Some(update)) if current != update
-            );
-            let updated = status.updated.unwrap_or(0);
-            (
-                updated,
-                status.ready.unwrap_or(0),
-                status.rolls_by_itself && (revisions_differ || updated < desired),
-            )
-        }
-        ("DaemonSet", State::DaemonSet(status)) => {
-            let updated = status.updated.unwrap_or(0);
-            (updated, status.ready.unwrap_or(0), updated < desired)
-        }
-        _ => return None,
-    };
-    rolling.then(|| {
-        Problem::pending(
+    if let Some((updated, true)) = rollout
+        && observed_generation(live).is_some()
+    {
+        return Some(Problem::pending(
             Reason::RolloutInProgress,
             format!("{kind} {name}: {updated} of {desired} updated, {ready} ready"),
+        ));
+    }
+    (ready < desired).then(|| {
+        let scaled = scaled_below
+            .map(|scaled| format!(" (scaled to {scaled})"))
+            .unwrap_or_default();
+        Problem::pending(
+            Reason::ReplicasNotReady,
+            format!("{kind} {name}: {ready} of {desired} ready{scaled}"),
         )
     })
 }

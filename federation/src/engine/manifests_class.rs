@@ -21,7 +21,7 @@ use serde_json::{Map, Value};
 use crate::engine::class::{ClassRegistry, CombClass, PrerequisiteLookup};
 use crate::engine::context::CombContext;
 use crate::engine::endpoints::EndpointDecl;
-use crate::engine::values::describe_value;
+use crate::engine::values::{describe_value, unknown_keys};
 use crate::error::{Error, Result};
 
 /// The class name.
@@ -136,18 +136,10 @@ impl CombClass for ManifestsClass {
                 )));
             }
         };
-        let mut unknown: Vec<&str> = requires
-            .keys()
-            .map(String::as_str)
-            .filter(|key| !REQUIRES_KEYS.contains(key))
-            .collect();
-        if !unknown.is_empty() {
-            unknown.sort_unstable();
+        if let Some(unknown) = unknown_keys(requires, &REQUIRES_KEYS) {
+            let class = self.name();
             return Err(Error::class(format!(
-                "{}: config.requires has unknown key(s) {} (known: {})",
-                self.name(),
-                unknown.join(", "),
-                REQUIRES_KEYS.join(", ")
+                "{class}: config.requires has {unknown}"
             )));
         }
         let names = |key: &str| -> Result<Vec<String>> {

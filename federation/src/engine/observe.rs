@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LiveStatus, derive_local_status, needs_pods, needs_replica_sets};
@@ -20,16 +19,15 @@ use crate::error::Result;
 /// where the object does not exist or does not carry the Comb's name label.
 pub type LiveObjects = Vec<Option<Projection>>;
 
-/// Reads the live objects of the items `wanted` selects: one list per (resource id, namespace)
-/// among them, in sorted order; items not selected stay `None`. A failed list fails the read.
+/// Reads the live objects of the items: one list per (resource id, namespace) among them, in
+/// sorted order. A failed list fails the read.
 pub async fn fetch_live(
     ops: &KubeOps,
     ctx: &CombContext,
     items: &[RenderedItem],
-    wanted: impl Fn(&RenderedItem) -> bool,
 ) -> Result<LiveObjects> {
     let mut groups: BTreeMap<(String, Option<&str>), Vec<usize>> = BTreeMap::new();
-    for (index, item) in items.iter().enumerate().filter(|(_, item)| wanted(item)) {
+    for (index, item) in items.iter().enumerate() {
         groups
             .entry((item.resource_id(), item.namespace.as_deref()))
             .or_default()
@@ -55,15 +53,6 @@ pub async fn fetch_live(
     Ok(live)
 }
 
-/// The Comb's pods (both labels, the Comb's namespace), sorted by name.
-pub async fn list_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Projection>> {
-    let mut pods = ops
-        .list("v1", "Pod", Some(&ctx.namespace), &ctx.comb_selector())
-        .await?;
-    pods.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(pods)
-}
-
 /// Reads what the cluster shows of rendered items and derives the local live status (§8.1):
 /// no items means Running without a single request; pods are read only when a workload is live,
 /// ReplicaSets only when the verdict depends on them.
@@ -72,12 +61,10 @@ pub async fn observe_local(
     ctx: &CombContext,
     items: &[RenderedItem],
 ) -> Result<(LiveObjects, LiveStatus)> {
-    if items.is_empty() {
-        return Ok((Vec::new(), derive_local_status(items, &[], &[], &[])));
-    }
-    let live = fetch_live(ops, ctx, items, |_| true).await?;
+    let live = fetch_live(ops, ctx, items).await?;
     let pods = if needs_pods(items, &live) {
-        list_pods(ops, ctx).await?
+        ops.list("v1", "Pod", Some(&ctx.namespace), &ctx.comb_selector())
+            .await?
     } else {
         Vec::new()
     };
@@ -94,12 +81,4 @@ pub async fn observe_local(
     };
     let status = derive_local_status(items, &live, &pods, &replica_sets);
     Ok((live, status))
-}
-
-/// The live status of a local Comb (the reference's `status()`): render, then observe.
-/// Rendering errors fail it. The status of a borrowing Comb (§8.2) is the upstream engine's.
-pub async fn local_status(ops: &KubeOps, comb: &CombInstance) -> Result<LiveStatus> {
-    let items = comb.render(ops).await?;
-    let (_, status) = observe_local(ops, comb.context(), &items).await?;
-    Ok(status)
 }

@@ -10,7 +10,6 @@ use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER, same_object};
 use crate::engine::live_status::LiveStatus;
-use crate::engine::projection::Projection;
 use crate::engine::values::object_name;
 use crate::error::{Error, Result};
 
@@ -25,9 +24,8 @@ pub async fn logs(
     lines: i64,
     container: Option<&str>,
 ) -> Result<String> {
-    let pods = whole_pods(ops, ctx).await?;
     let mut streams = Vec::new();
-    for stream in chosen_streams(ctx, &pods, container)? {
+    for stream in chosen_streams(ops, ctx, container).await? {
         let text = match ops
             .pod_log(
                 &ctx.namespace,
@@ -59,8 +57,7 @@ pub async fn follow_logs(
 ) -> Result<()> {
     use futures::{AsyncBufReadExt as _, StreamExt as _};
 
-    let pods = whole_pods(ops, ctx).await?;
-    let streams = chosen_streams(ctx, &pods, container)?;
+    let streams = chosen_streams(ops, ctx, container).await?;
     let prefixed = streams.len() > 1;
     let mut followed = Vec::new();
     for stream in streams {
@@ -95,23 +92,18 @@ pub async fn follow_logs(
     Ok(())
 }
 
-/// The Comb's pods, whole (their containers are in their specs), from the API server, sorted
-/// by name.
-async fn whole_pods(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<Value>> {
+/// The streams of the Comb's pods to read (the pods whole, their containers are in their specs,
+/// from the API server, sorted by name): all, or those of `container`, which must be in some pod.
+async fn chosen_streams(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    container: Option<&str>,
+) -> Result<Vec<LogStream>> {
     let mut pods = ops
         .list_whole("v1", "Pod", Some(&ctx.namespace), &ctx.label_selector())
         .await?;
     pods.sort_by(|a, b| object_name(a).cmp(&object_name(b)));
-    Ok(pods)
-}
-
-/// The streams of `pods` to read: all, or those of `container`, which must be in some pod.
-fn chosen_streams(
-    ctx: &CombContext,
-    pods: &[Value],
-    container: Option<&str>,
-) -> Result<Vec<LogStream>> {
-    let streams = log_streams(pods);
+    let streams = log_streams(&pods);
     let Some(wanted) = container else {
         return Ok(streams);
     };
@@ -233,18 +225,14 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let annotation = json!({"spec": {"template": {"metadata": {"annotations": {
+    let restart = Action::Restart(json!({"spec": {"template": {"metadata": {"annotations": {
         ctx.settings.labels.restart_annotation(): now
-    }}}}});
+    }}}}}));
     let plan = [
-        ("apps/v1", "Deployment", Action::Restart(annotation.clone())),
-        (
-            "apps/v1",
-            "StatefulSet",
-            Action::Restart(annotation.clone()),
-        ),
-        ("apps/v1", "DaemonSet", Action::Restart(annotation)),
-        ("batch/v1", "Job", Action::Delete),
+        ("apps/v1", "Deployment", &restart),
+        ("apps/v1", "StatefulSet", &restart),
+        ("apps/v1", "DaemonSet", &restart),
+        ("batch/v1", "Job", &Action::Delete),
     ];
     act_on_kinds(ops, ctx, &plan).await
 }
@@ -252,16 +240,13 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
 /// Stops the Comb: Deployments and StatefulSets scaled to 0, CronJobs suspended, Jobs deleted
 /// with their pods. DaemonSets are left alone. The next reconcile deploys the manifests again.
 pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
-    let scale_to_zero = json!({"spec": {"replicas": 0}});
+    let scale_to_zero = Action::Stop(json!({"spec": {"replicas": 0}}));
+    let suspend = Action::Stop(json!({"spec": {"suspend": true}}));
     let plan = [
-        ("apps/v1", "Deployment", Action::Stop(scale_to_zero.clone())),
-        ("apps/v1", "StatefulSet", Action::Stop(scale_to_zero)),
-        (
-            "batch/v1",
-            "CronJob",
-            Action::Stop(json!({"spec": {"suspend": true}})),
-        ),
-        ("batch/v1", "Job", Action::Delete),
+        ("apps/v1", "Deployment", &scale_to_zero),
+        ("apps/v1", "StatefulSet", &scale_to_zero),
+        ("batch/v1", "CronJob", &suspend),
+        ("batch/v1", "Job", &Action::Delete),
     ];
     act_on_kinds(ops, ctx, &plan).await
 }
@@ -271,20 +256,17 @@ pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
 async fn act_on_kinds(
     ops: &KubeOps,
     ctx: &CombContext,
-    plan: &[(&str, &str, Action)],
+    plan: &[(&str, &str, &Action)],
 ) -> Result<Vec<String>> {
     let selector = ctx.comb_selector();
     let mut touched = Vec::new();
     for (api_version, kind, action) in plan {
-        let objects = ops
+        let mut objects = ops
             .list(api_version, kind, Some(&ctx.namespace), &selector)
             .await?;
-        let mut named: Vec<(&str, &Projection)> = objects
-            .iter()
-            .map(|object| (&*object.name, object))
-            .collect();
-        named.sort_unstable_by_key(|(name, _)| *name);
-        for (name, object) in named {
+        objects.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        for object in &objects {
+            let name = &*object.name;
             let resource = ManagedObject {
                 api_version: api_version.to_string(),
                 kind: kind.to_string(),
@@ -293,7 +275,7 @@ async fn act_on_kinds(
             };
             match action {
                 Action::Restart(patch) => {
-                    ops.merge_patch_as(&resource, patch, RESTART_MANAGER)
+                    ops.merge_patch(&resource, patch, Some(RESTART_MANAGER))
                         .await?;
                 }
                 Action::Stop(fields) => {

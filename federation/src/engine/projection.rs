@@ -189,17 +189,6 @@ pub struct Pod {
     pub template_generation: Option<Box<str>>,
 }
 
-impl Pod {
-    /// The value of one of the revision labels the Pod carries.
-    pub fn revision_label(&self, key: &str) -> Option<&str> {
-        match key {
-            CONTROLLER_REVISION_HASH => self.revision_hash.as_deref(),
-            POD_TEMPLATE_GENERATION => self.template_generation.as_deref(),
-            _ => None,
-        }
-    }
-}
-
 /// One container's status.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Container {
@@ -249,18 +238,6 @@ impl Projection {
                 wanted: "object metadata",
             })?,
         };
-        Projection::of_parts(api_version, kind, &metadata, object, keys)
-    }
-
-    /// The projection of an object given as its decoded metadata and its JSON (whose
-    /// `metadata` is not read again).
-    pub fn of_parts(
-        api_version: &str,
-        kind: &str,
-        metadata: &ObjectMeta,
-        object: &Value,
-        keys: &LabelKeys,
-    ) -> Projected<Projection> {
         let label = |key: &str| -> Option<Box<str>> {
             metadata
                 .labels
@@ -356,7 +333,7 @@ impl Projection {
             deleting: metadata.deletion_timestamp.is_some(),
             controller,
             owned: !owners.is_empty(),
-            managed: managed(metadata),
+            managed: managed(&metadata),
             state,
         })
     }
@@ -384,36 +361,20 @@ fn managed(metadata: &ObjectMeta) -> Managed {
     };
     Managed {
         comb: applied(FIELD_MANAGER).map(|entry| {
-            let fields = entry
-                .fields_v1
-                .as_ref()
-                .map_or(Value::Null, |fields| fields.0.clone());
-            Fingerprint::of(&fields.to_string())
+            let fields = entry.fields_v1.as_ref().map(|fields| fields.0.to_string());
+            Fingerprint::of(fields.as_deref().unwrap_or("null"))
         }),
         stopped: applied(STOP_MANAGER).is_some(),
     }
 }
 
 fn job(reader: &Reader<'_>) -> Projected<Job> {
-    let conditions = reader.list("/status/conditions")?;
-    let true_condition = |wanted: &str| -> Projected<Option<Said>> {
-        for (index, condition) in conditions.iter().enumerate() {
-            let at = Reader(condition);
-            let within = |error: Unprojectable| error.at(&format!("status.conditions[{index}]"));
-            let kind = at.text("/type").map_err(within)?;
-            let status = at.text("/status").map_err(within)?;
-            if kind.as_deref() == Some(wanted) && status.as_deref() == Some("True") {
-                return Ok(Some(said(&at, "").map_err(within)?));
-            }
-        }
-        Ok(None)
-    };
     Ok(Job {
         completions: reader.number("/spec/completions")?,
         active: reader.number("/status/active")?,
         succeeded: reader.number("/status/succeeded")?,
-        failed: true_condition("Failed")?,
-        complete: true_condition("Complete")?.is_some(),
+        failed: condition(reader, "Failed", "True")?,
+        complete: condition(reader, "Complete", "True")?.is_some(),
     })
 }
 
@@ -428,19 +389,6 @@ fn pod(reader: &Reader<'_>) -> Projected<Pod> {
             })
             .collect()
     };
-    let mut unscheduled = None;
-    for (index, condition) in reader.list("/status/conditions")?.iter().enumerate() {
-        let at = Reader(condition);
-        let scheduled = at.text("/type").and_then(|kind| {
-            Ok(kind.as_deref() == Some("PodScheduled")
-                && at.text("/status")?.as_deref() == Some("False"))
-        });
-        let within = |error: Unprojectable| error.at(&format!("status.conditions[{index}]"));
-        if scheduled.map_err(within)? {
-            unscheduled = Some(said(&at, "").map_err(within)?);
-            break;
-        }
-    }
     Ok(Pod {
         phase: reader.text("/status/phase")?,
         said: Said {
@@ -449,16 +397,31 @@ fn pod(reader: &Reader<'_>) -> Projected<Pod> {
         },
         init_containers: containers("initContainerStatuses")?,
         containers: containers("containerStatuses")?,
-        unscheduled,
+        unscheduled: condition(reader, "PodScheduled", "False")?,
         revision_hash: None,
         template_generation: None,
     })
 }
 
+/// What the first condition of `status.conditions` of type `wanted` with status `status` says.
+fn condition(reader: &Reader<'_>, wanted: &str, status: &str) -> Projected<Option<Said>> {
+    for (index, condition) in reader.list("/status/conditions")?.iter().enumerate() {
+        let at = Reader(condition);
+        let within = |error: Unprojectable| error.at(&format!("status.conditions[{index}]"));
+        let found = at.text("/type").and_then(|kind| {
+            Ok(kind.as_deref() == Some(wanted) && at.text("/status")?.as_deref() == Some(status))
+        });
+        if found.map_err(within)? {
+            return Ok(Some(said(&at, "").map_err(within)?));
+        }
+    }
+    Ok(None)
+}
+
 fn container(reader: &Reader<'_>) -> Projected<Container> {
-    let state = if reader.present("/state/waiting") {
+    let state = if reader.at("/state/waiting").is_some() {
         ContainerState::Waiting(said(reader, "/state/waiting")?)
-    } else if reader.present("/state/terminated") {
+    } else if reader.at("/state/terminated").is_some() {
         match reader.number("/state/terminated/exitCode")? {
             None | Some(0) => ContainerState::Fine,
             Some(exit_code) => ContainerState::Failed {
@@ -490,10 +453,6 @@ struct Reader<'a>(&'a Value);
 impl Reader<'_> {
     fn at(&self, pointer: &str) -> Option<&Value> {
         self.0.pointer(pointer).filter(|value| !value.is_null())
-    }
-
-    fn present(&self, pointer: &str) -> bool {
-        self.at(pointer).is_some()
     }
 
     /// A number (or numeric string, or boolean); `None` when missing or null.

@@ -21,17 +21,6 @@ use crate::engine::values::clean_message;
 
 pub use crate::engine::status::{ResourceKey, union};
 
-impl ResourceKey {
-    pub fn of_item(item: &RenderedItem) -> ResourceKey {
-        ResourceKey {
-            group: item.group.clone(),
-            kind: item.kind.clone(),
-            namespace: item.namespace.clone(),
-            name: item.name.clone(),
-        }
-    }
-}
-
 pub use crate::engine::projection::HELM_KEEP;
 
 /// What may become of an object a Comb would delete (prune, cleanup), decided on one copy of
@@ -87,7 +76,7 @@ pub fn record_differs(recorded: &[ManagedObject], items: &[RenderedItem]) -> boo
     recorded.len() != items.len()
         || items
             .iter()
-            .any(|item| !recorded_keys.contains(&ResourceKey::of_item(item)))
+            .any(|item| !recorded_keys.contains(&ResourceKey::of(&item.resource())))
 }
 
 /// Live resources applied from another manifest than the one rendered now.
@@ -182,12 +171,6 @@ pub struct PrunePlan {
     pub groups: Vec<PruneGroup>,
 }
 
-impl PrunePlan {
-    pub fn is_empty(&self) -> bool {
-        self.notes.is_empty() && self.groups.is_empty()
-    }
-}
-
 /// The orphans are `previous − desired` by identity. Cluster-scoped ones (recorded without a
 /// namespace, or of a Kind that is not namespaced) only get a note, and so do those in a
 /// namespace `tenancy` does not allow the Comb of `comb_namespace` (any more): comb deletes
@@ -200,7 +183,8 @@ pub fn plan_prune(
 ) -> PrunePlan {
     let desired_keys: HashSet<ResourceKey> = desired.iter().map(ResourceKey::of).collect();
     let mut plan = PrunePlan::default();
-    let mut groups: BTreeMap<(String, String), Vec<ManagedObject>> = BTreeMap::new();
+    // By apiVersion, Kind and namespace: sorted as `apiVersion/Kind` is.
+    let mut groups: BTreeMap<(String, String, String), Vec<ManagedObject>> = BTreeMap::new();
     let mut seen = HashSet::new();
     for orphan in previous {
         let key = ResourceKey::of(orphan);
@@ -217,27 +201,23 @@ pub fn plan_prune(
                 ));
             }
             Some(namespace) if is_namespaced(&key.group, &orphan.kind) => {
-                groups
-                    .entry((
-                        format!("{}/{}", orphan.api_version, orphan.kind),
-                        namespace.clone(),
-                    ))
-                    .or_default()
-                    .push(orphan.clone());
+                let group = (
+                    orphan.api_version.clone(),
+                    orphan.kind.clone(),
+                    namespace.clone(),
+                );
+                groups.entry(group).or_default().push(orphan.clone());
             }
             _ => plan.notes.push(note_cluster_scoped(orphan)),
         }
     }
     plan.groups = groups
         .into_iter()
-        .filter_map(|((_, namespace), orphans)| {
-            let first = orphans.first()?;
-            Some(PruneGroup {
-                api_version: first.api_version.clone(),
-                kind: first.kind.clone(),
-                namespace,
-                orphans,
-            })
+        .map(|((api_version, kind, namespace), orphans)| PruneGroup {
+            api_version,
+            kind,
+            namespace,
+            orphans,
         })
         .collect();
     plan
@@ -461,14 +441,14 @@ mod tests {
             res("v1", "Service", Some("other"), "nats"),
         ];
         assert!(record_differs(&other_ns, &items));
-        assert!(
+        assert_eq!(
             plan_prune(
                 &recorded,
                 &items.iter().map(RenderedItem::resource).collect::<Vec<_>>(),
                 &Tenancy::default(),
                 "platform"
-            )
-            .is_empty()
+            ),
+            PrunePlan::default()
         );
     }
 

@@ -102,14 +102,6 @@ pub struct StepOutcome {
     pub status_written_at: Option<Instant>,
 }
 
-/// The message of the Ready condition while `spec.maintenance` stops reconciliation.
-pub fn maintenance_message() -> String {
-    format!(
-        "resources are not reconciled while in maintenance (spec.maintenance: {NO_RESOURCE_RECONCILIATION}); \
-         remove spec.maintenance to resume"
-    )
-}
-
 /// Runs one reconcile step of `comb` and says what it produced. `comb`'s CR is afterwards the
 /// one the step ends with, carrying the recorded status (as the API server stored it, or kept
 /// in memory when writing failed), which the next step of the same instance starts from.
@@ -216,15 +208,15 @@ impl Step<'_> {
 
     /// `spec.maintenance: NoResourceReconciliation`: nothing is applied, pruned or looked at.
     fn maintenance(&self, r: &mut StepRecord) -> ControlFlow<()> {
-        if self.comb.context().spec.in_maintenance() {
-            r.finish(
-                Phase::Maintenance,
-                Reason::Maintenance,
-                maintenance_message(),
-            );
-            return ControlFlow::Break(());
+        if !self.comb.context().spec.in_maintenance() {
+            return ControlFlow::Continue(());
         }
-        ControlFlow::Continue(())
+        let message = format!(
+            "resources are not reconciled while in maintenance (spec.maintenance: {NO_RESOURCE_RECONCILIATION}); \
+             remove spec.maintenance to resume"
+        );
+        r.finish(Phase::Maintenance, Reason::Maintenance, message);
+        ControlFlow::Break(())
     }
 
     /// Step 1: the upstream to borrow from, if any.
@@ -232,26 +224,21 @@ impl Step<'_> {
         r: &mut StepRecord,
         upstream: UpstreamResolution,
     ) -> ControlFlow<(), Option<Box<Borrowing>>> {
-        match upstream {
-            UpstreamResolution::Local => ControlFlow::Continue(None),
-            UpstreamResolution::Borrowed(borrowing) => ControlFlow::Continue(Some(borrowing)),
-            UpstreamResolution::Failed(message) => {
-                r.finish(
-                    Phase::Error,
-                    Reason::UpstreamFailed,
-                    format!("resolving the upstream failed: {}", clean_message(&message)),
-                );
-                ControlFlow::Break(())
+        let (reason, message) = match upstream {
+            UpstreamResolution::Local => return ControlFlow::Continue(None),
+            UpstreamResolution::Borrowed(borrowing) => {
+                return ControlFlow::Continue(Some(borrowing));
             }
+            UpstreamResolution::Failed(message) => (
+                Reason::UpstreamFailed,
+                format!("resolving the upstream failed: {}", clean_message(&message)),
+            ),
             UpstreamResolution::Forbidden(message) => {
-                r.finish(
-                    Phase::Error,
-                    Reason::UpstreamForbidden,
-                    clean_message(&message),
-                );
-                ControlFlow::Break(())
+                (Reason::UpstreamForbidden, clean_message(&message))
             }
-        }
+        };
+        r.finish(Phase::Error, reason, message);
+        ControlFlow::Break(())
     }
 
     /// Step 2: a disabled Comb makes no request at all; what runs keeps running.
@@ -288,28 +275,22 @@ impl Step<'_> {
                 return ControlFlow::Break(());
             }
         };
-        let Some((reason, _)) = problems.first() else {
-            r.set_condition(
-                DEPENDENCIES_READY,
-                Verdict::new(
-                    ConditionStatus::True,
-                    Reason::Healthy,
-                    "all dependencies are healthy",
-                ),
-            );
-            return ControlFlow::Continue(());
+        let verdict = match problems.first() {
+            None => Verdict::new(
+                ConditionStatus::True,
+                Reason::Healthy,
+                "all dependencies are healthy",
+            ),
+            Some((reason, _)) => {
+                let messages: Vec<&str> = problems.iter().map(|(_, m)| m.as_str()).collect();
+                Verdict::new(ConditionStatus::False, reason.clone(), messages.join("; "))
+            }
         };
-        let reason = reason.clone();
-        let message = problems
-            .iter()
-            .map(|(_, message)| message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        r.set_condition(
-            DEPENDENCIES_READY,
-            Verdict::new(ConditionStatus::False, reason.clone(), message.clone()),
-        );
-        r.finish(Phase::Blocked, reason, message);
+        r.set_condition(DEPENDENCIES_READY, verdict.clone());
+        if verdict.status == ConditionStatus::True {
+            return ControlFlow::Continue(());
+        }
+        r.finish(Phase::Blocked, verdict.reason, verdict.message);
         ControlFlow::Break(())
     }
 
@@ -342,41 +323,35 @@ impl Step<'_> {
 
     /// Step 4: the class's prerequisites.
     async fn check(&self, r: &mut StepRecord) -> ControlFlow<()> {
-        match self.comb.check(self.env.ops).await {
-            Ok(missing) if missing.is_empty() => {
-                r.set_condition(
-                    CONFIG_READY,
-                    Verdict::new(ConditionStatus::True, Reason::Complete, "nothing missing"),
-                );
-                ControlFlow::Continue(())
-            }
-            Ok(missing) => {
-                let message = format!("missing: {}", missing.join("; "));
-                r.set_condition(
-                    CONFIG_READY,
-                    Verdict::new(
-                        ConditionStatus::False,
-                        Reason::MissingPrerequisites,
-                        message.clone(),
-                    ),
-                );
-                r.finish(Phase::NeedsConfig, Reason::MissingPrerequisites, message);
-                ControlFlow::Break(())
-            }
-            Err(error) => {
-                let message = format!("check failed: {}", clean_message(&error.to_string()));
-                r.set_condition(
-                    CONFIG_READY,
-                    Verdict::new(
-                        ConditionStatus::Unknown,
-                        Reason::CheckFailed,
-                        message.clone(),
-                    ),
-                );
-                r.finish(Phase::Error, Reason::CheckFailed, message);
-                ControlFlow::Break(())
-            }
-        }
+        let (status, phase, reason, message) = match self.comb.check(self.env.ops).await {
+            Ok(missing) if missing.is_empty() => (
+                ConditionStatus::True,
+                None,
+                Reason::Complete,
+                "nothing missing".to_string(),
+            ),
+            Ok(missing) => (
+                ConditionStatus::False,
+                Some(Phase::NeedsConfig),
+                Reason::MissingPrerequisites,
+                format!("missing: {}", missing.join("; ")),
+            ),
+            Err(error) => (
+                ConditionStatus::Unknown,
+                Some(Phase::Error),
+                Reason::CheckFailed,
+                format!("check failed: {}", clean_message(&error.to_string())),
+            ),
+        };
+        r.set_condition(
+            CONFIG_READY,
+            Verdict::new(status, reason.clone(), message.clone()),
+        );
+        let Some(phase) = phase else {
+            return ControlFlow::Continue(());
+        };
+        r.finish(phase, reason, message);
+        ControlFlow::Break(())
     }
 
     /// Step 5a: render, observe, then deploy what is unhealthy or changed, settle a record
@@ -409,121 +384,71 @@ impl Step<'_> {
             }
         };
         let applied = format!("applied {} resource(s)", items.len());
-        // A rollout the workload controllers are still carrying out: every item stands as
-        // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
-        // verdict says the controllers are at it rather than "not healthy yet". The Pods it
-        // starts may be the first problems; the rollout is still what the Comb waits for.
-        // After comb's own deploy the verdict stays that deploy's, `Pending (Deployed)` with
-        // the progress in its message, as the steps after it that find the Pods not ready yet
-        // say too: one transition in, one out, not Deployed, RolloutInProgress, Deployed with
-        // a status write and an Event each.
-        if status.rolling_out
-            && self.nothing_to_apply(&items, &live, borrowed)
-            && !record_differs(self.previous_managed(), &items)
-        {
-            r.established = Some(Established::Local);
-            if self.previous.is_some_and(|previous| {
+        let record_differs = record_differs(self.previous_managed(), &items);
+        let changed = changed_items(&items, &live, ctx);
+        // Whether applying would change nothing: every resource stands, as rendered now, and no
+        // bridge is to be replaced.
+        let settled = !borrowed && live.iter().all(Option::is_some) && changed.is_empty();
+        let deployed = |message| (Phase::Pending, Reason::Deployed, message);
+        // Whether the verdict goes with a deploy, and the verdict.
+        let (deploy, verdict) = if status.rolling_out && settled && !record_differs {
+            // A rollout the workload controllers are still carrying out: every item stands as
+            // rendered, so there is nothing to apply (deploy would skip each one anyway), and the
+            // verdict says the controllers are at it rather than "not healthy yet". The Pods it
+            // starts may be the first problems; the rollout is still what the Comb waits for.
+            // After comb's own deploy the verdict stays that deploy's, `Pending (Deployed)` with
+            // the progress in its message, as the steps after it that find the Pods not ready yet
+            // say too: one transition in, one out, not Deployed, RolloutInProgress, Deployed with
+            // a status write and an Event each.
+            let after_deploy = self.previous.is_some_and(|previous| {
                 previous.phase == Some(Phase::Pending)
                     && previous
                         .ready()
                         .is_some_and(|ready| ready.reason == Some(Reason::Deployed))
-            }) {
-                r.finish(
-                    Phase::Pending,
-                    Reason::Deployed,
-                    not_healthy_yet(&applied, &status),
-                );
+            });
+            let verdict = if after_deploy {
+                deployed(not_healthy_yet(&applied, &status))
             } else {
-                r.finish(
-                    Phase::Pending,
-                    Reason::RolloutInProgress,
-                    status.message.clone().unwrap_or_default(),
-                );
-            }
-            return ControlFlow::Break(());
-        }
-        if let Some(verdict) = self.live_error(&items, &live, &status, borrowed) {
-            if record_differs(self.previous_managed(), &items) {
-                return self.apply_local(r, &items, &live, verdict).await;
-            }
-            r.established = Some(Established::Local);
-            r.finish(verdict.0, verdict.1, verdict.2);
-            return ControlFlow::Break(());
-        }
-        if !status.healthy {
-            let message = not_healthy_yet(&applied, &status);
-            return self
-                .apply_local(
-                    r,
-                    &items,
-                    &live,
-                    (Phase::Pending, Reason::Deployed, message),
-                )
-                .await;
-        }
-        if borrowed {
-            let message = format!("{applied}, in place of the bridge");
-            return self
-                .apply_local(
-                    r,
-                    &items,
-                    &live,
-                    (Phase::Pending, Reason::Deployed, message),
-                )
-                .await;
-        }
-        let changed = changed_items(&items, &live, ctx);
-        if !changed.is_empty() {
-            let message = format!("{applied}, {}", changed.describe());
-            return self
-                .apply_local(
-                    r,
-                    &items,
-                    &live,
-                    (Phase::Pending, Reason::Deployed, message),
-                )
-                .await;
-        }
-        if record_differs(self.previous_managed(), &items) {
+                let message = status.message.clone().unwrap_or_default();
+                (Phase::Pending, Reason::RolloutInProgress, message)
+            };
+            (false, verdict)
+        } else if status.phase == Phase::Error && settled {
+            // An Error the cluster shows (a crash loop, an image that does not pull, a failed Job
+            // or Pod) that applying again cannot change, because every resource stands as
+            // rendered now: the step records it as it is, instead of one more `Pending
+            // (Deployed)` that hides it.
+            let reason = status.reason.clone();
+            let message = status.message.clone().unwrap_or_default();
+            let verdict = (
+                Phase::Error,
+                reason.unwrap_or(Reason::Other("Error".into())),
+                message,
+            );
+            (record_differs, verdict)
+        } else if !status.healthy {
+            (true, deployed(not_healthy_yet(&applied, &status)))
+        } else if borrowed {
+            (true, deployed(format!("{applied}, in place of the bridge")))
+        } else if !changed.is_empty() {
+            (true, deployed(format!("{applied}, {}", changed.describe())))
+        } else if record_differs {
             let message = format!("healthy; the record differed from the manifests: {applied}");
+            (true, (Phase::Running, Reason::Healthy, message))
+        } else {
+            (
+                false,
+                (Phase::Running, Reason::Healthy, "healthy".to_string()),
+            )
+        };
+        if deploy {
             return self
-                .apply_local(r, &items, &live, (Phase::Running, Reason::Healthy, message))
+                .apply(r, &items, Some(&live), &[], Established::Local, verdict)
                 .await;
         }
         r.established = Some(Established::Local);
-        r.finish(Phase::Running, Reason::Healthy, "healthy");
+        r.finish(verdict.0, verdict.1, verdict.2);
         ControlFlow::Break(())
-    }
-
-    /// An Error the cluster shows (a crash loop, an image that does not pull, a failed Job or
-    /// Pod) that applying again cannot change, because every resource stands as rendered now:
-    /// the step records it as it is, instead of one more `Pending (Deployed)` that hides it.
-    fn live_error(
-        &self,
-        items: &[RenderedItem],
-        live: &LiveObjects,
-        status: &LiveStatus,
-        borrowed: bool,
-    ) -> Option<(Phase, Reason, String)> {
-        let settled = self.nothing_to_apply(items, live, borrowed);
-        (status.phase == Phase::Error && settled).then(|| {
-            (
-                Phase::Error,
-                status
-                    .reason
-                    .clone()
-                    .unwrap_or(Reason::Other("Error".into())),
-                status.message.clone().unwrap_or_default(),
-            )
-        })
-    }
-
-    /// Whether applying would change nothing: every resource stands, as rendered now, and no
-    /// bridge is to be replaced.
-    fn nothing_to_apply(&self, items: &[RenderedItem], live: &LiveObjects, borrowed: bool) -> bool {
-        !borrowed
-            && live.iter().all(Option::is_some)
-            && changed_items(items, live, self.comb.context()).is_empty()
     }
 
     /// Step 5b: observe the upstream, record it, replicate, then apply the bridge (in place of
@@ -615,7 +540,9 @@ impl Step<'_> {
                 let (phase, reason, message) = verdict;
                 r.managed = Some(managed);
                 r.established = Some(established);
-                r.finish(phase, reason, with_notes(message, &notes));
+                // Each prune note follows the verdict's message.
+                let message = [&[message], notes.as_slice()].concat().join("; ");
+                r.finish(phase, reason, message);
                 r.notes = notes;
             }
             Applied::Failed { managed, message } => {
@@ -631,17 +558,6 @@ impl Step<'_> {
             }
         }
         ControlFlow::Break(())
-    }
-
-    async fn apply_local(
-        &self,
-        r: &mut StepRecord,
-        items: &[RenderedItem],
-        live: &LiveObjects,
-        verdict: (Phase, Reason, String),
-    ) -> ControlFlow<()> {
-        self.apply(r, items, Some(live), &[], Established::Local, verdict)
-            .await
     }
 
     fn previous_managed(&self) -> &[ManagedObject] {
@@ -673,20 +589,13 @@ async fn dependency_problem(
             ));
         }
     };
-    match dependency.healthy().await {
-        Ok(true) => None,
-        Ok(false) => Some((
-            Reason::DependencyNotReady,
-            format!("dependency {reference} is not healthy"),
-        )),
-        Err(error) => Some((
-            Reason::DependencyNotReady,
-            format!(
-                "dependency {reference} is not healthy: {}",
-                clean_message(&error.to_string())
-            ),
-        )),
-    }
+    let why = match dependency.healthy().await {
+        Ok(true) => return None,
+        Ok(false) => String::new(),
+        Err(error) => format!(": {}", clean_message(&error.to_string())),
+    };
+    let message = format!("dependency {reference} is not healthy{why}");
+    Some((Reason::DependencyNotReady, message))
 }
 
 /// `applied N resource(s), not healthy yet`, with what the live status says in parentheses
@@ -698,14 +607,6 @@ fn not_healthy_yet(applied: &str, status: &LiveStatus) -> String {
         }
         _ => format!("{applied}, not healthy yet"),
     }
-}
-
-/// `message` with each note appended after `"; "`.
-fn with_notes(message: String, notes: &[String]) -> String {
-    std::iter::once(message)
-        .chain(notes.iter().cloned())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// Step 6a: a Comb that serves locally publishes its own endpoints, and so does the very first

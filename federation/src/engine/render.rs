@@ -122,16 +122,14 @@ pub fn render_manifest(
     }
 
     let namespace = if scopes.is_namespaced(&api_version, &group, &kind) {
-        let explicit = non_empty_str(object.get("metadata").and_then(|m| m.get("namespace")));
-        match explicit {
-            Some(explicit) => Some(explicit.to_string()),
-            None => {
-                update_object(&mut object, "metadata", |metadata| {
-                    metadata.insert("namespace".into(), Value::String(ctx.namespace.clone()));
-                });
-                Some(ctx.namespace.clone())
-            }
-        }
+        // Its own namespace, else the Comb's.
+        let namespace = non_empty_str(object.get("metadata").and_then(|m| m.get("namespace")))
+            .unwrap_or(&ctx.namespace)
+            .to_string();
+        update_object(&mut object, "metadata", |metadata| {
+            metadata.insert("namespace".into(), Value::String(namespace.clone()));
+        });
+        Some(namespace)
     } else {
         if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
             metadata.remove("namespace");

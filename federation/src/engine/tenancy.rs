@@ -100,24 +100,12 @@ impl PolicyOrigin {
         }
     }
 
-    fn namespaces_key(&self) -> String {
+    /// The setting that would allow more: `layers[i].<layer_key>` of the configuration, or the
+    /// engine's `Settings.tenancy.<engine_key>`.
+    fn key(&self, layer_key: &str, engine_key: &str) -> String {
         match self {
-            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].allowNamespaces"),
-            PolicyOrigin::Engine => "Settings.tenancy.allow_namespaces".to_string(),
-        }
-    }
-
-    fn kinds_key(&self) -> String {
-        match self {
-            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].allowClusterScoped"),
-            PolicyOrigin::Engine => "Settings.tenancy.allow_cluster_scoped".to_string(),
-        }
-    }
-
-    fn upstreams_key(&self) -> String {
-        match self {
-            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].allowUpstreams"),
-            PolicyOrigin::Engine => "Settings.tenancy.upstreams.grants".to_string(),
+            PolicyOrigin::Layer { index, .. } => format!("layers[{index}].{layer_key}"),
+            PolicyOrigin::Engine => format!("Settings.tenancy.{engine_key}"),
         }
     }
 }
@@ -225,7 +213,8 @@ impl Tenancy {
                     item.kind,
                     item.name,
                     GroupKind::new(group, &item.kind),
-                    self.origin.kinds_key()
+                    self.origin
+                        .key("allowClusterScoped", "allow_cluster_scoped")
                 ))
             }
             Some(namespace) if self.allows_namespace(comb_namespace, namespace) => None,
@@ -234,7 +223,7 @@ impl Tenancy {
                  allow it (add {namespace} to {})",
                 item.kind,
                 item.name,
-                self.origin.namespaces_key()
+                self.origin.key("allowNamespaces", "allow_namespaces")
             )),
         }
     }
@@ -296,15 +285,16 @@ impl Tenancy {
             return None;
         }
         let (context, namespace) = (&peer.context, &peer.namespace);
-        let copies = if peer.replicas.is_empty() {
-            String::new()
+        let (copies, replicate) = if peer.replicas.is_empty() {
+            (String::new(), "")
         } else {
             let copied: Vec<String> = peer
                 .replicas
                 .iter()
                 .map(|replica| format!("{} {}", replica.kind.kind(), replica.name))
                 .collect();
-            format!(" and copies {} from it", copied.join(", "))
+            let copies = format!(" and copies {} from it", copied.join(", "));
+            (copies, ", replicate: true")
         };
         let target = match self
             .upstreams
@@ -315,15 +305,10 @@ impl Tenancy {
             Some(layer) => format!("layer: {}", layer.name),
             None => format!("context: {context}"),
         };
-        let replicate = if peer.replicas.is_empty() {
-            ""
-        } else {
-            ", replicate: true"
-        };
         Some(format!(
             "{source} names context {context}, namespace {namespace}{copies}, which {who} does not \
              allow: add {{{target}, namespaces: [{namespace}]{replicate}}} to {}",
-            self.origin.upstreams_key()
+            self.origin.key("allowUpstreams", "upstreams.grants")
         ))
     }
 }

@@ -3,7 +3,7 @@
 //! uses for a value ([`describe_value`]) and an error ([`clean_message`]). At the bottom of the
 //! engine: every part may use it, it uses none.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Perl's `value // default` in numeric context: missing or null gives `default`, numbers and
 /// numeric strings their value, anything else 0.
@@ -56,6 +56,21 @@ pub fn clean_message(message: &str) -> String {
     } else {
         trimmed.to_string()
     }
+}
+
+/// `unknown key(s) a, b (known: ...)` for the keys of `map` that `known` does not name (sorted);
+/// `None` when it names them all.
+pub fn unknown_keys(map: &Map<String, Value>, known: &[&str]) -> Option<String> {
+    let mut unknown: Vec<&str> = map
+        .keys()
+        .map(String::as_str)
+        .filter(|key| !known.contains(key))
+        .collect();
+    unknown.sort_unstable();
+    (!unknown.is_empty()).then(|| {
+        let (unknown, known) = (unknown.join(", "), known.join(", "));
+        format!("unknown key(s) {unknown} (known: {known})")
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use crate::engine::class::CombInstance;
 use crate::engine::kinds::Scopes;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::{LiveStatus, Problem};
-use crate::engine::observe::{fetch_live, local_status};
+use crate::engine::observe::{fetch_live, observe_local};
 use crate::engine::projection::Projection;
 use crate::error::{Error, Result};
 
@@ -37,21 +37,19 @@ pub fn derive_borrowed_status(
             )
         };
     }
-    let present = |index: usize| live.get(index).is_some_and(Option::is_some);
     let mut problems: Vec<Problem> = observed
         .bridge
         .iter()
         .enumerate()
-        .filter(|(index, _)| !present(*index))
+        .filter(|(index, _)| !live.get(*index).is_some_and(Option::is_some))
         .map(|(_, item)| Problem::missing(item))
         .collect();
+    let nothing_live = !observed.bridge.is_empty() && problems.len() == observed.bridge.len();
     let verdict = observed.verdict();
     if verdict.phase != Phase::Running {
         problems.push(Problem::pending(verdict.reason, verdict.message));
     }
     let summary = LiveStatus::from_problems(&problems, Vec::new());
-    let nothing_live =
-        !observed.bridge.is_empty() && (0..observed.bridge.len()).all(|i| !present(i));
     let phase = match (problems.is_empty(), nothing_live) {
         (true, _) => Phase::Running,
         (false, true) => Phase::NotDeployed,
@@ -77,12 +75,13 @@ pub async fn borrowed_status(
     let live = if observed.stop.is_some() {
         Vec::new()
     } else {
-        fetch_live(ops, comb.context(), &observed.bridge, |_| true).await?
+        fetch_live(ops, comb.context(), &observed.bridge).await?
     };
     Ok(derive_borrowed_status(&observed, &live, Timestamp::now()))
 }
 
-/// The live status of `comb`: borrowed when `borrowing` names its upstream, else local.
+/// The live status of `comb` (the reference's `status()`): borrowed when `borrowing` names its
+/// upstream, else local: render (rendering errors fail it), then observe.
 pub async fn live_status(
     ops: &KubeOps,
     comb: &CombInstance,
@@ -90,7 +89,10 @@ pub async fn live_status(
 ) -> Result<LiveStatus> {
     match borrowing {
         Some(b) => borrowed_status(ops, comb, b.upstream.as_ref(), &b.ctx).await,
-        None => local_status(ops, comb).await,
+        None => {
+            let items = comb.render(ops).await?;
+            Ok(observe_local(ops, comb.context(), &items).await?.1)
+        }
     }
 }
 

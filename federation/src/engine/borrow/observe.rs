@@ -36,7 +36,7 @@ impl Stop {
 }
 
 /// What observing the upstream found (the reference's `o`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct UpstreamObservation {
     /// The upstream's class name.
     pub class: String,
@@ -55,10 +55,7 @@ impl UpstreamObservation {
     pub(crate) fn new(class: &str) -> UpstreamObservation {
         UpstreamObservation {
             class: class.to_string(),
-            status: None,
-            endpoints: None,
-            bridge: Vec::new(),
-            stop: None,
+            ..UpstreamObservation::default()
         }
     }
 
@@ -203,17 +200,12 @@ pub async fn observe_upstream(
             return observed.stopped(Phase::Error, Reason::UpstreamFailed, message);
         }
     };
-    let declared = match comb.declared_endpoints().await {
-        Ok(declared) => declared,
-        Err(error) => {
-            let message = format!(
-                "borrowing from {class} failed: {}",
-                clean_message(&error.to_string())
-            );
-            return observed.stopped(Phase::Error, Reason::UpstreamFailed, message);
-        }
-    };
-    let redirected = match redirect(comb.class_name(), &declared, &offered) {
+    let redirected = comb
+        .declared_endpoints()
+        .await
+        .map_err(Redirect::Failed)
+        .and_then(|declared| redirect(comb.class_name(), &declared, &offered));
+    let redirected = match redirected {
         Ok(redirected) => redirected,
         Err(Redirect::Missing(names)) => {
             let phase = status

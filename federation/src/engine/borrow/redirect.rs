@@ -42,18 +42,9 @@ pub fn redirect(
             missing.push(declaration.name.clone());
             continue;
         };
-        let port = declaration.port.ok_or_else(|| {
-            Redirect::Failed(Error::endpoints(format!(
-                "{class}->endpoints: endpoint {} has no port",
-                declaration.name
-            )))
-        })?;
-        let mut endpoint = Endpoint::new(&declaration.name, port)
-            .map_err(|error| Redirect::Failed(error.into()))?
-            .with_cluster(address);
-        if let Some(protocol) = &declaration.protocol {
-            endpoint = endpoint.with_protocol(protocol.clone());
-        }
+        let mut endpoint = declaration
+            .endpoint(class, |_| address)
+            .map_err(Redirect::Failed)?;
         if let Some(external) = upstream.external() {
             endpoint = endpoint.with_external(external);
         }
