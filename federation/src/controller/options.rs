@@ -42,7 +42,7 @@ pub struct ControllerOptions {
     /// Delays between attempts of a failing watch, and of the probe of a layer that is down.
     pub watch_backoff: BackoffPolicy,
     /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/debug/*` (port 0: any free port,
-    /// see [`ControllerHandle::admin_address`]).
+    /// see [`ControllerHandle::admin_address`](super::ControllerHandle::admin_address)).
     pub admin_address: Option<SocketAddr>,
     /// Compete for a Lease and reconcile only while holding it.
     pub leader_election: Option<LeaderElection>,

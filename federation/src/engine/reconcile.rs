@@ -711,8 +711,9 @@ async fn record_status(
     outcome
 }
 
-/// How often the condition messages alone of a Pending or Blocked Comb are written (see
-/// [`only_progress`]).
+/// How often the condition messages alone of a Pending or Blocked Comb are written: a change
+/// of progress only (a rollout's `1 of 3 ready`, one fewer dependency waited on) is held back
+/// until then, a transition never.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Whether `status` differs from `previous` in progress only, both Pending or both Blocked:

@@ -13,7 +13,7 @@
 //!   use (the first healthy one; none healthy keeps the one in use);
 //! - [`FallbackState`]: what the step records about it (the `UpstreamFallback` condition and the
 //!   Ready message);
-//! - [`peer_serves`] and [`ApiHealth::observation`]: what one look at an upstream found.
+//! - [`peer_serves`] and [`ApiHealth::trouble`]: what one look at an upstream found.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //!
 //! - [`resolve`]: which upstream, if any (step 1);
 //! - [`observe`]: what the upstream says, checked in the reference's order, and the bridge;
-//! - [`redirect`]: the declared endpoints pointed at the upstream;
+//! - [`redirect`](mod@redirect): the declared endpoints pointed at the upstream;
 //! - [`live`]: what the cluster shows now, locally or while borrowing;
 //! - [`fallback`]: which entry of a layer's chain a borrower uses while its preferred upstream
 //!   is unhealthy.
