@@ -84,20 +84,8 @@ impl<'de> Deserialize<'de> for Comb {
             status: Option<Value>,
         }
         let raw = Raw::deserialize(deserializer)?;
-        let (spec, spec_error) = match raw.spec {
-            None | Some(Value::Null) => (CombSpec::default(), None),
-            Some(spec) => match decode_part::<CombSpec>("spec", spec) {
-                Ok(spec) => (spec, None),
-                Err(problem) => (CombSpec::default(), Some(problem)),
-            },
-        };
-        let (status, status_error) = match raw.status {
-            None | Some(Value::Null) => (None, None),
-            Some(status) => match decode_part::<CombStatus>("status", status) {
-                Ok(status) => (Some(status), None),
-                Err(problem) => (None, Some(problem)),
-            },
-        };
+        let (spec, spec_error) = decode_spec(raw.spec);
+        let (status, status_error) = decode_status(raw.status);
         let types = match (raw.api_version, raw.kind) {
             (Some(api_version), Some(kind)) => Some(TypeMeta { api_version, kind }),
             _ => None,
@@ -108,6 +96,62 @@ impl<'de> Deserialize<'de> for Comb {
             spec,
             status,
             spec_error,
+            status_error,
+        })
+    }
+}
+
+/// A Comb's `spec`, or a default one and why it did not decode.
+fn decode_spec(spec: Option<Value>) -> (CombSpec, Option<String>) {
+    match spec {
+        None | Some(Value::Null) => (CombSpec::default(), None),
+        Some(spec) => match decode_part::<CombSpec>("spec", spec) {
+            Ok(spec) => (spec, None),
+            Err(problem) => (CombSpec::default(), Some(problem)),
+        },
+    }
+}
+
+/// A Comb's `status`, or none and why it did not decode.
+fn decode_status(status: Option<Value>) -> (Option<CombStatus>, Option<String>) {
+    match status {
+        None | Some(Value::Null) => (None, None),
+        Some(status) => match decode_part::<CombStatus>("status", status) {
+            Ok(status) => (Some(status), None),
+            Err(problem) => (None, Some(problem)),
+        },
+    }
+}
+
+/// The API server's answer to a write of a Comb that leaves its spec alone (its status, its
+/// finalizers), decoded without building the spec, which is most of a Comb (the manifests in
+/// `spec.config`): comb writes a status per transition of every Comb, and building the spec of
+/// each answer again was half of the Comb CRs it decoded (`docs/benchmarks.md`, the call-graph
+/// profile). The spec stays the answer's text until [`Comb::answered`] needs it.
+pub struct CombAnswer {
+    metadata: ObjectMeta,
+    spec: Option<Box<serde_json::value::RawValue>>,
+    status: Option<CombStatus>,
+    status_error: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for CombAnswer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            metadata: MetadataWithoutManagedFields,
+            #[serde(default)]
+            spec: Option<Box<serde_json::value::RawValue>>,
+            #[serde(default)]
+            status: Option<Value>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        let (status, status_error) = decode_status(raw.status);
+        Ok(CombAnswer {
+            metadata: raw.metadata.into(),
+            spec: raw.spec,
+            status,
             status_error,
         })
     }
@@ -212,6 +256,35 @@ impl Comb {
             status: None,
             spec_error: None,
             status_error: None,
+        }
+    }
+
+    /// The Comb the server stored when it answered `answer` to a write of `self`: the answer's
+    /// metadata and status, and `self`'s spec while the generation says the spec is the one
+    /// `self` carried (a write conditional on `self`'s resourceVersion finds it so; the spec
+    /// is decoded from the answer otherwise).
+    pub fn answered(self, answer: CombAnswer) -> Comb {
+        let same_spec = self.metadata.generation.is_some()
+            && answer.metadata.generation == self.metadata.generation;
+        let (spec, spec_error) = if same_spec {
+            (self.spec, self.spec_error)
+        } else {
+            let spec = answer
+                .spec
+                .map(|text| serde_json::from_str::<Value>(text.get()))
+                .transpose();
+            match spec {
+                Ok(spec) => decode_spec(spec),
+                Err(error) => (CombSpec::default(), Some(format!("spec: {error}"))),
+            }
+        };
+        Comb {
+            types: self.types,
+            metadata: answer.metadata,
+            spec,
+            status: answer.status,
+            spec_error,
+            status_error: answer.status_error,
         }
     }
 

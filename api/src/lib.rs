@@ -22,8 +22,8 @@ mod reference;
 mod status;
 
 pub use comb::{
-    Comb, CombSpec, DEFAULT_GROUP, KIND, NO_RESOURCE_RECONCILIATION, OrphanResource, PLURAL,
-    UpstreamSpec, VERSION, api_resource,
+    Comb, CombAnswer, CombSpec, DEFAULT_GROUP, KIND, NO_RESOURCE_RECONCILIATION, OrphanResource,
+    PLURAL, UpstreamSpec, VERSION, api_resource,
 };
 pub use crd::{UPSTREAM_CLASSES, crd, custom_resource_definition};
 pub use endpoint::{Address, DEFAULT_PROTOCOL, Endpoint, Host, name_problem};

@@ -3,7 +3,8 @@
 //! everywhere else.
 
 use comb_api::{
-    Comb, CombSpec, CombStatus, ConditionStatus, Phase, Reason, UpstreamSpec, api_resource,
+    Comb, CombAnswer, CombSpec, CombStatus, ConditionStatus, Phase, Reason, UpstreamSpec,
+    api_resource,
 };
 use kube_core::Resource;
 use serde_json::json;
@@ -291,4 +292,119 @@ fn metadata_decodes_without_its_managed_fields() {
     let item: Comb =
         serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {}})).unwrap();
     assert!(item.types.is_none());
+}
+
+/// The answer to a write of a Comb's status or finalizers: the CR as stored is the answer's
+/// metadata and status with the written CR's spec while the generation is the one it was
+/// written at, and the answer's own spec (decoded, with its problem named) once the generation
+/// moved. Each row: the answer's generation, its spec, its status; the stored CR's class, its
+/// spec's problem, its phase, its status's problem.
+#[test]
+fn an_answer_to_a_write_keeps_the_written_spec_while_the_generation_holds() {
+    type Row = (
+        i64,
+        serde_json::Value,
+        serde_json::Value,
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<Phase>,
+        Option<&'static str>,
+    );
+    let rows: [Row; 4] = [
+        // The generation it was written at: the answer's spec is not read at all.
+        (
+            3,
+            json!({"class": 7}),
+            json!({"phase": "Running"}),
+            Some("Written"),
+            None,
+            Some(Phase::Running),
+            None,
+        ),
+        // The spec moved on the server: the answer's spec, decoded.
+        (
+            4,
+            json!({"class": "Moved"}),
+            json!({"phase": "Pending"}),
+            Some("Moved"),
+            None,
+            Some(Phase::Pending),
+            None,
+        ),
+        (
+            4,
+            json!({"class": 7}),
+            json!({}),
+            None,
+            Some("spec.class: invalid type: integer `7`, expected a string"),
+            None,
+            None,
+        ),
+        // A status that does not decode is named, whatever the generation.
+        (
+            3,
+            json!({}),
+            json!({"phase": 5}),
+            Some("Written"),
+            None,
+            None,
+            Some("status.phase"),
+        ),
+    ];
+    for (generation, spec, status, class, spec_error, phase, status_error) in rows {
+        let mut written = Comb::new(
+            "comb.internal",
+            "apps",
+            "web",
+            CombSpec {
+                class: Some("Written".into()),
+                ..CombSpec::default()
+            },
+        );
+        written.metadata.generation = Some(3);
+        written.metadata.resource_version = Some("41".into());
+        let answer: CombAnswer = serde_json::from_value(json!({
+            "apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": "web", "namespace": "apps", "generation": generation,
+                         "resourceVersion": "42", "finalizers": ["comb.internal/cleanup"]},
+            "spec": spec,
+            "status": status,
+        }))
+        .unwrap();
+        let stored = written.answered(answer);
+        let row = format!("generation {generation}, spec {spec}, status {status}");
+        assert_eq!(
+            stored.metadata.resource_version.as_deref(),
+            Some("42"),
+            "{row}"
+        );
+        assert_eq!(stored.metadata.generation, Some(generation), "{row}");
+        assert_eq!(
+            stored.metadata.finalizers,
+            Some(vec!["comb.internal/cleanup".to_string()]),
+            "{row}"
+        );
+        assert_eq!(stored.spec.class.as_deref(), class, "{row}");
+        assert_eq!(stored.spec_error.as_deref(), spec_error, "{row}");
+        assert_eq!(
+            stored
+                .status
+                .as_ref()
+                .and_then(|status| status.phase.clone()),
+            phase,
+            "{row}"
+        );
+        match status_error {
+            Some(field) => assert!(
+                stored
+                    .status_error
+                    .as_deref()
+                    .is_some_and(|problem| problem.starts_with(field)),
+                "{row}: {:?}",
+                stored.status_error
+            ),
+            None => assert_eq!(stored.status_error, None, "{row}"),
+        }
+        assert!(stored.types.is_some(), "{row}");
+    }
 }

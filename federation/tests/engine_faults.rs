@@ -78,7 +78,7 @@ async fn outdated(cluster: &Cluster, comb: &mut CombInstance) -> CombStatus {
     cr.status = Some(status);
     let stored = cluster
         .ops
-        .update_comb_status("comb.internal", &cr)
+        .update_comb_status("comb.internal", cr)
         .await
         .expect("the outdated status written");
     comb.adopt_cr(stored.clone());
@@ -193,7 +193,7 @@ async fn recorded_by_another_writer(cluster: &Cluster, status: CombStatus) {
     cr.status = Some(status);
     cluster
         .ops
-        .update_comb_status("comb.internal", &cr)
+        .update_comb_status("comb.internal", cr)
         .await
         .expect("the other writer's status");
 }

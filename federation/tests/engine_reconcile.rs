@@ -379,7 +379,7 @@ async fn a_record_that_differs_from_the_manifests_is_settled() {
     cr.status = Some(record);
     let stored = cluster
         .ops
-        .update_comb_status("comb.internal", &cr)
+        .update_comb_status("comb.internal", cr)
         .await
         .unwrap();
     comb.adopt_cr(stored);

@@ -6,8 +6,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use comb_api::{Comb, CombStatus, Phase, Reason};
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -17,7 +15,6 @@ use super::events::EventType;
 use super::layer::{Built, Judged, LayerRuntime, Origin};
 use super::queue::{StepReport, StepState};
 use super::reads::StepPeers;
-use super::triggers::comb_key;
 use crate::engine::borrow::{self, BorrowEnv, Controlling};
 use crate::engine::class::CombInstance;
 use crate::engine::keys::{CombKey, dependency_key};
@@ -115,7 +112,7 @@ async fn reconcile_comb(
     let finalizer = finalizer(group);
     let cr = match finalizers_with(&cr, &finalizer) {
         None => cr,
-        Some(finalizers) => match set_finalizers(&layer.ops, group, &cr, &finalizers).await {
+        Some(finalizers) => match layer.ops.set_comb_finalizers(group, &cr, &finalizers).await {
             Ok(stored) => {
                 shared.own_write(layer, key, stored.clone());
                 stored
@@ -321,32 +318,6 @@ async fn build_failed(
     recorded(&outcome.status, false)
 }
 
-/// Sets the CR's finalizers, conditional on the resourceVersion it was read with.
-async fn set_finalizers(
-    ops: &KubeOps,
-    group: &str,
-    cr: &Comb,
-    finalizers: &[String],
-) -> Result<Comb> {
-    let Some(key) = comb_key(cr) else {
-        return Err(Error::Controller(
-            "the Comb has no namespace or name".to_string(),
-        ));
-    };
-    let api: Api<Comb> = Api::namespaced_with(
-        ops.client().clone(),
-        &key.namespace,
-        &comb_api::api_resource(group),
-    );
-    let patch = json!({"metadata": {
-        "finalizers": finalizers,
-        "resourceVersion": cr.metadata.resource_version,
-    }});
-    api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|error| Error::kube("patch finalizers of Comb", error))
-}
-
 /// The CR is being deleted: clean up (unless the Orphan policy says otherwise), then let it go.
 async fn delete(
     shared: &Arc<Shared>,
@@ -403,7 +374,11 @@ async fn delete(
             .event(layer, &cr, EventType::Normal, Reason::CleanedUp, &summary)
             .await;
     }
-    match set_finalizers(&layer.ops, group, &cr, &finalizers_without(&cr, &finalizer)).await {
+    match layer
+        .ops
+        .set_comb_finalizers(group, &cr, &finalizers_without(&cr, &finalizer))
+        .await
+    {
         Ok(_) => StepReport::new(StepState::Deleted, false),
         Err(error) if error.status_code() == Some(404) => {
             StepReport::new(StepState::Deleted, false)

@@ -10,9 +10,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombStatus, LabelKeys, ManagedObject};
+use comb_api::{Comb, CombAnswer, CombStatus, LabelKeys, ManagedObject};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
+use kube::Resource as _;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams,
     Preconditions,
@@ -613,21 +614,59 @@ impl KubeOps {
 
     /// Replaces the status subresource of `comb` (which must carry the resourceVersion it was
     /// read with) and returns the CR as the server stored it.
-    pub async fn update_comb_status(&self, group: &str, comb: &Comb) -> Result<Comb> {
-        let request = "update status of Comb";
-        let (Some(namespace), Some(name)) = (
-            comb.metadata.namespace.as_deref(),
-            comb.metadata.name.as_deref(),
-        ) else {
-            return Err(Error::request(
-                request,
-                "the custom resource has no namespace or name",
-            ));
-        };
-        self.combs(group, namespace)
-            .replace_status(name, &PostParams::default(), comb)
+    pub async fn update_comb_status(&self, group: &str, comb: Comb) -> Result<Comb> {
+        let what = "update status of Comb";
+        let (namespace, name) = comb_namespace_and_name(what, &comb)?;
+        let body = serde_json::to_vec(&comb)
+            .map_err(|error| Error::kube(what, kube::Error::SerdeError(error)))?;
+        let request = comb_request(group, namespace).replace_subresource(
+            "status",
+            name,
+            &PostParams::default(),
+            body,
+        );
+        self.write_comb_keeping_spec(what, request, comb).await
+    }
+
+    /// Sets the finalizers of `cr` to `finalizers` (conditional on the resourceVersion `cr` was
+    /// read with) and returns the CR as the server stored it.
+    pub async fn set_comb_finalizers(
+        &self,
+        group: &str,
+        cr: &Comb,
+        finalizers: &[String],
+    ) -> Result<Comb> {
+        let what = "patch finalizers of Comb";
+        let (namespace, name) = comb_namespace_and_name(what, cr)?;
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": cr.metadata.resource_version,
+        }});
+        let request = comb_request(group, namespace).patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        );
+        self.write_comb_keeping_spec(what, request, cr.clone())
             .await
-            .map_err(|error| Error::kube(request, error))
+    }
+
+    /// Sends `request`, a write of `sent` that leaves its spec alone, and returns the CR as the
+    /// server stored it, its spec `sent`'s ([`CombAnswer`]: the answer's is not built again).
+    async fn write_comb_keeping_spec(
+        &self,
+        what: &str,
+        request: std::result::Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+        sent: Comb,
+    ) -> Result<Comb> {
+        let request =
+            request.map_err(|error| Error::kube(what, kube::Error::BuildRequest(error)))?;
+        let answer: CombAnswer = self
+            .client
+            .request(request)
+            .await
+            .map_err(|error| Error::kube(what, error))?;
+        Ok(sent.answered(answer))
     }
 
     /// Writes `status` into the CR `cr` (conditional on the resourceVersion `cr` was read
@@ -660,7 +699,7 @@ impl KubeOps {
             }
             let mut with_status = cr.clone();
             with_status.status = Some(status);
-            let error = match self.update_comb_status(group, &with_status).await {
+            let error = match self.update_comb_status(group, with_status).await {
                 Ok(stored) => return Ok(stored),
                 Err(error) => error,
             };
@@ -867,6 +906,28 @@ fn existence_matters(target: &ManagedObject) -> bool {
 
 pub fn is_conflict(error: &Error) -> bool {
     error.status_code() == Some(409)
+}
+
+/// The requests of Combs of API group `group` in `namespace`.
+fn comb_request(group: &str, namespace: &str) -> kube::core::Request {
+    kube::core::Request::new(Comb::url_path(
+        &comb_api::api_resource(group),
+        Some(namespace),
+    ))
+}
+
+/// The namespace and name of the CR `comb`, which a request `what` about it needs.
+fn comb_namespace_and_name<'a>(what: &str, comb: &'a Comb) -> Result<(&'a str, &'a str)> {
+    match (
+        comb.metadata.namespace.as_deref(),
+        comb.metadata.name.as_deref(),
+    ) {
+        (Some(namespace), Some(name)) => Ok((namespace, name)),
+        _ => Err(Error::request(
+            what,
+            "the custom resource has no namespace or name",
+        )),
+    }
 }
 
 #[cfg(test)]
