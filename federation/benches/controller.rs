@@ -24,11 +24,16 @@
 //! 4. **Plain client.** On fresh clusters, the objects comb deployed in phase 2 (read back from
 //!    the Combs' `managedResources`) created once each by a plain client, `COMB_BENCH_WORKERS`
 //!    at a time per layer as the controller steps Combs, until the Deployments are ready.
-//! 5. **Memory.** For each size of `COMB_BENCH_RSS` (Combs in all, a third per layer): Combs
+//! 5. **Floor client.** On fresh clusters with the same Combs created, the convergence's floor
+//!    writes made by a client with no work of its own and comb's request shapes: each object
+//!    once, each Comb's finalizer, and a status write and an Event per transition comb recorded
+//!    in phase 2, `COMB_BENCH_WORKERS` at a time per layer, until the Deployments are ready. What
+//!    any truthful controller costs the server at least, beside the plain client and comb.
+//! 6. **Memory.** For each size of `COMB_BENCH_RSS` (Combs in all, a third per layer): Combs
 //!    created up to that size, a fresh controller started, and `COMB_BENCH_SETTLE` after all
 //!    are Running, its VmRSS and VmHWM; first with no Comb at all.
 //!
-//! 6. **Growth** (not in the default phases). For each size of `COMB_BENCH_GROWTH` (Combs in
+//! 7. **Growth** (not in the default phases). For each size of `COMB_BENCH_GROWTH` (Combs in
 //!    all, a third per layer; default `3000,10000` / `150,450`), phase 2's convergence and
 //!    phase 4's plain client on fresh clusters, and how each time grew from the smallest size:
 //!    comb's growth beside the server's own.
@@ -50,9 +55,10 @@
 //! Defaults (emulator / kube): COMB_BENCH_COMBS 300 / 50 (1000 for the 3x1,000),
 //! COMB_BENCH_RESYNC 60s, COMB_BENCH_SETTLE 10s / 30s, COMB_BENCH_EDITS 20 / 5,
 //! COMB_BENCH_EDIT_COMBS 20 / 5, COMB_BENCH_WORKERS 8, COMB_BENCH_RSS `1000,3000` / `150` (add
-//! 10000 for the figure; empty for none), COMB_BENCH_PHASES `edit,converge,plain,rss`
-//! (any subset, and `growth`; plain needs converge). COMB_BENCH_LOGS=DIR keeps each controller's log there,
-//! COMB_BENCH_RUST_LOG sets its RUST_LOG (default `warn`). COMB_BENCH_AGAINST=PATH runs the
+//! 10000 for the figure; empty for none), COMB_BENCH_PHASES
+//! `edit,converge,plain,floor,rss` (any subset, and `growth`; plain and floor need converge).
+//! COMB_BENCH_LOGS=DIR keeps each controller's log there, COMB_BENCH_RUST_LOG sets its RUST_LOG
+//! (default `warn`). COMB_BENCH_AGAINST=PATH runs the
 //! edit phase of that other build of `comb` too, in turns with this one's on the same settled
 //! Combs (this, other, other, this), and prints its figures beside: an A/B in one run.
 
@@ -62,13 +68,19 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use comb_api::{Comb, CombSpec, DEFAULT_GROUP};
+use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP};
+use comb_federation::controller::events;
 use comb_sandbox::controls::{LoggedRequest, epoch_micros};
+use comb_testkit::fixtures::deployment_image;
 use comb_testkit::{Backend, OBSERVER, Setup, World};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::stream::{self, BoxStream};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
+    WatchParams,
+};
 use kube::core::{GroupVersionKind, TypeMeta};
 use kube::runtime::watcher::{self, Event};
 use serde_json::{Value, json};
@@ -164,7 +176,7 @@ impl Settings {
             workers: env_number("COMB_BENCH_WORKERS", 8)?.max(1),
             rss_sizes,
             growth_sizes,
-            phases: env_or("COMB_BENCH_PHASES", "edit,converge,plain,rss")
+            phases: env_or("COMB_BENCH_PHASES", "edit,converge,plain,floor,rss")
                 .split(',')
                 .map(|phase| phase.trim().to_string())
                 .collect(),
@@ -290,9 +302,9 @@ impl ControllerProcess {
         process_cpu(&pid.to_string())
     }
 
-    /// The transitions it recorded so far (`comb_transitions_total`), by the phase and reason
-    /// reached (`Running (Healthy)`).
-    async fn transitions(&self) -> Result<Transitions> {
+    /// The transitions and status writes it recorded so far (`comb_transitions_total`,
+    /// `comb_status_writes_total`).
+    async fn recorded(&self) -> Result<Recorded> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(self.admin)
             .await
@@ -302,7 +314,7 @@ impl ControllerProcess {
             .await?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await?;
-        Ok(Transitions::parse(&response))
+        Ok(Recorded::parse(&response))
     }
 
     /// Runs `work` while watching the process: it failing ends the wait with its last words.
@@ -404,37 +416,51 @@ async fn watch_until<K>(api: Api<K>, count: usize, done: impl Fn(&K) -> bool) ->
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
-    let mut satisfied: BTreeMap<String, bool> = BTreeMap::new();
-    let mut relisted: BTreeMap<String, bool> = BTreeMap::new();
-    let mut held = 0;
+    let mut satisfied = Satisfied::default();
+    let mut relisted = Satisfied::default();
     let events = watcher::watcher(api, watcher::Config::default());
     futures::pin_mut!(events);
-    while held < count {
+    while satisfied.held < count {
         let Some(event) = events.try_next().await? else {
             bail!("the watch ended");
         };
         match event {
-            Event::Apply(object) => {
-                satisfied.insert(
-                    object.meta().name.clone().unwrap_or_default(),
-                    done(&object),
-                );
-            }
-            Event::Delete(object) => {
-                satisfied.remove(object.meta().name.as_deref().unwrap_or_default());
-            }
-            Event::Init => relisted.clear(),
-            Event::InitApply(object) => {
-                relisted.insert(
-                    object.meta().name.clone().unwrap_or_default(),
-                    done(&object),
-                );
-            }
+            Event::Apply(object) => satisfied.record(name_of(&object), done(&object)),
+            Event::Delete(object) => satisfied.forget(&name_of(&object)),
+            Event::Init => relisted = Satisfied::default(),
+            Event::InitApply(object) => relisted.record(name_of(&object), done(&object)),
             Event::InitDone => satisfied = std::mem::take(&mut relisted),
         }
-        held = satisfied.values().filter(|ok| **ok).count();
     }
     Ok(())
+}
+
+fn name_of(object: &impl kube::Resource) -> String {
+    object.meta().name.clone().unwrap_or_default()
+}
+
+/// Which objects a watch has seen satisfy a condition, with their count kept as events come:
+/// counting the map after every event made the bench's own watch cost grow with the square of
+/// the objects, which at 10,000 Combs took CPU from the controller it measures.
+#[derive(Default)]
+struct Satisfied {
+    by_name: BTreeMap<String, bool>,
+    held: usize,
+}
+
+impl Satisfied {
+    fn record(&mut self, name: String, ok: bool) {
+        if self.by_name.insert(name, ok) == Some(true) {
+            self.held -= 1;
+        }
+        self.held += usize::from(ok);
+    }
+
+    fn forget(&mut self, name: &str) {
+        if self.by_name.remove(name) == Some(true) {
+            self.held -= 1;
+        }
+    }
 }
 
 /// Waits until every Comb of the layers (`counts` of them each) is Running.
@@ -601,16 +627,23 @@ async fn quiet(world: &World, quiet: Duration) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The phases
 
-/// Transitions comb recorded, by the state reached: `Running (Healthy)` -> count.
+/// Counts comb recorded in one of its `/metrics` counters, summed over layers, by a key made of
+/// each sample's labels.
 #[derive(Clone, Default)]
-struct Transitions(BTreeMap<String, u64>);
+struct Counts(BTreeMap<String, u64>);
 
-impl Transitions {
-    /// From a `/metrics` answer: every `comb_transitions_total` sample, summed over layers.
-    fn parse(metrics: &str) -> Transitions {
+impl Counts {
+    /// Every sample of `counter` in a `/metrics` answer, by `key` of its labels (`key` is given
+    /// the lookup of a label's value, empty when absent).
+    fn parse(
+        metrics: &str,
+        counter: &str,
+        key: impl Fn(&dyn Fn(&str) -> String) -> String,
+    ) -> Counts {
         let mut counts = BTreeMap::new();
+        let prefix = format!("{counter}{{");
         for line in metrics.lines() {
-            let Some(rest) = line.strip_prefix("comb_transitions_total{") else {
+            let Some(rest) = line.strip_prefix(&prefix) else {
                 continue;
             };
             let Some((labels, value)) = rest.split_once("} ") else {
@@ -624,24 +657,20 @@ impl Transitions {
                     .unwrap_or_default()
                     .to_string()
             };
-            let state = match label("reason") {
-                reason if reason.is_empty() => label("phase"),
-                reason => format!("{} ({reason})", label("phase")),
-            };
             let value = value.trim().parse::<f64>().unwrap_or_default() as u64;
-            *counts.entry(state).or_default() += value;
+            *counts.entry(key(&label)).or_default() += value;
         }
-        Transitions(counts)
+        Counts(counts)
     }
 
-    /// What was recorded after `before`.
-    fn since(&self, before: &Transitions) -> Transitions {
-        Transitions(
+    /// What was counted after `before`.
+    fn since(&self, before: &Counts) -> Counts {
+        Counts(
             self.0
                 .iter()
-                .map(|(state, n)| {
-                    let earlier = before.0.get(state).copied().unwrap_or_default();
-                    (state.clone(), n.saturating_sub(earlier))
+                .map(|(key, n)| {
+                    let earlier = before.0.get(key).copied().unwrap_or_default();
+                    (key.clone(), n.saturating_sub(earlier))
                 })
                 .filter(|(_, n)| *n > 0)
                 .collect(),
@@ -652,10 +681,63 @@ impl Transitions {
         self.0.values().sum()
     }
 
-    fn add(&mut self, other: &Transitions) {
-        for (state, n) in &other.0 {
-            *self.0.entry(state.clone()).or_default() += n;
+    fn add(&mut self, other: &Counts) {
+        for (key, n) in &other.0 {
+            *self.0.entry(key.clone()).or_default() += n;
         }
+    }
+
+    /// `via 0.30, conditions 0.02`: each count per `of`.
+    fn per(&self, of: usize) -> String {
+        self.0
+            .iter()
+            .map(|(key, n)| format!("{key} {}", per(*n, of)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// What comb recorded: its transitions, by the state reached (`Running (Healthy)`), and its
+/// status writes, by what each changed first (`transition`, `via`, `conditions`, ...).
+#[derive(Clone, Default)]
+struct Recorded {
+    transitions: Counts,
+    status_writes: Counts,
+}
+
+impl Recorded {
+    fn parse(metrics: &str) -> Recorded {
+        Recorded {
+            transitions: Counts::parse(metrics, "comb_transitions_total", |label| {
+                match label("reason") {
+                    reason if reason.is_empty() => label("phase"),
+                    reason => format!("{} ({reason})", label("phase")),
+                }
+            }),
+            status_writes: Counts::parse(metrics, "comb_status_writes_total", |label| {
+                label("change")
+            }),
+        }
+    }
+
+    /// What was recorded after `before`.
+    fn since(&self, before: &Recorded) -> Recorded {
+        Recorded {
+            transitions: self.transitions.since(&before.transitions),
+            status_writes: self.status_writes.since(&before.status_writes),
+        }
+    }
+
+    fn add(&mut self, other: &Recorded) {
+        self.transitions.add(&other.transitions);
+        self.status_writes.add(&other.status_writes);
+    }
+
+    /// The status writes that carried no transition, by what they changed.
+    fn beyond_transitions(&self) -> Counts {
+        let mut beyond = self.status_writes.clone();
+        beyond.0.remove("transition");
+        beyond
     }
 }
 
@@ -666,7 +748,8 @@ struct Floor {
     /// Writes per object resource (`deployments.apps`): the objects deployed or edited.
     objects: BTreeMap<String, u64>,
     finalizers: u64,
-    transitions: Transitions,
+    /// What comb recorded meanwhile: a status write and an Event per transition are the floor.
+    recorded: Recorded,
 }
 
 /// Where comb's writes land in the request log's resource names.
@@ -675,22 +758,18 @@ const STATUS_RESOURCE: &str = "combs.comb.internal/status";
 const EVENT_RESOURCES: [&str; 2] = ["events", "events.events.k8s.io"];
 
 impl Floor {
-    fn of_convergence(
-        objects: BTreeMap<String, u64>,
-        combs: u64,
-        transitions: Transitions,
-    ) -> Floor {
+    fn of_convergence(objects: BTreeMap<String, u64>, combs: u64, recorded: Recorded) -> Floor {
         Floor {
             objects,
             finalizers: combs,
-            transitions,
+            recorded,
         }
     }
 
-    /// One more edit: one write of `resource`, and the transitions recorded for it.
-    fn add_edit(&mut self, resource: &str, transitions: Transitions) {
+    /// One more edit: one write of `resource`, and what comb recorded for it.
+    fn add_edit(&mut self, resource: &str, recorded: Recorded) {
         *self.objects.entry(resource.to_string()).or_default() += 1;
-        self.transitions.add(&transitions);
+        self.recorded.add(&recorded);
     }
 
     /// `(what, floor, comb's writes)` per kind of write, objects first, then the total.
@@ -702,7 +781,7 @@ impl Floor {
             }
         }
         let mut take = |resource: &str| written.remove(resource).unwrap_or_default();
-        let transitions = self.transitions.total();
+        let transitions = self.recorded.transitions.total();
         let mut rows = Vec::new();
         for (resource, floor) in &self.objects {
             rows.push((resource.clone(), *floor, take(resource)));
@@ -773,6 +852,8 @@ struct Figures {
     convergence_floor: Option<Floor>,
     settled: Option<Settled>,
     plain: Option<Plain>,
+    /// The floor's writes alone, made by a client with no work of its own.
+    floor_client: Option<Plain>,
     /// `(Combs, VmRSS KiB, VmHWM KiB, time to converge)`.
     memory: Vec<(usize, u64, u64, Duration)>,
     /// VmRSS and VmHWM of phase 2's controller after its settled resync.
@@ -893,19 +974,10 @@ async fn edit_once(
     let deployments: Api<Deployment> = Api::namespaced(world.observer("prod").await, "platform");
     let name = comb_name(edit % settings.edit_combs);
     let image = format!("nginx:edit-{edit}");
-    let watch = watcher::watcher(
-        deployments,
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
-    );
-    futures::pin_mut!(watch);
-    // The watch has listed before the edit, so that only the edit's effect is timed.
-    while let Some(event) = watch.try_next().await? {
-        if matches!(event, Event::InitDone) {
-            break;
-        }
-    }
+    // The watch is open before the edit, so that only the edit's effect is timed.
+    let mut watch = open_watch(&deployments, &name).await?;
     reset(world);
-    let transitions_before = controller.transitions().await?;
+    let recorded_before = controller.recorded().await?;
     let started = Instant::now();
     let edited = prod
         .patch(
@@ -917,21 +989,11 @@ async fn edit_once(
     let generation = edited.metadata.generation.unwrap_or_default();
     let applied = controller
         .guard(within(Duration::from_secs(60), "the edit applied", async {
-            while let Some(event) = watch.try_next().await? {
-                if let Event::Apply(deployment) = event {
-                    let image_now = deployment
-                        .spec
-                        .template
-                        .spec
-                        .as_ref()
-                        .and_then(|spec| spec.containers.first())
-                        .and_then(|container| container.image.as_deref());
-                    if image_now == Some(image.as_str()) {
-                        return Ok(started.elapsed());
-                    }
-                }
-            }
-            bail!("the watch ended")
+            seen_on(&mut watch, |deployment| {
+                deployment_image(Some(deployment)).as_deref() == Some(&image)
+            })
+            .await?;
+            Ok(started.elapsed())
         }))
         .await?;
     into.reaction.push(applied);
@@ -958,7 +1020,7 @@ async fn edit_once(
         ))
         .await?;
     into.requests.push(Requests::collect(world));
-    let recorded = controller.transitions().await?.since(&transitions_before);
+    let recorded = controller.recorded().await?.since(&recorded_before);
     into.floor.add_edit("deployments.apps", recorded);
     into.round_trip.push(round_trips(world, edit).await?);
     Ok(())
@@ -1026,15 +1088,7 @@ async fn round_trips(world: &World, edit: usize) -> Result<RoundTrips> {
     let applied = until_seen(
         &deployments,
         name,
-        |seen: &Deployment| {
-            seen.spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|spec| spec.containers.first())
-                .and_then(|container| container.image.as_deref())
-                == Some(image.as_str())
-        },
+        |seen: &Deployment| deployment_image(Some(seen)).as_deref() == Some(&image),
         || async {
             deployments
                 .patch(
@@ -1075,29 +1129,55 @@ where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     W: Future<Output = Result<()>>,
 {
-    let watch = watcher::watcher(
-        api.clone(),
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
-    );
-    futures::pin_mut!(watch);
-    while let Some(event) = watch.try_next().await? {
-        if matches!(event, Event::InitDone) {
-            break;
-        }
-    }
+    let mut watch = open_watch(api, name).await?;
     let started = Instant::now();
     write().await?;
-    within(Duration::from_secs(60), "the plain write seen", async {
-        while let Some(event) = watch.try_next().await? {
-            if let Event::Apply(object) = event
-                && seen(&object)
-            {
-                return Ok(started.elapsed());
+    within(
+        Duration::from_secs(60),
+        "the plain write seen",
+        seen_on(&mut watch, seen),
+    )
+    .await?;
+    Ok(started.elapsed())
+}
+
+/// A watch of the object `name`, open: listed, then watched from the list's resourceVersion,
+/// the watch's answer begun. A write made after this returns is timed without the watch's own
+/// setup (kube-rs's `watcher` opens its watch only when polled after its list, so a write timed
+/// from its `InitDone` would include opening the watch).
+async fn open_watch<K>(
+    api: &Api<K>,
+    name: &str,
+) -> Result<BoxStream<'static, kube::Result<WatchEvent<K>>>>
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    let fields = format!("metadata.name={name}");
+    let listed = api
+        .list_metadata(&ListParams::default().fields(&fields))
+        .await?;
+    let version = listed.metadata.resource_version.unwrap_or_default();
+    let watch = api
+        .watch(&WatchParams::default().fields(&fields), &version)
+        .await?;
+    Ok(watch.boxed())
+}
+
+/// Waits until `watch` brings an object that is `seen`.
+async fn seen_on<K>(
+    watch: &mut BoxStream<'static, kube::Result<WatchEvent<K>>>,
+    seen: impl Fn(&K) -> bool,
+) -> Result<()> {
+    while let Some(event) = watch.try_next().await? {
+        match event {
+            WatchEvent::Added(object) | WatchEvent::Modified(object) if seen(&object) => {
+                return Ok(());
             }
+            WatchEvent::Error(error) => bail!("the watch failed: {}", error.message),
+            _ => {}
         }
-        bail!("the watch ended")
-    })
-    .await
+    }
+    bail!("the watch ended")
 }
 
 /// An object comb deployed, as a plain client would write it: what the server added dropped.
@@ -1303,10 +1383,15 @@ fn machine_busy() -> Result<Duration> {
     Ok(ticks(busy))
 }
 
-async fn converge_phase(
-    settings: &Settings,
-    figures: &mut Figures,
-) -> Result<Vec<Vec<(ApiResource, Value)>>> {
+/// What comb's convergence left, per layer, for the clients that repeat its writes: the objects
+/// it deployed and the Combs as it recorded them.
+#[derive(Default)]
+struct Deployed {
+    objects: Vec<Vec<(ApiResource, Value)>>,
+    combs: Vec<Vec<Comb>>,
+}
+
+async fn converge_phase(settings: &Settings, figures: &mut Figures) -> Result<Deployed> {
     let world = clusters(settings, true).await;
     let count = settings.combs;
     let (mut controller, converged, cpu) = converge(settings, &world, [count; 3]).await?;
@@ -1314,7 +1399,7 @@ async fn converge_phase(
     figures.convergence_floor = Some(Floor::of_convergence(
         managed_per_resource(&world).await?,
         (3 * count) as u64,
-        controller.transitions().await?,
+        controller.recorded().await?,
     ));
     eprintln!(
         "converged: {} Combs in {:.2} s",
@@ -1342,14 +1427,22 @@ async fn converge_phase(
     let (rss, hwm) = controller.memory()?;
     figures.converged_memory = Some((rss, hwm));
 
-    let objects = if settings.runs("plain") {
-        deployed_objects(&world).await?
+    let deployed = if settings.runs("plain") || settings.runs("floor") {
+        let mut combs = Vec::new();
+        for (_, context, _, namespace) in LAYERS {
+            let api = observed_combs(&world, context, namespace).await;
+            combs.push(api.list(&ListParams::default()).await?.items);
+        }
+        Deployed {
+            objects: deployed_objects(&world).await?,
+            combs,
+        }
     } else {
-        Vec::new()
+        Deployed::default()
     };
     controller.stop("converge").await?;
     world.shutdown().await;
-    Ok(objects)
+    Ok(deployed)
 }
 
 async fn plain_phase(
@@ -1369,48 +1462,247 @@ async fn plain_client(
     objects: Vec<Vec<(ApiResource, Value)>>,
 ) -> Result<Plain> {
     let world = clusters(settings, true).await;
-    let total = objects.iter().map(Vec::len).sum();
-    let deployments: Vec<usize> = objects
-        .iter()
-        .map(|objects| {
-            objects
-                .iter()
-                .filter(|(r, _)| r.kind == "Deployment")
-                .count()
+    // The API resources come from phase 2's discovery: the plain client only creates.
+    let writes = objects
+        .into_iter()
+        .map(|layer| {
+            layer
+                .into_iter()
+                .map(|(resource, object)| ClientWrite::Object(resource, object))
+                .collect()
         })
         .collect();
-    // The API resources come from phase 2's discovery: the plain client only creates.
-    reset(&world);
+    let plain = timed_writes(settings, &world, writes, "the plain client's writes").await?;
+    world.shutdown().await;
+    Ok(plain)
+}
+
+/// `writes` (per layer) sent on `world` as many at a time per layer as the controller has
+/// workers, its request logs reset first: the requests, the time until the layers' Deployments
+/// are ready, the objects created, and the CPU spent meanwhile ([`Cpu`], no comb in it).
+async fn timed_writes(
+    settings: &Settings,
+    world: &World,
+    writes: Vec<Vec<ClientWrite>>,
+    what: &str,
+) -> Result<Plain> {
+    let created = |layer: &Vec<ClientWrite>, deployments_only: bool| {
+        layer
+            .iter()
+            .filter(|write| match write {
+                ClientWrite::Object(resource, _) => {
+                    !deployments_only || resource.kind == "Deployment"
+                }
+                ClientWrite::Comb(_) => false,
+            })
+            .count()
+    };
+    let deployments: Vec<usize> = writes.iter().map(|layer| created(layer, true)).collect();
+    let objects = writes.iter().map(|layer| created(layer, false)).sum();
+    reset(world);
     let before = Cpu::now(None)?;
     let started = Instant::now();
     let mut writers = Vec::new();
-    for ((_, context, _, namespace), objects) in LAYERS.iter().zip(objects) {
+    for ((_, context, _, namespace), writes) in LAYERS.iter().zip(writes) {
         let client = world.client(context).await;
         let workers = settings.workers;
         writers.push(async move {
-            stream::iter(objects)
-                .map(|(resource, object)| {
-                    let api: Api<DynamicObject> =
-                        Api::namespaced_with(client.clone(), namespace, &resource);
-                    async move {
-                        let object: DynamicObject = serde_json::from_value(object)?;
-                        api.create(&PostParams::default(), &object).await?;
-                        Ok::<_, anyhow::Error>(())
-                    }
-                })
+            stream::iter(writes)
+                .map(|write| write.send(client.clone(), namespace))
                 .buffer_unordered(workers)
                 .try_collect::<Vec<()>>()
                 .await
         });
     }
-    within(settings.deadline, "the plain client's writes", async {
+    within(settings.deadline, what, async {
         futures::future::try_join_all(writers).await
     })
     .await?;
+    deployments_ready(settings, world, &deployments).await?;
+    Ok(Plain {
+        time: started.elapsed(),
+        cpu: Cpu::now(None)?.since(&before),
+        requests: Requests::collect(world),
+        objects,
+    })
+}
+
+/// On fresh clusters, the writes of the convergence's floor made by a client that does nothing
+/// else, the same requests as comb's: the Combs created first (as the convergence creates them
+/// before comb starts, untimed), then, as many at a time per layer as the controller has
+/// workers, each object created once, each Comb's finalizer patched, and for each transition
+/// comb recorded a status write of the whole CR (the status comb left, in that transition's
+/// phase and reason) and an Event; timed until the Deployments are ready. No watch, no read, no
+/// wait between a Comb's writes: what any controller that makes the floor's writes costs this
+/// server at least, beside what the plain client's objects alone cost it.
+async fn floor_client(
+    settings: &Settings,
+    deployed: Deployed,
+    transitions: &Counts,
+) -> Result<Plain> {
+    let world = clusters(settings, true).await;
+    let mut counts = [0; 3];
+    for (count, combs) in counts.iter_mut().zip(&deployed.combs) {
+        *count = combs.len();
+    }
+    create_combs(&world, &[0; 3], &counts).await?;
+    let mut paths = deal(transitions, counts.iter().sum()).into_iter();
+    let mut writes = Vec::new();
+    for (((_, context, _, namespace), objects), combs) in
+        LAYERS.iter().zip(deployed.objects).zip(deployed.combs)
+    {
+        // The Combs as created, to write on (read before the clock starts).
+        let mut created: BTreeMap<String, Comb> = observed_combs(&world, context, namespace)
+            .await
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|comb| (comb.metadata.name.clone().unwrap_or_default(), comb))
+            .collect();
+        let mut layer: Vec<ClientWrite> = objects
+            .into_iter()
+            .map(|(resource, object)| ClientWrite::Object(resource, object))
+            .collect();
+        for reached in combs {
+            let name = reached.metadata.name.clone().unwrap_or_default();
+            let fresh = created
+                .remove(&name)
+                .with_context(|| format!("Comb {namespace}/{name} was not created again"))?;
+            layer.push(ClientWrite::Comb(Box::new(CombWrites {
+                created: fresh,
+                reached,
+                path: paths.next().unwrap_or_default(),
+            })));
+        }
+        writes.push(layer);
+    }
+    let floor = timed_writes(settings, &world, writes, "the floor client's writes").await?;
+    world.shutdown().await;
+    Ok(floor)
+}
+
+/// The transitions comb recorded (`Phase (Reason)` -> count), dealt out to `combs` Combs in
+/// turn, those into Running last: each Comb gets its share, the totals by state are comb's,
+/// and a Comb's path ends in Running when there is a Running for every Comb.
+fn deal(transitions: &Counts, combs: usize) -> Vec<Vec<(String, String)>> {
+    let mut states: Vec<(&String, u64)> = transitions.0.iter().map(|(s, n)| (s, *n)).collect();
+    states.sort_by_key(|(state, _)| state.starts_with("Running"));
+    let mut paths = vec![Vec::new(); combs];
+    let mut dealt = 0;
+    for (state, count) in states {
+        let (phase, reason) = match state.split_once(" (") {
+            Some((phase, reason)) => (phase, reason.trim_end_matches(')')),
+            None => (state.as_str(), ""),
+        };
+        for _ in 0..count {
+            if let Some(path) = paths.get_mut(dealt % combs.max(1)) {
+                path.push((phase.to_string(), reason.to_string()));
+            }
+            dealt += 1;
+        }
+    }
+    paths
+}
+
+/// One unit of the plain or the floor client's work.
+enum ClientWrite {
+    /// An object comb deployed, created.
+    Object(ApiResource, Value),
+    /// A Comb's own writes.
+    Comb(Box<CombWrites>),
+}
+
+/// A Comb as created (to write on), as comb left it, and the transitions to record, each a
+/// phase and a reason.
+struct CombWrites {
+    created: Comb,
+    reached: Comb,
+    path: Vec<(String, String)>,
+}
+
+impl ClientWrite {
+    async fn send(self, client: kube::Client, namespace: &str) -> Result<()> {
+        match self {
+            ClientWrite::Object(resource, object) => {
+                let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
+                let object: DynamicObject = serde_json::from_value(object)?;
+                api.create(&PostParams::default(), &object).await?;
+            }
+            ClientWrite::Comb(comb) => {
+                let CombWrites {
+                    created: mut cr,
+                    reached,
+                    path,
+                } = *comb;
+                // comb's CR carries no managedFields (it does not decode them), and a write
+                // that carried them would set them.
+                cr.metadata.managed_fields = None;
+                let name = cr.metadata.name.clone().unwrap_or_default();
+                let resource = comb_api::api_resource(DEFAULT_GROUP);
+                let combs = kube::core::Request::new(format!(
+                    "/apis/{}/namespaces/{namespace}/{}",
+                    resource.api_version, resource.plural
+                ));
+                // Only the metadata of each answer is decoded: its resourceVersion is what the
+                // next write is conditional on, as comb's are.
+                let patch = json!({"metadata": {
+                    "finalizers": reached.metadata.finalizers,
+                    "resourceVersion": cr.metadata.resource_version,
+                }});
+                let request = combs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))?;
+                let answer: kube::core::PartialObjectMeta<Comb> = client.request(request).await?;
+                cr.metadata.resource_version = answer.metadata.resource_version;
+                let status = serde_json::to_value(&reached.status)?;
+                let message = reached
+                    .status
+                    .as_ref()
+                    .and_then(CombStatus::ready)
+                    .and_then(|ready| ready.message.clone())
+                    .unwrap_or_default();
+                for (phase, reason) in path {
+                    let mut body = serde_json::to_value(&cr)?;
+                    body["status"] = status.clone();
+                    body["status"]["phase"] = json!(phase);
+                    let conditions = body["status"]["conditions"].as_array_mut();
+                    for condition in conditions.into_iter().flatten() {
+                        if condition["type"] == comb_api::READY {
+                            condition["reason"] = json!(reason);
+                            condition["status"] =
+                                json!(if phase == "Running" { "True" } else { "False" });
+                        }
+                    }
+                    let request = combs.replace_subresource(
+                        "status",
+                        &name,
+                        &PostParams::default(),
+                        serde_json::to_vec(&body)?,
+                    )?;
+                    let answer: kube::core::PartialObjectMeta<Comb> =
+                        client.request(request).await?;
+                    cr.metadata.resource_version = answer.metadata.resource_version;
+                    let kind = match phase.as_str() {
+                        "Error" | "Blocked" | "NeedsConfig" => events::EventType::Warning,
+                        _ => events::EventType::Normal,
+                    };
+                    let event =
+                        events::event_for(DEFAULT_GROUP, &cr, kind, &reason, &message, "bench");
+                    events::publish(client.clone(), &event)
+                        .await
+                        .map_err(anyhow::Error::msg)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Waits until the Deployments of every layer (`counts` of them each) are ready.
+async fn deployments_ready(settings: &Settings, world: &World, counts: &[usize]) -> Result<()> {
     let mut ready = Vec::new();
     for (layer, (_, context, _, namespace)) in LAYERS.iter().enumerate() {
         let api: Api<Deployment> = Api::namespaced(world.observer(context).await, namespace);
-        let wanted_count = deployments.get(layer).copied().unwrap_or(0);
+        let wanted_count = counts.get(layer).copied().unwrap_or(0);
         ready.push(watch_until(api, wanted_count, |deployment| {
             let wanted = deployment.spec.replicas.unwrap_or(1);
             deployment
@@ -1421,20 +1713,11 @@ async fn plain_client(
                 >= wanted
         }));
     }
-    within(
-        settings.deadline,
-        "the plain client's Deployments ready",
-        async { futures::future::try_join_all(ready).await },
-    )
+    within(settings.deadline, "the Deployments ready", async {
+        futures::future::try_join_all(ready).await
+    })
     .await?;
-    let plain = Plain {
-        time: started.elapsed(),
-        cpu: Cpu::now(None)?.since(&before),
-        requests: Requests::collect(&world),
-        objects: total,
-    };
-    world.shutdown().await;
-    Ok(plain)
+    Ok(())
 }
 
 /// Convergence at each size of `COMB_BENCH_GROWTH` (Combs in all, a third per layer), each on
@@ -1655,6 +1938,11 @@ fn report(settings: &Settings, figures: &Figures) {
         println!();
     }
 
+    // The floor's writes alone, against the plain client and comb.
+    if let Some(floor) = &figures.floor_client {
+        print_floor_client(floor, figures.plain.as_ref(), figures.convergence.as_ref());
+    }
+
     // Requests by verb and resource.
     let settled = figures.settled.as_ref();
     let edits = all_edits(&figures.edits.requests);
@@ -1780,14 +2068,15 @@ fn report(settings: &Settings, figures: &Figures) {
         }
         println!(
             "| transitions recorded | {} |",
-            floor
-                .transitions
-                .0
-                .iter()
-                .map(|(state, n)| format!("{state} {}", per(*n, of)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            floor.recorded.transitions.per(of)
         );
+        let beyond = floor.recorded.beyond_transitions();
+        if !beyond.0.is_empty() {
+            println!(
+                "| status writes without a transition (comb's own count), by what each changed | {} |",
+                beyond.per(of)
+            );
+        }
         println!();
     }
 
@@ -1933,6 +2222,66 @@ fn print_cpu_rows(comb: &Cpu, plain: Option<&Cpu>) {
     }
 }
 
+/// The floor client's row beside the plain client's and comb's: what the floor's writes alone
+/// cost this server, so that comb's time against the plain client splits into what any truthful
+/// controller pays and what comb adds to it.
+fn print_floor_client(
+    floor: &Plain,
+    plain: Option<&Plain>,
+    comb: Option<&(Requests, Duration, Cpu)>,
+) {
+    println!(
+        "| the floor's writes alone (a client that makes only them: no watch, no read, no work of its own) | floor client | plain client | floor / plain | comb | comb / floor |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let row = |what: &str,
+               floor: f64,
+               plain: Option<f64>,
+               comb: Option<f64>,
+               show: &dyn Fn(f64) -> String| {
+        println!(
+            "| {what} | {} | {} | {} | {} | {} |",
+            show(floor),
+            plain.map_or("-".to_string(), show),
+            plain.map_or("-".to_string(), |plain| ratio(floor, plain)),
+            comb.map_or("-".to_string(), show),
+            comb.map_or("-".to_string(), |comb| ratio(comb, floor)),
+        );
+    };
+    let count = |n: f64| thousands(n as u64);
+    let secs = |s: f64| seconds(Duration::from_secs_f64(s));
+    row(
+        "writes",
+        floor.requests.count(Class::Write) as f64,
+        plain.map(|p| p.requests.count(Class::Write) as f64),
+        comb.map(|(requests, ..)| requests.count(Class::Write) as f64),
+        &count,
+    );
+    row(
+        "time",
+        floor.time.as_secs_f64(),
+        plain.map(|p| p.time.as_secs_f64()),
+        comb.map(|(_, time, _)| time.as_secs_f64()),
+        &secs,
+    );
+    row(
+        "CPU, the bench process (the emulator's servers, the bench's clients)",
+        floor.cpu.bench.as_secs_f64(),
+        plain.map(|p| p.cpu.bench.as_secs_f64()),
+        comb.map(|(_, _, cpu)| cpu.bench.as_secs_f64()),
+        &secs,
+    );
+    row(
+        "CPU, whole machine",
+        floor.cpu.machine.as_secs_f64(),
+        plain.map(|p| p.cpu.machine.as_secs_f64()),
+        comb.map(|(_, _, cpu)| cpu.machine.as_secs_f64()),
+        &secs,
+    );
+    println!("| answers >= 400 | {} | | | | |", failures(&floor.requests));
+    println!();
+}
+
 /// The growth phase's table: each size's convergence, comb's and the plain client's, and how
 /// each grew from the smallest size, against how the Combs grew.
 fn print_growth(growth: &[Growth]) {
@@ -2045,11 +2394,20 @@ async fn run(settings: &Settings) -> Result<Figures> {
         eprintln!("edit phase done");
     }
     if settings.runs("converge") {
-        let objects = converge_phase(settings, &mut figures).await?;
+        let deployed = converge_phase(settings, &mut figures).await?;
         eprintln!("convergence phase done");
         if settings.runs("plain") {
-            plain_phase(settings, &mut figures, objects).await?;
+            plain_phase(settings, &mut figures, deployed.objects.clone()).await?;
             eprintln!("plain client phase done");
+        }
+        if settings.runs("floor") {
+            let transitions = figures
+                .convergence_floor
+                .as_ref()
+                .map(|floor| floor.recorded.transitions.clone())
+                .unwrap_or_default();
+            figures.floor_client = Some(floor_client(settings, deployed, &transitions).await?);
+            eprintln!("floor client phase done");
         }
     }
     if settings.runs("rss") && !settings.rss_sizes.is_empty() {

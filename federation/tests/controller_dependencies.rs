@@ -266,8 +266,10 @@ async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
     edit_api(&world, "api:3").await;
     blocked_on_db_keeping(&world, "api:2").await;
 
-    // Scaled back by hand: db serves again as it runs (api's next edit goes through).
-    let scaled_at = jiff::Timestamp::now();
+    // Scaled back by hand: db serves again as it runs, and api, Blocked on it, goes on by
+    // itself with the edit it held back. db's status does not change when its Pod is ready (in
+    // maintenance nothing of db's is reconciled); its objects' changes wake api (the resync is
+    // an hour away).
     deployments
         .patch(
             "db",
@@ -276,15 +278,16 @@ async fn a_dependency_is_judged_by_what_runs_against_its_spec_as_it_is_now() {
         )
         .await
         .expect("db scaled back");
-    // On a real cluster its Pod takes a while to be ready, and db's status does not change when
-    // it is (in maintenance nothing of db's is reconciled), so nothing wakes api then: api's
-    // edit comes once db runs again.
-    wait_until("db ready again", || async {
-        let status = deployments.get("db").await.ok()?.status?;
-        (status.ready_replicas == Some(1)).then_some(())
+    wait_until("api:3 deployed once db runs again", || async {
+        (deployed_image(&world, "api").await.as_deref() == Some("api:3")).then_some(())
     })
     .await;
-    stepped_since(&running.handle, "db", scaled_at).await;
+    world
+        .wait_phase("prod", "platform", "api", "Running", None)
+        .await;
+    world
+        .wait_phase("prod", "platform", "db", "Maintenance", None)
+        .await;
     edit_api(&world, "api:4").await;
     wait_until("api:4 deployed", || async {
         (deployed_image(&world, "api").await.as_deref() == Some("api:4")).then_some(())

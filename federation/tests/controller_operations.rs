@@ -74,11 +74,25 @@ async fn the_admin_server_shows_metrics_health_and_the_queue() {
         r#"comb_transitions_total{layer="prod",phase="Running",reason="Healthy"} 1"#,
         r#"comb_step_duration_seconds_count{layer="prod"}"#,
     ];
-    wait_until("the metrics of the Running step", || async {
+    let metrics = wait_until("the metrics of the Running step", || async {
         let (code, metrics) = get(address, "/metrics").await;
-        (code == 200 && lines.iter().all(|line| metrics.contains(line))).then_some(())
+        (code == 200 && lines.iter().all(|line| metrics.contains(line))).then_some(metrics)
     })
     .await;
+    // Each transition was one status write, counted as such.
+    let sum = |prefix: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|line| line.starts_with(prefix))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum()
+    };
+    let transitions = sum(r#"comb_transitions_total{layer="prod","#);
+    assert_eq!(
+        sum(r#"comb_status_writes_total{layer="prod",change="transition"}"#),
+        transitions,
+        "{metrics}"
+    );
     let queue = wait_until("web idle in the queue", || async {
         let (_, body) = get(address, "/debug/queue").await;
         let queue: serde_json::Value = serde_json::from_str(&body).ok()?;

@@ -336,6 +336,65 @@ async fn a_changed_manifest_is_redeployed() {
     );
 }
 
+/// A bare Pod of one container `probe` running `image`, with `env`.
+fn bare_pod(image: &str, env: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+           "spec": {"containers": [{"name": "probe", "image": image, "env": env}]}})
+}
+
+/// kube-apiserver lets an update of a Pod change its images and little else: comb's apply of a
+/// bound bare Pod keeps its node (set by the scheduler's binding, not in the manifest) and takes
+/// a new image; any other change of its spec is the server's refusal, in its words (its first
+/// line).
+#[tokio::test]
+async fn a_bare_pod_takes_a_new_image_and_no_other_change_of_its_spec() {
+    let cluster = Cluster::start().await;
+    let comb = cluster
+        .settled("probe", vec![bare_pod("busybox:1", json!([]))])
+        .await;
+    cluster
+        .wait_until("the Pod bound to a node", async |cluster| {
+            let pod = cluster.get("v1", "Pod", "probe").await;
+            pod.is_some_and(|pod| {
+                pod["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+            })
+        })
+        .await;
+
+    let mut comb = cluster
+        .edit(
+            &comb,
+            manifests_spec(vec![bare_pod("busybox:2", json!([]))]),
+        )
+        .await;
+    let (phase, ..) = verdict(&cluster.reconcile(&mut comb).await);
+    assert_ne!(phase, "Error");
+    let live = cluster.get("v1", "Pod", "probe").await.unwrap();
+    assert_eq!(live["spec"]["containers"][0]["image"], "busybox:2");
+
+    let env = json!([{"name": "TOKEN", "value": "s3cret-token"}]);
+    let mut comb = cluster
+        .edit(&comb, manifests_spec(vec![bare_pod("busybox:2", env)]))
+        .await;
+    let (phase, reason, message) = verdict(&cluster.reconcile(&mut comb).await);
+    assert_eq!((phase.as_str(), reason.as_str()), ("Error", "DeployFailed"));
+    assert!(
+        message.contains(
+            "Pod \"probe\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
+        ),
+        "{message}"
+    );
+    // kube-apiserver follows that line with a diff of the whole Pod spec: not in a status.
+    assert!(
+        !message.contains('\n') && !message.contains("s3cret"),
+        "{message}"
+    );
+    let live = cluster.get("v1", "Pod", "probe").await.unwrap();
+    assert_eq!(live["spec"]["containers"][0].get("env"), None);
+}
+
 #[tokio::test]
 async fn an_object_applied_without_a_digest_is_redeployed() {
     let cluster = Cluster::start().await;

@@ -3,6 +3,10 @@
 //! One rule for every crate, so a failure reads the same wherever it is reported.
 
 /// `<code> <reason>: <message>` for an API error, else the error with its causes.
+///
+/// Of the server's message only the first line is kept: kube-apiserver follows some refusals
+/// with a dump of the object (a refused Pod update with a diff of the whole Pod spec, its
+/// environment's values included), which must not reach a status, an Event or a log line.
 pub fn describe_error(error: &kube::Error) -> String {
     let text = match error {
         kube::Error::Api(status) => {
@@ -11,10 +15,11 @@ pub fn describe_error(error: &kube::Error) -> String {
                 .filter(|part| !part.is_empty() && part != "0")
                 .collect::<Vec<_>>()
                 .join(" ");
-            match (head.is_empty(), status.message.is_empty()) {
+            let message = status.message.lines().next().unwrap_or_default();
+            match (head.is_empty(), message.is_empty()) {
                 (_, true) => head,
-                (true, false) => status.message.clone(),
-                (false, false) => format!("{head}: {}", status.message),
+                (true, false) => message.to_string(),
+                (false, false) => format!("{head}: {message}"),
             }
         }
         other => with_causes(other),
@@ -40,23 +45,38 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn api_errors_keep_the_servers_words() {
+    /// What `describe_error` says of an API server's answer with `code`, `reason` and `message`.
+    fn described(code: u16, reason: &str, message: &str) -> String {
         let status = kube::core::Status {
-            code: 404,
-            reason: "NotFound".into(),
-            message: "combs.comb.internal \"db\" not found".into(),
+            code,
+            reason: reason.into(),
+            message: message.into(),
             ..kube::core::Status::default()
         };
-        assert_eq!(
-            describe_error(&kube::Error::Api(Box::new(status))),
-            "404 NotFound: combs.comb.internal \"db\" not found"
-        );
-        let bare = kube::core::Status {
-            code: 503,
-            ..kube::core::Status::default()
-        };
-        assert_eq!(describe_error(&kube::Error::Api(Box::new(bare))), "503");
+        describe_error(&kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn api_errors_keep_the_servers_first_line() {
+        let cases = [
+            (
+                (404, "NotFound", "combs.comb.internal \"db\" not found"),
+                "404 NotFound: combs.comb.internal \"db\" not found",
+            ),
+            ((503, "", ""), "503"),
+            // kube-apiserver follows a refused Pod update with a diff of the whole spec.
+            (
+                (
+                    422,
+                    "Invalid",
+                    "Pod \"probe\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`\n  core.PodSpec{\n-  Env: nil,\n+  Env: []core.EnvVar{{Name: \"TOKEN\", Value: \"s3cret\"}},\n  }",
+                ),
+                "422 Invalid: Pod \"probe\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`",
+            ),
+        ];
+        for ((code, reason, message), expected) in cases {
+            assert_eq!(described(code, reason, message), expected);
+        }
     }
 
     #[test]

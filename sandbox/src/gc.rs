@@ -4,6 +4,8 @@
 //! CRD cleanup (a deleted CRD's objects go, then the CRD). They run asynchronously, reacting
 //! to store events, and write through the store like any other client.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -57,10 +59,11 @@ fn has_finalizer(object: &Value, finalizer: &str) -> bool {
     meta::finalizers(object).iter().any(|f| f == finalizer)
 }
 
-fn owner_refs(object: &Value) -> Vec<Value> {
+/// Borrowed, not copied: the collector looks at the references of every change.
+fn owner_refs(object: &Value) -> &[Value] {
     object["metadata"]["ownerReferences"]
         .as_array()
-        .cloned()
+        .map(Vec::as_slice)
         .unwrap_or_default()
 }
 
@@ -107,7 +110,7 @@ impl Collector {
                 self.on_object(rt, object);
                 let old_refs = event
                     .old_object
-                    .as_ref()
+                    .as_deref()
                     .map(owner_refs)
                     .unwrap_or_default();
                 let refs = owner_refs(object);
@@ -127,10 +130,10 @@ impl Collector {
 
     /// The stored state of an object seen in an event or a snapshot, if it still exists:
     /// decisions are taken on what is stored now, never on a stale copy.
-    fn fresh(&self, rt: &ResourceType, seen: &Value) -> Option<Value> {
+    fn fresh(&self, rt: &ResourceType, seen: &Value) -> Option<Arc<Value>> {
         let current = self
             .store
-            .get(rt, meta::namespace(seen), meta::name(seen))
+            .get_shared(rt, meta::namespace(seen), meta::name(seen))
             .ok()?;
         (meta::uid(&current) == meta::uid(seen)).then_some(current)
     }
@@ -240,12 +243,13 @@ impl Collector {
             .store
             .modify(rt, ns, name, Subresource::Main, |object| {
                 let kept: Vec<Value> = owner_refs(object)
-                    .into_iter()
+                    .iter()
                     .filter(|r| {
                         !r["uid"]
                             .as_str()
                             .is_some_and(|u| uids.iter().any(|x| x == u))
                     })
+                    .cloned()
                     .collect();
                 let value = (!kept.is_empty()).then(|| Value::Array(kept));
                 meta::set_metadata_field(object, "ownerReferences", value);

@@ -18,6 +18,7 @@
 
 pub mod api_error;
 pub mod backend;
+pub mod cel;
 pub mod controls;
 pub mod crd;
 pub mod defaults;
@@ -32,6 +33,7 @@ pub mod managed;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod pod_update;
 pub mod proto;
 pub mod real;
 pub mod resources;

@@ -86,6 +86,7 @@ impl ResourceType {
                     | ("batch", _)
                     | ("networking.k8s.io", "Ingress")
                     | ("networking.k8s.io", "NetworkPolicy")
+                    | ("discovery.k8s.io", "EndpointSlice")
                     | ("policy", _)
                     | ("autoscaling", _)
                     | ("apiextensions.k8s.io", _)

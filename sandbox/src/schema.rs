@@ -32,7 +32,7 @@ fn is_type_meta(key: &str, root: bool) -> bool {
     root && matches!(key, "apiVersion" | "kind" | "metadata")
 }
 
-fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
     } else {
@@ -142,14 +142,19 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 fn type_error(path: &str, value: &Value, wanted: &str) -> FieldError {
-    FieldError::invalid(
+    let invalid = FieldError::invalid(
         path,
         &Value::String(type_name(value).into()),
         &format!(
             "{path} in body must be of type {wanted}: {:?}",
             type_name(value)
         ),
-    )
+    );
+    // Printed as any invalid value, but its own reason (field.TypeInvalid).
+    FieldError {
+        reason: "FieldValueTypeInvalid",
+        ..invalid
+    }
 }
 
 fn check(schema: &Value, value: &Value, path: &str, root: bool, errors: &mut Vec<FieldError>) {
@@ -279,27 +284,42 @@ fn check(schema: &Value, value: &Value, path: &str, root: bool, errors: &mut Vec
     }
 }
 
-/// Schema violations of a custom resource (after defaulting and pruning).
-///
-/// The emulator does not evaluate CEL rules (`x-kubernetes-validations`); like kube-apiserver,
-/// it says so when schema errors kept them from running, so the answer is the same.
-pub fn validate(rt: &ResourceType, object: &Value) -> Vec<FieldError> {
+/// Schema violations of a custom resource (after defaulting and pruning), then its validation
+/// rules' ([`crate::cel`]; `old` is the stored object on an update). Like kube-apiserver, the
+/// rules run only when no error of the schema's blocks them (a missing, too long or mistyped
+/// value, too many items, a value outside an enum), and it says so when one did.
+pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if let Some(schema) = rt.schema.as_deref() {
         check(schema, object, "", true, &mut errors);
-        if !errors.is_empty() && has_cel_rules(schema) {
+        if !has_cel_rules(schema) {
+            return errors;
+        }
+        let blocked = errors.iter().any(|e| {
+            matches!(
+                e.reason,
+                "FieldValueNotSupported"
+                    | "FieldValueRequired"
+                    | "FieldValueTooLong"
+                    | "FieldValueTooMany"
+                    | "FieldValueTypeInvalid"
+            )
+        });
+        if blocked {
             errors.push(FieldError::invalid(
                 "<nil>",
                 &Value::Null,
                 "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
             ));
+        } else {
+            errors.extend(crate::cel::validate(schema, object, old));
         }
     }
     errors
 }
 
 /// Whether a schema holds CEL rules anywhere.
-fn has_cel_rules(schema: &Value) -> bool {
+pub(crate) fn has_cel_rules(schema: &Value) -> bool {
     match schema {
         Value::Object(map) => {
             map.contains_key("x-kubernetes-validations") || map.values().any(has_cel_rules)
@@ -347,14 +367,14 @@ mod tests {
             json!({"apiVersion": "comb.internal/v1", "kind": "Comb", "metadata": {"name": "a"},
                 "spec": {"class": "web", "extra": {"anything": [1]}, "labels": {"a": "b"}, "replicas": 1}})
         );
-        assert!(validate(&rt, &object).is_empty());
+        assert!(validate(&rt, &object, None).is_empty());
     }
 
     #[test]
     fn violations() {
         let rt = comb_type();
         let object = json!({"metadata": {"name": "a"}, "spec": {"replicas": "two", "mode": "walk", "port": 1.5}});
-        let errors = validate(&rt, &object);
+        let errors = validate(&rt, &object, None);
         let fields: Vec<(&str, &str)> = errors
             .iter()
             .map(|e| (e.field.as_str(), e.reason))
@@ -363,9 +383,9 @@ mod tests {
             fields,
             [
                 ("spec.class", "FieldValueRequired"),
-                ("spec.replicas", "FieldValueInvalid"),
+                ("spec.replicas", "FieldValueTypeInvalid"),
                 ("spec.mode", "FieldValueNotSupported"),
-                ("spec.port", "FieldValueInvalid"),
+                ("spec.port", "FieldValueTypeInvalid"),
             ]
         );
         assert_eq!(

@@ -9,6 +9,8 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use http::{HeaderMap, Method, StatusCode, header};
+use serde::Serialize;
+use serde::ser::{SerializeMap as _, Serializer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -156,10 +158,17 @@ pub fn rendering(headers: &HeaderMap) -> Rendering {
 }
 
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    json_response_of(status, body)
+}
+
+/// [`json_response`] of anything that serializes as JSON.
+fn json_response_of(status: StatusCode, body: &impl Serialize) -> Response {
+    // Values and the list above only have string keys: serializing them cannot fail.
+    let text = serde_json::to_vec(body).unwrap_or_default();
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
+        .body(Body::from(text))
         .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
@@ -325,10 +334,7 @@ fn resource_list(store: &Store, group: &str, version: &str) -> Value {
 }
 
 fn serves(store: &Store, group: &str, version: &str) -> bool {
-    store
-        .groups()
-        .iter()
-        .any(|(g, v)| g == group && v.iter().any(|x| x == version))
+    store.serves(group, version)
 }
 
 /// What kube-apiserver answers for a group version nobody serves: its mux's plain 404, not
@@ -590,16 +596,16 @@ async fn serve_resource(
             if query.flag("watch") {
                 return watch::serve(server, rt, ns, Some(name), &query, render);
             }
-            let object = store.get(rt, ns, name)?;
-            Ok(render_one(rt, object, render, StatusCode::OK, &query))
+            let object = store.get_shared(rt, ns, name)?;
+            Ok(render_one(rt, &object, render, StatusCode::OK, &query))
         }
         (&Method::GET, Some(name), Some("status")) => {
-            let object = store.get(rt, ns, name)?;
-            Ok(render_one(rt, object, render, StatusCode::OK, &query))
+            let object = store.get_shared(rt, ns, name)?;
+            Ok(render_one(rt, &object, render, StatusCode::OK, &query))
         }
         (&Method::GET, Some(name), Some("log")) => pod_log(server, ns, name, &query),
         (&Method::GET, Some(name), Some("scale")) => {
-            let object = store.get(rt, ns, name)?;
+            let object = store.get_shared(rt, ns, name)?;
             Ok(json_response(StatusCode::OK, &scale_of(&object)))
         }
         (&Method::POST, None, None) => {
@@ -612,7 +618,7 @@ async fn serve_resource(
             let warnings = validate_fields(rt, &object, &query)?;
             let options = write_options(&query, &headers)?;
             let created = store.create_with(rt, ns, object, &options)?;
-            let response = render_one(rt, created, render, StatusCode::CREATED, &query);
+            let response = render_one(rt, &created, render, StatusCode::CREATED, &query);
             Ok(with_warnings(response, &warnings))
         }
         (&Method::PUT, Some(name), sub) => {
@@ -656,7 +662,7 @@ async fn serve_resource(
                 )));
             }
             let warnings = validate_fields(rt, &object, &query)?;
-            let existed = store.get(rt, ns, name).is_ok();
+            let existed = store.get_shared(rt, ns, name).is_ok();
             let subresource = match sub {
                 Some("status") => Subresource::Status,
                 _ => Subresource::Main,
@@ -668,7 +674,7 @@ async fn serve_resource(
                 StatusCode::CREATED
             };
             Ok(with_warnings(
-                render_one(rt, updated, render, status, &query),
+                render_one(rt, &updated, render, status, &query),
                 &warnings,
             ))
         }
@@ -824,7 +830,11 @@ fn list(
     }
     let body = match render {
         Rendering::Table => {
-            let objects: Vec<Value> = page.items.into_iter().map(|o| present(rt, o)).collect();
+            let objects: Vec<Value> = page
+                .items
+                .into_iter()
+                .map(|o| present(rt, Arc::unwrap_or_clone(o)))
+                .collect();
             table::table(
                 rt,
                 &objects,
@@ -834,32 +844,99 @@ fn list(
             )
         }
         Rendering::Metadata => {
-            let items: Vec<Value> = page.items.iter().map(table::partial_metadata).collect();
+            let items: Vec<Value> = page
+                .items
+                .iter()
+                .map(|o| table::partial_metadata(o))
+                .collect();
             json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items})
         }
         Rendering::Object => {
-            let items: Vec<Value> = page.items.into_iter().map(|o| list_item(rt, o)).collect();
-            json!({"kind": rt.list_kind(), "apiVersion": rt.api_version(), "metadata": metadata, "items": items})
+            // Written straight from the stored objects: a copy of each to drop its type
+            // fields was most of a list's cost.
+            let body = ObjectList {
+                kind: rt.list_kind(),
+                api_version: rt.api_version(),
+                metadata,
+                items: page
+                    .items
+                    .iter()
+                    .map(|object| ListItem { rt, object })
+                    .collect(),
+            };
+            return Ok(json_response_of(StatusCode::OK, &body));
         }
     };
     Ok(json_response(StatusCode::OK, &body))
 }
 
+/// A list of objects as kube-apiserver writes it.
+#[derive(Serialize)]
+struct ObjectList<'a> {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    metadata: Value,
+    items: Vec<ListItem<'a>>,
+}
+
+/// A stored object written as [`list_item`] shows it, without copying it.
+struct ListItem<'a> {
+    rt: &'a ResourceType,
+    object: &'a Value,
+}
+
+impl Serialize for ListItem<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Some(fields) = self.object.as_object() else {
+            return self.object.serialize(serializer);
+        };
+        let api_version =
+            (self.rt.version != self.rt.storage_version).then(|| self.rt.api_version());
+        let keeps_type_meta = self.rt.is_custom();
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in fields {
+            match key.as_str() {
+                "apiVersion" | "kind" if !keeps_type_meta => {}
+                "apiVersion" => match &api_version {
+                    Some(version) => map.serialize_entry(key, version)?,
+                    None => map.serialize_entry(key, value)?,
+                },
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        if let Some(version) =
+            api_version.filter(|_| keeps_type_meta && !fields.contains_key("apiVersion"))
+        {
+            map.serialize_entry("apiVersion", &version)?;
+        }
+        map.end()
+    }
+}
+
 fn render_one(
     rt: &ResourceType,
-    object: Value,
+    object: &Value,
     render: Rendering,
     status: StatusCode,
     query: &Query,
 ) -> Response {
-    let object = present(rt, object);
+    // Stored objects are answered as they are unless another version shows them: a copy of
+    // each answered object was a good part of a read.
+    let presented;
+    let object = if rt.version == rt.storage_version {
+        object
+    } else {
+        presented = present(rt, object.clone());
+        &presented
+    };
     let body = match render {
-        Rendering::Object => object,
-        Rendering::Metadata => table::partial_metadata(&object),
+        Rendering::Object => return json_response(status, object),
+        Rendering::Metadata => table::partial_metadata(object),
         Rendering::Table => table::table(
             rt,
-            std::slice::from_ref(&object),
-            json!({"resourceVersion": meta::resource_version(&object)}),
+            std::slice::from_ref(object),
+            json!({"resourceVersion": meta::resource_version(object)}),
             IncludeObject::parse(query.get("includeObject")),
             true,
         ),
@@ -947,7 +1024,7 @@ fn patch(
             let applied = store.try_modify(rt, ns, name, subresource, &options, |live| {
                 managed::apply(Some(live), &patch_body, &manager, rt, subresource, force)
             })?;
-            let response = render_one(rt, applied, render, StatusCode::OK, query);
+            let response = render_one(rt, &applied, render, StatusCode::OK, query);
             return Ok(with_warnings(response, &warnings));
         }
         let mut created = false;
@@ -978,7 +1055,7 @@ fn patch(
         } else {
             StatusCode::OK
         };
-        let response = render_one(rt, applied, render, status, query);
+        let response = render_one(rt, &applied, render, status, query);
         return Ok(with_warnings(response, &warnings));
     }
     let custom = rt.is_custom();
@@ -992,7 +1069,7 @@ fn patch(
         }
         Ok(next)
     })?;
-    let response = render_one(rt, patched, render, StatusCode::OK, query);
+    let response = render_one(rt, &patched, render, StatusCode::OK, query);
     Ok(with_warnings(response, &warnings))
 }
 
@@ -1071,6 +1148,59 @@ fn pod_log(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_items_are_written_as_list_item_shows_them_in_the_stored_order() {
+        let pods = crate::resources::builtin("", "Pod").expect("pods");
+        let custom = |version: &str| ResourceType {
+            group: "comb.internal".into(),
+            version: version.into(),
+            kind: "Comb".into(),
+            plural: "combs".into(),
+            storage_version: "v1".into(),
+            schema: Some(Arc::new(json!({"type": "object"}))),
+            ..pods.clone()
+        };
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"nodeName": "n"}, "status": {"phase": "Running"}});
+        let comb = json!({"apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": "c"}, "spec": {"x": 1}});
+        let untyped = json!({"kind": "Comb", "metadata": {"name": "c"}});
+        let cases = [
+            // Built-in items lose their type fields, the rest keeps its order (kube-apiserver's).
+            (
+                pods.clone(),
+                pod.clone(),
+                r#"{"metadata":{"name":"p"},"spec":{"nodeName":"n"},"status":{"phase":"Running"}}"#,
+            ),
+            (
+                custom("v1"),
+                comb.clone(),
+                r#"{"apiVersion":"comb.internal/v1","kind":"Comb","metadata":{"name":"c"},"spec":{"x":1}}"#,
+            ),
+            // Another served version shows its apiVersion in place.
+            (
+                custom("v2"),
+                comb,
+                r#"{"apiVersion":"comb.internal/v2","kind":"Comb","metadata":{"name":"c"},"spec":{"x":1}}"#,
+            ),
+            (
+                custom("v2"),
+                untyped,
+                r#"{"kind":"Comb","metadata":{"name":"c"},"apiVersion":"comb.internal/v2"}"#,
+            ),
+        ];
+        for (rt, object, expected) in cases {
+            let written = serde_json::to_string(&ListItem {
+                rt: &rt,
+                object: &object,
+            })
+            .expect("serializes");
+            assert_eq!(written, expected);
+            let parsed: Value = serde_json::from_str(&written).expect("parses");
+            assert_eq!(parsed, list_item(&rt, object), "{expected}");
+        }
+    }
 
     #[test]
     fn query_strings_are_decoded() {

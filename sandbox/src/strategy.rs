@@ -171,7 +171,13 @@ pub fn count_template_changes(rt: &ResourceType, old: &Value, next: &mut Value) 
 
 /// Whether an update changes what `metadata.generation` counts.
 pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
-    if rt.is_custom() {
+    // kube-apiserver's endpointslice strategy: any change but of the metadata, or of its labels.
+    if is(rt, "discovery.k8s.io", "EndpointSlice")
+        && old["metadata"].get("labels") != new["metadata"].get("labels")
+    {
+        return true;
+    }
+    if rt.is_custom() || is(rt, "discovery.k8s.io", "EndpointSlice") {
         let skip_status = rt.has_status();
         let keys = |v: &Value| -> Vec<(String, Value)> {
             v.as_object()
@@ -220,7 +226,7 @@ pub fn status_keeps_metadata(rt: &ResourceType, request: &Value, next: &mut Valu
 /// Field errors of an object about to be stored (`old` on update).
 pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = validate_metadata(rt, object);
-    errors.extend(schema::validate(rt, object));
+    errors.extend(schema::validate(rt, object, old));
     errors.extend(specs::validate(rt, object));
     if is(rt, "apiextensions.k8s.io", "CustomResourceDefinition") {
         errors.extend(crd::validate_crd(object));
@@ -236,6 +242,9 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
     }
     if let Some(old) = old {
         errors.extend(immutable_fields(rt, old, object));
+        if is(rt, "", "Pod") {
+            errors.extend(crate::pod_update::errors(old, object));
+        }
     }
     errors
 }
@@ -243,9 +252,15 @@ pub fn validate(rt: &ResourceType, object: &Value, old: Option<&Value>) -> Vec<F
 /// Fields a kind forbids changing after creation.
 fn immutable_fields(rt: &ResourceType, old: &Value, new: &Value) -> Vec<FieldError> {
     let pointers: &[(&str, &str)] = match (rt.group.as_str(), rt.kind.as_str()) {
-        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
+        ("apps", "Deployment" | "ReplicaSet" | "DaemonSet") => {
             &[("/spec/selector", "spec.selector")]
         }
+        ("apps", "StatefulSet") => &[
+            ("/spec/selector", "spec.selector"),
+            ("/spec/volumeClaimTemplates", "spec.volumeClaimTemplates"),
+            ("/spec/serviceName", "spec.serviceName"),
+            ("/spec/podManagementPolicy", "spec.podManagementPolicy"),
+        ],
         ("batch", "Job") => &[
             ("/spec/selector", "spec.selector"),
             ("/spec/template", "spec.template"),

@@ -28,7 +28,7 @@ fn encode<T: DeserializeOwned + Serialize>(object: &Value) -> Result<Value, Stri
 
 fn round_trip<T: DeserializeOwned + Serialize + 'static>(object: &Value) -> Result<Value, String> {
     let mut value = encode::<T>(object)?;
-    drop_empty_maps::<T>(&mut value);
+    drop_omitted_empties::<T>(&mut value);
     Ok(value)
 }
 
@@ -46,20 +46,30 @@ fn at_mut<'a>(value: &'a mut Value, path: &[Step]) -> Option<&'a mut Value> {
     })
 }
 
-fn empty_objects(value: &Value, path: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) {
+/// What an empty `{}` or `[]` of an object may be.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Empty {
+    /// `{}`: a map (omitted when empty) or a struct (kept).
+    Object,
+    /// `[]`: an optional list (omitted when empty) or a required one (kept).
+    List,
+}
+
+fn empties(value: &Value, path: &mut Vec<Step>, out: &mut Vec<(Vec<Step>, Empty)>) {
     match value {
-        Value::Object(map) if map.is_empty() => out.push(path.clone()),
+        Value::Object(map) if map.is_empty() => out.push((path.clone(), Empty::Object)),
+        Value::Array(items) if items.is_empty() => out.push((path.clone(), Empty::List)),
         Value::Object(map) => {
             for (key, child) in map {
                 path.push(Step::Key(key.clone()));
-                empty_objects(child, path, out);
+                empties(child, path, out);
                 path.pop();
             }
         }
         Value::Array(items) => {
             for (i, child) in items.iter().enumerate() {
                 path.push(Step::Index(i));
-                empty_objects(child, path, out);
+                empties(child, path, out);
                 path.pop();
             }
         }
@@ -67,37 +77,65 @@ fn empty_objects(value: &Value, path: &mut Vec<Step>, out: &mut Vec<Vec<Step>>) 
     }
 }
 
-/// Go's `omitempty` drops an empty map where k8s-openapi keeps `{}` (`data: {}`), while an
-/// empty struct stays `{}` in both (`resources: {}`).
-fn drop_empty_maps<T: DeserializeOwned + Serialize + 'static>(value: &mut Value) {
-    let mut paths = Vec::new();
-    empty_objects(value, &mut Vec::new(), &mut paths);
+/// What Go makes of an empty `{}` or `[]` of a typed object.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Dropped by `omitempty`: an empty map or optional list.
+    Omitted,
+    /// Kept as it is: an empty struct (`resources: {}`), free-form JSON (a CRD schema's
+    /// `default: []`).
+    Kept,
+    /// A list without `omitempty`: `[]` in the request, but storage's protobuf gives back a nil
+    /// slice, which Go encodes as `null` (an EndpointSlice's `endpoints`, a Role's `rules`).
+    NullWhenStored,
+}
+
+/// Go's `omitempty` drops an empty map or an empty optional list, where k8s-openapi keeps
+/// `{}` and `[]` (`data: {}`, `env: []`); what else is empty stays, until it is stored.
+fn drop_omitted_empties<T: DeserializeOwned + Serialize + 'static>(value: &mut Value) {
+    remove_or_null::<T>(value, Fate::Omitted);
+}
+
+/// Removes the empties whose fate is `fate` (`Omitted`), or sets them to null
+/// (`NullWhenStored`).
+fn remove_or_null<T: DeserializeOwned + Serialize + 'static>(value: &mut Value, fate: Fate) {
+    let mut found = Vec::new();
+    empties(value, &mut Vec::new(), &mut found);
     // Removing keys never moves array items, so every path stays valid.
-    for path in paths.iter().rev() {
-        let Some((last, parent)) = path.split_last() else {
+    for (path, empty) in found.iter().rev() {
+        let Some((Step::Key(key), parent)) = path.split_last() else {
             continue;
         };
-        if !is_map_at::<T>(value, path) {
+        if fate_at::<T>(value, path, *empty) != fate {
             continue;
         }
-        if let (Step::Key(key), Some(Value::Object(map))) = (last, at_mut(value, parent)) {
-            map.remove(key);
+        if let Some(Value::Object(map)) = at_mut(value, parent) {
+            if fate == Fate::Omitted {
+                map.remove(key);
+            } else {
+                map.insert(key.clone(), Value::Null);
+            }
         }
     }
 }
 
-/// Where in a type a path leads, array items alike: whether a `{}` there is a map or a
-/// struct is the type's, not the object's.
-type Shape = (TypeId, Vec<Option<String>>);
+/// Where in a type a path leads, array items alike, and what is empty there: its fate is the
+/// type's, not the object's.
+type Shape = (TypeId, Empty, Vec<Option<String>>);
 
-/// Each shape's answer, found once per process: finding it encodes the whole object three
+/// Each shape's fate, found once per process: finding it encodes the whole object up to three
 /// times, and doing that for every `{}` of every write (a Pod has several) was most of the
 /// emulator's time under a rollout.
-static MAP_SHAPES: LazyLock<RwLock<HashMap<Shape, bool>>> = LazyLock::new(Default::default);
+static FATES: LazyLock<RwLock<HashMap<Shape, Fate>>> = LazyLock::new(Default::default);
 
-fn is_map_at<T: DeserializeOwned + Serialize + 'static>(value: &Value, path: &[Step]) -> bool {
+fn fate_at<T: DeserializeOwned + Serialize + 'static>(
+    value: &Value,
+    path: &[Step],
+    empty: Empty,
+) -> Fate {
     let shape: Shape = (
         TypeId::of::<T>(),
+        empty,
         path.iter()
             .map(|step| match step {
                 Step::Key(key) => Some(key.clone()),
@@ -105,19 +143,74 @@ fn is_map_at<T: DeserializeOwned + Serialize + 'static>(value: &Value, path: &[S
             })
             .collect(),
     );
-    let known = MAP_SHAPES
+    let known = FATES
         .read()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
         .get(&shape)
         .copied();
     known.unwrap_or_else(|| {
-        let is_map = probe_is_map::<T>(value, path);
-        MAP_SHAPES
+        let fate = match empty {
+            Empty::Object if probe_is_map::<T>(value, path) => Fate::Omitted,
+            Empty::Object => Fate::Kept,
+            Empty::List => probe_list::<T>(value, path, &shape.2),
+        };
+        FATES
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(shape, is_map);
-        is_map
+            .insert(shape, fate);
+        fate
     })
+}
+
+/// An optional list (an `Option` in k8s-openapi) is `omitempty` in Go, found by the typed round
+/// trip of the object without it not bringing it back; a required one is not. Free-form JSON
+/// takes a string as well, and Go keeps it as it came.
+fn probe_list<T: DeserializeOwned + Serialize + 'static>(
+    value: &Value,
+    path: &[Step],
+    keys: &[Option<String>],
+) -> Fate {
+    let Some((Step::Key(key), parent)) = path.split_last() else {
+        return Fate::Kept;
+    };
+    let mut free_form = value.clone();
+    if let Some(node) = at_mut(&mut free_form, path) {
+        *node = json!("comb.sandbox/probe");
+    }
+    if encode::<T>(&free_form).is_ok_and(|mut encoded| at_mut(&mut encoded, path).is_some()) {
+        return Fate::Kept;
+    }
+    let mut without = value.clone();
+    if let Some(Value::Object(map)) = at_mut(&mut without, parent) {
+        map.remove(key);
+    }
+    let optional =
+        encode::<T>(&without).is_ok_and(|mut encoded| at_mut(&mut encoded, path).is_none());
+    if optional && !optional_without_omitempty::<T>(keys) {
+        Fate::Omitted
+    } else {
+        Fate::NullWhenStored
+    }
+}
+
+/// The lists OpenAPI calls optional (`+optional`) that Go encodes without `omitempty`, in the
+/// kinds served here. Found in k8s.io/api v0.37's types.go: the slice fields whose json tag
+/// lacks `omitempty` (`grep -E '\[\][A-Za-z*.]+ +`json:"[a-zA-Z]+"'`) and whose comment says
+/// `+optional` (the others are required, which k8s-openapi says itself), less the lists'
+/// `items` and the kinds not stored.
+fn optional_without_omitempty<T: 'static>(keys: &[Option<String>]) -> bool {
+    let kind = TypeId::of::<T>();
+    let keys: Vec<Option<&str>> = keys.iter().map(Option::as_deref).collect();
+    match keys.as_slice() {
+        [Some("endpoints" | "ports")] => kind == TypeId::of::<discovery::EndpointSlice>(),
+        [Some("rules")] => {
+            kind == TypeId::of::<rbac::Role>() || kind == TypeId::of::<rbac::ClusterRole>()
+        }
+        [Some("status"), Some("images"), None, Some("names")] => kind == TypeId::of::<core::Node>(),
+        // A projected volume's, wherever a Pod spec is.
+        [.., Some("projected"), Some("sources")] => true,
+        _ => false,
+    }
 }
 
 /// The two look alike in JSON, so a `{}` is told apart by whether a key put into it survives
@@ -145,12 +238,21 @@ fn probe_is_map<T: DeserializeOwned + Serialize>(value: &Value, path: &[Step]) -
 /// The object after a typed decode and encode, or the decode error; `None` for kinds that
 /// have no typed form here (custom resources).
 pub fn decode(rt: &ResourceType, object: &Value) -> Option<Result<Value, String>> {
-    codec(rt).map(|(round_trip, _)| {
-        round_trip(object).map(|mut decoded| {
+    codec(rt).map(|codec| {
+        (codec.round_trip)(object).map(|mut decoded| {
             keep_zero_times(rt, &mut decoded);
             decoded
         })
     })
+}
+
+/// A decoded built-in object as kube-apiserver stores and answers it: its empty lists without
+/// `omitempty` come back from storage's protobuf as `null` (what the field manager saw is
+/// the request's `[]`).
+pub fn as_stored(rt: &ResourceType, object: &mut Value) {
+    if let Some(codec) = codec(rt) {
+        (codec.null_empty_required)(object);
+    }
 }
 
 /// Go encodes a zero `metav1.Time` as `null` even under `omitempty` (a struct is never
@@ -171,13 +273,24 @@ fn keep_zero_times(rt: &ResourceType, object: &mut Value) {
     }
 }
 
-type Codec = fn(&Value) -> Result<Value, String>;
+/// A kind's typed functions.
+struct Codec {
+    /// The typed round trip, as a request is decoded.
+    round_trip: fn(&Value) -> Result<Value, String>,
+    /// The plain encode (empty maps kept, for finding unknown fields by what the decode
+    /// dropped).
+    encode: fn(&Value) -> Result<Value, String>,
+    /// Empty lists without `omitempty` set to `null`, as stored.
+    null_empty_required: fn(&mut Value),
+}
 
-/// The kind's typed round trip and its plain encode (empty maps kept, for finding unknown
-/// fields by what the decode dropped).
-fn codec(rt: &ResourceType) -> Option<(Codec, Codec)> {
-    fn pair<T: DeserializeOwned + Serialize + 'static>() -> (Codec, Codec) {
-        (round_trip::<T>, encode::<T>)
+fn codec(rt: &ResourceType) -> Option<Codec> {
+    fn pair<T: DeserializeOwned + Serialize + 'static>() -> Codec {
+        Codec {
+            round_trip: round_trip::<T>,
+            encode: encode::<T>,
+            null_empty_required: |object| remove_or_null::<T>(object, Fate::NullWhenStored),
+        }
     }
     let f = match (rt.group.as_str(), rt.kind.as_str()) {
         ("", "Namespace") => pair::<core::Namespace>(),
@@ -242,7 +355,7 @@ fn collect_unknown(input: &Value, decoded: &Value, path: &str, out: &mut Vec<Str
 /// Paths of the fields a typed decode drops (`spec.replica`), for strict field validation.
 pub fn unknown_fields(rt: &ResourceType, object: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(Ok(decoded)) = codec(rt).map(|(_, encode)| encode(object)) {
+    if let Some(Ok(decoded)) = codec(rt).map(|codec| (codec.encode)(object)) {
         collect_unknown(object, &decoded, "", &mut out);
     }
     out
@@ -291,5 +404,100 @@ mod tests {
             decode(&secret, &good).expect("typed").expect("decodes")["data"]["k"],
             "dmFsdWU="
         );
+    }
+}
+
+#[cfg(test)]
+mod empty_lists {
+    use super::*;
+    use crate::resources::builtin;
+
+    /// `object` as a create stores it: decoded, then as storage gives it back.
+    fn stored(group: &str, kind: &str, object: Value) -> Value {
+        let rt = builtin(group, kind).expect("served");
+        let mut decoded = decode(&rt, &object).expect("typed").expect("decodes");
+        as_stored(&rt, &mut decoded);
+        decoded
+    }
+
+    #[test]
+    fn an_empty_list_is_dropped_kept_or_null_as_go_has_it() {
+        let pod = stored(
+            "",
+            "Pod",
+            json!({"metadata": {"name": "p"}, "spec": {
+                "containers": [{"name": "c", "image": "i", "env": [], "resources": {}}],
+                "volumes": [{"name": "v", "projected": {"sources": []}}],
+                "tolerations": []}}),
+        );
+        let slice = stored(
+            "discovery.k8s.io",
+            "EndpointSlice",
+            json!({"metadata": {"name": "s"}, "addressType": "IPv4", "endpoints": [], "ports": []}),
+        );
+        let role = stored(
+            "rbac.authorization.k8s.io",
+            "Role",
+            json!({"metadata": {"name": "r"}, "rules": [{"verbs": [], "apiGroups": []}]}),
+        );
+        let no_rules = stored(
+            "rbac.authorization.k8s.io",
+            "Role",
+            json!({"metadata": {"name": "r"}, "rules": []}),
+        );
+        let crd_schema = stored(
+            "apiextensions.k8s.io",
+            "CustomResourceDefinition",
+            json!({"metadata": {"name": "things.example.com"}, "spec": {
+                "group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "things", "kind": "Thing"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "required": [], "default": {"list": []}}}}]}}),
+        );
+        let schema = &crd_schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let cases: Vec<(&str, Option<&Value>, Option<Value>)> = vec![
+            // omitempty: gone.
+            ("an env", pod["spec"]["containers"][0].get("env"), None),
+            ("tolerations", pod["spec"].get("tolerations"), None),
+            (
+                "a rule's apiGroups",
+                role["rules"][0].get("apiGroups"),
+                None,
+            ),
+            ("a schema's required", schema.get("required"), None),
+            // An empty struct stays.
+            (
+                "resources",
+                pod["spec"]["containers"][0].get("resources"),
+                Some(json!({})),
+            ),
+            // Free-form JSON stays as it came.
+            (
+                "a schema's default",
+                schema.get("default"),
+                Some(json!({"list": []})),
+            ),
+            // Without omitempty, required or not: null once stored.
+            (
+                "a rule's verbs",
+                role["rules"][0].get("verbs"),
+                Some(Value::Null),
+            ),
+            ("a Role's rules", no_rules.get("rules"), Some(Value::Null)),
+            (
+                "a slice's endpoints",
+                slice.get("endpoints"),
+                Some(Value::Null),
+            ),
+            ("a slice's ports", slice.get("ports"), Some(Value::Null)),
+            (
+                "a projected volume's sources",
+                pod["spec"]["volumes"][0]["projected"].get("sources"),
+                Some(Value::Null),
+            ),
+        ];
+        for (name, found, expected) in cases {
+            assert_eq!(found, expected.as_ref(), "{name}");
+        }
     }
 }

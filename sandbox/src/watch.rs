@@ -3,6 +3,7 @@
 //! as ADDED/DELETED), with bookmarks, `timeoutSeconds`, `sendInitialEvents` and 410 Expired
 //! as an ERROR event.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,8 +49,10 @@ impl Filter {
             && self.fields.as_ref().is_none_or(|s| s.matches(object))
     }
 
-    /// The watch event a store event becomes for this watcher, if any.
-    fn translate(&self, event: &StoreEvent) -> Option<(&'static str, Value)> {
+    /// The watch event a store event becomes for this watcher, if any: the event's object as
+    /// stored (borrowed, so that its encoding can be shared), or, for an object leaving the
+    /// selection, its previous state.
+    fn translate<'e>(&self, event: &'e StoreEvent) -> Option<(&'static str, Cow<'e, Value>)> {
         // Every watch of the cluster sees every change: the kind is told apart first, and
         // without allocating.
         if !event.resource.same_storage(&self.resource) {
@@ -57,21 +60,22 @@ impl Filter {
         }
         let now = self.matches(&event.object);
         let before = event.old_object.as_ref().is_some_and(|o| self.matches(o));
+        let object = Cow::Borrowed(&*event.object);
         match event.event_type {
-            EventType::Added => now.then(|| ("ADDED", event.object.clone())),
-            EventType::Deleted => before.then(|| ("DELETED", event.object.clone())),
+            EventType::Added => now.then_some(("ADDED", object)),
+            EventType::Deleted => before.then_some(("DELETED", object)),
             EventType::Modified => match (before, now) {
-                (true, true) => Some(("MODIFIED", event.object.clone())),
-                (false, true) => Some(("ADDED", event.object.clone())),
+                (true, true) => Some(("MODIFIED", object)),
+                (false, true) => Some(("ADDED", object)),
                 // Leaving the selection: the previous state at this event's version.
                 (true, false) => {
-                    let mut old = event.old_object.clone().unwrap_or(Value::Null);
+                    let mut old = event.old_object.as_deref().cloned().unwrap_or(Value::Null);
                     meta::set_metadata_field(
                         &mut old,
                         "resourceVersion",
                         Some(json!(event.resource_version.to_string())),
                     );
-                    Some(("DELETED", old))
+                    Some(("DELETED", Cow::Owned(old)))
                 }
                 (false, false) => None,
             },
@@ -88,26 +92,51 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn line(&mut self, event_type: &str, object: Value) -> Bytes {
-        let object = present(&self.rt, object);
-        let object = match self.rendering {
-            Rendering::Object => object,
-            Rendering::Metadata => table::partial_metadata(&object),
+    /// The line of a translated store event. Every watch of a cluster is sent each change it
+    /// selects, often several watches the same one: when this watch shows the stored object as
+    /// it is, its encoding is the one kept on the event, made once for all of them.
+    fn event_line(
+        &mut self,
+        event_type: &str,
+        object: Cow<'_, Value>,
+        event: &StoreEvent,
+    ) -> Bytes {
+        let as_stored = matches!(object, Cow::Borrowed(_))
+            && self.rendering == Rendering::Object
+            && self.rt.version == self.rt.storage_version;
+        if as_stored {
+            event_frame(event_type, event.encoded_object())
+        } else {
+            self.line(event_type, &object)
+        }
+    }
+
+    fn line(&mut self, event_type: &str, object: &Value) -> Bytes {
+        let presented;
+        let object = if self.rt.version == self.rt.storage_version {
+            object
+        } else {
+            presented = present(&self.rt, object.clone());
+            &presented
+        };
+        let rendered = match self.rendering {
+            Rendering::Object => None,
+            Rendering::Metadata => Some(table::partial_metadata(object)),
             Rendering::Table => {
                 let with_columns = !self.columns_sent;
                 self.columns_sent = true;
-                table::table(
+                Some(table::table(
                     &self.rt,
-                    std::slice::from_ref(&object),
-                    json!({"resourceVersion": meta::resource_version(&object)}),
+                    std::slice::from_ref(object),
+                    json!({"resourceVersion": meta::resource_version(object)}),
                     self.include,
                     with_columns,
-                )
+                ))
             }
         };
-        let mut line = json!({"type": event_type, "object": object}).to_string();
-        line.push('\n');
-        Bytes::from(line)
+        // Serializing a Value with string keys cannot fail.
+        let encoded = serde_json::to_vec(rendered.as_ref().unwrap_or(object)).unwrap_or_default();
+        event_frame(event_type, &encoded)
     }
 
     fn bookmark(&self, rv: u64, initial_events_end: bool) -> Bytes {
@@ -120,6 +149,18 @@ impl Encoder {
         line.push('\n');
         Bytes::from(line)
     }
+}
+
+/// `{"type":...,"object":...}` and a newline, around an object's JSON: the bytes
+/// `json!({"type": event_type, "object": object}).to_string()` makes, without building it.
+fn event_frame(event_type: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + event_type.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(event_type.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 fn error_line(error: &ApiError) -> Bytes {
@@ -200,7 +241,7 @@ pub fn serve(
         let mut last_rv = start.resource_version;
         let mut lines = Vec::new();
         if initial_objects {
-            for object in start.initial.into_iter().filter(|o| filter.matches(o)) {
+            for object in start.initial.iter().filter(|o| filter.matches(o)) {
                 lines.push(encoder.line("ADDED", object));
             }
             if send_initial {
@@ -209,7 +250,7 @@ pub fn serve(
         }
         for event in &start.backlog {
             if let Some((kind, object)) = filter.translate(event) {
-                lines.push(encoder.line(kind, object));
+                lines.push(encoder.event_line(kind, object, event));
             }
         }
         for line in lines {
@@ -234,7 +275,7 @@ pub fn serve(
                     while let Ok(event) = events.try_recv() {
                         last_rv = event.resource_version;
                         if let Some((kind, object)) = filter.translate(&event)
-                            && sender.send(Ok(encoder.line(kind, object))).await.is_err()
+                            && sender.send(Ok(encoder.event_line(kind, object, &event))).await.is_err()
                         {
                             return;
                         }
@@ -245,7 +286,7 @@ pub fn serve(
                     Ok(event) => {
                         last_rv = last_rv.max(event.resource_version);
                         match filter.translate(&event) {
-                            Some((kind, object)) => encoder.line(kind, object),
+                            Some((kind, object)) => encoder.event_line(kind, object, &event),
                             None => continue,
                         }
                     }
@@ -260,4 +301,27 @@ pub fn serve(
         }
     });
     Ok(stream_response(receiver))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_frame_is_the_line_json_makes() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"},
+                "data": {"k": "line\nbreak \"quoted\" \u{e9}"}}),
+            json!({}),
+            Value::Null,
+        ];
+        for event_type in ["ADDED", "MODIFIED", "DELETED"] {
+            for object in &objects {
+                let encoded = serde_json::to_vec(object).expect("serializes");
+                let mut expected = json!({"type": event_type, "object": object}).to_string();
+                expected.push('\n');
+                assert_eq!(event_frame(event_type, &encoded), expected.as_bytes());
+            }
+        }
+    }
 }

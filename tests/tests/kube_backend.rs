@@ -173,8 +173,8 @@ fn the_demo_converges_on_the_real_backend_with_the_same_via_chains() {
     eprintln!("real backend: {converged}");
 }
 
-/// The CRD's CEL rules refuse bad Combs at the door, in one sentence each. Only a real API
-/// server evaluates them (the emulator does not run CEL).
+/// The CRD's CEL rules refuse bad Combs at the door of a real API server, in one sentence each
+/// (the differential test holds the emulator's evaluation of them to the same answers).
 #[tokio::test]
 async fn the_crd_refuses_bad_combs_at_the_door() {
     use kube::api::{Api, DynamicObject, PostParams};

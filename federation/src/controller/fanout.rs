@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use comb_api::Comb;
+use comb_api::{Comb, CombStatus, Phase};
 use tracing::warn;
 
 use super::Shared;
@@ -68,6 +68,27 @@ impl Shared {
         }
     }
 
+    /// One of the objects `key` manages changed: wake it, and, while its record does not follow
+    /// its objects, its dependents, which judge it by its objects as they run now. Otherwise its
+    /// own step records the change and that wakes them (a changed status); in maintenance,
+    /// disabled or blocked, no step of it looks at its objects, so its record stays as it is
+    /// while they come and go.
+    pub(crate) fn object_changed(&self, layer: &LayerRuntime, key: &CombKey) {
+        layer.queue.enqueue(key, Trigger::Resource);
+        let dependents = layer.dependents_of(key);
+        if dependents.is_empty() {
+            return;
+        }
+        let follows = layer
+            .with_entry(key, |entry| record_follows_objects(entry.recorded_status()))
+            .unwrap_or(true);
+        if !follows {
+            for dependent in dependents {
+                layer.queue.enqueue(&dependent, Trigger::Dependency);
+            }
+        }
+    }
+
     /// Wakes the Combs of the layer that depend on `key`, and the Combs of lower layers that
     /// borrow from it.
     fn wake_watchers_of(&self, layer: &LayerRuntime, key: &CombKey) {
@@ -93,6 +114,45 @@ impl Shared {
                     lower.queue.enqueue(&dependent, Trigger::Dependency);
                 }
             }
+        }
+    }
+}
+
+/// Whether a Comb that recorded `status` records its objects' changes: its steps look at them
+/// only while it is Running or Pending.
+fn record_follows_objects(status: Option<&CombStatus>) -> bool {
+    matches!(
+        status.and_then(|status| status.phase.as_ref()),
+        Some(Phase::Running | Phase::Pending)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_records_that_follow_their_objects() {
+        let recorded = |phase: &str| CombStatus {
+            phase: Some(phase.into()),
+            ..CombStatus::default()
+        };
+        for (status, follows) in [
+            (Some(recorded("Running")), true),
+            (Some(recorded("Pending")), true),
+            (Some(recorded("Maintenance")), false),
+            (Some(recorded("Disabled")), false),
+            (Some(recorded("Blocked")), false),
+            (Some(recorded("NeedsConfig")), false),
+            (Some(recorded("Error")), false),
+            (Some(CombStatus::default()), false),
+            (None, false),
+        ] {
+            assert_eq!(
+                record_follows_objects(status.as_ref()),
+                follows,
+                "{status:?}"
+            );
         }
     }
 }

@@ -32,6 +32,13 @@ struct TransitionLabels {
     reason: String,
 }
 
+/// What a status write changed ([`crate::controller::StatusChange`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusWriteLabels {
+    layer: String,
+    change: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     context: String,
@@ -63,6 +70,7 @@ pub struct Metrics {
     registry: Registry,
     reconciles: Family<PhaseLabels, Counter>,
     transitions: Family<TransitionLabels, Counter>,
+    status_writes: Family<StatusWriteLabels, Counter>,
     step_duration: HistogramFamily,
     queue_wait: HistogramFamily,
     queue_depth: Family<LayerLabels, Gauge>,
@@ -110,6 +118,14 @@ impl Metrics {
                 "transitions",
                 "Transitions recorded (a Comb's phase or Ready reason changed: one status write and \
                  one Event each), by layer and the phase and reason reached",
+                Family::default(),
+            ),
+            status_writes: registered(
+                &mut registry,
+                "status_writes",
+                "Status writes of Combs, by layer and what each changed first: transition (the \
+                 phase or Ready reason), else via, endpoints, managedResources, observedGeneration, \
+                 conditions (messages), upstream, other",
                 Family::default(),
             ),
             step_duration: registered(
@@ -240,6 +256,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a status write of a Comb of `layer` that changed `change` first.
+    pub fn status_write(&self, layer: &str, change: &str) {
+        self.status_writes
+            .get_or_create(&StatusWriteLabels {
+                layer: layer.to_string(),
+                change: change.to_string(),
+            })
+            .inc();
+    }
+
     /// Counts a failed request to `layer` (`watch`, `status`, `cleanup`, `event`, ...).
     pub fn api_error(&self, layer: &str, operation: &str) {
         self.api_errors
@@ -310,6 +336,7 @@ mod tests {
         metrics.queue_wait("prod", Duration::from_millis(2));
         metrics.api_error("dev", "watch");
         metrics.transition("dev", "Running", "Borrowed");
+        metrics.status_write("dev", "via");
         metrics.set_layer_up("dev", false);
         metrics.set_layer_up("prod", true);
         metrics.set_queue_depth("prod", 4);
@@ -329,6 +356,7 @@ mod tests {
             r#"comb_queue_depth{layer="prod"} 4"#,
             r#"comb_api_errors_total{layer="dev",operation="watch"} 1"#,
             r#"comb_transitions_total{layer="dev",phase="Running",reason="Borrowed"} 1"#,
+            r#"comb_status_writes_total{layer="dev",change="via"} 1"#,
             r#"comb_layer_up{layer="dev"} 0"#,
             r#"comb_layer_up{layer="prod"} 1"#,
             r#"comb_shard_held{layer="prod"} 1"#,

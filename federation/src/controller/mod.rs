@@ -74,7 +74,7 @@ pub use options::{ControllerOptions, OnceOptions, default_identity};
 pub use queue::{QueueEntryView, Trigger};
 pub use run::Controller;
 pub use shards::{ShardView, Sharding, ShardsView};
-pub use transition::{PhaseReason, Transition};
+pub use transition::{PhaseReason, StatusChange, Transition};
 
 use crate::config::Config;
 use crate::engine::class::ClassRegistry;

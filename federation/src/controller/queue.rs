@@ -25,6 +25,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::backoff::BackoffPolicy;
+use super::shards::stable_hash;
 use crate::engine::cache::ReadSummary;
 use crate::engine::keys::CombKey;
 
@@ -230,27 +231,11 @@ pub struct QueueState {
 /// How much of the period a resync's jitter moves it at most.
 pub const RESYNC_JITTER: f64 = 0.1;
 
-/// Where `key` falls in a resync period, in `[0, 1)`: a stable hash (FNV-1a of
-/// `namespace/name`, then MurmurHash3's finalizer), the same in every process and run.
+/// Where `key` falls in a resync period, in `[0, 1)`: the stable hash of `namespace/name`
+/// ([`stable_hash`]), the same in every process and run, its top 53 bits (exactly
+/// representable).
 pub fn resync_offset(key: &CombKey) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key
-        .namespace
-        .bytes()
-        .chain(std::iter::once(b'/'))
-        .chain(key.name.bytes())
-    {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    // FNV mixes a name's last bytes into the low bits only: MurmurHash3's finalizer spreads
-    // them over the top bits too (without it, `comb-0`..`comb-2999` bunched into a few seconds).
-    hash ^= hash >> 33;
-    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    hash ^= hash >> 33;
-    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    hash ^= hash >> 33;
-    // The top 53 bits, exactly representable.
+    let hash = stable_hash(&format!("{}/{}", key.namespace, key.name));
     (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 

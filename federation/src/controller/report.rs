@@ -11,7 +11,7 @@ use super::graph::describe_cycles;
 use super::layer::LayerRuntime;
 use super::once::CombOutcome;
 use super::triggers::comb_key;
-use super::{Shared, Transition};
+use super::{Shared, StatusChange, Transition};
 use crate::engine::keys::CombKey;
 
 impl Shared {
@@ -58,15 +58,21 @@ impl Shared {
         }
     }
 
-    /// After a step recorded `status` (previously `previous`): the transition, if any, in the
-    /// log, as an Event and to subscribers.
+    /// After a step recorded `status` (previously `previous`; `written` when it wrote it): the
+    /// write counted by what it changed, the transition, if any, in the log, as an Event and to
+    /// subscribers.
     pub(crate) async fn after_status(
         &self,
         layer: &LayerRuntime,
         cr: &Comb,
         previous: Option<&CombStatus>,
         status: &CombStatus,
+        written: bool,
     ) {
+        if written {
+            let change = StatusChange::between(previous, status);
+            self.metrics.status_write(layer.name(), change.as_str());
+        }
         let Some(key) = comb_key(cr) else {
             return;
         };

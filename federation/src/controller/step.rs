@@ -164,7 +164,13 @@ async fn reconcile_comb(
     let stored = &outcome.stored;
     shared.own_write(layer, key, stored.clone());
     shared
-        .after_status(layer, stored, previous.as_ref(), status)
+        .after_status(
+            layer,
+            stored,
+            previous.as_ref(),
+            status,
+            outcome.status_written,
+        )
         .await;
     shared
         .announce_switch(layer, stored, previous.as_ref(), status)
@@ -313,7 +319,13 @@ async fn build_failed(
     }
     shared.own_write(layer, key, outcome.stored.clone());
     shared
-        .after_status(layer, &outcome.stored, cr.status.as_ref(), &outcome.status)
+        .after_status(
+            layer,
+            &outcome.stored,
+            cr.status.as_ref(),
+            &outcome.status,
+            outcome.status_written,
+        )
         .await;
     recorded(&outcome.status, false)
 }

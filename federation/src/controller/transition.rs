@@ -101,6 +101,72 @@ impl fmt::Display for Transition {
     }
 }
 
+/// What a status write changed, the first of these that differs: a transition (the phase or
+/// the Ready reason), else the upstream chain (`upstream.via`), the endpoints, the managed
+/// resources, the observed generation, the conditions (their messages: a rollout's progress, a
+/// wait with one dependency fewer), the rest of the upstream record. The floor of writes a
+/// truthful controller needs is one per transition (issue 23); `comb_status_writes_total` says
+/// by this what each write beyond it carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusChange {
+    Transition,
+    Via,
+    Endpoints,
+    ManagedResources,
+    ObservedGeneration,
+    Conditions,
+    Upstream,
+    /// Nothing of the above: a status written the same (a first write without a phase).
+    Other,
+}
+
+impl StatusChange {
+    pub fn between(old: Option<&CombStatus>, new: &CombStatus) -> StatusChange {
+        let after = PhaseReason::of(Some(new));
+        if after.is_some() && PhaseReason::of(old) != after {
+            return StatusChange::Transition;
+        }
+        let Some(old) = old else {
+            return StatusChange::Other;
+        };
+        let via = |status: &CombStatus| {
+            status
+                .upstream
+                .as_ref()
+                .and_then(|upstream| upstream.via.clone())
+        };
+        if via(old) != via(new) {
+            StatusChange::Via
+        } else if old.endpoints != new.endpoints {
+            StatusChange::Endpoints
+        } else if old.managed_resources != new.managed_resources {
+            StatusChange::ManagedResources
+        } else if old.observed_generation != new.observed_generation {
+            StatusChange::ObservedGeneration
+        } else if old.conditions != new.conditions {
+            StatusChange::Conditions
+        } else if old.upstream != new.upstream {
+            StatusChange::Upstream
+        } else {
+            StatusChange::Other
+        }
+    }
+
+    /// The label value, as the status field is spelt (`transition` for a transition).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusChange::Transition => "transition",
+            StatusChange::Via => "via",
+            StatusChange::Endpoints => "endpoints",
+            StatusChange::ManagedResources => "managedResources",
+            StatusChange::ObservedGeneration => "observedGeneration",
+            StatusChange::Conditions => "conditions",
+            StatusChange::Upstream => "upstream",
+            StatusChange::Other => "other",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +222,127 @@ mod tests {
             Transition::between("prod", "platform", "nats", None, &CombStatus::default()),
             None
         );
+    }
+
+    #[test]
+    fn status_changes() {
+        use comb_api::{CombEndpoint, CombUpstreamStatus, ManagedObject};
+        let running = status(
+            "Running",
+            "Borrowed",
+            "borrowed from upstream (context staging)",
+        );
+        let with = |edit: fn(&mut CombStatus)| {
+            let mut changed = running.clone();
+            edit(&mut changed);
+            changed
+        };
+        let chained = |via: &[&str]| {
+            let mut chained = running.clone();
+            chained.upstream = Some(CombUpstreamStatus {
+                via: Some(via.iter().map(ToString::to_string).collect()),
+                ..CombUpstreamStatus::default()
+            });
+            chained
+        };
+        let table: Vec<(&str, Option<CombStatus>, CombStatus, StatusChange)> = vec![
+            (
+                "first write",
+                None,
+                running.clone(),
+                StatusChange::Transition,
+            ),
+            (
+                "first write without a phase",
+                None,
+                CombStatus::default(),
+                StatusChange::Other,
+            ),
+            (
+                "another reason",
+                Some(running.clone()),
+                status("Running", "Healthy", "healthy"),
+                StatusChange::Transition,
+            ),
+            (
+                "another phase, same reason",
+                Some(running.clone()),
+                status("Pending", "Borrowed", ""),
+                StatusChange::Transition,
+            ),
+            (
+                "a longer chain, its message too",
+                Some(chained(&["staging"])),
+                {
+                    let mut longer = chained(&["staging", "prod"]);
+                    longer.conditions =
+                        status("Running", "Borrowed", "via staging, prod").conditions;
+                    longer
+                },
+                StatusChange::Via,
+            ),
+            (
+                "endpoints",
+                Some(running.clone()),
+                with(|s| {
+                    s.endpoints = Some(vec![CombEndpoint {
+                        name: "http".into(),
+                        protocol: None,
+                        port: 80,
+                        cluster: Some("web.staging.svc".into()),
+                        external: None,
+                    }])
+                }),
+                StatusChange::Endpoints,
+            ),
+            (
+                "managed resources",
+                Some(running.clone()),
+                with(|s| {
+                    s.managed_resources = Some(vec![ManagedObject {
+                        api_version: "v1".into(),
+                        kind: "Service".into(),
+                        namespace: Some("platform".into()),
+                        name: "web".into(),
+                    }])
+                }),
+                StatusChange::ManagedResources,
+            ),
+            (
+                "observed generation",
+                Some(running.clone()),
+                with(|s| s.observed_generation = Some(2)),
+                StatusChange::ObservedGeneration,
+            ),
+            (
+                "a message",
+                Some(running.clone()),
+                status("Running", "Borrowed", "borrowed, reworded"),
+                StatusChange::Conditions,
+            ),
+            (
+                "the upstream's phase",
+                Some(chained(&["staging"])),
+                {
+                    let mut moved = chained(&["staging"]);
+                    moved.upstream.as_mut().unwrap().phase = Some("Pending".into());
+                    moved
+                },
+                StatusChange::Upstream,
+            ),
+            (
+                "nothing",
+                Some(running.clone()),
+                running.clone(),
+                StatusChange::Other,
+            ),
+        ];
+        for (what, old, new, expected) in table {
+            assert_eq!(
+                StatusChange::between(old.as_ref(), &new),
+                expected,
+                "{what}"
+            );
+        }
     }
 }

@@ -22,7 +22,6 @@ use tracing::{debug, warn};
 use super::Shared;
 use super::backoff::Retries;
 use super::layer::LayerRuntime;
-use super::queue::Trigger;
 use super::triggers::{Source, comb_key, owner_of};
 use crate::engine::cache::ObjectCache;
 use crate::engine::keys::CombKey;
@@ -450,7 +449,7 @@ pub async fn watch_managed(
                 object = %name,
                 "a managed resource changed"
             );
-            layer.queue.enqueue(&owner, Trigger::Resource);
+            shared.object_changed(&layer, &owner);
         }
     }
 }

@@ -162,7 +162,8 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
     if let Some(copy) = ops.get_fresh(&endpoints).await?
         && !copy.applied_by_comb()
     {
-        delete_stale(ops, &endpoints, copy).await?;
+        // The Service's own: deleted whatever it carries.
+        delete_if(ops, &endpoints, Cow::Owned(copy), |_| DeleteVerdict::Delete).await?;
     }
     for manager in SELECTOR_SLICE_MANAGERS {
         let selector = format!(
@@ -180,27 +181,7 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
         {
             let copy = ops.project("discovery.k8s.io/v1", "EndpointSlice", &slice)?;
             let stale = object("discovery.k8s.io/v1", "EndpointSlice", &copy.name);
-            delete_stale(ops, &stale, copy).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Deletes `resource` as it was read (`copy`), as every delete of comb's goes out: a
-/// controller that rewrote it in between (409) gets it read again and deleted as it is now,
-/// a few times; one that deleted it (404) did the job.
-async fn delete_stale(ops: &KubeOps, resource: &ManagedObject, copy: Projection) -> Result<()> {
-    let mut copy = copy;
-    for attempt in 1..=CONFLICT_ATTEMPTS {
-        match ops.delete(resource, unchanged_since(&copy)).await {
-            Err(error) if error.status_code() == Some(404) => return Ok(()),
-            Err(error) if is_conflict(&error) && attempt < CONFLICT_ATTEMPTS => {
-                match ops.get_fresh(resource).await? {
-                    Some(fresh) => copy = fresh,
-                    None => return Ok(()),
-                }
-            }
-            other => return other,
+            delete_if(ops, &stale, Cow::Owned(copy), |_| DeleteVerdict::Delete).await?;
         }
     }
     Ok(())
@@ -335,10 +316,23 @@ pub async fn delete_as_decided(
     namespace: &str,
     name: &str,
 ) -> Result<Deletion> {
+    delete_if(ops, resource, copy, |copy| {
+        delete_verdict(copy, keys, namespace, name)
+    })
+    .await
+}
+
+/// Deletes `resource` if `decide` on `copy` says so, as [`delete_as_decided`] does.
+async fn delete_if(
+    ops: &KubeOps,
+    resource: &ManagedObject,
+    copy: Cow<'_, Projection>,
+    decide: impl Fn(&Projection) -> DeleteVerdict,
+) -> Result<Deletion> {
     let mut copy = copy;
     let mut attempts = 1;
     loop {
-        match delete_verdict(&copy, keys, namespace, name) {
+        match decide(&copy) {
             DeleteVerdict::Delete => {}
             spared => return Ok(Deletion::Spared(spared)),
         }

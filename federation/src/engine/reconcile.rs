@@ -100,6 +100,8 @@ pub struct StepOutcome {
     pub progress_due: Option<Instant>,
     /// When the status was last written: by this step, else [`StepEnv::status_written_at`].
     pub status_written_at: Option<Instant>,
+    /// This step wrote the status (the server stored a new version of the CR).
+    pub status_written: bool,
 }
 
 /// Runs one reconcile step of `comb` and says what it produced. `comb`'s CR is afterwards the
@@ -129,6 +131,7 @@ pub async fn reconcile(
         notes: Vec::new(),
         progress_due: None,
         status_written_at: env.status_written_at,
+        status_written: false,
     });
     comb.adopt_cr(outcome.stored.clone());
     if outcome.write_failed {
@@ -657,6 +660,7 @@ async fn record_status(
         notes: Vec::new(),
         progress_due: None,
         status_written_at: env.status_written_at,
+        status_written: false,
     };
     if let Some(previous) = &previous
         && only_progress(previous, &status)
@@ -690,6 +694,7 @@ async fn record_status(
             // What the server stored is a later version than the CR it was written over.
             if stored.metadata.resource_version != cr.metadata.resource_version {
                 outcome.status_written_at = Some(Instant::now());
+                outcome.status_written = true;
             }
             outcome.status = stored.status.clone().unwrap_or(status);
             outcome.stored = stored;

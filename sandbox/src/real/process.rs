@@ -5,6 +5,7 @@
 //! Why a watchdog and not `PR_SET_PDEATHSIG`: setting that needs `pre_exec`, which is unsafe
 //! code, and the workspace forbids it.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -23,12 +24,15 @@ use crate::error::{Error, Result};
 /// it before it signals. A component that ends on its own leaves it, with the log that says why
 /// (etcd's log is in the directory its watchdog removes), for comb to read and then remove. The
 /// reader is killed with KILL (it ignores TERM) so that it cannot mark a directory made later.
+/// The mark is written by `true`, not `:`: a failed redirection of a special built-in such as
+/// `:` ends a POSIX shell, and the directory may be gone already (comb removed it before it
+/// closed stdin), which ended the reader before it signalled and left the component running.
 const WATCHDOG: &str = r#"cleanup=$1; shift
 exec 3<&0
 "$@" </dev/null 3<&- &
 child=$!
 ( trap '' INT TERM HUP; read -r _ <&3
-  [ -n "$cleanup" ] && : >"$cleanup/.comb-stopping" 2>/dev/null
+  [ -n "$cleanup" ] && true 2>/dev/null >"$cleanup/.comb-stopping"
   kill -TERM "$child" 2>/dev/null; i=0
   while kill -0 "$child" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
   kill -KILL "$child" 2>/dev/null ) &
@@ -68,7 +72,17 @@ impl Component {
             let what = format!("{what} for {name}");
             move |source| Error::Io { what, source }
         };
-        let output = std::fs::File::create(log).map_err(io("creating the log file"))?;
+        // A component started again (kube-apiserver after a test stopped it) adds to its log,
+        // below a line that says so: what it wrote before is what a failure needs to show.
+        let mut output = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(io("opening the log file"))?;
+        if output.metadata().is_ok_and(|m| m.len() > 0) {
+            writeln!(output, "--- comb: {name} started again ---")
+                .map_err(io("writing the log file"))?;
+        }
         let errors = output.try_clone().map_err(io("opening the log file"))?;
         let mut child = Command::new("sh")
             .arg("-c")
@@ -154,6 +168,17 @@ mod tests {
         (component, dir, top)
     }
 
+    /// A component that has started and said so (its output written), sleeping until stopped.
+    async fn serving() -> (Component, PathBuf, tempfile::TempDir) {
+        let (component, dir, top) = shell("serving", "exec sleep 600");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while component.log_tail(1) != "serving" {
+            assert!(tokio::time::Instant::now() < deadline, "it never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (component, dir, top)
+    }
+
     async fn ended(component: &mut Component) -> std::process::ExitStatus {
         tokio::time::timeout(Duration::from_secs(30), component.child.wait())
             .await
@@ -172,14 +197,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_component_comb_stops_takes_its_directory_with_it() {
-        let (mut component, dir, _top) = shell("serving", "exec sleep 600");
-        // Started, and its output written, before it is asked to stop.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while component.log_tail(1) != "serving" {
-            assert!(tokio::time::Instant::now() < deadline, "it never started");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    async fn a_component_started_again_adds_to_its_log() {
+        let top = tempfile::tempdir().unwrap();
+        let log = top.path().join("again.log");
+        for words in ["first life", "second life"] {
+            let args = ["-c".to_string(), format!("echo {words}")];
+            let mut component =
+                Component::spawn("again", Path::new("/bin/sh"), &args, &log, None).unwrap();
+            assert!(ended(&mut component).await.success());
         }
+        assert_eq!(
+            log_tail(&log, 5),
+            "first life | --- comb: again started again --- | second life"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_component_whose_directory_is_gone_still_ends_when_stopped() {
+        let (mut component, dir, _top) = serving().await;
+        // Removed before the stop, as a sandbox that drops its data directory first does.
+        std::fs::remove_dir_all(&dir).unwrap();
+        component.stop();
+        // The watchdog ends only once its component has: nothing is left running.
+        ended(&mut component).await;
+    }
+
+    #[tokio::test]
+    async fn a_component_comb_stops_takes_its_directory_with_it() {
+        let (mut component, dir, _top) = serving().await;
         component.stop_and_wait(Duration::from_secs(30)).await;
         assert!(!dir.exists());
     }

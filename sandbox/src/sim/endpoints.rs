@@ -3,6 +3,9 @@
 //! the addresses of the Pods it selects, ready or not. Services without a selector are left to
 //! whoever manages their endpoints (comb's bridges do).
 
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use serde_json::{Map, Value, json};
 
 use super::{Action, Kind, Plan, object, pod};
@@ -26,6 +29,76 @@ pub fn selects(selector: &Map<String, Value>, labels: &Value) -> bool {
     selector
         .iter()
         .all(|(key, value)| labels.get(key) == Some(value))
+}
+
+/// The Services of one namespace that have a selector, indexed so that a Pod's change finds the
+/// Services selecting it without a scan of all of them: every Service is filed under the first
+/// pair of its selector, which any Pod it selects must carry. With a scan, each Pod change in a
+/// namespace of thousands of Services visited all of them, and the emulator's time grew with
+/// their square.
+#[derive(Debug, Default)]
+pub struct SelectorIndex {
+    selectors: BTreeMap<String, Map<String, Value>>,
+    /// `(label key, label value)` -> the Services whose selector's first pair it is.
+    by_first_pair: HashMap<(String, String), BTreeSet<String>>,
+}
+
+/// A label value as the index files it: a selector's values are strings (validation refuses
+/// others), and anything else is filed by its JSON text so that it still only meets its equal.
+fn label_text(value: &Value) -> Cow<'_, str> {
+    match value.as_str() {
+        Some(text) => Cow::Borrowed(text),
+        None => Cow::Owned(value.to_string()),
+    }
+}
+
+fn first_pair(selector: &Map<String, Value>) -> Option<(String, String)> {
+    let (key, value) = selector.iter().next()?;
+    Some((key.clone(), label_text(value).into_owned()))
+}
+
+impl SelectorIndex {
+    /// Records the selector of Service `service` (`None`: it has none, or is gone).
+    pub fn set(&mut self, service: &str, selector: Option<&Map<String, Value>>) {
+        if let Some(old) = self.selectors.remove(service)
+            && let Some(pair) = first_pair(&old)
+            && let Some(services) = self.by_first_pair.get_mut(&pair)
+        {
+            services.remove(service);
+            if services.is_empty() {
+                self.by_first_pair.remove(&pair);
+            }
+        }
+        let Some(selector) = selector else {
+            return;
+        };
+        if let Some(pair) = first_pair(selector) {
+            self.by_first_pair
+                .entry(pair)
+                .or_default()
+                .insert(service.to_string());
+        }
+        self.selectors.insert(service.to_string(), selector.clone());
+    }
+
+    /// The names of the Services whose selector `labels` (a Pod's `metadata.labels`) satisfy.
+    pub fn selecting<'a>(&'a self, labels: &'a Value) -> impl Iterator<Item = &'a str> + 'a {
+        labels
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(key, value)| {
+                self.by_first_pair
+                    .get(&(key.clone(), label_text(value).into_owned()))
+            })
+            .flatten()
+            .filter(|service| {
+                self.selectors
+                    .get(*service)
+                    .is_some_and(|selector| selects(selector, labels))
+            })
+            .map(String::as_str)
+    }
 }
 
 /// The selector as a label-selector string for a list (`app=web,tier=front`).
@@ -249,6 +322,54 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_selector_index_finds_what_a_scan_of_the_selectors_finds() {
+        let selectors = [
+            ("web", json!({"app": "web"})),
+            ("web-front", json!({"app": "web", "tier": "front"})),
+            ("front", json!({"tier": "front", "app": "web"})),
+            ("db", json!({"app": "db"})),
+            ("odd", json!({"port": 80})),
+        ];
+        let pods = [
+            json!({"app": "web"}),
+            json!({"app": "web", "tier": "front"}),
+            json!({"tier": "front"}),
+            json!({"app": "db", "tier": "front"}),
+            json!({"port": "80"}),
+            json!({}),
+            Value::Null,
+        ];
+        let mut index = SelectorIndex::default();
+        let mut kept: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+        // Every Service added, then each changed or removed in turn, checked after each step.
+        let mut steps: Vec<(&str, Option<Value>)> = selectors
+            .iter()
+            .map(|(name, selector)| (*name, Some(selector.clone())))
+            .collect();
+        steps.push(("web", Some(json!({"tier": "front"}))));
+        steps.push(("db", None));
+        steps.push(("front", None));
+        steps.push(("front", Some(json!({"app": "db"}))));
+        for (service, selector) in steps {
+            let selector = selector.as_ref().and_then(Value::as_object);
+            index.set(service, selector);
+            match selector {
+                Some(selector) => kept.insert(service, selector.clone()),
+                None => kept.remove(service),
+            };
+            for labels in &pods {
+                let scanned: BTreeSet<&str> = kept
+                    .iter()
+                    .filter(|(_, selector)| selects(selector, labels))
+                    .map(|(name, _)| *name)
+                    .collect();
+                let found: BTreeSet<&str> = index.selecting(labels).collect();
+                assert_eq!(found, scanned, "labels {labels} after setting {service}");
+            }
+        }
+    }
 
     fn service(selector: Value) -> Value {
         json!({

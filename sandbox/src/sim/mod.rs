@@ -250,6 +250,11 @@ pub enum Action {
     Update(Kind, Value),
     /// A status subresource update, guarded by the object's resourceVersion.
     UpdateStatus(Kind, Value),
+    /// The scheduler's binding of a Pod to the node (no update of a Pod may set its node).
+    Bind {
+        namespace: String,
+        name: String,
+    },
     /// A delete with background propagation.
     Delete {
         kind: Kind,
@@ -265,6 +270,7 @@ impl Action {
                 *kind
             }
             Action::Delete { kind, .. } => *kind,
+            Action::Bind { .. } => Kind::Pod,
         }
     }
 

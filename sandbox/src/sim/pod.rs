@@ -136,9 +136,11 @@ pub fn plan(pod: &Value, now: Timestamp, config: &SimConfig, pod_ip: &str) -> Pl
                 )
             }
             None => {
-                let mut bound = pod.clone();
-                bound["spec"]["nodeName"] = json!(NODE_NAME);
-                Plan::new(vec![Action::Update(Kind::Pod, bound)], None)
+                let bind = Action::Bind {
+                    namespace: object::namespace(pod).to_string(),
+                    name: object::name(pod).to_string(),
+                };
+                Plan::new(vec![bind], None)
             }
         },
     }

@@ -6,11 +6,12 @@
 //! per object; nothing runs unless an event or a due timer asks for it.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -102,8 +103,8 @@ struct Simulation {
     pod_ips: Pool,
     /// Pod IPs handed out but not yet in a written status, by Pod UID.
     pending_ips: HashMap<String, u32>,
-    /// The selector of every Service that has one, by namespace and name.
-    selectors: HashMap<String, BTreeMap<String, Map<String, Value>>>,
+    /// The selector of every Service that has one, by namespace.
+    selectors: HashMap<String, endpoints::SelectorIndex>,
 }
 
 impl Simulation {
@@ -234,18 +235,13 @@ impl Simulation {
                     Some(&object["metadata"]["labels"]),
                     old.map(|o| &o["metadata"]["labels"]),
                 ];
-                let selecting: Vec<String> = self
+                // A set: a Pod whose labels changed may be selected before and after.
+                let selecting: BTreeSet<String> = self
                     .selectors
                     .get(&namespace)
                     .into_iter()
-                    .flatten()
-                    .filter(|(_, selector)| {
-                        labels
-                            .iter()
-                            .flatten()
-                            .any(|l| endpoints::selects(selector, l))
-                    })
-                    .map(|(name, _)| name.clone())
+                    .flat_map(|index| labels.iter().flatten().flat_map(|l| index.selecting(l)))
+                    .map(str::to_string)
                     .collect();
                 for service in selecting {
                     self.enqueue((Kind::Endpoints, namespace.clone(), service));
@@ -259,13 +255,10 @@ impl Simulation {
     fn track(&mut self, kind: Kind, object: &Value, deleted: bool) {
         if kind == Kind::Service {
             let namespace = object::namespace(object).to_string();
-            let selectors = self.selectors.entry(namespace).or_default();
-            match endpoints::selector(object).filter(|_| !deleted) {
-                Some(selector) => {
-                    selectors.insert(object::name(object).to_string(), selector.clone())
-                }
-                None => selectors.remove(object::name(object)),
-            };
+            self.selectors.entry(namespace).or_default().set(
+                object::name(object),
+                endpoints::selector(object).filter(|_| !deleted),
+            );
         }
         match (kind, deleted) {
             (Kind::Service, false) => self.addresses.hold(object),
@@ -343,7 +336,7 @@ impl Simulation {
         let Some(rt) = self.store.resource_type(kind.group(), kind.name()) else {
             return;
         };
-        let Ok(object) = self.store.get(&rt, Some(namespace), name) else {
+        let Ok(object) = self.store.get_shared(&rt, Some(namespace), name) else {
             return;
         };
         let now = Timestamp::now();
@@ -362,7 +355,7 @@ impl Simulation {
             | Kind::ServiceAccount
             | Kind::ConfigMap => Vec::new(),
         };
-        let children: Vec<&Value> = children.iter().collect();
+        let children: Vec<&Value> = children.iter().map(|child| &**child).collect();
         let plan = match kind {
             Kind::Pod => {
                 let ip = self.pod_ip(&object);
@@ -375,7 +368,7 @@ impl Simulation {
                 let exists = |claim: &str| {
                     claims
                         .as_ref()
-                        .is_some_and(|rt| self.store.get(rt, Some(namespace), claim).is_ok())
+                        .is_some_and(|rt| self.store.get_shared(rt, Some(namespace), claim).is_ok())
                 };
                 statefulset::plan(&object, &children, &exists, now)
             }
@@ -398,11 +391,18 @@ impl Simulation {
     fn namespace_plan(&self, ns: &Value) -> Plan {
         let read = |kind: Kind, name: &str| {
             let rt = self.store.resource_type(kind.group(), kind.name())?;
-            self.store.get(&rt, Some(object::name(ns)), name).ok()
+            self.store
+                .get_shared(&rt, Some(object::name(ns)), name)
+                .ok()
         };
         let service_account = read(Kind::ServiceAccount, namespace::SERVICE_ACCOUNT);
         let root_ca = read(Kind::ConfigMap, namespace::ROOT_CA_CONFIG_MAP);
-        namespace::plan(ns, service_account.as_ref(), root_ca.as_ref(), &self.ca_pem)
+        namespace::plan(
+            ns,
+            service_account.as_deref(),
+            root_ca.as_deref(),
+            &self.ca_pem,
+        )
     }
 
     /// The endpoints controllers' plan for the Service `name`, from fresh reads.
@@ -417,28 +417,28 @@ impl Simulation {
             return Plan::default();
         };
         let ns = Some(namespace);
-        let service = self.store.get(&services, ns, name).ok();
+        let service = self.store.get_shared(&services, ns, name).ok();
         let list = |rt, selector: &str| {
             self.store
-                .list(rt, ns, Some(selector), None)
+                .list_shared(rt, ns, Some(selector), None)
                 .map(|(items, _)| items)
                 .unwrap_or_default()
         };
-        let selected = match service.as_ref().and_then(endpoints::selector) {
+        let selected = match service.as_deref().and_then(endpoints::selector) {
             Some(selector) => list(&pods, &endpoints::selector_string(selector)),
             None => Vec::new(),
         };
         let managed = list(&slices, &endpoints::slice_selector(name));
-        let current = self.store.get(&endpoints, ns, name).ok();
-        let selected: Vec<&Value> = selected.iter().collect();
-        let managed: Vec<&Value> = managed.iter().collect();
+        let current = self.store.get_shared(&endpoints, ns, name).ok();
+        let selected: Vec<&Value> = selected.iter().map(|pod| &**pod).collect();
+        let managed: Vec<&Value> = managed.iter().map(|slice| &**slice).collect();
         endpoints::plan(
             namespace,
             name,
-            service.as_ref(),
+            service.as_deref(),
             &selected,
             &managed,
-            current.as_ref(),
+            current.as_deref(),
         )
     }
 
@@ -464,7 +464,7 @@ impl Simulation {
     }
 
     /// The objects of `kind` that `owner` controls.
-    fn children(&self, owner: &Value, kind: &str) -> Vec<Value> {
+    fn children(&self, owner: &Value, kind: &str) -> Vec<Arc<Value>> {
         self.store
             .dependents_of(object::uid(owner))
             .into_iter()
@@ -481,11 +481,14 @@ impl Simulation {
             Action::Update(kind, object) | Action::UpdateStatus(kind, object) => {
                 key_of(*kind, object) == *key
             }
+            Action::Bind { namespace, name } => {
+                (Kind::Pod, namespace, name) == (key.0, &key.1, &key.2)
+            }
             _ => false,
         };
         let next_step = actions
             .iter()
-            .any(|a| matches!(a, Action::Update(..)) && own(a))
+            .any(|a| matches!(a, Action::Update(..) | Action::Bind { .. }) && own(a))
             && !actions
                 .iter()
                 .any(|a| matches!(a, Action::UpdateStatus(..)) && own(a));
@@ -512,6 +515,13 @@ impl Simulation {
                 } => self
                     .store
                     .delete(&rt, Some(&namespace), &name, Propagation::Background),
+                Action::Bind { namespace, name } => {
+                    let bound = self.store.bind_pod(&namespace, &name, pod::NODE_NAME);
+                    if let Ok(stored) = &bound {
+                        self.wrote((Kind::Pod, namespace, name), key, stored, &mut written);
+                    }
+                    bound
+                }
             };
             if let Err(error) = result {
                 self.on_write_error(key, kind, &error);
@@ -547,17 +557,29 @@ impl Simulation {
             self.store.update(rt, namespace, object)
         };
         if let Ok(stored) = &result {
-            // Only a controller's write of its own object is already accounted for; a write to
-            // another object (a Deployment scaling its ReplicaSet) is news to that object's
-            // controller.
-            if target == *reconciling
-                && let Some(version) = object_resource_version(stored)
-            {
-                self.own_writes.insert(target.clone(), version);
-            }
-            written.insert(target, crate::meta::resource_version(stored).to_string());
+            self.wrote(target, reconciling, stored, written);
         }
         result
+    }
+
+    /// Notes a plan's successful write of `target` (now `stored`) while reconciling
+    /// `reconciling`.
+    fn wrote(
+        &mut self,
+        target: Key,
+        reconciling: &Key,
+        stored: &Value,
+        written: &mut HashMap<Key, String>,
+    ) {
+        // Only a controller's write of its own object is already accounted for; a write to
+        // another object (a Deployment scaling its ReplicaSet) is news to that object's
+        // controller.
+        if target == *reconciling
+            && let Some(version) = object_resource_version(stored)
+        {
+            self.own_writes.insert(target.clone(), version);
+        }
+        written.insert(target, crate::meta::resource_version(stored).to_string());
     }
 
     fn on_write_error(&mut self, key: &Key, kind: Kind, error: &ApiError) {

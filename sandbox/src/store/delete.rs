@@ -85,16 +85,16 @@ impl Store {
         if meta::is_deleting(&old) {
             // A second delete may switch to orphaning or foreground, like the real registry.
             let Some(wanted) = wanted.filter(|w| !finalizers.iter().any(|f| f == w)) else {
-                return Ok(Deletion::Pending(old));
+                return Ok(Deletion::Pending(Arc::unwrap_or_clone(old)));
             };
             finalizers.retain(|f| f != FOREGROUND_FINALIZER && f != ORPHAN_FINALIZER);
             finalizers.push(wanted.to_string());
-            let mut next = old.clone();
+            let mut next = Value::clone(&old);
             meta::set_finalizers(&mut next, &finalizers);
             if options.dry_run {
                 return Ok(Deletion::Pending(next));
             }
-            return Ok(Deletion::Pending(state.put(rt, next)));
+            return Ok(Deletion::Pending(Arc::unwrap_or_clone(state.put(rt, next))));
         }
         if let Some(wanted) = wanted
             && !finalizers.iter().any(|f| f == wanted)
@@ -103,7 +103,7 @@ impl Store {
         }
         if finalizers.is_empty() && !Self::holds_namespace_finalizer(rt, &old) {
             if options.dry_run {
-                return Ok(Deletion::Deleted(old));
+                return Ok(Deletion::Deleted(Arc::unwrap_or_clone(old)));
             }
             let removed = state
                 .remove(rt, &ns, name)
@@ -111,9 +111,9 @@ impl Store {
             if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
                 state.registry.unregister_crd(name);
             }
-            return Ok(Deletion::Deleted(removed));
+            return Ok(Deletion::Deleted(Arc::unwrap_or_clone(removed)));
         }
-        let mut next = old.clone();
+        let mut next = Value::clone(&old);
         meta::set_finalizers(&mut next, &finalizers);
         meta::set_metadata_field(&mut next, "deletionTimestamp", Some(json!(meta::now())));
         // The namespace registry's own delete sets no grace period; the generic one sets 0.
@@ -133,7 +133,7 @@ impl Store {
         if options.dry_run {
             return Ok(Deletion::Pending(next));
         }
-        Ok(Deletion::Pending(state.put(rt, next)))
+        Ok(Deletion::Pending(Arc::unwrap_or_clone(state.put(rt, next))))
     }
 
     /// Deletes every object of a type in a namespace that the selectors match.

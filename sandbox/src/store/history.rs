@@ -45,7 +45,7 @@ impl Store {
                                 Some(ns) => k.0 == ns,
                                 None => true,
                             })
-                            .map(|(_, v)| v.clone())
+                            .map(|(_, v)| Arc::clone(v))
                             .collect()
                     })
                     .unwrap_or_default();

@@ -5,20 +5,20 @@ use super::*;
 
 impl Store {
     /// The object with this UID and its resource type, if it exists.
-    pub fn get_by_uid(&self, uid: &str) -> Option<(ResourceType, Value)> {
+    pub fn get_by_uid(&self, uid: &str) -> Option<(ResourceType, Arc<Value>)> {
         let state = self.lock();
         let (key, ns, name) = state.by_uid.get(uid)?;
         let rt = state.registry.by_storage_key(key)?;
         let object = state
             .objects
             .get(key)?
-            .get(&(ns.clone(), name.clone()))?
-            .clone();
+            .get(&(ns.clone(), name.clone()))
+            .cloned()?;
         Some((rt, object))
     }
 
     /// Objects whose ownerReferences name this UID.
-    pub fn dependents_of(&self, uid: &str) -> Vec<(ResourceType, Value)> {
+    pub fn dependents_of(&self, uid: &str) -> Vec<(ResourceType, Arc<Value>)> {
         let state = self.lock();
         let Some(locations) = state.dependents.get(uid) else {
             return Vec::new();
@@ -30,27 +30,27 @@ impl Store {
                 let object = state
                     .objects
                     .get(key)?
-                    .get(&(ns.clone(), name.clone()))?
-                    .clone();
+                    .get(&(ns.clone(), name.clone()))
+                    .cloned()?;
                 Some((rt, object))
             })
             .collect()
     }
 
     /// Every stored object of every type (for the collectors' full resyncs).
-    pub fn all_objects(&self) -> Vec<(ResourceType, Value)> {
+    pub fn all_objects(&self) -> Vec<(ResourceType, Arc<Value>)> {
         let state = self.lock();
         let mut all = Vec::new();
         for (key, objects) in &state.objects {
             if let Some(rt) = state.registry.by_storage_key(key) {
-                all.extend(objects.values().map(|o| (rt.clone(), o.clone())));
+                all.extend(objects.values().map(|o| (rt.clone(), Arc::clone(o))));
             }
         }
         all
     }
 
     /// Objects of every namespaced type in one namespace.
-    pub fn namespace_contents(&self, namespace: &str) -> Vec<(ResourceType, Value)> {
+    pub fn namespace_contents(&self, namespace: &str) -> Vec<(ResourceType, Arc<Value>)> {
         let state = self.lock();
         let mut contents = Vec::new();
         for (key, objects) in &state.objects {
@@ -64,7 +64,7 @@ impl Store {
                 objects
                     .iter()
                     .filter(|(k, _)| k.0 == namespace)
-                    .map(|(_, v)| (rt.clone(), v.clone())),
+                    .map(|(_, v)| (rt.clone(), Arc::clone(v))),
             );
         }
         contents
@@ -82,7 +82,7 @@ impl Store {
         if meta::finalizers(&namespace).is_empty() {
             state.remove(&namespaces, "", name);
         } else {
-            let mut next = namespace;
+            let mut next = Arc::unwrap_or_clone(namespace);
             next["spec"] = json!({});
             state.put(&namespaces, next);
         }
@@ -122,7 +122,7 @@ impl Store {
         if finalizers.is_empty() {
             state.remove(&crds, "", name);
         } else {
-            let mut next = crd_object;
+            let mut next = Arc::unwrap_or_clone(crd_object);
             meta::set_finalizers(&mut next, &finalizers);
             state.put(&crds, next);
         }
@@ -146,7 +146,7 @@ impl State {
         &self,
         (group, kind, plural): (&str, &str, &str),
         name: &str,
-    ) -> Result<Option<(ResourceType, Value)>, ApiError> {
+    ) -> Result<Option<(ResourceType, Arc<Value>)>, ApiError> {
         let rt = self
             .registry
             .by_kind(group, kind)

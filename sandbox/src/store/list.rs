@@ -37,6 +37,23 @@ impl Store {
         label_selector: Option<&str>,
         field_selector: Option<&str>,
     ) -> Result<(Vec<Value>, String), ApiError> {
+        let (items, resource_version) =
+            self.list_shared(rt, namespace, label_selector, field_selector)?;
+        Ok((
+            items.into_iter().map(Arc::unwrap_or_clone).collect(),
+            resource_version,
+        ))
+    }
+
+    /// [`Store::list`] of the stored objects themselves, shared rather than copied, for
+    /// readers that do not change them (the simulated controllers list on every change).
+    pub fn list_shared(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+        field_selector: Option<&str>,
+    ) -> Result<(Vec<Arc<Value>>, String), ApiError> {
         let options = ListOptions {
             label_selector: label_selector.map(LabelSelector::parse).transpose()?,
             field_selector: field_selector
@@ -91,14 +108,14 @@ impl Store {
             .rev()
             .take_while(|e| e.resource_version > at)
             .any(|e| e.resource.storage_key() == key);
-        let snapshot: BTreeMap<ObjectKey, Value> = if changed_since {
-            let mut objects: BTreeMap<ObjectKey, Value> = state
+        let snapshot: BTreeMap<ObjectKey, Arc<Value>> = if changed_since {
+            let mut objects: BTreeMap<ObjectKey, Arc<Value>> = state
                 .objects
                 .get(&key)
                 .map(|o| {
                     o.iter()
                         .filter(|(k, _)| in_scope(k))
-                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .map(|(k, v)| (k.clone(), Arc::clone(v)))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -125,7 +142,7 @@ impl Store {
                         objects.remove(&object_key);
                     }
                     (_, Some(old)) => {
-                        objects.insert(object_key, old.clone());
+                        objects.insert(object_key, Arc::clone(old));
                     }
                     (_, None) => {}
                 }
@@ -139,7 +156,7 @@ impl Store {
             (Some(ns), Some(selector)) if !changed_since => state.labelled(&key, ns, selector),
             _ => None,
         };
-        let source: Box<dyn Iterator<Item = (&ObjectKey, &Value)>> = if changed_since {
+        let source: Box<dyn Iterator<Item = (&ObjectKey, &Arc<Value>)>> = if changed_since {
             Box::new(snapshot.iter())
         } else if let Some(narrowed) = narrowed {
             Box::new(narrowed.into_iter())
@@ -169,7 +186,7 @@ impl Store {
                 remaining += 1;
                 continue;
             }
-            items.push(object.clone());
+            items.push(Arc::clone(object));
             last_key = Some(object_key.clone());
         }
         let (continue_token, remaining_item_count) = match (remaining, last_key) {

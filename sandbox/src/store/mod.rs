@@ -6,8 +6,9 @@
 //! collector and the simulated controllers all write through them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -35,16 +36,51 @@ pub enum EventType {
 }
 
 /// One change of one object.
+///
+/// The objects are shared with the store's map (and with every subscriber and the history)
+/// rather than copied: a deep copy of each written object for the map, the event and the
+/// replaced state was a quarter of the emulator's CPU. Stored objects are never mutated in
+/// place; a writer copies the one it changes.
 #[derive(Debug, Clone)]
 pub struct StoreEvent {
     pub event_type: EventType,
     /// The resource type in its storage version.
     pub resource: ResourceType,
     /// The object after the change (for `Deleted`, its last state at the deletion's version).
-    pub object: Value,
+    pub object: Arc<Value>,
     /// The object before the change (`None` for `Added`).
-    pub old_object: Option<Value>,
+    pub old_object: Option<Arc<Value>>,
     pub resource_version: u64,
+    /// `object` as JSON, made by the first watch that sends it as stored and then shared by
+    /// the others.
+    encoded: OnceLock<Bytes>,
+}
+
+impl StoreEvent {
+    fn new(
+        event_type: EventType,
+        resource: ResourceType,
+        object: Arc<Value>,
+        old_object: Option<Arc<Value>>,
+        resource_version: u64,
+    ) -> StoreEvent {
+        StoreEvent {
+            event_type,
+            resource,
+            object,
+            old_object,
+            resource_version,
+            encoded: OnceLock::new(),
+        }
+    }
+
+    /// `object` as compact JSON, encoded once.
+    pub fn encoded_object(&self) -> &Bytes {
+        self.encoded.get_or_init(|| {
+            // Serializing a Value with string keys cannot fail.
+            Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default())
+        })
+    }
 }
 
 /// How dependents are treated when their owner is deleted.
@@ -112,7 +148,8 @@ pub struct ListOptions {
 /// One page of a list.
 #[derive(Debug, Clone)]
 pub struct ListPage {
-    pub items: Vec<Value>,
+    /// Shared with the store (see [`StoreEvent`]).
+    pub items: Vec<Arc<Value>>,
     pub resource_version: String,
     pub continue_token: Option<String>,
     pub remaining_item_count: Option<u64>,
@@ -121,7 +158,7 @@ pub struct ListPage {
 /// What a watch starts from: synthetic ADDED objects (no resourceVersion given) or the kept
 /// history after the given resourceVersion, then live events.
 pub struct WatchStart {
-    pub initial: Vec<Value>,
+    pub initial: Vec<Arc<Value>>,
     pub backlog: Vec<Arc<StoreEvent>>,
     pub receiver: broadcast::Receiver<Arc<StoreEvent>>,
     /// The resourceVersion everything up to which is in `initial`/`backlog`.
@@ -159,7 +196,7 @@ type LabelledKey = (String, String, String, String);
 
 struct State {
     resource_version: u64,
-    objects: HashMap<String, BTreeMap<ObjectKey, Value>>,
+    objects: HashMap<String, BTreeMap<ObjectKey, Arc<Value>>>,
     by_uid: HashMap<String, Location>,
     dependents: HashMap<String, BTreeSet<Location>>,
     /// The names of a namespace's objects of a type that carry a label with a value, so that
@@ -209,7 +246,7 @@ impl State {
         (rt.storage_key(), ns.to_string(), name.to_string())
     }
 
-    fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Option<&Value> {
+    fn get(&self, rt: &ResourceType, ns: &str, name: &str) -> Option<&Arc<Value>> {
         self.objects
             .get(&rt.storage_key())
             .and_then(|objects| objects.get(&(ns.to_string(), name.to_string())))
@@ -286,7 +323,7 @@ impl State {
         storage: &str,
         namespace: &str,
         selector: &LabelSelector,
-    ) -> Option<Vec<(&'a ObjectKey, &'a Value)>> {
+    ) -> Option<Vec<(&'a ObjectKey, &'a Arc<Value>)>> {
         let empty = BTreeSet::new();
         let names = selector
             .requirements
@@ -315,17 +352,18 @@ impl State {
     }
 
     /// Stores an object (new or replacing) at a fresh resourceVersion and emits the event.
-    fn put(&mut self, rt: &ResourceType, mut object: Value) -> Value {
+    fn put(&mut self, rt: &ResourceType, mut object: Value) -> Arc<Value> {
         let rv = self.next_rv();
         meta::set_metadata_field(&mut object, "resourceVersion", Some(json!(rv.to_string())));
         let ns = meta::namespace(&object).unwrap_or_default().to_string();
         let name = meta::name(&object).to_string();
         let location = Self::location(rt, &ns, &name);
+        let object = Arc::new(object);
         let old = self
             .objects
             .entry(rt.storage_key())
             .or_default()
-            .insert((ns, name), object.clone());
+            .insert((ns, name), Arc::clone(&object));
         if let Some(old) = &old {
             self.index(&location, old, false);
         }
@@ -341,18 +379,18 @@ impl State {
         } else {
             EventType::Added
         };
-        self.emit(StoreEvent {
+        self.emit(StoreEvent::new(
             event_type,
-            resource: rt.clone(),
-            object: object.clone(),
-            old_object: old,
-            resource_version: rv,
-        });
+            rt.clone(),
+            Arc::clone(&object),
+            old,
+            rv,
+        ));
         object
     }
 
     /// Removes an object at a fresh resourceVersion and emits the event.
-    fn remove(&mut self, rt: &ResourceType, ns: &str, name: &str) -> Option<Value> {
+    fn remove(&mut self, rt: &ResourceType, ns: &str, name: &str) -> Option<Arc<Value>> {
         let old = self
             .objects
             .get_mut(&rt.storage_key())?
@@ -363,19 +401,20 @@ impl State {
             self.service_addresses.release(&old);
         }
         let rv = self.next_rv();
-        let mut last = old.clone();
+        let mut last = Value::clone(&old);
         meta::set_metadata_field(&mut last, "resourceVersion", Some(json!(rv.to_string())));
-        self.emit(StoreEvent {
-            event_type: EventType::Deleted,
-            resource: rt.clone(),
-            object: last.clone(),
-            old_object: Some(old),
-            resource_version: rv,
-        });
+        let last = Arc::new(last);
+        self.emit(StoreEvent::new(
+            EventType::Deleted,
+            rt.clone(),
+            Arc::clone(&last),
+            Some(old),
+            rv,
+        ));
         Some(last)
     }
 
-    fn crd_of(&self, rt: &ResourceType) -> Option<&Value> {
+    fn crd_of(&self, rt: &ResourceType) -> Option<&Arc<Value>> {
         let crds = self
             .registry
             .by_kind("apiextensions.k8s.io", "CustomResourceDefinition")?;
@@ -421,7 +460,7 @@ impl State {
         if conflict.is_none() {
             self.registry.register_crd(&name, types);
         }
-        let mut updated = crd_object.clone();
+        let mut updated = Value::clone(crd_object);
         updated["status"] = crd::served_status(crd_object, conflict.as_deref());
         if meta::is_deleting(crd_object) {
             crd::set_terminating(&mut updated);
@@ -509,6 +548,17 @@ impl Store {
         self.lock().registry.groups()
     }
 
+    /// Whether a named API group serves this version: what [`Store::groups`] lists, asked
+    /// for on every request without building the list.
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        !group.is_empty()
+            && self
+                .lock()
+                .registry
+                .all()
+                .any(|rt| rt.group == group && rt.version == version)
+    }
+
     /// The cluster's current resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.lock().resource_version
@@ -525,6 +575,17 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, ApiError> {
+        self.get_shared(rt, namespace, name)
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// The stored object itself, shared rather than copied, for readers that do not change it.
+    pub fn get_shared(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, ApiError> {
         let state = self.lock();
         state
             .get(rt, &namespace_key(rt, namespace), name)
@@ -652,6 +713,26 @@ mod tests {
                     "{namespace}/{name} {label}={value}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn serves_answers_what_groups_lists() {
+        let s = store();
+        let groups = s.groups();
+        let mut asked = vec![
+            (String::new(), "v1".to_string()),
+            ("apps".into(), "v2".into()),
+            ("nope".into(), "v1".into()),
+        ];
+        for (group, versions) in &groups {
+            asked.extend(versions.iter().map(|v| (group.clone(), v.clone())));
+        }
+        for (group, version) in asked {
+            let listed = groups
+                .iter()
+                .any(|(g, v)| *g == group && v.contains(&version));
+            assert_eq!(s.serves(&group, &version), listed, "{group}/{version}");
         }
     }
 
@@ -852,7 +933,7 @@ mod tests {
                 },
             )
             .expect("page 2");
-        let names: Vec<&str> = second.items.iter().map(meta::name).collect();
+        let names: Vec<&str> = second.items.iter().map(|o| meta::name(o)).collect();
         assert_eq!(names, ["c"], "the snapshot of the first page");
         assert_eq!(second.resource_version, first.resource_version);
         assert!(second.continue_token.is_none());

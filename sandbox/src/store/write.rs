@@ -107,6 +107,7 @@ impl Store {
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
         Self::create_locked(&mut self.lock(), rt, namespace, object, options)
+            .map(Arc::unwrap_or_clone)
     }
 
     pub(super) fn create_locked(
@@ -115,7 +116,7 @@ impl Store {
         namespace: Option<&str>,
         mut object: Value,
         options: &WriteOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         require_object(&object)?;
         set_type_meta(rt, &mut object);
         settle_namespace(rt, namespace, &mut object)?;
@@ -164,6 +165,7 @@ impl Store {
         strategy::prepare_for_create(rt, &mut object);
         Self::allocate_service_addresses(state, rt, None, &mut object)?;
         let mut object = decode_typed(rt, object)?;
+        crate::typed::as_stored(rt, &mut object);
         let errors = strategy::validate(rt, &object, None);
         if !errors.is_empty() {
             return Err(ApiError::invalid(rt, &name, &errors));
@@ -177,7 +179,7 @@ impl Store {
             meta::set_metadata_field(&mut object, "managedFields", fields);
         }
         if options.dry_run {
-            return Ok(object);
+            return Ok(Arc::new(object));
         }
         let stored = state.put(rt, object);
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {
@@ -236,6 +238,7 @@ impl Store {
             subresource,
             options,
         )
+        .map(Arc::unwrap_or_clone)
     }
 
     /// Read-modify-write of one object under the store's lock: never a conflict.
@@ -250,7 +253,7 @@ impl Store {
         let mut state = self.lock();
         let mut object = state
             .get(rt, &namespace_key(rt, namespace), name)
-            .cloned()
+            .map(|stored| Value::clone(stored))
             .ok_or_else(|| ApiError::not_found(rt, name))?;
         change(&mut object);
         Self::update_locked(
@@ -261,6 +264,45 @@ impl Store {
             subresource,
             &WriteOptions::default(),
         )
+        .map(Arc::unwrap_or_clone)
+    }
+
+    /// The scheduler's binding of a Pod to `node` (`pods/binding`): the only way a Pod's
+    /// `spec.nodeName` is set, since no update of a Pod may change it. Like kube-apiserver's
+    /// binding it writes the stored Pod directly (no update validation, no managedFields entry),
+    /// and refuses a Pod that is being deleted, already bound or held by scheduling gates.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
+        let mut state = self.lock();
+        let rt = state
+            .registry
+            .by_kind("", "Pod")
+            .ok_or_else(|| ApiError::internal("pods are not served"))?;
+        let mut pod = state
+            .get(&rt, namespace, name)
+            .map(|stored| Value::clone(stored))
+            .ok_or_else(|| ApiError::not_found(&rt, name))?;
+        let bound_to = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        let refusal = if meta::is_deleting(&pod) {
+            Some(format!(
+                "pod {name} is being deleted, cannot be assigned to a host"
+            ))
+        } else if !bound_to.is_empty() {
+            Some(format!(
+                "pod {name} is already assigned to node {bound_to:?}"
+            ))
+        } else if pod["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|gates| !gates.is_empty())
+        {
+            Some(format!("pod {name} has non-empty .spec.schedulingGates"))
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            return Err(ApiError::conflict_because(&rt, name, &why));
+        }
+        pod["spec"]["nodeName"] = Value::String(node.to_string());
+        Ok(Arc::unwrap_or_clone(state.put(&rt, pod)))
     }
 
     /// Read-modify-write whose change may fail (patches), with write options.
@@ -286,6 +328,7 @@ impl Store {
             )));
         }
         Self::update_locked(&mut state, rt, namespace, changed, subresource, options)
+            .map(Arc::unwrap_or_clone)
     }
 
     /// Read-modify-write that may also create (server-side apply): `change` gets the stored
@@ -300,8 +343,8 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut state = self.lock();
         let current = state.get(rt, &namespace_key(rt, namespace), name).cloned();
-        let changed = change(current.as_ref())?;
-        match current {
+        let changed = change(current.as_deref())?;
+        let written = match current {
             Some(_) => Self::update_locked(
                 &mut state,
                 rt,
@@ -316,7 +359,8 @@ impl Store {
                 create_options.field_manager = None;
                 Self::create_locked(&mut state, rt, namespace, changed, &create_options)
             }
-        }
+        };
+        written.map(Arc::unwrap_or_clone)
     }
 
     fn update_locked(
@@ -326,7 +370,7 @@ impl Store {
         mut object: Value,
         subresource: Subresource,
         options: &WriteOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         require_object(&object)?;
         set_type_meta(rt, &mut object);
         settle_namespace(rt, namespace, &mut object)?;
@@ -376,7 +420,7 @@ impl Store {
                 object
             }
             Subresource::Status => {
-                let mut next = old.clone();
+                let mut next = Value::clone(&old);
                 match object.get("status") {
                     Some(status) => next["status"] = status.clone(),
                     None => {
@@ -398,6 +442,7 @@ impl Store {
             }
         };
         let mut next = decode_typed(rt, next)?;
+        crate::typed::as_stored(rt, &mut next);
         for field in [
             "uid",
             "creationTimestamp",
@@ -453,7 +498,7 @@ impl Store {
         );
         // With the old resourceVersion set, an update that changes nothing equals the old
         // object (compared in place: copies of both without it were a good part of a write).
-        if next == old {
+        if next == *old {
             return Ok(old);
         }
         if let Some(manager) = &options.field_manager {
@@ -465,7 +510,7 @@ impl Store {
             meta::set_metadata_field(&mut next, "managedFields", fields);
         }
         if options.dry_run {
-            return Ok(next);
+            return Ok(Arc::new(next));
         }
         if meta::is_deleting(&next)
             && meta::finalizers(&next).is_empty()
@@ -476,7 +521,7 @@ impl Store {
             state
                 .remove(rt, &ns, &name)
                 .ok_or_else(|| ApiError::not_found(rt, &name))?;
-            return Ok(next);
+            return Ok(Arc::new(next));
         }
         let stored = state.put(rt, next);
         if rt.group == "apiextensions.k8s.io" && rt.kind == "CustomResourceDefinition" {

@@ -106,7 +106,10 @@ fn a_gated_pod_waits_for_its_gates_to_go() {
     gated["spec"]["containers"][0]["resources"] = json!({});
     gated["spec"]["schedulingGates"] = json!([]);
     match plan_now(&gated).actions.as_slice() {
-        [Action::Update(Kind::Pod, bound)] => assert_eq!(bound["spec"]["nodeName"], NODE_NAME),
+        [Action::Bind { namespace, name }] => assert_eq!(
+            (namespace.as_str(), name.as_str()),
+            ("default", "web-abcde")
+        ),
         other => panic!("expected a bind once the gates are gone, got {other:?}"),
     }
 }
@@ -120,7 +123,10 @@ fn an_unbound_pod_is_bound_or_marked_unschedulable() {
     unbound["status"] = json!({"phase": "Pending", "qosClass": "Burstable"});
     let actions = plan(&unbound, at(0), &config(0), "10.244.0.7").actions;
     match actions.as_slice() {
-        [Action::Update(Kind::Pod, bound)] => assert_eq!(bound["spec"]["nodeName"], NODE_NAME),
+        [Action::Bind { namespace, name }] => assert_eq!(
+            (namespace.as_str(), name.as_str()),
+            ("default", "web-abcde")
+        ),
         other => panic!("expected a bind, got {other:?}"),
     }
 
