@@ -171,6 +171,9 @@ struct ApiServer {
     binary: PathBuf,
     args: Vec<String>,
     log: PathBuf,
+    /// The token only this kube-apiserver knows ([`ClusterSetup::start_components`]): its
+    /// readiness is asked with it, so that no other server on the port can answer for it.
+    probe_token: String,
 }
 
 impl std::fmt::Debug for RealCluster {
@@ -458,8 +461,7 @@ impl RealSandbox {
         let readyz = format!("{}/readyz", cluster.api_url);
         let deadline = tokio::time::Instant::now() + START_LIMIT;
         loop {
-            let answer = api_request(&self.client, &self.token, Method::GET, &readyz, None).await;
-            if answer.is_ok_and(|(status, _)| status == StatusCode::OK) {
+            if answers_ready(&self.client, &api_server.probe_token, &readyz).await {
                 return Ok(());
             }
             let Some(process) = api_server.process.as_mut() else {
@@ -622,9 +624,20 @@ impl ClusterSetup {
         let service_accounts = rcgen::KeyPair::generate()?;
         let sa_key = self.write("sa.key", &service_accounts.serialize_pem())?;
         let sa_pub = self.write("sa.pub", &service_accounts.public_key_pem())?;
+        // The ports were free a moment ago, not now (free_ports): another cluster's etcd or
+        // kube-apiserver may be serving on one of them by the time this one starts, and answer
+        // its readiness while this one dies of "address already in use". A kube-apiserver that
+        // answered for another made a test's shared cluster store into etcd of a cluster that a
+        // test then stopped: every request of it timed out (504). So each readiness check asks
+        // for what only this cluster's component knows: a token of its own for kube-apiserver,
+        // a member name of its own for etcd.
+        let probe_token = uuid::Uuid::new_v4().simple().to_string();
         let tokens = self.write(
             "tokens.csv",
-            &format!("{},admin,admin,\"system:masters\"\n", self.token),
+            &format!(
+                "{},admin,admin,\"system:masters\"\n{probe_token},{PROBE_USER},{PROBE_USER}\n",
+                self.token
+            ),
         )?;
         let api_url = format!("https://127.0.0.1:{api_port}");
         let kubeconfig = self.dir.join("kubeconfig");
@@ -641,16 +654,17 @@ impl ClusterSetup {
         let etcd_data = self.dir.join("etcd");
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd_member = format!("{}-{}", self.name, &probe_token[..12]);
         components.push(self.spawn(
             "etcd",
             vec![
-                format!("--name={}", self.name),
+                format!("--name={etcd_member}"),
                 format!("--data-dir={}", path(&etcd_data)),
                 format!("--listen-client-urls={etcd_url}"),
                 format!("--advertise-client-urls={etcd_url}"),
                 format!("--listen-peer-urls={peer_url}"),
                 format!("--initial-advertise-peer-urls={peer_url}"),
-                format!("--initial-cluster={}={peer_url}", self.name),
+                format!("--initial-cluster={etcd_member}={peer_url}"),
                 "--log-level=warn".into(),
                 "--unsafe-no-fsync".into(),
             ],
@@ -659,9 +673,7 @@ impl ClusterSetup {
             Some(&self.dir),
         )?);
         self.wait_until(components, 0, "etcd to be healthy", || async {
-            plain_get(&format!("{etcd_url}/health"))
-                .await
-                .is_some_and(|(_, health)| health["health"] == "true")
+            etcd_serves_as(&etcd_url, &etcd_member).await
         })
         .await?;
 
@@ -684,9 +696,7 @@ impl ClusterSetup {
         ];
         components.push(self.spawn("kube-apiserver", api_server_args.clone(), None)?);
         self.wait_until(components, 1, "kube-apiserver to be ready", || async {
-            self.get_json(&format!("{api_url}/readyz"))
-                .await
-                .is_some_and(|(status, _)| status == StatusCode::OK)
+            answers_ready(&self.client, &probe_token, &format!("{api_url}/readyz")).await
         })
         .await?;
 
@@ -819,6 +829,7 @@ impl ClusterSetup {
             binary: self.bin_dir.join("kube-apiserver"),
             args: api_server_args,
             log: self.dir.join("kube-apiserver.log"),
+            probe_token,
         };
         Ok((
             RealCluster {
@@ -980,15 +991,53 @@ async fn api_request(
     ))
 }
 
-/// `GET` over plain HTTP (etcd's health), with a short deadline.
-async fn plain_get(url: &str) -> Option<(StatusCode, Value)> {
+/// The user of each kube-apiserver's own readiness token.
+const PROBE_USER: &str = "comb-sandbox-probe";
+
+/// Whether the kube-apiserver at `readyz` is ready and is the one that knows `probe_token`
+/// (another one answers 401).
+async fn answers_ready(client: &ApiClient, probe_token: &str, readyz: &str) -> bool {
+    api_request(client, probe_token, Method::GET, readyz, None)
+        .await
+        .is_ok_and(|(status, _)| status == StatusCode::OK)
+}
+
+/// Whether the etcd at `url` is healthy and is the member named `member` (etcd's member list,
+/// through its JSON gateway), not another cluster's etcd that took the port first.
+async fn etcd_serves_as(url: &str, member: &str) -> bool {
+    let healthy = plain_request(&format!("{url}/health"), None)
+        .await
+        .is_some_and(|(_, health)| health["health"] == "true");
+    healthy
+        && plain_request(&format!("{url}/v3/cluster/member/list"), Some("{}"))
+            .await
+            .is_some_and(|(_, list)| is_member_list_of(&list, member))
+}
+
+/// Whether etcd's member list `list` is that of the one-member cluster `member`.
+fn is_member_list_of(list: &Value, member: &str) -> bool {
+    list["members"]
+        .as_array()
+        .is_some_and(|members| members.len() == 1 && members[0]["name"] == member)
+}
+
+/// A `GET` (or, with a body, a `POST`) over plain HTTP to etcd, with a short deadline.
+async fn plain_request(url: &str, body: Option<&str>) -> Option<(StatusCode, Value)> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let rest = url.strip_prefix("http://")?;
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(authority).await.ok()?;
-        let request =
-            format!("GET /{path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+        let request = match body {
+            None => {
+                format!("GET /{path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
+            }
+            Some(body) => format!(
+                "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        };
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await.ok()?;
@@ -1039,4 +1088,56 @@ fn free_ports() -> Result<[u16; 3]> {
         port(&listeners[1])?,
         port(&listeners[2])?,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An HTTP server on a port of its own that answers every request with `body`, as an etcd
+    /// of another cluster would on a port this one was given.
+    async fn answering(body: &'static str) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_member_list_is_this_clusters_only_with_its_one_member() {
+        let one = |name: &str| json!({"members": [{"name": name}]});
+        for (list, member, ours) in [
+            (one("test-0a1b"), "test-0a1b", true),
+            (one("test-9f8e"), "test-0a1b", false),
+            (
+                json!({"members": [{"name": "test-0a1b"}, {"name": "x"}]}),
+                "test-0a1b",
+                false,
+            ),
+            (json!({"members": []}), "test-0a1b", false),
+            (Value::Null, "test-0a1b", false),
+        ] {
+            assert_eq!(is_member_list_of(&list, member), ours, "{list}");
+        }
+    }
+
+    #[tokio::test]
+    async fn another_clusters_etcd_on_the_port_is_not_taken_for_this_one() {
+        // Healthy, and a member list, but of another member: /health and the list get the same
+        // answer here, which holds both keys.
+        let url = answering(r#"{"health":"true","members":[{"name":"test-9f8e7d6c5b4a"}]}"#).await;
+        assert!(!etcd_serves_as(&url, "test-0a1b2c3d4e5f").await);
+        assert!(etcd_serves_as(&url, "test-9f8e7d6c5b4a").await);
+    }
 }
