@@ -16,9 +16,13 @@ use crate::error::{Error, Result};
 
 /// Runs `"$@"`, and ends it (TERM, then KILL after 5 s) once stdin reads EOF; then removes `$1`
 /// (a directory, may be empty). Stdin is kept on fd 3 because `sh` gives a background job
-/// `/dev/null` as its stdin. The reader ignores INT, TERM and HUP: a Ctrl-C (or `timeout`)
-/// signals the whole process group, and the watchdog must outlive it to make sure a component
-/// that hangs in its graceful shutdown is killed.
+/// `/dev/null` as its stdin. The watchdog (its reader too) ignores INT, TERM and HUP from the
+/// moment its component runs: a Ctrl-C (or `kill -TERM -PGID`, or `timeout`) signals the whole
+/// process group, and the watchdog must outlive it, to kill a component that hangs in its
+/// graceful shutdown and to keep the directory's fate its own. Before, its main shell died of
+/// the group's signal while the reader lived on: the reader marked the directory as comb
+/// removed it, nobody was left to remove it after, and the directory stayed (two stops of
+/// three). The component itself is started before the trap, so it keeps the default actions.
 ///
 /// The directory goes only when the stop came from comb (it asked, or it died): the reader marks
 /// it before it signals. A component that ends on its own leaves it, with the log that says why
@@ -31,7 +35,8 @@ const WATCHDOG: &str = r#"cleanup=$1; shift
 exec 3<&0
 "$@" </dev/null 3<&- &
 child=$!
-( trap '' INT TERM HUP; read -r _ <&3
+trap '' INT TERM HUP
+( read -r _ <&3
   [ -n "$cleanup" ] && true 2>/dev/null >"$cleanup/.comb-stopping"
   kill -TERM "$child" 2>/dev/null; i=0
   while kill -0 "$child" 2>/dev/null && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
