@@ -354,7 +354,11 @@ fn the_charts_generated_certificate_is_served_and_its_ca_is_the_ca_bundle() {
     use base64::Engine as _;
     let helm = comb_sandbox::real::default_bin_dir().join("helm");
     if !helm.exists() {
-        eprintln!("skipped: no helm at {}", helm.display());
+        comb_sandbox::real::record_skip(&format!(
+            "webhook::the_charts_generated_certificate_is_served_and_its_ca_is_the_ca_bundle: \
+             skipped: no helm at {} (tests/kube/build builds it)",
+            helm.display()
+        ));
         return;
     }
     let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/comb");

@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use comb_sandbox::real::{default_bin_dir, missing_binary};
 use comb_sandbox::{Backend, Clusters, SandboxOptions};
 use http::{Method, Request};
 use http_body_util::BodyExt as _;
@@ -1577,8 +1576,8 @@ async fn setup(side: &Side) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn emulator_answers_like_kube_apiserver() {
-    if let Some(missing) = missing_binary(&default_bin_dir()) {
-        eprintln!("skipped: {missing}");
+    if !comb_sandbox::real::available_or_skip("differential::emulator_answers_like_kube_apiserver")
+    {
         return;
     }
     let (emulator, real) = tokio::join!(
