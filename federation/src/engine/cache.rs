@@ -154,6 +154,27 @@ impl KindStore {
         self.objects.insert(key, object);
     }
 
+    /// Drops the copies of namespaces that no watch covers any more (listed or listing), with
+    /// what comb applied of them: nothing keeps them current.
+    fn forget_unwatched(&mut self) {
+        let watched = |namespace: &str| {
+            self.synced
+                .iter()
+                .chain(self.listing.keys())
+                .any(|scope| scope.as_deref().is_none_or(|covered| covered == namespace))
+        };
+        let unwatched: Vec<ObjectKey> = self
+            .objects
+            .keys()
+            .chain(self.applied.keys())
+            .filter(|(namespace, _)| !watched(namespace))
+            .cloned()
+            .collect();
+        for key in unwatched {
+            self.remove(&key);
+        }
+    }
+
     /// The object is gone: what comb applied of it goes too.
     fn remove(&mut self, key: &ObjectKey) {
         if let Some(old) = self.objects.remove(key) {
@@ -248,12 +269,14 @@ impl ObjectCache {
 
     /// The watch of `kind` in `scope` ended (its layer was stopped or handed to another
     /// replica, or the kind is not served): the scope is no longer answered from here, since
-    /// nothing keeps it current; a new watch lists it again.
+    /// nothing keeps it current, and its copies go unless another watch keeps them current (a
+    /// layer handed away holds no memory); a new watch lists it again.
     pub fn unwatched(&self, api_version: &str, kind: &str, scope: Option<&str>) {
         self.with_kind(api_version, kind, |store| {
             let scope = scope.map(str::to_string);
             store.synced.remove(&scope);
             store.listing.remove(&scope);
+            store.forget_unwatched();
         });
     }
 
@@ -559,6 +582,42 @@ mod tests {
 
     fn projected(object: &Value) -> Projection {
         Projection::of("apps/v1", "Deployment", object, &LabelKeys::default()).unwrap()
+    }
+
+    /// How many objects, and records of what comb applied, the Deployment store holds.
+    fn held(cache: &ObjectCache) -> (usize, usize) {
+        cache.with_kind("apps/v1", "Deployment", |store| {
+            (store.objects.len(), store.applied.len())
+        })
+    }
+
+    #[test]
+    fn an_unwatched_scope_keeps_no_copies_unless_another_watch_covers_them() {
+        let cache = cache();
+        listed(&cache, &[deployment("web", "web", "1", 1)]);
+        let applied = AsApplied {
+            digest: Fingerprint::of("digest"),
+            fields: Fingerprint::of("fields"),
+        };
+        cache.stands_as_applied(&resource("web"), applied);
+        cache.list_started("apps/v1", "Deployment", None);
+        cache.listed(
+            "apps/v1",
+            "Deployment",
+            None,
+            deployment("web", "web", "1", 1),
+        );
+        cache.list_done("apps/v1", "Deployment", None);
+        assert_eq!(held(&cache), (1, 1));
+        // The namespace's watch ends; the all-namespaces watch still keeps the copy current.
+        cache.unwatched("apps/v1", "Deployment", Some("apps"));
+        assert_eq!(held(&cache), (1, 1));
+        assert_eq!(replicas(&cache, "web"), Some(vec![1]));
+        // The last watch ends: nothing is kept.
+        cache.unwatched("apps/v1", "Deployment", None);
+        assert_eq!(held(&cache), (0, 0));
+        assert_eq!(replicas(&cache, "web"), None);
+        assert_eq!(cache.as_applied(&resource("web")), None);
     }
 
     #[test]
