@@ -19,24 +19,28 @@
 //!
 //! Without a `fallback` anywhere nothing here runs: no check, no chain.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use comb_api::{CombStatus, ConditionStatus, Reason, UPSTREAM_FALLBACK};
 use futures::StreamExt;
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::Shared;
 use super::events::EventType;
-use super::layer::{LayerRuntime, LayerState};
+use super::layer::{LayerRuntime, LayerState, Layers};
+use super::metrics::Metrics;
 use super::queue::Trigger;
+use super::report::Reports;
 use super::triggers::chain_peer;
-use crate::config::{Fallback, Probe};
+use crate::config::{Config, Fallback, Probe};
 use crate::engine::borrow::fallback::{peer_serves, written_duration};
 use crate::engine::borrow::redirect::with_port;
-use crate::engine::borrow::{Candidate, Controlling, FallbackChain, FallbackState, Observation};
+use crate::engine::borrow::{
+    ApiHealth, Candidate, Controlling, FallbackChain, FallbackState, Observation,
+};
 use crate::engine::keys::CombKey;
 
 /// How many TCP probes run at once.
@@ -140,7 +144,43 @@ pub(crate) fn fallback_event(
     }
 }
 
-impl Shared {
+/// Fallback at run time: what comb knows about the upstreams of borrows with a fallback, each
+/// such borrower's chain, and the checks and evaluations that keep them.
+pub(crate) struct Fallbacks {
+    config: Arc<Config>,
+    layers: Arc<Layers>,
+    metrics: Arc<Metrics>,
+    /// A borrower's switch is announced as an Event.
+    reports: Arc<Reports>,
+    /// Per upstream kube context: what its checks found.
+    api: Mutex<HashMap<String, ApiHealth>>,
+    /// Per address: when it was last probed, and what that found.
+    probes: Mutex<HashMap<String, Probed>>,
+    /// Per borrower: its chain.
+    chains: Mutex<HashMap<(usize, CombKey), FallbackChain>>,
+}
+
+/// When an address was probed, and what that found.
+type Probed = (Instant, Result<(), String>);
+
+impl Fallbacks {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        layers: Arc<Layers>,
+        metrics: Arc<Metrics>,
+        reports: Arc<Reports>,
+    ) -> Fallbacks {
+        Fallbacks {
+            config,
+            layers,
+            metrics,
+            reports,
+            api: Mutex::default(),
+            probes: Mutex::default(),
+            chains: Mutex::default(),
+        }
+    }
+
     /// The controlling code's answer for Comb `key` of `layer`, and where its fallback chain
     /// stands when its layer's borrow has one. A borrower met for the first time resumes from its
     /// recorded status (`recorded`): one that was on a fallback stays there until its preferred
@@ -160,7 +200,7 @@ impl Shared {
                 None,
             );
         };
-        let mut chains = self.fallbacks.chains.lock();
+        let mut chains = self.chains.lock();
         let chain = chains
             .entry((layer.index, key.clone()))
             .or_insert_with(|| resumed_chain(config, candidates, fallback, recorded));
@@ -185,7 +225,7 @@ impl Shared {
             return;
         };
         info!("{reason}: {message}");
-        self.event(layer, cr, kind, reason, &message).await;
+        self.reports.event(layer, cr, kind, reason, &message).await;
     }
 
     /// Checks the API server of every upstream context a fallback depends on, until `cancel`.
@@ -229,7 +269,7 @@ impl Shared {
         let borrowers = self.fallback_borrowers();
         self.probe(&borrowers).await;
         let now = Instant::now();
-        let mut chains = self.fallbacks.chains.lock();
+        let mut chains = self.chains.lock();
         let mut on_fallback: BTreeMap<usize, i64> = BTreeMap::new();
         let mut kept: BTreeSet<(usize, CombKey)> = BTreeSet::new();
         for borrower in &borrowers {
@@ -274,7 +314,7 @@ impl Shared {
         // Chains of Combs that are gone, no longer borrow, or whose layer another replica steps.
         chains.retain(|id, _| kept.contains(id));
         drop(chains);
-        for layer in &self.layers {
+        for layer in self.layers.iter() {
             if layer.fallback().is_some() {
                 self.metrics.set_borrowers_on_fallback(
                     layer.name(),
@@ -345,7 +385,7 @@ impl Shared {
         let layer = &peer.layer;
         let context = &layer.layer.context;
         let schedule = schedules.get(context)?;
-        let api = self.fallbacks.api.lock().get(context).cloned()?;
+        let api = self.api.lock().get(context).cloned()?;
         let api_trouble = if layer.state() == LayerState::Down {
             Some("context unreachable".to_string())
         } else {
@@ -370,7 +410,7 @@ impl Shared {
             return Some(Err(why));
         }
         if fallback.probe == Some(Probe::Tcp) {
-            let probes = self.fallbacks.probes.lock();
+            let probes = self.probes.lock();
             for address in bridge_addresses(status.as_ref(), peer.same_server) {
                 match probes.get(&address)? {
                     (_, Err(why)) => return Some(Err(why.clone())),
@@ -387,7 +427,7 @@ impl Shared {
         let mut due: BTreeMap<String, Duration> = BTreeMap::new();
         let now = Instant::now();
         {
-            let probes = self.fallbacks.probes.lock();
+            let probes = self.probes.lock();
             for borrower in borrowers {
                 if borrower.fallback.probe != Some(Probe::Tcp) {
                     continue;
@@ -421,7 +461,7 @@ impl Shared {
             .collect()
             .await;
         let at = Instant::now();
-        let mut probes = self.fallbacks.probes.lock();
+        let mut probes = self.probes.lock();
         for (address, result) in results {
             if let Err(why) = &result {
                 debug!("probe: {why}");
@@ -494,7 +534,7 @@ async fn connect(address: &str, timeout: Duration) -> Result<(), String> {
 /// Checks one upstream context's API server every period until `cancel`: `GET /readyz`, a path
 /// no step reads, so request counts tell the checks apart.
 async fn check_context(
-    shared: Arc<Shared>,
+    fallbacks: Arc<Fallbacks>,
     context: String,
     client: kube::Client,
     schedule: Schedule,
@@ -524,8 +564,10 @@ async fn check_context(
             }
             Err(_) => Some(check_failure(Err(schedule.timeout))),
         };
-        shared.metrics.upstream_check(&context, failure.is_none());
-        let mut api = shared.fallbacks.api.lock();
+        fallbacks
+            .metrics
+            .upstream_check(&context, failure.is_none());
+        let mut api = fallbacks.api.lock();
         let health = api.entry(context.clone()).or_default();
         match failure {
             None => {
@@ -548,7 +590,7 @@ async fn check_context(
 
 /// Evaluates every borrower with a fallback every `tick` until `cancel`.
 async fn evaluate_fallbacks(
-    shared: Arc<Shared>,
+    fallbacks: Arc<Fallbacks>,
     schedules: BTreeMap<String, Schedule>,
     tick: Duration,
     cancel: CancellationToken,
@@ -560,7 +602,7 @@ async fn evaluate_fallbacks(
             () = cancel.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        shared.evaluate(&schedules).await;
+        fallbacks.evaluate(&schedules).await;
     }
 }
 

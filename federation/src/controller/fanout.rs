@@ -4,17 +4,39 @@
 use std::sync::Arc;
 
 use comb_api::{Comb, CombStatus, Phase};
+use parking_lot::Mutex;
 use tracing::warn;
 
-use super::Shared;
-use super::layer::{self, LayerRuntime};
+use super::graph::BorrowIndex;
+use super::layer::{self, LayerRuntime, Layers};
 use super::queue::Trigger;
+use super::report::Reports;
 use super::triggers::{self, Source};
+use crate::config::Config;
 use crate::engine::keys::CombKey;
 
-impl Shared {
+/// The fan-out: every CR the layers see goes through here, and here it is decided whom it
+/// wakes (the Comb itself, its dependents, the borrowers in lower layers), by the index of who
+/// borrows from whom it keeps.
+pub(crate) struct Fanout {
+    config: Arc<Config>,
+    layers: Arc<Layers>,
+    borrowers: Mutex<BorrowIndex>,
+    reports: Arc<Reports>,
+}
+
+impl Fanout {
+    pub(crate) fn new(config: Arc<Config>, layers: Arc<Layers>, reports: Arc<Reports>) -> Fanout {
+        Fanout {
+            config,
+            layers,
+            borrowers: Mutex::new(BorrowIndex::default()),
+            reports,
+        }
+    }
+
     /// A Comb CR as watched: store it, wake it, and wake whoever reacts to its status.
-    pub(crate) fn cr_seen(self: &Arc<Self>, layer: &Arc<LayerRuntime>, cr: Comb, source: Source) {
+    pub(crate) fn cr_seen(&self, layer: &Arc<LayerRuntime>, cr: Comb, source: Source) {
         let Some(key) = triggers::comb_key(&cr) else {
             return;
         };
@@ -36,7 +58,7 @@ impl Shared {
         if change.trigger == Some(Trigger::Created)
             && let Some(cycles) = layer.set_dependencies(&key, &references)
         {
-            self.spawn_cycle_report(layer, cycles);
+            self.reports.spawn_cycle_report(layer, cycles);
         }
         self.react(layer, &key, &change);
     }
@@ -58,9 +80,9 @@ impl Shared {
     }
 
     /// A Comb CR is gone: forget it and wake whoever depended on or borrowed from it.
-    pub(crate) fn cr_gone(self: &Arc<Self>, layer: &Arc<LayerRuntime>, key: &CombKey) {
+    pub(crate) fn cr_gone(&self, layer: &Arc<LayerRuntime>, key: &CombKey) {
         if let Some(cycles) = layer.set_dependencies(key, &[]) {
-            self.spawn_cycle_report(layer, cycles);
+            self.reports.spawn_cycle_report(layer, cycles);
         }
         if layer.remove_cr(key) {
             self.borrowers.lock().set(&(layer.index, key.clone()), None);
@@ -102,7 +124,7 @@ impl Shared {
     /// borrower's health, as its dependents judge it, is its live status, which reads this
     /// peer, so a dependent that judged while the peer could not be read must look again even
     /// when the borrower's own record never changed.
-    pub(super) fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
+    pub(crate) fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
         let borrowers = self
             .borrowers
             .lock()

@@ -110,7 +110,7 @@ impl ControllerHandle {
 
     /// The Prometheus text of the metrics.
     pub fn metrics_text(&self) -> Result<String> {
-        for layer in &self.shared.layers {
+        for layer in self.shared.layers.iter() {
             self.shared
                 .metrics
                 .set_queue_depth(layer.name(), layer.queue.depth());
@@ -130,7 +130,7 @@ impl ControllerHandle {
 
     /// The last recorded state of every Comb.
     pub fn combs(&self) -> Vec<CombOutcome> {
-        self.shared.outcomes()
+        super::once::outcomes(&self.shared.layers)
     }
 
     /// With sharding, who holds which layer as this replica saw it last (`/debug/shards`).
@@ -140,6 +140,6 @@ impl ControllerHandle {
 
     /// Every transition from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.shared.transitions.subscribe()
+        self.shared.reports.subscribe()
     }
 }

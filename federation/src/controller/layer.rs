@@ -282,6 +282,9 @@ struct Health {
     listed_scopes: HashSet<usize>,
 }
 
+/// The layers at run time, in the configuration's order (a layer's index is its place here).
+pub type Layers = [Arc<LayerRuntime>];
+
 /// A layer at run time.
 pub struct LayerRuntime {
     pub index: usize,

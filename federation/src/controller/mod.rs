@@ -35,7 +35,6 @@ mod coordinator;
 pub mod deletion;
 pub mod events;
 mod fallback;
-mod fallback_state;
 mod fanout;
 pub mod graph;
 mod handle;
@@ -62,7 +61,6 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffPolicy;
@@ -78,19 +76,30 @@ pub use transition::{PhaseReason, StatusChange, Transition};
 
 use crate::config::Config;
 use crate::engine::class::ClassRegistry;
-use graph::BorrowIndex;
-use layer::LayerRuntime;
+use fallback::Fallbacks;
+use fanout::Fanout;
+use health::Health;
+use layer::Layers;
+use metrics::Metrics;
+use report::Reports;
 
-/// State shared by the watches, the workers and the admin server.
+/// The controller's context, as data: what the watches, the workers and the admin server
+/// share. Each part owns its state and its methods in a module of its own; a part that needs
+/// another holds it (the fan-out reports cycles, health wakes borrowers through the fan-out,
+/// fallback announces switches), so every dependency between them is one the module names.
 pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     pub(crate) registry: Arc<ClassRegistry>,
-    pub(crate) layers: Vec<Arc<LayerRuntime>>,
-    borrowers: Mutex<BorrowIndex>,
-    /// The upstreams of borrows with a fallback, as last looked at, and each borrower's chain.
-    fallbacks: fallback_state::Fallbacks,
-    pub(crate) metrics: metrics::Metrics,
-    transitions: broadcast::Sender<Transition>,
+    pub(crate) layers: Arc<Layers>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Transitions, Events, cycles.
+    pub(crate) reports: Arc<Reports>,
+    /// Who a CR or an object change wakes.
+    pub(crate) fanout: Arc<Fanout>,
+    /// Whether each layer's API server answers.
+    pub(crate) health: Arc<Health>,
+    /// The upstreams of borrows with a fallback, and each borrower's chain.
+    pub(crate) fallbacks: Arc<Fallbacks>,
     options: ControllerOptions,
     /// Cancelled when the controller stops: background probes end with it.
     stopping: CancellationToken,

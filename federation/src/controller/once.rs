@@ -2,8 +2,10 @@
 
 use std::time::Duration;
 
-use comb_api::{Phase, Reason};
+use comb_api::{CombStatus, Phase, Reason};
 use serde::Serialize;
+
+use super::layer::Layers;
 
 /// What `--once` knows about one Comb at a moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +41,28 @@ pub struct CombOutcome {
     pub reason: Option<Reason>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// Every Comb's last recorded state.
+pub(crate) fn outcomes(layers: &Layers) -> Vec<CombOutcome> {
+    layers
+        .iter()
+        .flat_map(|layer| {
+            layer.each_entry(|key, entry| {
+                // A kept status that does not decode is reported; the outcome has none.
+                let status = entry.recorded_status();
+                let ready = status.and_then(CombStatus::ready);
+                CombOutcome {
+                    layer: layer.name().to_string(),
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    phase: status.and_then(|s| s.phase.clone()),
+                    reason: ready.and_then(|r| r.reason.clone()),
+                    message: ready.and_then(|r| r.message.clone()),
+                }
+            })
+        })
+        .collect()
 }
 
 /// How a run ended: every Comb's last recorded state, and whether `--timeout` hit first.

@@ -1,21 +1,46 @@
-//! What the controller tells people: transitions in the log, as Events and to subscribers,
-//! dependency cycles, and how every Comb ended.
+//! What the controller tells people: transitions in the log, as Events and to subscribers, and
+//! dependency cycles.
 
 use std::sync::Arc;
 
 use comb_api::{Comb, CombStatus, Reason};
+use tokio::sync::broadcast;
 use tracing::{info, warn};
 
 use super::events::{self, Announcement, EventType};
 use super::graph::describe_cycles;
 use super::layer::LayerRuntime;
-use super::once::CombOutcome;
+use super::metrics::Metrics;
+use super::transition::{StatusChange, Transition};
 use super::triggers::comb_key;
-use super::{Shared, StatusChange, Transition};
 use crate::engine::keys::CombKey;
 
-impl Shared {
-    pub(super) fn spawn_cycle_report(
+/// The controller's reporting: what it says in the log, as Events (written as
+/// `identity` in `group`'s name) and to the subscribers of its transitions.
+pub(crate) struct Reports {
+    group: String,
+    identity: String,
+    metrics: Arc<Metrics>,
+    transitions: broadcast::Sender<Transition>,
+}
+
+impl Reports {
+    pub(crate) fn new(group: &str, identity: &str, metrics: Arc<Metrics>) -> Reports {
+        let (transitions, _) = broadcast::channel(1024);
+        Reports {
+            group: group.to_string(),
+            identity: identity.to_string(),
+            metrics,
+            transitions,
+        }
+    }
+
+    /// Every transition from now on (a lagging receiver loses the oldest).
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Transition> {
+        self.transitions.subscribe()
+    }
+
+    pub(crate) fn spawn_cycle_report(
         self: &Arc<Self>,
         layer: &Arc<LayerRuntime>,
         cycles: Vec<Vec<CombKey>>,
@@ -24,9 +49,9 @@ impl Shared {
             // Another replica steps the layer and reports its cycles.
             return;
         }
-        let shared = self.clone();
+        let reports = self.clone();
         let layer = layer.clone();
-        tokio::spawn(async move { shared.report_cycles(&layer, cycles).await });
+        tokio::spawn(async move { reports.report_cycles(&layer, cycles).await });
     }
 
     /// Reports the dependency cycles of a layer (they changed): a log line, and an Event on
@@ -146,7 +171,7 @@ impl Shared {
             .await;
     }
 
-    /// Tries again the Events about `cr` the API did not take before (see [`Shared::event`]).
+    /// Tries again the Events about `cr` the API did not take before (see [`Reports::event`]).
     pub(crate) async fn retry_events(&self, layer: &LayerRuntime, cr: &Comb) {
         let Some(key) = comb_key(cr) else { return };
         let unsent = layer
@@ -168,12 +193,12 @@ impl Shared {
             return;
         }
         let written = events::event_for(
-            &self.config.group,
+            &self.group,
             cr,
             event.kind,
             event.reason.as_str(),
             &event.message,
-            &self.options.identity,
+            &self.identity,
         );
         match events::publish(layer.ops.client().clone(), &written).await {
             Ok(()) => {
@@ -189,27 +214,5 @@ impl Shared {
                 }
             }
         }
-    }
-
-    /// Every Comb's last recorded state.
-    pub(super) fn outcomes(&self) -> Vec<CombOutcome> {
-        self.layers
-            .iter()
-            .flat_map(|layer| {
-                layer.each_entry(|key, entry| {
-                    // A kept status that does not decode is reported; the outcome has none.
-                    let status = entry.recorded_status();
-                    let ready = status.and_then(CombStatus::ready);
-                    CombOutcome {
-                        layer: layer.name().to_string(),
-                        namespace: key.namespace.clone(),
-                        name: key.name.clone(),
-                        phase: status.and_then(|s| s.phase.clone()),
-                        reason: ready.and_then(|r| r.reason.clone()),
-                        message: ready.and_then(|r| r.message.clone()),
-                    }
-                })
-            })
-            .collect()
     }
 }

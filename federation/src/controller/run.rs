@@ -15,11 +15,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use super::LeaderElection;
-use super::graph::BorrowIndex;
-use super::layer::LayerRuntime;
-use super::once::{RunOutcome, SettleView, is_settled};
+use super::fallback::Fallbacks;
+use super::fanout::Fanout;
+use super::health::Health;
+use super::layer::{LayerRuntime, Layers};
+use super::once::{RunOutcome, SettleView, is_settled, outcomes};
 use super::queue::WorkQueue;
 use super::reads::LayerPeers;
+use super::report::Reports;
 use super::work::{Fence, LayerWork};
 use super::{
     ControllerHandle, ControllerOptions, OnceOptions, Shared, Transition, admin, coordinator,
@@ -108,20 +111,42 @@ impl Controller {
             }
             metrics.set_queue_depth(layer.name(), 0);
         }
-        let (transitions, _) = broadcast::channel(1024);
+        let config = Arc::new(config);
+        let layers: Arc<Layers> = layers.into();
+        let metrics = Arc::new(metrics);
+        let stopping = CancellationToken::new();
+        let reports = Arc::new(Reports::new(
+            &config.group,
+            &options.identity,
+            metrics.clone(),
+        ));
+        let fanout = Arc::new(Fanout::new(config.clone(), layers.clone(), reports.clone()));
+        let health = Arc::new(Health::new(
+            metrics.clone(),
+            fanout.clone(),
+            options.watch_backoff,
+            stopping.clone(),
+        ));
+        let fallbacks = Arc::new(Fallbacks::new(
+            config.clone(),
+            layers.clone(),
+            metrics.clone(),
+            reports.clone(),
+        ));
         Ok(Controller {
             shared: Arc::new(Shared {
-                config: Arc::new(config),
+                config,
                 registry: Arc::new(registry),
                 layers,
-                borrowers: Mutex::new(BorrowIndex::default()),
-                fallbacks: Default::default(),
                 metrics,
-                transitions,
+                reports,
+                fanout,
+                health,
+                fallbacks,
                 active: AtomicBool::new(false),
                 shards: Mutex::new(None),
                 options,
-                stopping: CancellationToken::new(),
+                stopping,
                 admin_address: OnceLock::new(),
                 webhook_address: OnceLock::new(),
             }),
@@ -130,7 +155,7 @@ impl Controller {
 
     /// Every transition from now on (a lagging receiver loses the oldest).
     pub fn subscribe(&self) -> broadcast::Receiver<Transition> {
-        self.shared.transitions.subscribe()
+        self.shared.reports.subscribe()
     }
 
     /// A view of the running controller: layers, queue, readiness, metrics.
@@ -250,7 +275,7 @@ async fn run_as_leader(
 async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOutcome {
     shared.active.store(true, Ordering::SeqCst);
     if shared.options.sharding.is_some() {
-        for layer in &shared.layers {
+        for layer in shared.layers.iter() {
             layer.set_holding(false);
         }
     }
@@ -258,7 +283,7 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
     let mut tasks = JoinSet::new();
     // Every replica watches every layer's Combs, held or not: a layer's peers in lower layers
     // are woken by its Combs' status, and a taker's queue is ready when it starts.
-    for layer in &shared.layers {
+    for layer in shared.layers.iter() {
         let span = info_span!("layer", layer = layer.name());
         for (index, scope) in layer.scopes().into_iter().enumerate() {
             tasks.spawn(
@@ -274,7 +299,7 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
         }
     }
     // The upstreams of fallbacks are looked at while this replica reconciles.
-    shared.spawn_upstream_checks(&mut tasks, &watches);
+    shared.fallbacks.spawn_upstream_checks(&mut tasks, &watches);
     let timed_out = match shared.options.sharding.clone() {
         Some(sharding) => {
             if let Err(error) =
@@ -290,7 +315,7 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
     while tasks.join_next().await.is_some() {}
     shared.active.store(false, Ordering::SeqCst);
     RunOutcome {
-        combs: shared.outcomes(),
+        combs: outcomes(&shared.layers),
         timed_out,
     }
 }
@@ -321,7 +346,7 @@ async fn run_every_layer(shared: &Arc<Shared>, shutdown: &CancellationToken) -> 
         }
     };
     info!("stopping: finishing the running steps");
-    for layer in &shared.layers {
+    for layer in shared.layers.iter() {
         layer.queue.close();
     }
     for work in &works {
@@ -347,7 +372,7 @@ async fn wait_settled(shared: &Shared, once: OnceOptions, shutdown: &Cancellatio
             () = shutdown.cancelled() => break false,
             () = tokio::time::sleep_until(deadline) => break true,
             _ = tick.tick() => {
-                let count = shared.settled_count(once.settle);
+                let count = settled_count(&shared.layers, once.settle);
                 if let Some(progress) = &mut progress {
                     progress.show(count, started.elapsed());
                 }
@@ -423,32 +448,31 @@ impl Progress {
     }
 }
 
-impl Shared {
-    /// How many Combs are settled (`--once`), of how many, and whether every layer listed.
-    pub(super) fn settled_count(&self, settle: Duration) -> SettledCount {
-        let mut count = SettledCount {
-            listed: true,
-            ..SettledCount::default()
-        };
-        for layer in &self.layers {
-            count.listed &= layer.is_listed();
-            for settled in layer.each_entry(|key, entry| {
-                is_settled(
-                    &SettleView {
-                        stepped: entry.stepped,
-                        busy: layer.queue.is_busy(key),
-                        phase: entry.recorded_phase(),
-                        unchanged_for: entry.changed_at.elapsed(),
-                    },
-                    settle,
-                )
-            }) {
-                count.total += 1;
-                count.settled += usize::from(settled);
-            }
+/// How many Combs of `layers` are settled (`--once`), of how many, and whether every layer
+/// listed.
+fn settled_count(layers: &Layers, settle: Duration) -> SettledCount {
+    let mut count = SettledCount {
+        listed: true,
+        ..SettledCount::default()
+    };
+    for layer in layers {
+        count.listed &= layer.is_listed();
+        for settled in layer.each_entry(|key, entry| {
+            is_settled(
+                &SettleView {
+                    stepped: entry.stepped,
+                    busy: layer.queue.is_busy(key),
+                    phase: entry.recorded_phase(),
+                    unchanged_for: entry.changed_at.elapsed(),
+                },
+                settle,
+            )
+        }) {
+            count.total += 1;
+            count.settled += usize::from(settled);
         }
-        count
     }
+    count
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ pub async fn step(shared: &Arc<Shared>, layer: &Arc<LayerRuntime>, key: &CombKey
     let cr = layer.cr(key);
     if let Some(cr) = &cr {
         // Events the API did not take before come first, in their order.
-        shared.retry_events(layer, cr).await;
+        shared.reports.retry_events(layer, cr).await;
     }
     let report = match cr {
         None => StepReport::new(StepState::Gone, false),
@@ -114,7 +114,7 @@ async fn reconcile_comb(
         None => cr,
         Some(finalizers) => match layer.ops.set_comb_finalizers(group, &cr, &finalizers).await {
             Ok(stored) => {
-                shared.own_write(layer, key, stored.clone());
+                shared.fanout.own_write(layer, key, stored.clone());
                 stored
             }
             Err(error) => {
@@ -130,10 +130,12 @@ async fn reconcile_comb(
     };
     let origin = Origin::of(&cr);
     if let Some(cycles) = layer.set_dependencies(key, &comb.depends_on()) {
-        shared.report_cycles(layer, cycles).await;
+        shared.reports.report_cycles(layer, cycles).await;
     }
     let previous = comb.recorded_status().cloned();
-    let (controlling, fallback) = shared.upstream_choice(layer, key, previous.as_ref());
+    let (controlling, fallback) = shared
+        .fallbacks
+        .upstream_choice(layer, key, previous.as_ref());
     let ops = match layer.comb_ops(&key.namespace).await {
         Ok(ops) => ops.logging_reads(),
         Err(error) => return build_failed(shared, layer, key, &cr, error.to_string()).await,
@@ -162,8 +164,9 @@ async fn reconcile_comb(
         entry.stepped = true;
     });
     let stored = &outcome.stored;
-    shared.own_write(layer, key, stored.clone());
+    shared.fanout.own_write(layer, key, stored.clone());
     shared
+        .reports
         .after_status(
             layer,
             stored,
@@ -173,9 +176,11 @@ async fn reconcile_comb(
         )
         .await;
     shared
+        .fallbacks
         .announce_switch(layer, stored, previous.as_ref(), status)
         .await;
     shared
+        .reports
         .announce_notes(layer, stored, &outcome.notes, previous.as_ref())
         .await;
     if outcome.write_failed {
@@ -317,8 +322,9 @@ async fn build_failed(
         warn!("the BuildFailed status is not written; retrying");
         return recorded(&outcome.status, true);
     }
-    shared.own_write(layer, key, outcome.stored.clone());
+    shared.fanout.own_write(layer, key, outcome.stored.clone());
     shared
+        .reports
         .after_status(
             layer,
             &outcome.stored,
@@ -365,12 +371,16 @@ async fn delete(
             &layer.settings.tenancy,
         )
         .await;
-        shared.announce_notes(layer, &cr, &report.notes, None).await;
+        shared
+            .reports
+            .announce_notes(layer, &cr, &report.notes, None)
+            .await;
         let summary = report.summary();
         if !report.failures.is_empty() {
             shared.metrics.api_error(layer.name(), "cleanup");
             warn!("orphan: cleanup incomplete, retrying: {summary}");
             shared
+                .reports
                 .event(
                     layer,
                     &cr,
@@ -383,6 +393,7 @@ async fn delete(
         }
         info!("orphan: cleanup done: {summary}");
         shared
+            .reports
             .event(layer, &cr, EventType::Normal, Reason::CleanedUp, &summary)
             .await;
     }
@@ -445,6 +456,7 @@ impl DependencyResolver for LayerResolver<'_> {
         Ok(Some(Arc::new(LiveDependency {
             controlling: self
                 .shared
+                .fallbacks
                 .upstream_choice(self.layer, &key, recorded.as_ref())
                 .0,
             judged,

@@ -21,6 +21,7 @@ use tracing::{debug, warn};
 
 use super::Shared;
 use super::backoff::Retries;
+use super::health::{Failure, classify};
 use super::layer::LayerRuntime;
 use super::triggers::{Source, comb_key, owner_of};
 use crate::engine::cache::ObjectCache;
@@ -48,50 +49,6 @@ pub const WATCHED_KINDS: [(&str, &str, &str); 11] = [
     ("discovery.k8s.io", "v1", "EndpointSlice"),
 ];
 
-/// How a watch failure counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// The API server does not answer (refused, timed out, 5xx): the layer is down.
-    Unavailable,
-    /// The resource is not served (404): this watch ends.
-    NotServed,
-    /// The watch fell behind the server's history (410 Gone): it lists again, as it should.
-    Expired,
-    /// Comb may not list or watch it there (403): RBAC says no, which a retry will not change
-    /// until someone grants it.
-    Forbidden,
-    /// Anything else (a bad object): retried.
-    Other,
-}
-
-/// Classifies a watcher error.
-pub fn classify(error: &watcher::Error) -> Failure {
-    let client_error = match error {
-        watcher::Error::InitialListFailed(error)
-        | watcher::Error::WatchStartFailed(error)
-        | watcher::Error::WatchFailed(error) => error,
-        watcher::Error::WatchError(status) => {
-            return match status.code {
-                410 => Failure::Expired,
-                403 => Failure::Forbidden,
-                code if code >= 500 || code == 429 => Failure::Unavailable,
-                _ => Failure::Other,
-            };
-        }
-        watcher::Error::NoResourceVersion => return Failure::Other,
-    };
-    match client_error {
-        kube::Error::Api(status) if status.code == 404 => Failure::NotServed,
-        kube::Error::Api(status) if status.code == 410 => Failure::Expired,
-        kube::Error::Api(status) if status.code == 403 => Failure::Forbidden,
-        kube::Error::Api(status) if status.code >= 500 || status.code == 429 => {
-            Failure::Unavailable
-        }
-        kube::Error::Api(_) | kube::Error::SerdeError(_) => Failure::Other,
-        _ => Failure::Unavailable,
-    }
-}
-
 /// Reports a failed watch and waits before it tries again (an expired one lists again at
 /// once); false when stopping.
 async fn after_error(
@@ -103,11 +60,11 @@ async fn after_error(
     retries: &mut Retries,
     cancel: &CancellationToken,
 ) -> bool {
-    shared.watch_failed(layer, what, failure, message);
+    shared.health.watch_failed(layer, what, failure, message);
     if failure == Failure::Expired {
         return true;
     }
-    shared.pause(retries.next_delay(), cancel).await
+    shared.health.pause(retries.next_delay(), cancel).await
 }
 
 /// Watches the Comb CRs of one scope (a namespace, or all) of `layer` until `cancel`.
@@ -127,7 +84,7 @@ pub async fn watch_combs(
     let stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE))
         .take_until(cancel.cancelled());
     futures::pin_mut!(stream);
-    let mut retries = Retries::new(shared.options.watch_backoff);
+    let mut retries = shared.health.retries();
     let mut listing: Option<HashSet<CombKey>> = None;
     while let Some(item) = stream.next().await {
         let event = match item {
@@ -161,7 +118,7 @@ pub async fn watch_combs(
         // shortest delay, and marked a partitioned layer back up several times a second).
         if !matches!(event, Event::Init) {
             retries.reset();
-            shared.layer_answered(&layer);
+            shared.health.layer_answered(&layer);
         }
         match event {
             Event::Init => listing = Some(HashSet::new()),
@@ -169,13 +126,13 @@ pub async fn watch_combs(
                 if let (Some(seen), Some(key)) = (listing.as_mut(), comb_key(&cr)) {
                     seen.insert(key);
                 }
-                shared.cr_seen(&layer, cr, Source::Listed);
+                shared.fanout.cr_seen(&layer, cr, Source::Listed);
             }
             Event::InitDone => {
                 let seen = listing.take().unwrap_or_default();
                 for key in layer.keys_in(scope.as_deref()) {
                     if !seen.contains(&key) {
-                        shared.cr_gone(&layer, &key);
+                        shared.fanout.cr_gone(&layer, &key);
                     }
                 }
                 if layer.mark_listed(scope_index) {
@@ -186,10 +143,10 @@ pub async fn watch_combs(
                     );
                 }
             }
-            Event::Apply(cr) => shared.cr_seen(&layer, cr, Source::Watched),
+            Event::Apply(cr) => shared.fanout.cr_seen(&layer, cr, Source::Watched),
             Event::Delete(cr) => {
                 if let Some(key) = comb_key(&cr) {
-                    shared.cr_gone(&layer, &key);
+                    shared.fanout.cr_gone(&layer, &key);
                 }
             }
         }
@@ -331,7 +288,7 @@ pub async fn watch_managed(
         kind: kind_name.clone(),
         scope: scope.clone(),
     });
-    let mut retries = Retries::new(shared.options.watch_backoff);
+    let mut retries = shared.health.retries();
     let mut forbidden = Forbidden::default();
     while let Some(item) = stream.next().await {
         let event = match item {
@@ -352,6 +309,7 @@ pub async fn watch_managed(
                     forbidden.report(&layer, &kind, scope.as_deref(), &error);
                     shared.metrics.api_error(layer.name(), "watch");
                     if !shared
+                        .health
                         .pause(shared.options.watch_backoff.max, &cancel)
                         .await
                     {
@@ -412,7 +370,7 @@ pub async fn watch_managed(
                 }
                 forbidden.granted(&layer, &kind, scope.as_deref());
                 retries.reset();
-                shared.layer_answered(&layer);
+                shared.health.layer_answered(&layer);
                 continue;
             }
             Event::InitApply(object) => {
@@ -437,7 +395,7 @@ pub async fn watch_managed(
             }
         };
         retries.reset();
-        shared.layer_answered(&layer);
+        shared.health.layer_answered(&layer);
         if let Some(owner) = owner
             && layer.knows(&owner)
         {
@@ -449,7 +407,7 @@ pub async fn watch_managed(
                 object = %name,
                 "a managed resource changed"
             );
-            shared.object_changed(&layer, &owner);
+            shared.fanout.object_changed(&layer, &owner);
         }
     }
 }
@@ -519,56 +477,4 @@ fn owner_and_name(object: &Value, keys: &comb_api::LabelKeys) -> (Option<CombKey
         .unwrap_or_default()
         .to_string();
     (owner, name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kube::core::Status;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(Box::new(Status::failure("x", "y").with_code(code)))
-    }
-
-    #[test]
-    fn failures() {
-        let cases = [
-            (
-                watcher::Error::InitialListFailed(api(503)),
-                Failure::Unavailable,
-            ),
-            (
-                watcher::Error::WatchStartFailed(api(404)),
-                Failure::NotServed,
-            ),
-            (watcher::Error::WatchFailed(api(403)), Failure::Forbidden),
-            (
-                watcher::Error::InitialListFailed(api(403)),
-                Failure::Forbidden,
-            ),
-            (watcher::Error::WatchFailed(api(422)), Failure::Other),
-            (
-                watcher::Error::InitialListFailed(api(429)),
-                Failure::Unavailable,
-            ),
-            (
-                watcher::Error::WatchError(Box::new(
-                    Status::failure("gone", "Expired").with_code(410),
-                )),
-                Failure::Expired,
-            ),
-            (
-                watcher::Error::InitialListFailed(api(410)),
-                Failure::Expired,
-            ),
-            (watcher::Error::NoResourceVersion, Failure::Other),
-            (
-                watcher::Error::InitialListFailed(kube::Error::LinesCodecMaxLineLengthExceeded),
-                Failure::Unavailable,
-            ),
-        ];
-        for (error, expected) in cases {
-            assert_eq!(classify(&error), expected, "{error}");
-        }
-    }
 }
