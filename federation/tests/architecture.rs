@@ -36,6 +36,47 @@ struct Module {
     /// What it re-exports (`pub use a::b::C as D;`), the same way. A re-export alone is not a
     /// use: a path through it counts for the module the re-exported item is in.
     reexports: BTreeMap<String, Vec<String>>,
+    /// The types it defines (structs, enums, unions, type aliases, traits).
+    types: BTreeSet<String>,
+    /// Its inherent impls (`impl Type { ... }`, no trait): the type's name and the functions
+    /// each defines, with whether each is a method (takes `self`).
+    impls: Vec<(String, Vec<(String, bool)>)>,
+    /// The fields of the structs it defines: struct -> field -> the field's type (its name,
+    /// seen through `&`, `Arc`, `Rc` and `Box`).
+    fields: BTreeMap<String, BTreeMap<String, String>>,
+    /// The methods it calls on a receiver whose type it declares: `shared.health.pause()` in a
+    /// function taking `shared: &Shared` is `(Shared, [health], pause)`.
+    typed_calls: BTreeSet<TypedCall>,
+}
+
+/// A method call on a receiver of a declared type, through its fields.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct TypedCall {
+    root: String,
+    fields: Vec<String>,
+    method: String,
+}
+
+/// The name of a type as methods are called on it: `&Shared`, `Arc<Shared>`, `Box<Shared>` and
+/// `crate::controller::Shared` are `Shared`; `None` for what has no name (tuples, `impl Trait`).
+fn type_name(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Reference(reference) => type_name(&reference.elem),
+        syn::Type::Paren(inner) => type_name(&inner.elem),
+        syn::Type::Group(inner) => type_name(&inner.elem),
+        syn::Type::Path(path) => {
+            let last = path.path.segments.last()?;
+            let ident = last.ident.to_string();
+            if ["Arc", "Rc", "Box"].contains(&ident.as_str())
+                && let syn::PathArguments::AngleBracketed(arguments) = &last.arguments
+                && let Some(syn::GenericArgument::Type(inner)) = arguments.args.first()
+            {
+                return type_name(inner);
+            }
+            Some(ident)
+        }
+        _ => None,
+    }
 }
 
 /// The paths of one `use` tree, each with the name it binds (`None` for a glob).
@@ -105,6 +146,10 @@ fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
 #[derive(Default)]
 struct Reader<'ast> {
     module: Module,
+    /// The type of the impl being read, for `self`.
+    self_type: Option<String>,
+    /// The declared types of the bindings in scope (a function's parameters, typed `let`s).
+    bindings: Vec<BTreeMap<String, String>>,
     /// Inline child modules (`mod name { ... }`) with their items.
     inline: Vec<(String, &'ast [syn::Item])>,
     /// File child modules (`mod name;`).
@@ -144,8 +189,111 @@ impl<'ast> Visit<'ast> for Reader<'ast> {
                     }
                 }
             }
-            _ => syn::visit::visit_item(self, item),
+            syn::Item::Impl(implementation) => {
+                let self_type = type_name(&implementation.self_ty);
+                if implementation.trait_.is_none()
+                    && let Some(type_name) = &self_type
+                {
+                    let methods = implementation
+                        .items
+                        .iter()
+                        .filter_map(|item| match item {
+                            syn::ImplItem::Fn(function) => Some((
+                                function.sig.ident.to_string(),
+                                function.sig.receiver().is_some(),
+                            )),
+                            _ => None,
+                        })
+                        .collect();
+                    self.module.impls.push((type_name.clone(), methods));
+                }
+                let outer = std::mem::replace(&mut self.self_type, self_type);
+                syn::visit::visit_item(self, item);
+                self.self_type = outer;
+            }
+            syn::Item::Struct(definition) => {
+                let name = definition.ident.to_string();
+                let fields = definition
+                    .fields
+                    .iter()
+                    .filter_map(|field| {
+                        Some((field.ident.as_ref()?.to_string(), type_name(&field.ty)?))
+                    })
+                    .collect();
+                self.module.fields.insert(name.clone(), fields);
+                self.module.types.insert(name);
+                syn::visit::visit_item(self, item);
+            }
+            _ => {
+                let defined = match item {
+                    syn::Item::Struct(item) => Some(&item.ident),
+                    syn::Item::Enum(item) => Some(&item.ident),
+                    syn::Item::Union(item) => Some(&item.ident),
+                    syn::Item::Type(item) => Some(&item.ident),
+                    syn::Item::Trait(item) => Some(&item.ident),
+                    _ => None,
+                };
+                if let Some(name) = defined {
+                    self.module.types.insert(name.to_string());
+                }
+                syn::visit::visit_item(self, item);
+            }
         }
+    }
+
+    fn visit_signature(&mut self, signature: &'ast syn::Signature) {
+        let mut bound = BTreeMap::new();
+        for input in &signature.inputs {
+            match input {
+                syn::FnArg::Receiver(_) => {
+                    if let Some(self_type) = &self.self_type {
+                        bound.insert("self".to_string(), self_type.clone());
+                    }
+                }
+                syn::FnArg::Typed(typed) => {
+                    if let (syn::Pat::Ident(ident), Some(ty)) = (&*typed.pat, type_name(&typed.ty))
+                    {
+                        bound.insert(ident.ident.to_string(), ty);
+                    }
+                }
+            }
+        }
+        // The function's body follows its signature: its bindings start here.
+        self.bindings.push(bound);
+        syn::visit::visit_signature(self, signature);
+    }
+
+    fn visit_item_fn(&mut self, function: &'ast syn::ItemFn) {
+        let depth = self.bindings.len();
+        syn::visit::visit_item_fn(self, function);
+        self.bindings.truncate(depth);
+    }
+
+    fn visit_impl_item_fn(&mut self, function: &'ast syn::ImplItemFn) {
+        let depth = self.bindings.len();
+        syn::visit::visit_impl_item_fn(self, function);
+        self.bindings.truncate(depth);
+    }
+
+    fn visit_local(&mut self, local: &'ast syn::Local) {
+        syn::visit::visit_local(self, local);
+        if let syn::Pat::Type(typed) = &local.pat
+            && let (syn::Pat::Ident(ident), Some(ty)) = (&*typed.pat, type_name(&typed.ty))
+            && let Some(scope) = self.bindings.last_mut()
+        {
+            scope.insert(ident.ident.to_string(), ty);
+        }
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        if let Some((root, fields)) = self.receiver(&call.receiver) {
+            self.module.typed_calls.insert(TypedCall {
+                root,
+                fields,
+                method: call.method.to_string(),
+            });
+        }
+        syn::visit::visit_expr_method_call(self, call);
     }
 
     /// A macro's arguments are tokens to syn; those that read as expressions (`format!`,
@@ -156,11 +304,16 @@ impl<'ast> Visit<'ast> for Reader<'ast> {
             syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated,
         );
         if let Ok(arguments) = arguments {
-            let mut inner = Reader::default();
+            let mut inner = Reader {
+                self_type: self.self_type.clone(),
+                bindings: self.bindings.clone(),
+                ..Reader::default()
+            };
             for argument in &arguments {
                 inner.visit_expr(argument);
             }
             self.module.paths.extend(inner.module.paths);
+            self.module.typed_calls.extend(inner.module.typed_calls);
         }
     }
 
@@ -175,6 +328,35 @@ impl<'ast> Visit<'ast> for Reader<'ast> {
                 .collect(),
         );
         syn::visit::visit_path(self, path);
+    }
+}
+
+impl Reader<'_> {
+    /// The declared type of a receiver and the fields it goes through (`shared.health`, with
+    /// `shared: &Shared`, is `(Shared, [health])`); `None` when nothing declares it.
+    fn receiver(&self, expr: &syn::Expr) -> Option<(String, Vec<String>)> {
+        match expr {
+            syn::Expr::Path(path) => {
+                let ident = path.path.get_ident()?.to_string();
+                let ty = self
+                    .bindings
+                    .iter()
+                    .rev()
+                    .find_map(|scope| scope.get(&ident))?;
+                Some((ty.clone(), Vec::new()))
+            }
+            syn::Expr::Field(field) => {
+                let syn::Member::Named(name) = &field.member else {
+                    return None;
+                };
+                let (root, mut fields) = self.receiver(&field.base)?;
+                fields.push(name.to_string());
+                Some((root, fields))
+            }
+            syn::Expr::Reference(reference) => self.receiver(&reference.expr),
+            syn::Expr::Paren(paren) => self.receiver(&paren.expr),
+            _ => None,
+        }
     }
 }
 
@@ -214,6 +396,7 @@ impl Crate {
             module,
             inline,
             files,
+            ..
         } = reader;
         self.modules.insert(at.clone(), module);
         for name in files {
@@ -290,11 +473,73 @@ impl Crate {
         Vec::new()
     }
 
-    /// Each module -> the modules of the crate it uses (itself left out).
+    /// The type of field `field` of the struct named `owner`, as some module defines it.
+    fn field_type(&self, owner: &str, field: &str) -> Option<&str> {
+        self.modules
+            .values()
+            .find_map(|module| module.fields.get(owner)?.get(field))
+            .map(String::as_str)
+    }
+
+    /// The modules whose inherent impls of the type named `owner` define the function
+    /// `function` (a method or an associated function).
+    fn homes_of(&self, owner: &str, function: &str) -> Vec<&ModulePath> {
+        self.modules
+            .iter()
+            .filter(|(_, module)| {
+                module.impls.iter().any(|(ty, functions)| {
+                    ty == owner && functions.iter().any(|(name, _)| name == function)
+                })
+            })
+            .map(|(at, _)| at)
+            .collect()
+    }
+
+    /// The modules a typed call goes to: its receiver's type followed through the fields, and
+    /// the impls of that type that define the method.
+    fn call_targets(&self, call: &TypedCall) -> Vec<&ModulePath> {
+        let mut owner = call.root.as_str();
+        for field in &call.fields {
+            match self.field_type(owner, field) {
+                Some(ty) => owner = ty,
+                None => return Vec::new(),
+            }
+        }
+        self.homes_of(owner, &call.method)
+    }
+
+    /// Inherent methods of a type in a module that does not define it, as `impl Type in module`
+    /// lines: a call of one (`x.method()`, whose receiver the caller may not even name) would
+    /// hide a dependency behind the type's own module. Associated functions elsewhere (a
+    /// constructor beside what it needs) are called by paths, which the uses follow.
+    fn misplaced_impls(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for (at, module) in &self.modules {
+            for (type_name, functions) in &module.impls {
+                let methods = functions.iter().any(|(_, method)| *method);
+                if methods && !module.types.contains(type_name) {
+                    found.push(format!("impl {type_name} in {}", name(at)));
+                }
+            }
+        }
+        found
+    }
+
+    /// Each module -> the modules of the crate it uses (itself left out): by the paths it names,
+    /// and by the methods it calls on receivers whose type it declares (a parameter, `self`, a
+    /// typed `let`, and their fields): `shared.health.pause()` uses the module of `Health`'s
+    /// impl. A call on a receiver of unknown type counts for nothing.
     fn uses(&self) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
         let mut uses: BTreeMap<ModulePath, BTreeSet<ModulePath>> = BTreeMap::new();
         for (at, module) in &self.modules {
             let used = uses.entry(at.clone()).or_default();
+            for call in &module.typed_calls {
+                for home in self.call_targets(call) {
+                    if home != at {
+                        used.insert(home.clone());
+                    }
+                }
+            }
             for segments in &module.paths {
                 // A path starting with a name the module imports or re-exports starts where
                 // that name comes from.
@@ -313,6 +558,15 @@ impl Crate {
                     continue;
                 };
                 let target = self.module_of(&absolute);
+                // `Type::function`: the function may be defined beside what it needs, in an
+                // impl of the type in another module.
+                if let [.., owner, function] = &segments[..] {
+                    for home in self.homes_of(owner, function) {
+                        if home != at {
+                            used.insert(home.clone());
+                        }
+                    }
+                }
                 if target != *at {
                     used.insert(target);
                 }
@@ -749,4 +1003,57 @@ fn paths_are_read_as_rust_resolves_them() {
     assert_eq!(of(&["a"]), ["b", "b::inner"].map(str::to_string).into());
     // The root re-exporting a descendant's item is not a use.
     assert_eq!(of(&[]), BTreeSet::new());
+}
+
+#[test]
+fn every_type_has_its_methods_in_its_own_module() {
+    let found = federation().misplaced_impls();
+    assert!(
+        found.is_empty(),
+        "inherent impls outside the module that defines the type (move them, or make the part \
+         a type of its own module):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The controller as it stood before its context was split: `Shared` defined in `mod.rs`, its
+/// health methods in `health.rs` (which names `watch::Failure`), and `watch.rs` calling them on
+/// a `Shared`. The paths alone show no cycle; the methods do, and the impl is misplaced.
+#[test]
+fn a_cycle_through_methods_and_a_misplaced_impl_are_named() {
+    let krate = scratch_crate(
+        "architecture-methods",
+        &[
+            ("lib.rs", "pub mod controller;"),
+            (
+                "controller/mod.rs",
+                "mod health;\nmod watch;\npub struct Shared;",
+            ),
+            (
+                "controller/health.rs",
+                "use super::Shared;\nuse super::watch::Failure;\n\
+                 impl Shared {\n    pub fn watch_failed(&self, _: Failure) {}\n    \
+                 pub fn layer_answered(&self) {}\n}",
+            ),
+            (
+                "controller/watch.rs",
+                "use super::Shared;\npub enum Failure { Expired }\n\
+                 fn watch(shared: &Shared) {\n    shared.layer_answered();\n    \
+                 shared.watch_failed(Failure::Expired);\n    format!(\"{:?}\", shared.len());\n}",
+            ),
+            // A method of another type, of the same name as one called on `Shared`: no edge.
+            (
+                "controller/queue.rs",
+                "pub struct Queue;\nimpl Queue { pub fn len(&self) -> usize { 0 } }",
+            ),
+        ],
+    );
+    assert_eq!(
+        all_cycles(&krate),
+        ["controller::health -> controller::watch -> controller::health"]
+    );
+    assert_eq!(
+        krate.misplaced_impls(),
+        ["impl Shared in controller::health"]
+    );
 }

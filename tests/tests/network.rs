@@ -31,8 +31,7 @@ use serde_json::{Value, json};
 
 /// Applies `object` (server-side) through `context` of `config`.
 async fn apply(config: &Config, context: &str, object: &Value) {
-    let client = config
-        .client_pool()
+    let client = comb_federation::config::client_pool(config)
         .expect("a client pool")
         .client(context)
         .await
@@ -64,7 +63,11 @@ async fn verdict(
     namespace: &str,
     name: &str,
 ) -> Option<(String, String)> {
-    let client = config.client_pool().ok()?.client(context).await.ok()?;
+    let client = comb_federation::config::client_pool(config)
+        .ok()?
+        .client(context)
+        .await
+        .ok()?;
     let combs: Api<DynamicObject> =
         Api::namespaced_with(client, namespace, &comb_api::api_resource(&config.group));
     let comb = serde_json::to_value(combs.get_opt(name).await.ok()??).ok()?;
@@ -144,8 +147,7 @@ async fn every_bridge_carries_traffic() {
     .await;
     expect_answers(&dev, "platform", "client", "db:5432", "prod/platform/db-0").await;
     let combs: Api<DynamicObject> = Api::namespaced_with(
-        config
-            .client_pool()
+        comb_federation::config::client_pool(&config)
             .expect("a pool")
             .client("dev")
             .await

@@ -85,7 +85,7 @@ impl Federation {
     /// Loads the configuration named by `--config` and opens its kubeconfig.
     pub fn open(args: &GlobalArgs) -> anyhow::Result<Federation> {
         let config = Config::load(&args.config)?;
-        let pool = config.client_pool()?;
+        let pool = crate::config::client_pool(&config)?;
         Ok(Federation { config, pool })
     }
 

@@ -182,7 +182,7 @@ impl DemoWorld {
             .clone()
             .context("the demo configuration names no kubeconfig")?;
         sandbox.write_kubeconfig(&kubeconfig)?;
-        let pool = config.client_pool()?;
+        let pool = crate::config::client_pool(&config)?;
         let world = DemoWorld {
             sandbox,
             config,
@@ -448,7 +448,7 @@ impl RunningController {
     pub async fn start(config: &Config) -> anyhow::Result<RunningController> {
         let controller = Controller::with_pool(
             config.clone(),
-            config.client_pool()?,
+            crate::config::client_pool(config)?,
             ClassRegistry::with_builtins(),
             ControllerOptions::default(),
         )

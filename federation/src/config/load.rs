@@ -53,46 +53,47 @@ impl Config {
         }
         Err(problems_error(origin, &problems))
     }
+}
 
-    /// Checks a configuration built by hand (everything [`Config::from_yaml`] checks but the
-    /// syntax).
-    pub fn check(&self) -> Result<()> {
-        let problems = validate::check(self);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems_error(&self.origin, &problems))
-        }
+/// Checks a configuration built by hand (everything [`Config::from_yaml`] checks but the
+/// syntax). Free functions rather than methods: they need the checks of `validate`, which
+/// itself builds a [`Config`], and a method beside the type would make its module use them.
+pub fn check(config: &Config) -> Result<()> {
+    let problems = validate::check(config);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems_error(&config.origin, &problems))
     }
+}
 
-    /// Opens the kubeconfig (the configured file, else `$KUBECONFIG`, `~/.kube/config`,
-    /// in-cluster) and checks every layer's context against it.
-    pub fn client_pool(&self) -> Result<ClientPool> {
-        let pool = match &self.kubeconfig {
-            Some(path) => ClientPool::from_path(path),
-            None => ClientPool::from_environment(),
-        }
-        .map_err(|error| Error::Config(format!("{}: {error}", self.origin)))?;
-        self.check_pool(&pool)?;
-        Ok(pool)
+/// Opens the kubeconfig (the configured file, else `$KUBECONFIG`, `~/.kube/config`,
+/// in-cluster) and checks every layer's context against it.
+pub fn client_pool(config: &Config) -> Result<ClientPool> {
+    let pool = match &config.kubeconfig {
+        Some(path) => ClientPool::from_path(path),
+        None => ClientPool::from_environment(),
     }
+    .map_err(|error| Error::Config(format!("{}: {error}", config.origin)))?;
+    check_pool(config, &pool)?;
+    Ok(pool)
+}
 
-    /// Checks the layers' contexts against a pool built elsewhere (e.g. by the demo).
-    pub fn check_pool(&self, pool: &ClientPool) -> Result<()> {
-        let contexts: Vec<KubeContext> = pool
-            .contexts()
-            .into_iter()
-            .map(|name| KubeContext {
-                server: pool.server_url(&name).unwrap_or_default(),
-                name,
-            })
-            .collect();
-        let problems = check_contexts(self, &contexts, pool.origin());
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems_error(&self.origin, &problems))
-        }
+/// Checks the layers' contexts against a pool built elsewhere (e.g. by the demo).
+pub fn check_pool(config: &Config, pool: &ClientPool) -> Result<()> {
+    let contexts: Vec<KubeContext> = pool
+        .contexts()
+        .into_iter()
+        .map(|name| KubeContext {
+            server: pool.server_url(&name).unwrap_or_default(),
+            name,
+        })
+        .collect();
+    let problems = check_contexts(config, &contexts, pool.origin());
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems_error(&config.origin, &problems))
     }
 }
 

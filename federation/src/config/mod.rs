@@ -8,6 +8,7 @@
 
 mod duration;
 mod load;
+pub use load::{check, check_pool, client_pool};
 mod raw;
 mod selector;
 mod validate;

@@ -593,10 +593,10 @@ fn references_resolve_to_candidate_layers() {
 #[test]
 fn hand_built_configs_are_checked() {
     let mut config = parse(FULL).unwrap();
-    config.check().unwrap();
+    super::check(&config).unwrap();
     config.layers[2].borrow.as_mut().unwrap().from = "qa".into();
     assert_eq!(
-        config.check().unwrap_err().to_string(),
+        super::check(&config).unwrap_err().to_string(),
         "comb.yaml: layers[2].borrow.from: unknown layer \"qa\" (layers: prod, staging, dev)"
     );
     let mut config = parse(FULL).unwrap();
@@ -606,7 +606,7 @@ fn hand_built_configs_are_checked() {
         name: "Writer".into(),
     });
     assert_eq!(
-        config.check().unwrap_err().to_string(),
+        super::check(&config).unwrap_err().to_string(),
         "comb.yaml: layers[0].allowClusterScoped[0]: 'ConfigMap' is namespaced; allowClusterScoped names \
          cluster-scoped Kinds (allowNamespaces says where namespaced ones may go); \
          layers[1].serviceAccount: 'Writer' is not a service account name (a DNS-1123 subdomain)"

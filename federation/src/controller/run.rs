@@ -48,7 +48,7 @@ impl Controller {
         registry: ClassRegistry,
         options: ControllerOptions,
     ) -> Result<Controller> {
-        let pool = config.client_pool()?;
+        let pool = crate::config::client_pool(&config)?;
         Controller::with_pool(config, pool, registry, options).await
     }
 
@@ -59,8 +59,8 @@ impl Controller {
         registry: ClassRegistry,
         options: ControllerOptions,
     ) -> Result<Controller> {
-        config.check()?;
-        config.check_pool(&pool)?;
+        crate::config::check(&config)?;
+        crate::config::check_pool(&config, &pool)?;
         let mut ops_by_context: BTreeMap<String, KubeOps> = BTreeMap::new();
         let peers = Arc::new(LayerPeers::default());
         let metrics = metrics::Metrics::new();
