@@ -30,9 +30,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::events::EventType;
+use super::fanout::Fanout;
 use super::layer::{LayerRuntime, LayerState, Layers};
 use super::metrics::Metrics;
-use super::queue::Trigger;
 use super::report::Reports;
 use super::triggers::chain_peer;
 use crate::config::{Config, Fallback, Probe};
@@ -152,6 +152,8 @@ pub(crate) struct Fallbacks {
     metrics: Arc<Metrics>,
     /// A borrower's switch is announced as an Event.
     reports: Arc<Reports>,
+    /// A borrower whose chain moved is stepped.
+    fanout: Arc<Fanout>,
     /// Per upstream kube context: what its checks found.
     api: Mutex<HashMap<String, ApiHealth>>,
     /// Per address: when it was last probed, and what that found.
@@ -169,12 +171,14 @@ impl Fallbacks {
         layers: Arc<Layers>,
         metrics: Arc<Metrics>,
         reports: Arc<Reports>,
+        fanout: Arc<Fanout>,
     ) -> Fallbacks {
         Fallbacks {
             config,
             layers,
             metrics,
             reports,
+            fanout,
             api: Mutex::default(),
             probes: Mutex::default(),
             chains: Mutex::default(),
@@ -304,10 +308,7 @@ impl Fallbacks {
                     switch.from,
                     switch.to
                 );
-                borrower
-                    .layer
-                    .queue
-                    .enqueue(&borrower.key, Trigger::Fallback);
+                self.fanout.chain_moved(borrower.layer, &borrower.key);
             }
             *on_fallback.entry(borrower.layer.index).or_default() += i64::from(chain.on_fallback());
         }

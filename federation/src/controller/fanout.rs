@@ -111,6 +111,29 @@ impl Fanout {
         }
     }
 
+    /// `layer` is back after its API server did not answer: every Comb of it is stepped, and
+    /// the lower layers read its Combs, so whatever judged them while it was down (a borrower,
+    /// a dependent of a borrower) looks again now (a 2 s partition of prod left dev's mailer
+    /// Blocked until the resync without this).
+    pub(crate) fn layer_recovered(&self, layer: &LayerRuntime) {
+        for key in layer.keys() {
+            layer.queue.enqueue(&key, Trigger::LayerRecovered);
+            self.wake_borrowers_of(layer, &key);
+        }
+    }
+
+    /// This replica took `layer` over from another: every Comb of it is stepped.
+    pub(crate) fn layer_taken(&self, layer: &LayerRuntime) {
+        for key in layer.keys() {
+            layer.queue.enqueue(&key, Trigger::Created);
+        }
+    }
+
+    /// The fallback chain of borrower `key` moved: its step borrows from the new entry.
+    pub(crate) fn chain_moved(&self, layer: &LayerRuntime, key: &CombKey) {
+        layer.queue.enqueue(key, Trigger::Fallback);
+    }
+
     /// Wakes the Combs of the layer that depend on `key`, and the Combs of lower layers that
     /// borrow from it.
     fn wake_watchers_of(&self, layer: &LayerRuntime, key: &CombKey) {
@@ -124,7 +147,7 @@ impl Fanout {
     /// borrower's health, as its dependents judge it, is its live status, which reads this
     /// peer, so a dependent that judged while the peer could not be read must look again even
     /// when the borrower's own record never changed.
-    pub(crate) fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
+    fn wake_borrowers_of(&self, layer: &LayerRuntime, key: &CombKey) {
         let borrowers = self
             .borrowers
             .lock()

@@ -12,7 +12,6 @@ use super::backoff::{BackoffPolicy, Retries};
 use super::fanout::Fanout;
 use super::layer::{LayerRuntime, LayerState};
 use super::metrics::Metrics;
-use super::queue::Trigger;
 
 /// The layers' health: what marks a layer down and up, and the probes of the down ones.
 pub(crate) struct Health {
@@ -138,13 +137,7 @@ impl Health {
                 layer.name()
             );
             self.metrics.set_layer_up(layer.name(), true);
-            for key in layer.keys() {
-                layer.queue.enqueue(&key, Trigger::LayerRecovered);
-                // Lower layers read this one's Combs: whatever judged them while the layer was
-                // down (a borrower, a dependent of a borrower) looks again now (a 2 s partition
-                // of prod left dev's mailer Blocked until the resync without this).
-                self.fanout.wake_borrowers_of(layer, &key);
-            }
+            self.fanout.layer_recovered(layer);
         } else if layer.state() == LayerState::Up {
             self.metrics.set_layer_up(layer.name(), true);
         }

@@ -132,6 +132,7 @@ impl Controller {
             layers.clone(),
             metrics.clone(),
             reports.clone(),
+            fanout.clone(),
         ));
         Ok(Controller {
             shared: Arc::new(Shared {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
 use super::layer::LayerRuntime;
-use super::queue::{StepReport, StepState, Trigger};
+use super::queue::{StepReport, StepState};
 use super::{Shared, step, watch as watches};
 
 /// The work of one layer: its managed-resource watches and its workers. Started for every
@@ -60,9 +60,7 @@ impl LayerWork {
             }
         }
         if requeue {
-            for key in layer.keys() {
-                layer.queue.enqueue(&key, Trigger::Created);
-            }
+            shared.fanout.layer_taken(layer);
         }
         for _ in 0..shared.options.workers_per_layer.max(1) {
             tasks.spawn(work(
