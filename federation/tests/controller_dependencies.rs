@@ -417,3 +417,74 @@ async fn no_wake_up_is_lost_over_fifty_stops_and_starts_of_a_dependency() {
     }
     running.stop().await;
 }
+
+/// The count of `comb_dependency_verdicts_total{layer="prod",how=...}`.
+fn verdicts(handle: &ControllerHandle, how: &str) -> u64 {
+    let text = handle.metrics_text().expect("the metrics");
+    let prefix = format!("comb_dependency_verdicts_total{{layer=\"prod\",how=\"{how}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |count| count.parse().expect("a count"))
+}
+
+/// Four Combs depend on db: while db stays as it is, it is judged (built, rendered, observed)
+/// once, and the other dependents' steps take that verdict (issue 33 item 3).
+#[tokio::test]
+async fn a_dependency_is_judged_once_for_all_its_dependents_while_it_stays_as_it_is() {
+    let world = World::start(&["prod"], &[], &[("prod", "platform")]).await;
+    let running = world.run(world.config(CONFIG)).await;
+    world
+        .create_comb("prod", "platform", "db", web("db", "postgres:16"))
+        .await;
+    world
+        .wait_phase("prod", "platform", "db", "Running", Some("Healthy"))
+        .await;
+    let dependents = ["a1", "a2", "a3", "a4"];
+    for name in dependents {
+        world
+            .create_comb(
+                "prod",
+                "platform",
+                name,
+                depending(web(name, "app:1"), &["db"]),
+            )
+            .await;
+    }
+    for name in dependents {
+        world
+            .wait_phase("prod", "platform", name, "Running", Some("Healthy"))
+            .await;
+    }
+    let handle = &running.handle;
+    let (judged, kept) = (verdicts(handle, "judged"), verdicts(handle, "kept"));
+    // Each dependent steps again (its spec changed); db does not change meanwhile.
+    for name in dependents {
+        world
+            .create_comb(
+                "prod",
+                "platform",
+                &format!("{name}-edit"),
+                depending(web(&format!("{name}-edit"), "app:1"), &["db"]),
+            )
+            .await;
+    }
+    for name in dependents {
+        world
+            .wait_phase(
+                "prod",
+                "platform",
+                &format!("{name}-edit"),
+                "Running",
+                Some("Healthy"),
+            )
+            .await;
+    }
+    let judged_since = verdicts(handle, "judged") - judged;
+    let kept_since = verdicts(handle, "kept") - kept;
+    assert!(
+        judged_since <= 1,
+        "db judged {judged_since} times for 4 new dependents (kept {kept_since})"
+    );
+    assert!(kept_since >= 3, "kept {kept_since}, judged {judged_since}");
+    running.stop().await;
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use comb_api::LabelKeys;
 use comb_federation::engine::cache::ObjectCache;
 use comb_federation::engine::projection::CombSelector;
-use comb_federation::engine::reconcile::{StepEnv, UpstreamResolution, reconcile};
+use comb_federation::engine::reconcile::{Dependencies, StepEnv, UpstreamResolution, reconcile};
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
 use futures::StreamExt;
@@ -50,7 +50,7 @@ async fn what_comb_knew_as_applied_goes_when_someone_else_deletes_the_object() {
     let watch = watch_config_maps(&cluster, cache.clone());
     let ops = cluster.ops.clone().with_cache(cache.clone());
     let resource = cluster.resource("v1", "ConfigMap", "nats-settings");
-    let mut comb = cluster
+    let comb = cluster
         .comb(
             "nats",
             manifests_spec(vec![config_map("nats-settings", json!({"a": "1"}))]),
@@ -58,9 +58,9 @@ async fn what_comb_knew_as_applied_goes_when_someone_else_deletes_the_object() {
         .await;
     let env = StepEnv {
         ops: &ops,
-        resolver: None,
+        dependencies: &Dependencies::Unknown,
         fallback: None,
-        status_written_at: None,
+        hold_progress_until: None,
     };
     // The watch has listed (an empty namespace) before the step writes.
     cluster
@@ -78,7 +78,7 @@ async fn what_comb_knew_as_applied_goes_when_someone_else_deletes_the_object() {
                 .is_some()
         })
         .await;
-    reconcile(&mut comb, env, UpstreamResolution::Local).await;
+    reconcile(&comb, env, UpstreamResolution::Local).await;
     assert!(
         ops.as_applied(&resource).is_some(),
         "the step remembers what it applied"

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use comb_federation::engine::class::{CombClass, CombContext};
 use comb_federation::engine::deploy::deploy;
+use comb_federation::engine::endpoints::EndpointDecl;
 use comb_federation::engine::projection::State;
 use comb_federation::engine::reconcile::UpstreamResolution;
 use comb_federation::error::{Error, Result};
@@ -144,6 +145,39 @@ async fn a_panicking_class_is_reconcile_failed() {
         expect("Error", "ReconcileFailed", "panicked: index out of bounds")
     );
     // Recorded like any other step.
+    assert_eq!(cluster.cr("odd").await.status, Some(status));
+}
+
+/// A class whose endpoints panic: the step has run, and publishing what it serves panics.
+struct PanickingEndpoints;
+
+#[async_trait]
+impl CombClass for PanickingEndpoints {
+    fn name(&self) -> &str {
+        "PanickingEndpoints"
+    }
+    async fn manifests(&self, _ctx: &CombContext) -> Result<Vec<Value>> {
+        Ok(Vec::new())
+    }
+    async fn endpoints(&self, _ctx: &CombContext) -> Result<Vec<EndpointDecl>> {
+        panic!("no endpoints here")
+    }
+}
+
+/// A panic after the step decided (publishing its endpoints) is what the step records, and it
+/// is written: the status a transition announces is the one the CR carries.
+#[tokio::test]
+async fn a_panic_while_recording_is_written_as_reconcile_failed() {
+    let mut cluster = Cluster::start().await;
+    cluster.register(Arc::new(PanickingEndpoints));
+    let mut comb = cluster
+        .comb("odd", json!({"class": "PanickingEndpoints"}))
+        .await;
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(
+        verdict(&status),
+        expect("Error", "ReconcileFailed", "panicked: no endpoints here")
+    );
     assert_eq!(cluster.cr("odd").await.status, Some(status));
 }
 

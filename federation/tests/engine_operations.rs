@@ -2,6 +2,7 @@
 //! reconcile answers them, logs, describe, endpoint.
 
 use comb_federation::engine::operations::{describe, endpoint, logs, restart, stop};
+use comb_federation::engine::reconcile::DependencyVerdict;
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
 use serde_json::json;
@@ -153,8 +154,8 @@ async fn describe_and_endpoint() {
         "endpoints": [{"name": "client", "port": 4222}, {"name": "monitor", "port": 8222, "service": "nats-monitor"}]
     }});
     let mut comb = cluster.comb("nats", spec).await;
-    let resolver = TableResolver([("db".to_string(), Answer::Healthy(true))].into());
-    cluster.reconcile_with(&mut comb, Some(&resolver)).await;
+    let healthy_db = dependencies(&[("db", DependencyVerdict::Healthy)]);
+    cluster.reconcile_with(&mut comb, &healthy_db).await;
 
     let description = describe(&cluster.ops, &comb, None).await.unwrap();
     assert_eq!(description.class, "Manifests");

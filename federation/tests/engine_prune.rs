@@ -11,7 +11,7 @@ use comb_federation::controller::deletion::cleanup;
 use comb_federation::engine::cache::ObjectCache;
 use comb_federation::engine::class::CombInstance;
 use comb_federation::engine::kube_ops::KubeOps;
-use comb_federation::engine::reconcile::{StepEnv, UpstreamResolution, reconcile};
+use comb_federation::engine::reconcile::{Dependencies, StepEnv, UpstreamResolution, reconcile};
 use comb_federation::engine::tenancy::{GroupKind, Tenancy};
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
@@ -446,15 +446,15 @@ async fn a_prune_decided_on_a_stale_copy_is_decided_again_on_the_server_s() {
         json!({"comb.internal/comb": null}),
     )
     .await;
-    let mut comb = down_to_the_deployment(&cluster, &comb).await;
+    let comb = down_to_the_deployment(&cluster, &comb).await;
     cluster.reset_requests();
     let env = StepEnv {
         ops: &ops,
-        resolver: None,
+        dependencies: &Dependencies::Unknown,
         fallback: None,
-        status_written_at: None,
+        hold_progress_until: None,
     };
-    let status = reconcile(&mut comb, env, UpstreamResolution::Local)
+    let status = reconcile(&comb, env, UpstreamResolution::Local)
         .await
         .status;
     let selector = format!(

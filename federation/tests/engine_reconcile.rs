@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use comb_api::{CONFIG_READY, ConditionStatus, DEPENDENCIES_READY};
+use comb_federation::engine::reconcile::{Dependencies, DependencyVerdict};
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -114,19 +115,19 @@ async fn blocked_for_each_dependency_reason() {
         Some("NotChecked")
     );
 
-    let resolver = TableResolver(BTreeMap::from([
-        ("db".to_string(), Answer::Healthy(true)),
-        ("nats".to_string(), Answer::Healthy(false)),
+    let found = dependencies(&[
+        ("db", DependencyVerdict::Healthy),
+        ("nats", DependencyVerdict::NotHealthy(None)),
         (
-            "vault".to_string(),
-            Answer::HealthFails("vault sealed\n".into()),
+            "vault",
+            DependencyVerdict::NotHealthy(Some("vault sealed\n".into())),
         ),
         (
-            "ldap".to_string(),
-            Answer::LookupFails("the directory is down".into()),
+            "ldap",
+            DependencyVerdict::LookupFailed("the directory is down".into()),
         ),
-        ("broken".to_string(), Answer::Panics),
-    ]));
+    ]);
+    let failed = Dependencies::Failed("panicked: the resolver broke".into());
     let cases = [
         (
             vec!["db", "other/cache"],
@@ -169,7 +170,12 @@ async fn blocked_for_each_dependency_reason() {
         let mut comb = cluster
             .comb(&format!("mailer-{index}"), spec(&depends_on))
             .await;
-        let status = cluster.reconcile_with(&mut comb, Some(&resolver)).await;
+        let looked = if depends_on == ["broken"] {
+            &failed
+        } else {
+            &found
+        };
+        let status = cluster.reconcile_with(&mut comb, looked).await;
         assert_eq!(
             verdict(&status),
             expect(phase, reason, message),
@@ -181,7 +187,7 @@ async fn blocked_for_each_dependency_reason() {
 
     // Healthy dependencies let the step go on.
     let mut comb = cluster.comb("mailer-ok", spec(&["db"])).await;
-    let status = cluster.reconcile_with(&mut comb, Some(&resolver)).await;
+    let status = cluster.reconcile_with(&mut comb, &found).await;
     let deps = status.condition(DEPENDENCIES_READY).unwrap();
     assert_eq!(
         (

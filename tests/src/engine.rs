@@ -12,16 +12,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use comb_api::{Comb, CombStatus, LabelKeys, ManagedObject};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombClass, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
 use comb_federation::engine::reconcile::{
-    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile,
+    Dependencies, DependencyVerdict, StepEnv, UpstreamResolution, reconcile,
 };
 use comb_federation::engine::tenancy::{GroupKind, Tenancy};
-use comb_federation::error::{Error, Result};
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Fault;
 use kube::api::Api;
@@ -120,11 +118,13 @@ impl Cluster {
     ) -> CombStatus {
         let env = StepEnv {
             ops: &self.ops,
-            resolver: None,
+            dependencies: &Dependencies::Unknown,
             fallback: None,
-            status_written_at: None,
+            hold_progress_until: None,
         };
-        reconcile(comb, env, upstream).await.status
+        let outcome = reconcile(comb, env, upstream).await;
+        outcome.carry_into(comb);
+        outcome.status
     }
 
     async fn combs(&self) -> Api<Comb> {
@@ -159,23 +159,27 @@ impl Cluster {
         self.combs().await.get(name).await.expect("Comb exists")
     }
 
-    /// One local reconcile step without a dependency resolver.
+    /// One local reconcile step, nobody having looked at its dependencies.
     pub async fn reconcile(&self, comb: &mut CombInstance) -> CombStatus {
-        self.reconcile_with(comb, None).await
+        self.reconcile_with(comb, &Dependencies::Unknown).await
     }
 
+    /// One local reconcile step with its dependencies standing as `dependencies` say; `comb`
+    /// is then what the next step starts from.
     pub async fn reconcile_with(
         &self,
         comb: &mut CombInstance,
-        resolver: Option<&dyn DependencyResolver>,
+        dependencies: &Dependencies,
     ) -> CombStatus {
         let env = StepEnv {
             ops: &self.ops,
-            resolver,
+            dependencies,
             fallback: None,
-            status_written_at: None,
+            hold_progress_until: None,
         };
-        reconcile(comb, env, UpstreamResolution::Local).await.status
+        let outcome = reconcile(comb, env, UpstreamResolution::Local).await;
+        outcome.carry_into(comb);
+        outcome.status
     }
 
     /// Reconciles until the step finds the Comb plainly healthy (`Running`, `Healthy`,
@@ -322,42 +326,13 @@ pub fn allowing_cluster_scoped(kinds: &[GroupKind]) -> Tenancy {
     }
 }
 
-/// A dependency with a fixed answer.
-pub struct FixedDependency(pub Result<bool, String>);
-
-#[async_trait]
-impl Dependency for FixedDependency {
-    async fn healthy(&self) -> Result<bool> {
-        self.0.clone().map_err(Error::class)
-    }
-}
-
-/// What the test resolver answers for a reference.
-#[derive(Clone)]
-pub enum Answer {
-    Missing,
-    Healthy(bool),
-    HealthFails(String),
-    LookupFails(String),
-    Panics,
-}
-
-/// A resolver answering from a table; unknown references are not found.
-pub struct TableResolver(pub BTreeMap<String, Answer>);
-
-#[async_trait]
-impl DependencyResolver for TableResolver {
-    async fn resolve(
-        &self,
-        reference: &str,
-        _comb: &CombInstance,
-    ) -> Result<Option<Arc<dyn Dependency>>> {
-        match self.0.get(reference).cloned().unwrap_or(Answer::Missing) {
-            Answer::Missing => Ok(None),
-            Answer::Healthy(healthy) => Ok(Some(Arc::new(FixedDependency(Ok(healthy))))),
-            Answer::HealthFails(message) => Ok(Some(Arc::new(FixedDependency(Err(message))))),
-            Answer::LookupFails(message) => Err(Error::class(message)),
-            Answer::Panics => panic!("the resolver broke"),
-        }
+/// The dependencies of a step, each reference standing as its verdict says.
+pub fn dependencies(verdicts: &[(&str, DependencyVerdict)]) -> Dependencies {
+    Dependencies::Found {
+        cycle: None,
+        verdicts: verdicts
+            .iter()
+            .map(|(reference, verdict)| (reference.to_string(), verdict.clone()))
+            .collect(),
     }
 }

@@ -9,7 +9,7 @@ use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP, UpstreamSpec};
 use comb_federation::engine::borrow::{BorrowEnv, Controlling, resolution};
 use comb_federation::engine::class::{ClassRegistry, CombInstance, Settings};
 use comb_federation::engine::kube_ops::KubeOps;
-use comb_federation::engine::reconcile::{StepEnv, reconcile};
+use comb_federation::engine::reconcile::{Dependencies, StepEnv, reconcile};
 use comb_federation::engine::tenancy::UpstreamGrant;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Controls;
@@ -186,18 +186,19 @@ impl Layers {
         let env = self.env(context);
         let upstream = resolution(comb, controlling, &env).await;
         let ops = self.ops(context).await;
-        reconcile(
+        let outcome = reconcile(
             comb,
             StepEnv {
                 ops: &ops,
-                resolver: None,
+                dependencies: &Dependencies::Unknown,
                 fallback: None,
-                status_written_at: None,
+                hold_progress_until: None,
             },
             upstream,
         )
-        .await
-        .status
+        .await;
+        outcome.carry_into(comb);
+        outcome.status
     }
 
     /// Steps until `done` holds for the recorded status, stepping again after a short pause.

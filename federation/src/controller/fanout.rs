@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use comb_api::{Comb, CombStatus, Phase};
+use comb_api::{Comb, Phase};
 use parking_lot::Mutex;
 use tracing::warn;
 
@@ -70,7 +70,9 @@ impl Fanout {
         self.react(layer, key, &change);
     }
 
-    fn react(&self, layer: &LayerRuntime, key: &CombKey, change: &layer::CrChange) {
+    /// What a CR change calls for: a step of the Comb, and the steps of those that react to
+    /// its status.
+    pub(crate) fn react(&self, layer: &LayerRuntime, key: &CombKey, change: &layer::CrChange) {
         if let Some(trigger) = change.trigger {
             layer.queue.enqueue(key, trigger);
         }
@@ -96,14 +98,14 @@ impl Fanout {
     /// disabled or blocked, no step of it looks at its objects, so its record stays as it is
     /// while they come and go.
     pub(crate) fn object_changed(&self, layer: &LayerRuntime, key: &CombKey) {
+        layer.touch(key);
         layer.queue.enqueue(key, Trigger::Resource);
         let dependents = layer.dependents_of(key);
         if dependents.is_empty() {
             return;
         }
-        let follows = layer
-            .with_entry(key, |entry| record_follows_objects(entry.recorded_status()))
-            .unwrap_or(true);
+        let follows =
+            !layer.knows(key) || record_follows_objects(layer.recorded_phase(key).as_ref());
         if !follows {
             for dependent in dependents {
                 layer.queue.enqueue(&dependent, Trigger::Dependency);
@@ -117,6 +119,7 @@ impl Fanout {
     /// Blocked until the resync without this).
     pub(crate) fn layer_recovered(&self, layer: &LayerRuntime) {
         for key in layer.keys() {
+            layer.touch(&key);
             layer.queue.enqueue(&key, Trigger::LayerRecovered);
             self.wake_borrowers_of(layer, &key);
         }
@@ -131,6 +134,7 @@ impl Fanout {
 
     /// The fallback chain of borrower `key` moved: its step borrows from the new entry.
     pub(crate) fn chain_moved(&self, layer: &LayerRuntime, key: &CombKey) {
+        layer.touch(key);
         layer.queue.enqueue(key, Trigger::Fallback);
     }
 
@@ -154,6 +158,8 @@ impl Fanout {
             .borrowers_of(&(layer.index, key.clone()));
         for (index, borrower) in borrowers {
             if let Some(lower) = self.layers.get(index) {
+                // How the borrower stands reads this peer: a verdict on it is out of date.
+                lower.touch(&borrower);
                 lower.queue.enqueue(&borrower, Trigger::Upstream);
                 for dependent in lower.dependents_of(&borrower) {
                     lower.queue.enqueue(&dependent, Trigger::Dependency);
@@ -163,18 +169,17 @@ impl Fanout {
     }
 }
 
-/// Whether a Comb that recorded `status` records its objects' changes: its steps look at them
-/// only while it is Running or Pending.
-fn record_follows_objects(status: Option<&CombStatus>) -> bool {
-    matches!(
-        status.and_then(|status| status.phase.as_ref()),
-        Some(Phase::Running | Phase::Pending)
-    )
+/// Whether a Comb whose recorded phase is `phase` records its objects' changes: its steps look
+/// at them only while it is Running or Pending.
+fn record_follows_objects(phase: Option<&Phase>) -> bool {
+    matches!(phase, Some(Phase::Running | Phase::Pending))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use comb_api::CombStatus;
 
     #[test]
     fn the_records_that_follow_their_objects() {
@@ -193,11 +198,8 @@ mod tests {
             (Some(CombStatus::default()), false),
             (None, false),
         ] {
-            assert_eq!(
-                record_follows_objects(status.as_ref()),
-                follows,
-                "{status:?}"
-            );
+            let phase = status.as_ref().and_then(|status| status.phase.as_ref());
+            assert_eq!(record_follows_objects(phase), follows, "{status:?}");
         }
     }
 }

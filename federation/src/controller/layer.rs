@@ -19,10 +19,11 @@ use super::triggers::{Source, StatusSignature, Versions, cr_trigger, status_sign
 
 use crate::config::{Fallback, Layer};
 use crate::engine::borrow::BorrowEnv;
-use crate::engine::class::{CombInstance, Settings};
+use crate::engine::class::{ClassRegistry, CombInstance, Settings};
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kinds::ScopeLookup;
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::reconcile::{DependencyVerdict, StepOutcome};
 use crate::engine::render::RenderedItem;
 use crate::error::{Error, Result};
 
@@ -98,28 +99,33 @@ impl KeptComb {
 }
 
 /// What the controller keeps about one Comb. A Comb is built for each step from its CR (that
-/// is cheap) rather than kept, so that one copy of each spec is held, not four.
+/// is cheap) rather than kept, so that one copy of each spec is held, not four. Written only by
+/// the methods of [`LayerRuntime`], each under the layer's one lock: a step's outcome is taken
+/// in by [`LayerRuntime::record_step`] alone.
 pub struct CombEntry {
     /// The latest CR known: as watched, or as our own write returned it, whichever is later.
     /// Without `managedFields`, which nothing here reads.
-    pub cr: KeptComb,
+    cr: KeptComb,
     /// A Comb whose status could not be written keeps it in its in-memory CR for the next step
     /// to prune against (reference §6.8): kept until a status write succeeds. Boxed: rare, and
     /// a Comb instance is large beside the rest of an entry, which the layer holds for each Comb.
-    pub unwritten: Option<Box<Built>>,
+    unwritten: Option<Box<Built>>,
     /// Why the Comb of this uid and generation cannot be built.
-    pub build_failure: Option<(Origin, String)>,
+    build_failure: Option<(Origin, String)>,
     /// Stepped at least once by this run.
-    pub stepped: bool,
+    stepped: bool,
     /// When this run last wrote its status (a rollout's progress alone waits a while after).
-    pub status_written_at: Option<std::time::Instant>,
+    status_written_at: Option<std::time::Instant>,
     signature: StatusSignature,
     /// Which resourceVersion of the CR is the latest, by the watch's order.
     versions: Versions,
     /// When the recorded status last changed in a way others react to.
-    pub changed_at: Instant,
+    changed_at: Instant,
+    /// Counts what may change how the Comb stands: its CR, its objects, its upstream, its
+    /// layer coming back. A dependency's verdict is kept for the count it was judged at.
+    changes: u64,
     /// What its Events said (a new uid starts over).
-    pub announced: Announced,
+    announced: Announced,
 }
 
 impl CombEntry {
@@ -136,6 +142,16 @@ impl CombEntry {
         }
     }
 
+    /// Whether this run stepped it at least once.
+    pub fn stepped(&self) -> bool {
+        self.stepped
+    }
+
+    /// How long its recorded status has stayed the same, as others react to it.
+    pub fn unchanged_for(&self) -> std::time::Duration {
+        self.changed_at.elapsed()
+    }
+
     fn new(cr: Comb, source: Source) -> CombEntry {
         let mut versions = Versions::default();
         versions.is_later(None, cr.metadata.resource_version.as_deref(), source);
@@ -148,10 +164,17 @@ impl CombEntry {
             stepped: false,
             status_written_at: None,
             changed_at: Instant::now(),
+            changes: 0,
             announced: Announced::default(),
         }
     }
 }
+
+/// How often the condition messages alone of a Pending or Blocked Comb are written: a change
+/// of progress only (a rollout's `1 of 3 ready`, one fewer dependency waited on) is held back
+/// until then after a status write, a transition never (the step's
+/// [`StepEnv::hold_progress_until`](crate::engine::reconcile::StepEnv::hold_progress_until)).
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The uid and generation of the CR a Comb was built from: a Comb is rebuilt when they change.
 /// (The CR a built Comb holds changes with every status write, and may be a later generation
@@ -206,6 +229,9 @@ pub struct Judged {
     pub origin: Origin,
     pub comb: CombInstance,
     rendered: OnceLock<Arc<[RenderedItem]>>,
+    /// The verdict on it, and the count of its entry's changes it was reached at: a dependent
+    /// stepped before the next change takes it as it is, instead of looking again.
+    verdict: Mutex<Option<(u64, DependencyVerdict)>>,
 }
 
 impl Judged {
@@ -214,7 +240,22 @@ impl Judged {
             origin,
             comb,
             rendered: OnceLock::new(),
+            verdict: Mutex::new(None),
         }
+    }
+
+    /// The verdict reached at `changes`, if one was.
+    pub fn verdict_at(&self, changes: u64) -> Option<DependencyVerdict> {
+        self.verdict
+            .lock()
+            .as_ref()
+            .filter(|(at, _)| *at == changes)
+            .map(|(_, verdict)| verdict.clone())
+    }
+
+    /// Keeps `verdict`, reached at `changes`.
+    pub fn keep_verdict(&self, changes: u64, verdict: DependencyVerdict) {
+        *self.verdict.lock() = Some((changes, verdict));
     }
 
     /// Whether it may be kept beyond the step that made it (see [`Judged`]).
@@ -383,63 +424,130 @@ impl LayerRuntime {
     /// Records a CR, as listed, watched or as our own write returned it, and says what it calls
     /// for. A version older than the one held changes nothing (the watch may deliver our own
     /// write after we have it).
-    pub fn observe_cr(&self, key: &CombKey, mut cr: Comb, source: Source) -> CrChange {
-        // Neither is read, and both are as large as the spec: kept for every Comb, they were a
-        // good part of the layer's memory.
-        cr.metadata.managed_fields = None;
-        if let Some(annotations) = &mut cr.metadata.annotations {
-            annotations.remove(LAST_APPLIED);
-        }
-        let own_write = source == Source::OwnWrite;
+    pub fn observe_cr(&self, key: &CombKey, cr: Comb, source: Source) -> CrChange {
+        observe_in(&mut self.store.lock(), key, cr, source)
+    }
+
+    /// Takes in what a step of `key` produced, under the layer's one lock: when the status was
+    /// written, the Comb memory keeps while its status is not written (`built`, carried to
+    /// where the next step starts), that it was stepped and built, and the CR it ended with, as
+    /// our own write. Says what that CR calls for.
+    pub fn record_step(&self, key: &CombKey, built: Built, outcome: &StepOutcome) -> CrChange {
         let mut store = self.store.lock();
         let Some(entry) = store.get_mut(key) else {
-            if own_write {
-                // Deleted meanwhile: its watch event said so.
-                return CrChange::default();
-            }
-            store.insert(key.clone(), Box::new(CombEntry::new(cr, source)));
-            return CrChange {
-                trigger: Some(Trigger::Created),
-                status_changed: true,
-            };
+            // Deleted meanwhile: its watch event said so.
+            return CrChange::default();
         };
-        let kept = entry.cr.metadata();
-        let same_object = kept.uid == cr.metadata.uid;
-        if same_object
-            && !entry.versions.is_later(
-                kept.resource_version.as_deref(),
-                cr.metadata.resource_version.as_deref(),
-                source,
-            )
-        {
+        if outcome.status_written {
+            entry.status_written_at = Some(std::time::Instant::now());
+        }
+        entry.unwritten = outcome.write_failed.then(|| {
+            let mut built = built;
+            outcome.carry_into(&mut built.comb);
+            Box::new(built)
+        });
+        entry.build_failure = None;
+        entry.stepped = true;
+        observe_in(&mut store, key, outcome.stored.clone(), Source::OwnWrite)
+    }
+
+    /// Takes in the step of a Comb that does not build: it was stepped, and, when its status
+    /// was written, the CR it ended with, as our own write.
+    pub fn record_unbuildable_step(&self, key: &CombKey, outcome: &StepOutcome) -> CrChange {
+        let mut store = self.store.lock();
+        let Some(entry) = store.get_mut(key) else {
+            return CrChange::default();
+        };
+        entry.stepped = true;
+        if outcome.write_failed {
+            // Nothing holds it in memory (there is no Comb): the retry writes it again.
             return CrChange::default();
         }
-        // Without a generation (a server that keeps none) the trigger compares the specs.
-        let trigger = if cr.metadata.generation.is_some() {
-            // The trigger reads only the metadata then: the CR without its configuration serves.
-            cr_trigger(Some(&entry.cr.cr), &cr, own_write)
-        } else {
-            cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
-        };
-        if trigger == Some(Trigger::Created) {
-            // Another object under the same name: nothing of the old one applies.
-            **entry = CombEntry::new(cr, source);
-            return CrChange {
-                trigger,
-                status_changed: true,
-            };
+        observe_in(&mut store, key, outcome.stored.clone(), Source::OwnWrite)
+    }
+
+    /// Remembers that the Comb of `origin` does not build, and why: not built again until its
+    /// CR changes, by its own steps nor by its dependents'.
+    pub fn record_build_failure(&self, key: &CombKey, origin: Origin, message: String) {
+        if let Some(entry) = self.store.lock().get_mut(key) {
+            entry.build_failure = Some((origin, message));
+            entry.unwritten = None;
         }
-        let signature = status_signature(cr.status.as_ref());
-        let status_changed = entry.signature != signature;
-        if status_changed {
-            entry.signature = signature;
-            entry.changed_at = Instant::now();
+    }
+
+    /// What a step of `key` starts from: the Comb memory keeps because its status was not
+    /// written, and why its build failed, if it did.
+    pub fn starting_point(&self, key: &CombKey) -> (Option<Box<Built>>, Option<(Origin, String)>) {
+        self.store
+            .lock()
+            .get(key)
+            .map(|entry| (entry.unwritten.clone(), entry.build_failure.clone()))
+            .unwrap_or_default()
+    }
+
+    /// Until when a change of progress alone of `key` is held back ([`PROGRESS_EVERY`] after
+    /// this run last wrote its status).
+    pub fn hold_progress_until(&self, key: &CombKey) -> Option<std::time::Instant> {
+        self.store
+            .lock()
+            .get(key)?
+            .status_written_at
+            .map(|written| written + PROGRESS_EVERY)
+    }
+
+    /// Something `key` stands on changed (one of its objects, its upstream, its layer came
+    /// back): a verdict reached on it before no longer holds.
+    pub fn touch(&self, key: &CombKey) {
+        if let Some(entry) = self.store.lock().get_mut(key) {
+            entry.changes += 1;
         }
-        entry.cr = entry.cr.next(cr);
-        CrChange {
-            trigger,
-            status_changed,
-        }
+    }
+
+    /// How many changes of `key` the layer has seen ([`LayerRuntime::touch`], its CR).
+    pub fn changes_of(&self, key: &CombKey) -> Option<u64> {
+        self.store.lock().get(key).map(|entry| entry.changes)
+    }
+
+    /// Runs `f` on what the Events about `key` said, if the Comb is known.
+    pub fn with_announced<T>(
+        &self,
+        key: &CombKey,
+        f: impl FnOnce(&mut Announced) -> T,
+    ) -> Option<T> {
+        self.store
+            .lock()
+            .get_mut(key)
+            .map(|entry| f(&mut entry.announced))
+    }
+
+    /// The Comb memory keeps for `cr` (its status was not written), when it was built from
+    /// `cr`'s uid and generation.
+    pub fn unwritten_of(&self, key: &CombKey, cr: &Comb) -> Option<CombInstance> {
+        self.store
+            .lock()
+            .get(key)?
+            .unwritten
+            .as_ref()
+            .filter(|built| built.is_of(cr))
+            .map(|built| built.comb.clone())
+    }
+
+    /// Why the Comb of `cr`'s uid and generation does not build, if it was found not to.
+    pub fn build_failure_of(&self, key: &CombKey, cr: &Comb) -> Option<String> {
+        self.store
+            .lock()
+            .get(key)?
+            .build_failure
+            .as_ref()
+            .filter(|(origin, _)| *origin == Origin::of(cr))
+            .map(|(_, message)| message.clone())
+    }
+
+    /// Builds the Comb of `cr` with `registry`'s classes, as the layer says (its settings, its
+    /// stubs).
+    pub async fn build(&self, registry: &ClassRegistry, cr: &Comb) -> Result<CombInstance> {
+        let stubs = |comb: &CombInstance| self.layer.stubs_comb(comb.namespace(), comb.name());
+        registry.build(cr, &self.settings, &stubs).await
     }
 
     /// Forgets a Comb whose CR is gone; returns whether it was known.
@@ -533,6 +641,11 @@ impl LayerRuntime {
             .and_then(|entry| entry.recorded_status().cloned())
     }
 
+    /// The phase the Comb of `key` recorded last (see [`CombEntry::recorded_status`]).
+    pub fn recorded_phase(&self, key: &CombKey) -> Option<comb_api::Phase> {
+        self.store.lock().get(key)?.recorded_phase()
+    }
+
     /// The status the CR of `key` carries as last seen (not a status only memory holds): what a
     /// borrower reading it as its peer sees. `None` when the Comb is not known.
     pub fn kept_status(&self, key: &CombKey) -> Option<Option<CombStatus>> {
@@ -540,11 +653,6 @@ impl LayerRuntime {
             .lock()
             .get(key)
             .map(|entry| entry.cr.status().cloned())
-    }
-
-    /// Runs `f` on the entry of `key`, if there is one.
-    pub fn with_entry<T>(&self, key: &CombKey, f: impl FnOnce(&mut CombEntry) -> T) -> Option<T> {
-        self.store.lock().get_mut(key).map(|entry| f(entry))
     }
 
     /// Every entry, for `--once` and the final outcome: `f` over each.
@@ -672,6 +780,71 @@ impl LayerRuntime {
             combs,
             queue_depth: self.queue.depth(),
         }
+    }
+}
+
+/// [`LayerRuntime::observe_cr`] on the layer's store, locked by the caller.
+fn observe_in(
+    store: &mut HashMap<CombKey, Box<CombEntry>>,
+    key: &CombKey,
+    mut cr: Comb,
+    source: Source,
+) -> CrChange {
+    // Neither is read, and both are as large as the spec: kept for every Comb, they were a
+    // good part of the layer's memory.
+    cr.metadata.managed_fields = None;
+    if let Some(annotations) = &mut cr.metadata.annotations {
+        annotations.remove(LAST_APPLIED);
+    }
+    let own_write = source == Source::OwnWrite;
+    let Some(entry) = store.get_mut(key) else {
+        if own_write {
+            // Deleted meanwhile: its watch event said so.
+            return CrChange::default();
+        }
+        store.insert(key.clone(), Box::new(CombEntry::new(cr, source)));
+        return CrChange {
+            trigger: Some(Trigger::Created),
+            status_changed: true,
+        };
+    };
+    let kept = entry.cr.metadata();
+    let same_object = kept.uid == cr.metadata.uid;
+    if same_object
+        && !entry.versions.is_later(
+            kept.resource_version.as_deref(),
+            cr.metadata.resource_version.as_deref(),
+            source,
+        )
+    {
+        return CrChange::default();
+    }
+    // Without a generation (a server that keeps none) the trigger compares the specs.
+    let trigger = if cr.metadata.generation.is_some() {
+        // The trigger reads only the metadata then: the CR without its configuration serves.
+        cr_trigger(Some(&entry.cr.cr), &cr, own_write)
+    } else {
+        cr_trigger(Some(&entry.cr.comb()), &cr, own_write)
+    };
+    if trigger == Some(Trigger::Created) {
+        // Another object under the same name: nothing of the old one applies.
+        **entry = CombEntry::new(cr, source);
+        return CrChange {
+            trigger,
+            status_changed: true,
+        };
+    }
+    let signature = status_signature(cr.status.as_ref());
+    let status_changed = entry.signature != signature;
+    if status_changed {
+        entry.signature = signature;
+        entry.changed_at = Instant::now();
+    }
+    entry.changes += 1;
+    entry.cr = entry.cr.next(cr);
+    CrChange {
+        trigger,
+        status_changed,
     }
 }
 

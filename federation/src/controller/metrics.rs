@@ -39,6 +39,14 @@ struct StatusWriteLabels {
     change: String,
 }
 
+/// How a dependency's verdict was reached: `judged` (built, rendered, observed) or `kept` (the
+/// one reached before, nothing having changed since).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    layer: String,
+    how: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     context: String,
@@ -81,6 +89,7 @@ pub struct Metrics {
     shard_members: Gauge,
     borrowers_on_fallback: Family<LayerLabels, Gauge>,
     upstream_checks: Family<CheckLabels, Counter>,
+    dependency_verdicts: Family<VerdictLabels, Counter>,
     undecodable: Family<CopyLabels, Counter>,
 }
 
@@ -190,6 +199,14 @@ impl Metrics {
                  kube context and result (ok or failed)",
                 Family::default(),
             ),
+            dependency_verdicts: registered(
+                &mut registry,
+                "dependency_verdicts",
+                "Verdicts on the dependencies of the Combs stepped, by layer and how each was \
+                 reached: judged (the dependency built, rendered and observed) or kept (the one \
+                 reached for an earlier dependent, the dependency unchanged since)",
+                Family::default(),
+            ),
             undecodable: registered(
                 &mut registry,
                 "undecodable_copies",
@@ -294,6 +311,16 @@ impl Metrics {
             .get_or_create(&CheckLabels {
                 context: context.to_string(),
                 result: if ok { "ok" } else { "failed" }.to_string(),
+            })
+            .inc();
+    }
+
+    /// A verdict on a dependency in `layer`: `kept` from an earlier dependent, or judged anew.
+    pub fn dependency_verdict(&self, layer: &str, kept: bool) {
+        self.dependency_verdicts
+            .get_or_create(&VerdictLabels {
+                layer: layer.to_string(),
+                how: if kept { "kept" } else { "judged" }.to_string(),
             })
             .inc();
     }

@@ -33,6 +33,7 @@ pub mod admin;
 pub mod backoff;
 mod coordinator;
 pub mod deletion;
+mod dependencies;
 pub mod events;
 mod fallback;
 mod fanout;

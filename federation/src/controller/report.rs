@@ -7,7 +7,7 @@ use comb_api::{Comb, CombStatus, Reason};
 use tokio::sync::broadcast;
 use tracing::{info, warn};
 
-use super::events::{self, Announcement, EventType};
+use super::events::{self, Announced, Announcement, EventType};
 use super::graph::describe_cycles;
 use super::layer::LayerRuntime;
 use super::metrics::Metrics;
@@ -147,8 +147,8 @@ impl Reports {
             .and_then(CombStatus::ready)
             .and_then(|ready| ready.message.as_deref());
         let fresh = layer
-            .with_entry(&key, |entry| {
-                entry.announced.new_notes(notes, previous_message)
+            .with_announced(&key, |announced| {
+                announced.new_notes(notes, previous_message)
             })
             .unwrap_or_default();
         for note in fresh {
@@ -175,7 +175,7 @@ impl Reports {
     pub(crate) async fn retry_events(&self, layer: &LayerRuntime, cr: &Comb) {
         let Some(key) = comb_key(cr) else { return };
         let unsent = layer
-            .with_entry(&key, |entry| entry.announced.take_unsent())
+            .with_announced(&key, Announced::take_unsent)
             .unwrap_or_default();
         for event in unsent {
             self.announce(layer, cr, event).await;
@@ -187,7 +187,7 @@ impl Reports {
         let key = comb_key(cr);
         let news = key
             .as_ref()
-            .and_then(|key| layer.with_entry(key, |entry| entry.announced.is_news(&event)))
+            .and_then(|key| layer.with_announced(key, |announced| announced.is_news(&event)))
             .unwrap_or(true);
         if !news {
             return;
@@ -203,14 +203,14 @@ impl Reports {
         match events::publish(layer.ops.client().clone(), &written).await {
             Ok(()) => {
                 if let Some(key) = &key {
-                    layer.with_entry(key, |entry| entry.announced.accepted(&event));
+                    layer.with_announced(key, |announced| announced.accepted(&event));
                 }
             }
             Err(error) => {
                 self.metrics.api_error(layer.name(), "event");
                 warn!("{error}; the next step of the Comb tries again");
                 if let Some(key) = &key {
-                    layer.with_entry(key, |entry| entry.announced.refused(event));
+                    layer.with_announced(key, |announced| announced.refused(event));
                 }
             }
         }

@@ -461,10 +461,10 @@ fn settled_count(layers: &Layers, settle: Duration) -> SettledCount {
         for settled in layer.each_entry(|key, entry| {
             is_settled(
                 &SettleView {
-                    stepped: entry.stepped,
+                    stepped: entry.stepped(),
                     busy: layer.queue.is_busy(key),
                     phase: entry.recorded_phase(),
-                    unchanged_for: entry.changed_at.elapsed(),
+                    unchanged_for: entry.unchanged_for(),
                 },
                 settle,
             )

@@ -4,26 +4,22 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use comb_api::{Comb, CombStatus, Phase, Reason};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::Shared;
 use super::deletion::{cleanup, orphans_everything};
+use super::dependencies::dependencies_of;
 use super::events::EventType;
-use super::layer::{Built, Judged, LayerRuntime, Origin};
+use super::layer::{Built, LayerRuntime, Origin};
 use super::queue::{StepReport, StepState};
 use super::reads::StepPeers;
-use crate::engine::borrow::{self, BorrowEnv, Controlling};
+use crate::engine::borrow::{self, BorrowEnv};
 use crate::engine::class::CombInstance;
-use crate::engine::keys::{CombKey, dependency_key};
+use crate::engine::keys::CombKey;
 use crate::engine::kube_ops::KubeOps;
-use crate::engine::observe::observe_local;
-use crate::engine::reconcile::{
-    Dependency, DependencyResolver, StepEnv, UpstreamResolution, reconcile, record_build_failure,
-};
-use crate::error::{Error, Result};
+use crate::engine::reconcile::{Dependencies, StepEnv, reconcile, record_build_failure};
 
 /// The report of a step that recorded `status`; `failed`: retry with backoff.
 fn recorded(status: &CombStatus, failed: bool) -> StepReport {
@@ -124,7 +120,7 @@ async fn reconcile_comb(
             }
         },
     };
-    let mut comb = match instance_for(shared, layer, key, &cr).await {
+    let comb = match instance_for(shared, layer, key, &cr).await {
         Ok(comb) => comb,
         Err(message) => return build_failed(shared, layer, key, &cr, message).await,
     };
@@ -142,29 +138,17 @@ async fn reconcile_comb(
     };
     let borrow_env = step_borrow_env(&layer.borrow_env, &ops);
     let resolution = borrow::resolution(&comb, &controlling, &borrow_env).await;
-    let resolver = LayerResolver { shared, layer };
+    let dependencies = dependencies_of(shared, layer, &comb).await;
     let env = StepEnv {
         ops: &ops,
-        resolver: Some(&resolver),
+        dependencies: &dependencies,
         fallback: fallback.as_ref(),
-        // Built anew for most steps: when the status was last written lives in the layer.
-        status_written_at: layer
-            .with_entry(key, |entry| entry.status_written_at)
-            .flatten(),
+        hold_progress_until: layer.hold_progress_until(key),
     };
-    let outcome = reconcile(&mut comb, env, resolution).await;
-    let status = &outcome.status;
-    layer.with_entry(key, |entry| {
-        entry.status_written_at = outcome.status_written_at;
-        // Its record lives in memory only: the next step starts from this Comb (S154).
-        entry.unwritten = outcome
-            .write_failed
-            .then(|| Box::new(Built { comb, origin }));
-        entry.build_failure = None;
-        entry.stepped = true;
-    });
-    let stored = &outcome.stored;
-    shared.fanout.own_write(layer, key, stored.clone());
+    let outcome = reconcile(&comb, env, resolution).await;
+    let change = layer.record_step(key, Built { comb, origin }, &outcome);
+    shared.fanout.react(layer, key, &change);
+    let (status, stored) = (&outcome.status, &outcome.stored);
     shared
         .reports
         .after_status(
@@ -255,47 +239,28 @@ fn start_from(
 }
 
 /// The Comb of `cr` ([`start_from`]), built anew when it must be; a build failure is kept
-/// for the CR's uid and generation.
+/// for the CR's uid and generation (the message is what the Comb records).
 async fn instance_for(
     shared: &Shared,
     layer: &LayerRuntime,
     key: &CombKey,
     cr: &Comb,
 ) -> std::result::Result<CombInstance, String> {
-    let (unwritten, failure) = layer
-        .with_entry(key, |entry| {
-            (entry.unwritten.clone(), entry.build_failure.clone())
-        })
-        .unwrap_or_default();
+    let (unwritten, failure) = layer.starting_point(key);
     let kept_record = match start_from(unwritten, failure, cr) {
         Start::Unwritten(built) => return Ok(built.comb),
         Start::Unbuildable(message) => return Err(message),
         Start::Build { kept_record } => kept_record,
     };
-    let mut comb = build(shared, layer, cr).await.inspect_err(|message| {
-        layer.with_entry(key, |entry| {
-            entry.build_failure = Some((Origin::of(cr), message.clone()));
-            entry.unwritten = None;
-        });
+    let mut comb = layer.build(&shared.registry, cr).await.map_err(|error| {
+        let message = error.to_string();
+        layer.record_build_failure(key, Origin::of(cr), message.clone());
+        message
     })?;
     if let Some(status) = kept_record {
         comb.keep_status(*status);
     }
     Ok(comb)
-}
-
-/// Builds the Comb of `cr` as its layer says (stubs).
-async fn build(
-    shared: &Shared,
-    layer: &LayerRuntime,
-    cr: &Comb,
-) -> std::result::Result<CombInstance, String> {
-    let stubs = |comb: &CombInstance| layer.layer.stubs_comb(comb.namespace(), comb.name());
-    shared
-        .registry
-        .build(cr, &layer.settings, &stubs)
-        .await
-        .map_err(|error| error.to_string())
 }
 
 /// A Comb that cannot be built: Error / BuildFailed with the construction error, recorded by
@@ -308,21 +273,20 @@ async fn build_failed(
     cr: &Comb,
     message: String,
 ) -> StepReport {
-    layer.with_entry(key, |entry| entry.stepped = true);
     let env = StepEnv {
         ops: &layer.ops,
-        resolver: None,
+        dependencies: &Dependencies::Unknown,
         fallback: None,
-        status_written_at: None,
+        hold_progress_until: None,
     };
     let outcome = record_build_failure(env, &shared.config.group, cr.clone(), message).await;
+    let change = layer.record_unbuildable_step(key, &outcome);
     if outcome.write_failed {
-        // Nothing holds it in memory (there is no Comb): the retry writes it again.
         shared.metrics.api_error(layer.name(), "status");
         warn!("the BuildFailed status is not written; retrying");
         return recorded(&outcome.status, true);
     }
-    shared.fanout.own_write(layer, key, outcome.stored.clone());
+    shared.fanout.react(layer, key, &change);
     shared
         .reports
         .after_status(
@@ -411,126 +375,6 @@ async fn delete(
             warn!(%error, "removing the finalizer {finalizer} failed; retrying");
             deleting(Reason::FinalizerFailed, true)
         }
-    }
-}
-
-/// Dependencies inside the layer: `name` in the Comb's namespace, `ns/name` in `ns`.
-struct LayerResolver<'a> {
-    shared: &'a Shared,
-    layer: &'a LayerRuntime,
-}
-
-#[async_trait]
-impl DependencyResolver for LayerResolver<'_> {
-    fn cycle(&self, comb: &CombInstance) -> Option<String> {
-        let key = CombKey::new(comb.namespace(), comb.name());
-        self.layer
-            .cycle_of(&key)
-            .map(|cycle| super::graph::describe_cycles(&[cycle]))
-    }
-
-    async fn resolve(
-        &self,
-        reference: &str,
-        comb: &CombInstance,
-    ) -> Result<Option<Arc<dyn Dependency>>> {
-        let Some(key) = dependency_key(reference, comb.namespace()) else {
-            return Ok(None);
-        };
-        if !self.layer.layer.manages(&key.namespace) {
-            return Ok(None);
-        }
-        let Some(origin) = self.layer.origin(&key) else {
-            return Ok(None);
-        };
-        let judged = match self.layer.judged(&key, &origin) {
-            Some(judged) => judged,
-            None => match self.judge(&key).await {
-                Some(Ok(judged)) => judged,
-                Some(Err(message)) => return Ok(Some(Arc::new(Unbuildable(message)))),
-                None => return Ok(None),
-            },
-        };
-        // A dependency on a fallback serves from there: judged where it borrows from now.
-        let recorded = self.layer.recorded_status(&key);
-        Ok(Some(Arc::new(LiveDependency {
-            controlling: self
-                .shared
-                .fallbacks
-                .upstream_choice(self.layer, &key, recorded.as_ref())
-                .0,
-            judged,
-            ops: self.layer.ops.clone(),
-            env: self.layer.borrow_env.clone(),
-        })))
-    }
-}
-
-impl LayerResolver<'_> {
-    /// The Comb of `key` as its CR is now (its unwritten Comb when that is of the same
-    /// generation, else built), kept for the next dependent when it may be; `None` when the CR
-    /// is gone, the build's error when it does not build.
-    async fn judge(&self, key: &CombKey) -> Option<std::result::Result<Arc<Judged>, String>> {
-        let cr = self.layer.cr(key)?;
-        let unwritten = self
-            .layer
-            .with_entry(key, |entry| entry.unwritten.clone())
-            .flatten()
-            .filter(|built| built.is_of(&cr))
-            .map(|built| built.comb);
-        let comb = match unwritten {
-            Some(comb) => comb,
-            None => match build(self.shared, self.layer, &cr).await {
-                Ok(comb) => comb,
-                Err(message) => return Some(Err(message)),
-            },
-        };
-        let judged = Arc::new(Judged::new(comb, Origin::of(&cr)));
-        self.layer.keep_judged(key, &judged);
-        Some(Ok(judged))
-    }
-}
-
-/// A dependency whose health is its live status, local or borrowed as its layer resolves it.
-struct LiveDependency {
-    judged: Arc<Judged>,
-    ops: KubeOps,
-    controlling: Controlling,
-    env: BorrowEnv,
-}
-
-#[async_trait]
-impl Dependency for LiveDependency {
-    async fn healthy(&self) -> Result<bool> {
-        let comb = &self.judged.comb;
-        let status = match borrow::resolution(comb, &self.controlling, &self.env).await {
-            UpstreamResolution::Local => {
-                let items = self.judged.rendered(&self.ops).await?;
-                observe_local(&self.ops, comb.context(), &items).await?.1
-            }
-            UpstreamResolution::Borrowed(b) => {
-                borrow::borrowed_status(&self.ops, comb, b.upstream.as_ref(), &b.ctx).await?
-            }
-            UpstreamResolution::Failed(message) => {
-                return Err(Error::build(format!(
-                    "resolving its upstream failed: {message}"
-                )));
-            }
-            UpstreamResolution::Forbidden(message) => {
-                return Err(Error::UpstreamForbidden(message));
-            }
-        };
-        Ok(status.healthy)
-    }
-}
-
-/// A dependency that cannot be built: never healthy, and says why.
-struct Unbuildable(String);
-
-#[async_trait]
-impl Dependency for Unbuildable {
-    async fn healthy(&self) -> Result<bool> {
-        Err(Error::build(self.0.clone()))
     }
 }
 

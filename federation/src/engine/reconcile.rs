@@ -6,19 +6,16 @@
 //! reason and message, and the status is always recorded (written into the CR, or kept in the
 //! in-memory CR when writing failed twice).
 
-use std::any::Any;
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use async_trait::async_trait;
 use comb_api::{
     CONFIG_READY, Comb, CombStatus, ConditionStatus, DEPENDENCIES_READY, ManagedObject,
     NO_RESOURCE_RECONCILIATION, Phase, Reason,
 };
 use futures::FutureExt;
-use futures::future::join_all;
 use jiff::Timestamp;
 
 // Step 1's answer is an input of `reconcile`: callers name it from here too.
@@ -31,35 +28,41 @@ use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::RenderedItem;
-use crate::engine::status::{
-    Established, StepRecord, Verdict, build_status, last_resort_status, rebuild_status,
-};
-use crate::engine::values::clean_message;
-use crate::error::Result;
+use crate::engine::status::{Established, StepRecord, Verdict, build_status, rebuild_status};
+use crate::engine::values::{clean_message, panic_message};
 
-/// Finds the Combs a Comb depends on (`dependsOn` entries as written: `name` or
-/// `namespace/name`).
-#[async_trait]
-pub trait DependencyResolver: Send + Sync {
-    /// The Comb `reference` names, seen from `comb`; `None` when there is none.
-    async fn resolve(
-        &self,
-        reference: &str,
-        comb: &CombInstance,
-    ) -> Result<Option<Arc<dyn Dependency>>>;
-
-    /// The dependency cycle `comb` is in, as `ns/a -> ns/b -> ns/a`, if it is in one: no
-    /// Comb of it can ever run, and its Blocked message says so.
-    fn cycle(&self, _comb: &CombInstance) -> Option<String> {
-        None
-    }
+/// What the caller found of a Comb's dependencies before its step (reference §6.3): the step
+/// judges them by this, and asks nobody. The controller computes it from what its layer keeps
+/// (the dependency's CR, its objects as the watches hold them), once for every dependent while
+/// the dependency stays as it was.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Dependencies {
+    /// Nobody looked for them: a Comb that has some is Blocked (`NoResolver`).
+    #[default]
+    Unknown,
+    /// Looking at them failed as a whole (a class panicked): the step is an Error
+    /// (`DependenciesFailed`) with this message.
+    Failed(String),
+    /// Each `dependsOn` entry as written, and how it stands; and the dependency cycle the Comb
+    /// is in (as `ns/a -> ns/b -> ns/a`), when it is in one: then none of it can ever run.
+    Found {
+        cycle: Option<String>,
+        verdicts: BTreeMap<String, DependencyVerdict>,
+    },
 }
 
-/// A Comb another one depends on.
-#[async_trait]
-pub trait Dependency: Send + Sync {
-    /// Whether it serves now (its live status is healthy).
-    async fn healthy(&self) -> Result<bool>;
+/// How one dependency stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DependencyVerdict {
+    /// It serves now (its live status is healthy).
+    Healthy,
+    /// No Comb of that name in the layer.
+    NotFound,
+    /// It does not serve; why, when looking at it failed (its upstream did not resolve, it does
+    /// not build).
+    NotHealthy(Option<String>),
+    /// Finding it failed.
+    LookupFailed(String),
 }
 
 /// What one step works with, besides the Comb.
@@ -67,20 +70,21 @@ pub trait Dependency: Send + Sync {
 pub struct StepEnv<'a> {
     /// The client of the Comb's kube context.
     pub ops: &'a KubeOps,
-    /// Finds dependencies; `None` blocks every Comb that has some (`NoResolver`).
-    pub resolver: Option<&'a dyn DependencyResolver>,
+    /// What the caller found of the Comb's dependencies.
+    pub dependencies: &'a Dependencies,
     /// Where a borrower whose layer's borrow has a fallback stands on the chain: the step
     /// records it (the `UpstreamFallback` condition, the Ready message); the upstream it
     /// borrows from is step 1's answer, the entry in use.
     pub fallback: Option<&'a FallbackState>,
-    /// When this process last wrote the Comb's status (a [`StepOutcome`] says so): a rollout's
-    /// progress alone is written at most every [`PROGRESS_EVERY`]. The caller keeps it, as the
-    /// Comb is built anew for most steps.
-    pub status_written_at: Option<Instant>,
+    /// Until when a change of progress alone (a rollout's newer Ready message) is held back:
+    /// the caller's throttle of such writes. The step then says when it is due
+    /// ([`StepOutcome::progress_due`]).
+    pub hold_progress_until: Option<Instant>,
 }
 
-/// What one reconcile step produced, handed back to the caller to keep, announce and schedule
-/// (the step's Comb keeps only its CR, as the reference's `recorded_status()` reads it).
+/// What one reconcile step produced, handed back to the caller to keep, announce and schedule.
+/// The step changes nothing else: the Comb it ran is the caller's, and what the next step of
+/// the same instance starts from is [`StepOutcome::carry_into`].
 #[derive(Clone, Debug)]
 pub struct StepOutcome {
     /// The recorded status (reference §6: what the step resolves to): as the API server stored
@@ -95,20 +99,27 @@ pub struct StepOutcome {
     /// What pruning noted (left in place, failed to delete), also in the Ready message: the
     /// controller makes each an Event the first time it comes.
     pub notes: Vec<String>,
-    /// When the progress this step held back (a rollout's newer Ready message) is due: step
-    /// the Comb again then, so that it is written.
+    /// When the progress this step held back is due: step the Comb again then, so that it is
+    /// written.
     pub progress_due: Option<Instant>,
-    /// When the status was last written: by this step, else [`StepEnv::status_written_at`].
-    pub status_written_at: Option<Instant>,
     /// This step wrote the status (the server stored a new version of the CR).
     pub status_written: bool,
 }
 
-/// Runs one reconcile step of `comb` and says what it produced. `comb`'s CR is afterwards the
-/// one the step ends with, carrying the recorded status (as the API server stored it, or kept
-/// in memory when writing failed), which the next step of the same instance starts from.
+impl StepOutcome {
+    /// Makes `comb` what the next step of the same instance starts from: the CR the step ended
+    /// with, carrying the status memory alone holds when writing it failed (reference §6.8, 4).
+    pub fn carry_into(&self, comb: &mut CombInstance) {
+        comb.adopt_cr(self.stored.clone());
+        if self.write_failed {
+            comb.keep_status(self.status.clone());
+        }
+    }
+}
+
+/// Runs one reconcile step of `comb` and says what it produced.
 pub async fn reconcile(
-    comb: &mut CombInstance,
+    comb: &CombInstance,
     env: StepEnv<'_>,
     upstream: UpstreamResolution,
 ) -> StepOutcome {
@@ -116,28 +127,38 @@ pub async fn reconcile(
     let resolved_local = matches!(upstream, UpstreamResolution::Local);
     let record = decide(comb, env, upstream, previous.as_ref()).await;
     let notes = record.notes.clone();
+    let group = &comb.settings().group;
     let recorded = AssertUnwindSafe(async {
         let mut record = record;
         publish_endpoints(&mut record, comb, previous.is_none(), resolved_local).await;
-        let group = &comb.settings().group;
         record_status(env, group, comb.cr().clone(), &record).await
     })
     .catch_unwind()
     .await;
-    let outcome = recorded.unwrap_or_else(|panic| StepOutcome {
-        status: last_resort_status(&panic_message(panic.as_ref()), Timestamp::now()),
-        stored: comb.cr().clone(),
-        write_failed: false,
-        notes: Vec::new(),
-        progress_due: None,
-        status_written_at: env.status_written_at,
-        status_written: false,
-    });
-    comb.adopt_cr(outcome.stored.clone());
-    if outcome.write_failed {
-        // The next step prunes against the record memory holds (reference §6.8, 4).
-        comb.keep_status(outcome.status.clone());
-    }
+    let outcome = match recorded {
+        Ok(outcome) => outcome,
+        // Publishing or recording panicked: the panic is what the step records, written as any
+        // status is (the previous managed resources carried forward). Should that panic too,
+        // nothing is written and nothing changes: the step failed, and is tried again.
+        Err(panic) => {
+            let record = StepRecord::finished(
+                Phase::Error,
+                Reason::ReconcileFailed,
+                clean_message(&panic_message(panic.as_ref())),
+            );
+            AssertUnwindSafe(record_status(env, group, comb.cr().clone(), &record))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| StepOutcome {
+                    status: previous.clone().unwrap_or_default(),
+                    stored: comb.cr().clone(),
+                    write_failed: true,
+                    notes: Vec::new(),
+                    progress_due: None,
+                    status_written: false,
+                })
+        }
+    };
     StepOutcome { notes, ..outcome }
 }
 
@@ -201,7 +222,7 @@ impl Step<'_> {
         self.maintenance(r)?;
         let upstream = Self::resolution(r, upstream)?;
         self.enabled(r)?;
-        self.dependencies(r).await?;
+        self.dependencies(r)?;
         self.check(r).await?;
         match upstream {
             Some(borrowing) => self.upstream_path(r, &borrowing).await,
@@ -260,19 +281,16 @@ impl Step<'_> {
     }
 
     /// Step 3: every dependency found and healthy, else Blocked with all problems.
-    async fn dependencies(&self, r: &mut StepRecord) -> ControlFlow<()> {
-        let problems = match AssertUnwindSafe(self.dependency_problems())
-            .catch_unwind()
-            .await
-        {
+    fn dependencies(&self, r: &mut StepRecord) -> ControlFlow<()> {
+        let problems = match self.dependency_problems() {
             Ok(problems) => problems,
-            Err(panic) => {
+            Err(message) => {
                 r.finish(
                     Phase::Error,
                     Reason::DependenciesFailed,
                     format!(
                         "reading the dependencies failed: {}",
-                        clean_message(&panic_message(panic.as_ref()))
+                        clean_message(message)
                     ),
                 );
                 return ControlFlow::Break(());
@@ -297,31 +315,41 @@ impl Step<'_> {
         ControlFlow::Break(())
     }
 
-    /// The problems of the dependencies, in `dependsOn` order (looked up concurrently).
-    async fn dependency_problems(&self) -> Vec<(Reason, String)> {
+    /// The problems of the dependencies, in `dependsOn` order; `Err` when looking at them
+    /// failed as a whole.
+    fn dependency_problems(&self) -> Result<Vec<(Reason, String)>, &str> {
         let references = self.comb.depends_on();
         if references.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let Some(resolver) = self.env.resolver else {
-            return vec![(
-                Reason::NoResolver,
-                format!(
-                    "depends on {}, but there is no resolver to find them",
-                    references.join(", ")
-                ),
-            )];
+        let (cycle, verdicts) = match self.env.dependencies {
+            Dependencies::Unknown => {
+                return Ok(vec![(
+                    Reason::NoResolver,
+                    format!(
+                        "depends on {}, but there is no resolver to find them",
+                        references.join(", ")
+                    ),
+                )]);
+            }
+            Dependencies::Failed(message) => return Err(message),
+            Dependencies::Found { cycle, verdicts } => (cycle, verdicts),
         };
-        if let Some(cycle) = resolver.cycle(self.comb) {
-            return vec![(
+        if let Some(cycle) = cycle {
+            return Ok(vec![(
                 Reason::DependencyNotReady,
                 format!("dependency cycle: {cycle}"),
-            )];
+            )]);
         }
-        let checks = references
+        Ok(references
             .iter()
-            .map(|reference| dependency_problem(resolver, reference, self.comb));
-        join_all(checks).await.into_iter().flatten().collect()
+            .filter_map(|reference| {
+                let verdict = verdicts
+                    .get(reference)
+                    .unwrap_or(&DependencyVerdict::NotFound);
+                dependency_problem(reference, verdict)
+            })
+            .collect())
     }
 
     /// Step 4: the class's prerequisites.
@@ -569,36 +597,28 @@ impl Step<'_> {
 }
 
 /// The problem of one dependency, if it has one.
-async fn dependency_problem(
-    resolver: &dyn DependencyResolver,
-    reference: &str,
-    comb: &CombInstance,
-) -> Option<(Reason, String)> {
-    let dependency = match resolver.resolve(reference, comb).await {
-        Ok(Some(dependency)) => dependency,
-        Ok(None) => {
-            return Some((
-                Reason::DependencyNotFound,
-                format!("dependency {reference} not found"),
-            ));
+fn dependency_problem(reference: &str, verdict: &DependencyVerdict) -> Option<(Reason, String)> {
+    match verdict {
+        DependencyVerdict::Healthy => None,
+        DependencyVerdict::NotFound => Some((
+            Reason::DependencyNotFound,
+            format!("dependency {reference} not found"),
+        )),
+        DependencyVerdict::LookupFailed(why) => Some((
+            Reason::ResolverFailed,
+            format!("looking up {reference} failed: {}", clean_message(why)),
+        )),
+        DependencyVerdict::NotHealthy(why) => {
+            let why = why
+                .as_deref()
+                .map(|why| format!(": {}", clean_message(why)))
+                .unwrap_or_default();
+            Some((
+                Reason::DependencyNotReady,
+                format!("dependency {reference} is not healthy{why}"),
+            ))
         }
-        Err(error) => {
-            return Some((
-                Reason::ResolverFailed,
-                format!(
-                    "looking up {reference} failed: {}",
-                    clean_message(&error.to_string())
-                ),
-            ));
-        }
-    };
-    let why = match dependency.healthy().await {
-        Ok(true) => return None,
-        Ok(false) => String::new(),
-        Err(error) => format!(": {}", clean_message(&error.to_string())),
-    };
-    let message = format!("dependency {reference} is not healthy{why}");
-    Some((Reason::DependencyNotReady, message))
+    }
 }
 
 /// `applied N resource(s), not healthy yet`, with what the live status says in parentheses
@@ -659,18 +679,14 @@ async fn record_status(
         write_failed: false,
         notes: Vec::new(),
         progress_due: None,
-        status_written_at: env.status_written_at,
         status_written: false,
     };
     if let Some(previous) = &previous
         && only_progress(previous, &status)
-        && let Some(due) = env
-            .status_written_at
-            .map(|written| written + PROGRESS_EVERY)
-            .filter(|due| *due > Instant::now())
+        && let Some(due) = env.hold_progress_until.filter(|due| *due > Instant::now())
     {
-        // A rollout's progress alone (`1 of 3 ready`, then `2 of 3`): written at most every
-        // PROGRESS_EVERY, so a fast rollout costs its two transitions and no more; the caller
+        // A rollout's progress alone (`1 of 3 ready`, then `2 of 3`): held back while the
+        // caller says so, so a fast rollout costs its two transitions and no more; the caller
         // steps the Comb again when it is due, so the newest message is written then.
         outcome.status = previous.clone();
         outcome.progress_due = Some(due);
@@ -692,10 +708,8 @@ async fn record_status(
     match written {
         Ok(stored) => {
             // What the server stored is a later version than the CR it was written over.
-            if stored.metadata.resource_version != cr.metadata.resource_version {
-                outcome.status_written_at = Some(Instant::now());
-                outcome.status_written = true;
-            }
+            outcome.status_written =
+                stored.metadata.resource_version != cr.metadata.resource_version;
             outcome.status = stored.status.clone().unwrap_or(status);
             outcome.stored = stored;
         }
@@ -715,11 +729,6 @@ async fn record_status(
     }
     outcome
 }
-
-/// How often the condition messages alone of a Pending or Blocked Comb are written: a change
-/// of progress only (a rollout's `1 of 3 ready`, one fewer dependency waited on) is held back
-/// until then, a transition never.
-pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Whether `status` differs from `previous` in progress only, both Pending or both Blocked:
 /// condition messages (a rollout's `1 of 3 ready`, a wait for dependencies with one fewer not
@@ -747,17 +756,6 @@ fn only_progress(previous: &CombStatus, status: &CombStatus) -> bool {
         && previous.phase == status.phase
         && previous != status
         && without_progress(previous) == without_progress(status)
-}
-
-/// The text of a panic payload.
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        format!("panicked: {text}")
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        format!("panicked: {text}")
-    } else {
-        "panicked".to_string()
-    }
 }
 
 #[cfg(test)]

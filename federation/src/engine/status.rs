@@ -286,25 +286,6 @@ fn condition(
     }
 }
 
-/// The status when even building or recording one failed: phase Error with a single Ready
-/// condition. Kept in memory, never written.
-pub fn last_resort_status(failure: &str, now: Timestamp) -> CombStatus {
-    CombStatus {
-        phase: Some(Phase::Error),
-        conditions: Some(vec![CombCondition {
-            type_: READY.to_string(),
-            status: ConditionStatus::False,
-            reason: Some(Reason::ReconcileFailed),
-            message: Some(format!(
-                "recording the status failed: {}",
-                clean_message(failure)
-            )),
-            last_transition_time: Some(Time(now)),
-        }]),
-        ..CombStatus::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -641,15 +622,9 @@ mod tests {
     }
 
     #[test]
-    fn messages_and_last_resort() {
+    fn messages() {
         assert_eq!(clean_message("vault sealed \n\t"), "vault sealed");
         assert_eq!(clean_message("  \n"), "unknown error");
-        let status = last_resort_status("boom\n", at("2026-01-01T00:00:00Z"));
-        assert_eq!(
-            serde_json::to_value(&status).unwrap(),
-            json!({"phase": "Error", "conditions": [{"type": "Ready", "status": "False", "reason": "ReconcileFailed",
-                   "message": "recording the status failed: boom", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
-        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! engine: every part may use it, it uses none.
 
 use serde_json::{Map, Value};
+use std::any::Any;
 
 /// Perl's `value // default` in numeric context: missing or null gives `default`, numbers and
 /// numeric strings their value, anything else 0.
@@ -71,6 +72,17 @@ pub fn unknown_keys(map: &Map<String, Value>, known: &[&str]) -> Option<String> 
         let (unknown, known) = (unknown.join(", "), known.join(", "));
         format!("unknown key(s) {unknown} (known: {known})")
     })
+}
+
+/// The text of a panic payload.
+pub fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        format!("panicked: {text}")
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        format!("panicked: {text}")
+    } else {
+        "panicked".to_string()
+    }
 }
 
 #[cfg(test)]

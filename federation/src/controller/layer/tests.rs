@@ -352,20 +352,10 @@ async fn what_a_comb_recorded_last_is_its_unwritten_status_while_there_is_one() 
     let layer = layer(&["platform"]).await;
     let stored = cr("db", "u1", "1", 1, Some(Phase::Running));
     layer.observe_cr(&key("db"), stored.clone(), Source::Listed);
-    let entry_phase = |layer: &LayerRuntime| {
-        layer
-            .with_entry(&key("db"), |entry| entry.recorded_phase())
-            .flatten()
-    };
-    assert_eq!(entry_phase(&layer), Some(Phase::Running));
+    assert_eq!(layer.recorded_phase(&key("db")), Some(Phase::Running));
 
-    let mut unwritten = stored.clone();
-    unwritten.status = Some(CombStatus {
-        phase: Some(Phase::Error),
-        ..CombStatus::default()
-    });
     let comb = ClassRegistry::with_builtins()
-        .build(&unwritten, &layer.settings, &|_: &CombInstance| false)
+        .build(&stored, &layer.settings, &|_: &CombInstance| false)
         .await
         .expect("the Comb builds");
     let built = Built {
@@ -381,8 +371,25 @@ async fn what_a_comb_recorded_last_is_its_unwritten_status_while_there_is_one() 
         !built.is_of(&cr("db", "u2", "1", 1, None)),
         "another object"
     );
-    layer.with_entry(&key("db"), |entry| entry.unwritten = Some(Box::new(built)));
-    assert_eq!(entry_phase(&layer), Some(Phase::Error));
+    // A step whose status write failed: memory holds its status.
+    let failed = StepOutcome {
+        status: CombStatus {
+            phase: Some(Phase::Error),
+            ..CombStatus::default()
+        },
+        stored: stored.clone(),
+        write_failed: true,
+        notes: Vec::new(),
+        progress_due: None,
+        status_written: false,
+    };
+    layer.record_step(&key("db"), built, &failed);
+    assert_eq!(layer.recorded_phase(&key("db")), Some(Phase::Error));
+    let (unwritten, _) = layer.starting_point(&key("db"));
+    assert!(
+        unwritten.is_some(),
+        "the next step starts from the unwritten Comb"
+    );
     assert_eq!(
         layer.recorded_status(&key("db")).and_then(|s| s.phase),
         Some(Phase::Error)
