@@ -8,7 +8,7 @@
 //! controller's own rights. Messages name objects, never their values. An object of that name in
 //! the Comb's namespace that is not the Comb's is never overwritten.
 //!
-//! Copies are written as comb writes a Comb's resources (README, "How comb writes"): a forced
+//! Copies are written as comb writes a Comb's resources (docs/writes.md, "How comb writes"): a forced
 //! server-side apply as field manager [`FIELD_MANAGER`], only when the copy differs, and a copy
 //! an older comb created or replaced is first taken over ([`takeover_patch`]), so that a key
 //! the source no longer has leaves the copy too.
