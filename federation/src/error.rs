@@ -91,18 +91,53 @@ pub enum Error {
     #[strum(serialize = "forbidden")]
     UpstreamForbidden(String),
 
+    /// A value written on the command line or in the configuration that does not parse (a
+    /// duration, a context, a Service's name); the message says what it should look like.
+    #[error("{0}")]
+    Value(String),
+
     /// A federation configuration that does not hold; the message names the file and each
     /// offending key (`comb.yaml: layers[2].borrow.from: unknown layer ...`).
     #[error("{0}")]
     Config(String),
 
-    /// The controller could not start or keep running (admin address, leader election, ...).
-    #[error("{0}")]
-    Controller(String),
+    /// The controller could not start or keep running (admin address, leader election, ...),
+    /// or an operation of the CLI found nothing to act on; `source` is the failure it wraps.
+    #[error("{message}")]
+    Controller {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 
-    /// The admission webhook could not start: its address, its certificate.
-    #[error("{0}")]
-    Webhook(String),
+    /// The admission webhook could not start: its address, its certificate; `source` is the
+    /// failure it wraps.
+    #[error("{message}")]
+    Webhook {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+
+    /// A kube context could not be turned into a client (`what` says which and why comb
+    /// wanted it).
+    #[error("{what}: {source}")]
+    Kubeconfig {
+        what: String,
+        #[source]
+        source: comb_kubeconfigs::Error,
+    },
+
+    /// The client that impersonates a layer's `serviceAccount` for a Comb's writes could not be
+    /// made.
+    #[error("layer {layer}: {source}")]
+    #[strum(serialize = "impersonation")]
+    Impersonation {
+        layer: String,
+        user: String,
+        #[source]
+        source: comb_kubeconfigs::Error,
+    },
 
     /// An object whose fields comb reads hold something no reading gives a value to (an object
     /// where a number belongs): it is never read as if they were missing. Names the object and
@@ -139,6 +174,44 @@ stage_constructors! {
 }
 
 impl Error {
+    /// An [`Error::Controller`] of comb's own words.
+    pub fn controller(message: impl Into<String>) -> Error {
+        Error::Controller {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::Controller`] saying `message`, then what `source` says, and keeping it.
+    pub fn controller_from(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Controller {
+            message: format!("{}: {source}", message.into()),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// An [`Error::Webhook`] of comb's own words.
+    pub fn webhook(message: impl Into<String>) -> Error {
+        Error::Webhook {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`Error::Webhook`] saying `message`, then what `source` says, and keeping it.
+    pub fn webhook_from(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Webhook {
+            message: format!("{}: {source}", message.into()),
+            source: Some(Box::new(source)),
+        }
+    }
+
     /// A failed request, in the server's words ([`describe_error`]), keeping the client's error.
     pub fn kube(request: impl Into<String>, error: kube::Error) -> Error {
         Error::Kube {
@@ -218,8 +291,20 @@ mod tests {
             (Error::request("get Pod", "no namespace"), "request"),
             (Error::UpstreamForbidden("u".into()), "forbidden"),
             (Error::Config("c".into()), "config"),
-            (Error::Controller("c".into()), "controller"),
-            (Error::Webhook("w".into()), "webhook"),
+            (Error::Value("v".into()), "value"),
+            (Error::controller("c"), "controller"),
+            (Error::webhook("w"), "webhook"),
+            (
+                Error::Impersonation {
+                    layer: "dev".into(),
+                    user: "system:serviceaccount:platform:writer".into(),
+                    source: comb_kubeconfigs::Error::UnknownContext {
+                        context: "dev".into(),
+                        origin: "the kubeconfig".into(),
+                    },
+                },
+                "impersonation",
+            ),
             (Error::Unprojectable("u".into()), "unprojectable"),
             (
                 Error::Upstream(comb_upstreams::Error::Unreachable("down".into())),

@@ -64,18 +64,28 @@ pub enum EdgeTarget {
     Layer(usize),
 }
 
+/// One layer as the picture is given it: its Combs, or why they could not be read (drawn as an
+/// empty column saying so).
+#[derive(Clone, Debug)]
+pub enum LayerCombs {
+    Read(Vec<Comb>),
+    Unread(String),
+}
+
 impl Picture {
     /// The picture of `listed`: per layer of `config`, in its order, the Combs read from it or
     /// the reason they could not be.
-    pub fn build(config: &Config, listed: &[Result<Vec<Comb>, String>]) -> Picture {
+    pub fn build(config: &Config, listed: &[LayerCombs]) -> Picture {
         let layers: Vec<LayerColumn> = config
             .layers
             .iter()
             .zip(listed)
             .map(|(layer, combs)| {
                 let (combs, error) = match combs {
-                    Ok(combs) => (combs.iter().map(|comb| node(layer, comb)).collect(), None),
-                    Err(error) => (Vec::new(), Some(error.clone())),
+                    LayerCombs::Read(combs) => {
+                        (combs.iter().map(|comb| node(layer, comb)).collect(), None)
+                    }
+                    LayerCombs::Unread(why) => (Vec::new(), Some(why.clone())),
                 };
                 LayerColumn {
                     name: layer.name.clone(),
@@ -545,15 +555,15 @@ mod tests {
         Picture::build(
             &config(),
             &[
-                Ok(vec![
+                LayerCombs::Read(vec![
                     comb("platform", "db", running("Healthy")),
                     comb("platform", "mailer", running("Healthy")),
                 ]),
-                Ok(vec![
+                LayerCombs::Read(vec![
                     comb("staging", "db", borrowed("prod", &["prod"])),
                     comb("staging", "mailer", running("Healthy")),
                 ]),
-                Ok(vec![comb(
+                LayerCombs::Read(vec![comb(
                     "platform",
                     "db",
                     borrowed("staging", &["staging", "prod"]),
@@ -599,9 +609,9 @@ mod tests {
         let picture = Picture::build(
             &config,
             &[
-                Ok(vec![comb("platform", "db", running("Healthy"))]),
-                Ok(vec![comb("staging", "db", borrowed("prod", &["prod"]))]),
-                Ok(vec![comb("apps", "db", borrowed("prod", &["prod"]))]),
+                LayerCombs::Read(vec![comb("platform", "db", running("Healthy"))]),
+                LayerCombs::Read(vec![comb("staging", "db", borrowed("prod", &["prod"]))]),
+                LayerCombs::Read(vec![comb("apps", "db", borrowed("prod", &["prod"]))]),
             ],
         );
         assert_eq!(
@@ -619,9 +629,9 @@ mod tests {
         let picture = Picture::build(
             &config(),
             &[
-                Err("layer prod: the API server does not answer".to_string()),
-                Ok(vec![comb("staging", "db", borrowed("prod", &["prod"]))]),
-                Ok(vec![]),
+                LayerCombs::Unread("layer prod: the API server does not answer".to_string()),
+                LayerCombs::Read(vec![comb("staging", "db", borrowed("prod", &["prod"]))]),
+                LayerCombs::Read(vec![]),
             ],
         );
         assert_eq!(picture.edges[0].to, EdgeTarget::Layer(0));

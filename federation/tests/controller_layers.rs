@@ -56,7 +56,7 @@ async fn a_partitioned_layer_is_down_while_another_keeps_reconciling() {
         "{metrics}"
     );
     assert!(
-        handle.readiness().is_ok(),
+        handle.readiness().is_ready(),
         "a down layer does not make the controller unready"
     );
 

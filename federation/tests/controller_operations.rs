@@ -166,7 +166,7 @@ async fn one_replica_leads_and_the_other_takes_over_when_it_stops() {
         .run_options(world.config(CONFIG), elected("second"))
         .await;
     assert!(
-        second.handle.readiness().is_ok(),
+        second.handle.readiness().is_ready(),
         "a standby replica is ready"
     );
     // While the first leads, it alone reconciles: a deleted Deployment comes back, and the

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
-use crate::picture::{Picture, to_dot, to_html, to_mermaid};
+use crate::picture::{LayerCombs, Picture, to_dot, to_html, to_mermaid};
 
 #[derive(Debug, clap::Args)]
 pub struct GraphArgs {
@@ -32,12 +32,10 @@ pub fn run(global: &GlobalArgs, args: GraphArgs) -> anyhow::Result<ExitCode> {
         let federation = Federation::open(global)?;
         let mut listed = Vec::new();
         for layer in &federation.config.layers {
-            listed.push(
-                federation
-                    .list_combs(layer, None)
-                    .await
-                    .map_err(|error| crate::cli::output::one_line(&error)),
-            );
+            listed.push(match federation.list_combs(layer, None).await {
+                Ok(combs) => LayerCombs::Read(combs),
+                Err(error) => LayerCombs::Unread(crate::cli::output::one_line(&error)),
+            });
         }
         let picture = Picture::build(&federation.config, &listed);
         print!(
@@ -55,12 +53,19 @@ pub fn run(global: &GlobalArgs, args: GraphArgs) -> anyhow::Result<ExitCode> {
             }
         );
         // The picture shows an unread layer; the exit code says so too.
-        Ok(if listed.iter().all(Result::is_ok) {
+        let unread: Vec<&str> = listed
+            .iter()
+            .filter_map(|layer| match layer {
+                LayerCombs::Unread(why) => Some(why.as_str()),
+                LayerCombs::Read(_) => None,
+            })
+            .collect();
+        for why in &unread {
+            eprintln!("comb: {why}");
+        }
+        Ok(if unread.is_empty() {
             ExitCode::SUCCESS
         } else {
-            for error in listed.iter().filter_map(|listed| listed.as_ref().err()) {
-                eprintln!("comb: {error}");
-            }
             ExitCode::from(1)
         })
     })

@@ -11,6 +11,7 @@ use comb_sandbox::real::network::{NetworkOptions, ProxyMode};
 use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 
 use super::common::{StopSignals, block_on};
+use crate::error::Error;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -89,18 +90,20 @@ impl BackendArgs {
 }
 
 /// `staging=prod/staging` or `admin=prod`.
-fn parse_context(text: &str) -> Result<ExtraContext, String> {
+fn parse_context(text: &str) -> Result<ExtraContext, Error> {
     let (name, target) = text.split_once('=').ok_or_else(|| {
-        format!("{text:?} is not NAME=CLUSTER[/NAMESPACE], e.g. staging=prod/staging")
+        Error::Value(format!(
+            "{text:?} is not NAME=CLUSTER[/NAMESPACE], e.g. staging=prod/staging"
+        ))
     })?;
     let (cluster, namespace) = match target.split_once('/') {
         Some((cluster, namespace)) => (cluster, Some(namespace)),
         None => (target, None),
     };
     if name.is_empty() || cluster.is_empty() || namespace.is_some_and(str::is_empty) {
-        return Err(format!(
+        return Err(Error::Value(format!(
             "{text:?} is not NAME=CLUSTER[/NAMESPACE]: name, cluster and a given namespace must not be empty"
-        ));
+        )));
     }
     Ok(ExtraContext {
         name: name.to_string(),
@@ -113,9 +116,13 @@ fn parse_context(text: &str) -> Result<ExtraContext, String> {
 /// [`kube::core::Duration`]. It multiplies in floating point, which panics on a number too large
 /// for a duration or a sign inside a sum (`1s-1s`), and it reads an empty text as zero: such
 /// texts are refused before it sees them (no delay needs more than nine digits).
-fn parse_duration(text: &str) -> Result<Duration, String> {
+fn parse_duration(text: &str) -> Result<Duration, Error> {
     let text = text.trim();
-    let invalid = || format!("{text:?} is not a duration like 500ms, 2s, 1m30s or 0");
+    let invalid = || {
+        Error::Value(format!(
+            "{text:?} is not a duration like 500ms, 2s, 1m30s or 0"
+        ))
+    };
     let longest_number = text
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .map(str::len)

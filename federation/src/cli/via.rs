@@ -171,7 +171,7 @@ pub fn next_hop(config: &Config, at: &CombLocation, comb: &Comb) -> Next {
 pub async fn walk<F, Fut>(config: &Config, start: CombLocation, read: F) -> Chain
 where
     F: Fn(CombLocation) -> Fut,
-    Fut: Future<Output = Result<Comb, String>>,
+    Fut: Future<Output = crate::error::Result<Comb>>,
 {
     // The Combs themselves stop at maxUpstreamDepth layers of via; one more hop shows where.
     let max = config.max_upstream_depth.get() + 1;
@@ -183,7 +183,7 @@ where
         let comb = match read(at.clone()).await {
             Ok(comb) => comb,
             Err(error) => {
-                hops.push(Hop::unread(&at, Some(error)));
+                hops.push(Hop::unread(&at, Some(error.to_string())));
                 return Chain {
                     hops,
                     end: End::Unreadable,
@@ -267,7 +267,6 @@ pub async fn walk_federation(federation: &Federation, start: CombLocation) -> Ch
             .locate(&federation.pool, &reference)
             .await
             .map(|located| located.comb)
-            .map_err(|error| error.to_string())
     })
     .await
 }
@@ -345,11 +344,11 @@ layers:
     }
 
     /// The Comb stored at `at`, with its name and namespace.
-    fn found(combs: &BTreeMap<String, Comb>, at: &CombLocation) -> Result<Comb, String> {
+    fn found(combs: &BTreeMap<String, Comb>, at: &CombLocation) -> crate::error::Result<Comb> {
         let mut comb = combs
             .get(&at.to_string())
             .cloned()
-            .ok_or_else(|| format!("{at}: no such Comb"))?;
+            .ok_or_else(|| crate::error::Error::request(at.to_string(), "no such Comb"))?;
         comb.metadata.name = Some(at.name.clone());
         comb.metadata.namespace = Some(at.namespace.clone());
         Ok(comb)

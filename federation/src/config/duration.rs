@@ -10,12 +10,16 @@
 
 use std::time::Duration;
 
+use crate::error::Error;
+
 /// Parses `text` as a sum of `<digits><unit>` parts, unit one of `ms`, `s`, `m`, `h`.
 /// The error says what is wrong, for the caller to prefix with the key.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, Error> {
     let trimmed = text.trim();
     let problem = |why: &str| {
-        format!("'{text}' is not a duration ({why}); write e.g. 500ms, 60s, 5m, 1h or 1m30s")
+        Error::Value(format!(
+            "'{text}' is not a duration ({why}); write e.g. 500ms, 60s, 5m, 1h or 1m30s"
+        ))
     };
     if trimmed.is_empty() {
         return Err(problem("it is empty"));
@@ -53,17 +57,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses a duration that must be longer than zero.
-pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_positive_duration(text: &str) -> Result<Duration, Error> {
     let duration = parse_duration(text)?;
     if duration.is_zero() {
-        Err(format!("'{text}' is zero; it must be longer than that"))
+        Err(Error::Value(format!(
+            "'{text}' is zero; it must be longer than that"
+        )))
     } else {
         Ok(duration)
     }
 }
 
 /// A clap value parser for positive durations (`--settle 10s`).
-pub fn duration_arg(text: &str) -> Result<Duration, String> {
+pub fn duration_arg(text: &str) -> Result<Duration, Error> {
     parse_positive_duration(text)
 }
 
@@ -84,7 +90,7 @@ mod tests {
             ("0s", Duration::ZERO),
         ];
         for (text, expected) in cases {
-            assert_eq!(parse_duration(text), Ok(expected), "{text}");
+            assert_eq!(parse_duration(text).ok(), Some(expected), "{text}");
         }
     }
 
@@ -111,13 +117,13 @@ mod tests {
         ];
         for (text, expected) in cases {
             assert_eq!(
-                parse_duration(text),
+                parse_duration(text).map_err(|error| error.to_string()),
                 Err(format!("{expected}; {hint}")),
                 "{text}"
             );
         }
         assert_eq!(
-            parse_positive_duration("0ms"),
+            parse_positive_duration("0ms").map_err(|error| error.to_string()),
             Err("'0ms' is zero; it must be longer than that".to_string())
         );
     }

@@ -74,7 +74,10 @@ pub fn client_pool(config: &Config) -> Result<ClientPool> {
         Some(path) => ClientPool::from_path(path),
         None => ClientPool::from_environment(),
     }
-    .map_err(|error| Error::Config(format!("{}: {error}", config.origin)))?;
+    .map_err(|source| Error::Kubeconfig {
+        what: config.origin.clone(),
+        source,
+    })?;
     check_pool(config, &pool)?;
     Ok(pool)
 }

@@ -267,7 +267,7 @@ fn service_account_from_raw(
 fn duration_from_raw(key: &str, raw: Scalar, problems: &mut Vec<Problem>) -> Option<Duration> {
     match raw {
         Scalar::Text(text) => parse_positive_duration(&text)
-            .map_err(|message| problems.push(Problem::new(key, message)))
+            .map_err(|error| problems.push(Problem::new(key, error.to_string())))
             .ok(),
         number => {
             problems.push(Problem::new(

@@ -9,7 +9,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::ControllerHandle;
+use super::{ControllerHandle, Readiness};
 
 /// The admin routes over the controller's state.
 pub fn router(handle: ControllerHandle) -> Router {
@@ -75,8 +75,10 @@ async fn healthz() -> &'static str {
 
 async fn readyz(State(handle): State<ControllerHandle>) -> Response {
     match handle.readiness() {
-        Ok(()) => (StatusCode::OK, "ready\n".to_string()).into_response(),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+        Readiness::Ready => (StatusCode::OK, "ready\n".to_string()).into_response(),
+        Readiness::NotReady(why) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+        }
     }
 }
 

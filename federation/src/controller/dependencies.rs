@@ -86,7 +86,7 @@ async fn verdict_on(
         Some(judged) => judged,
         None => match judge(shared, layer, &key).await {
             Some(Ok(judged)) => judged,
-            Some(Err(message)) => return DependencyVerdict::NotHealthy(Some(message)),
+            Some(Err(error)) => return DependencyVerdict::NotHealthy(Some(error.to_string())),
             None => return DependencyVerdict::NotFound,
         },
     };
@@ -115,19 +115,18 @@ async fn judge(
     shared: &Shared,
     layer: &LayerRuntime,
     key: &CombKey,
-) -> Option<std::result::Result<Arc<Judged>, String>> {
+) -> Option<Result<Arc<Judged>>> {
     let cr: Comb = layer.cr(key)?;
     if let Some(message) = layer.build_failure_of(key, &cr) {
-        return Some(Err(message));
+        return Some(Err(Error::build(message)));
     }
     let comb = match layer.unwritten_of(key, &cr) {
         Some(comb) => comb,
         None => match layer.build(&shared.registry, &cr).await {
             Ok(comb) => comb,
             Err(error) => {
-                let message = error.to_string();
-                layer.record_build_failure(key, Origin::of(&cr), message.clone());
-                return Some(Err(message));
+                layer.record_build_failure(key, Origin::of(&cr), error.to_string());
+                return Some(Err(error));
             }
         },
     };

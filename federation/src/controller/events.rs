@@ -209,16 +209,19 @@ pub fn note_event(note: &str) -> (EventType, Reason) {
 }
 
 /// Writes `event`; the error says what failed, for the caller to log.
-pub async fn publish(client: kube::Client, event: &Event) -> Result<(), String> {
+pub async fn publish(client: kube::Client, event: &Event) -> crate::error::Result<()> {
     let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<Event> = Api::namespaced(client, namespace);
     api.create(&PostParams::default(), event)
         .await
         .map(drop)
         .map_err(|error| {
-            format!(
-                "writing Event {} failed: {error}",
-                event.reason.as_deref().unwrap_or_default()
+            crate::error::Error::kube(
+                format!(
+                    "create Event {}",
+                    event.reason.as_deref().unwrap_or_default()
+                ),
+                error,
             )
         })
 }

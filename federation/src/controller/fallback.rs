@@ -36,7 +36,7 @@ use super::metrics::Metrics;
 use super::report::Reports;
 use super::triggers::chain_peer;
 use crate::config::{Config, Fallback, Probe};
-use crate::engine::borrow::fallback::{peer_serves, written_duration};
+use crate::engine::borrow::fallback::{Serving, peer_serves, written_duration};
 use crate::engine::borrow::redirect::with_port;
 use crate::engine::borrow::{
     ApiHealth, Candidate, Controlling, FallbackChain, FallbackState, Observation,
@@ -163,7 +163,7 @@ pub(crate) struct Fallbacks {
 }
 
 /// When an address was probed, and what that found.
-type Probed = (Instant, Result<(), String>);
+type Probed = (Instant, Serving);
 
 impl Fallbacks {
     pub(crate) fn new(
@@ -402,24 +402,24 @@ impl Fallbacks {
 
     /// Whether `peer`'s Comb serves, by its status as the watch holds it and (`probe: tcp`) the
     /// probes of its addresses; `None` while an address is not probed yet.
-    fn serves(&self, peer: &Peer, fallback: &Fallback) -> Option<Result<(), String>> {
+    fn serves(&self, peer: &Peer, fallback: &Fallback) -> Option<Serving> {
         let place = format!("Comb {}", peer.key);
         let Some(status) = peer.layer.kept_status(&peer.key) else {
-            return Some(Err(format!("no {place}")));
+            return Some(Serving::No(format!("no {place}")));
         };
-        if let Err(why) = peer_serves(&place, status.as_ref()) {
-            return Some(Err(why));
+        if let Serving::No(why) = peer_serves(&place, status.as_ref()) {
+            return Some(Serving::No(why));
         }
         if fallback.probe == Some(Probe::Tcp) {
             let probes = self.probes.lock();
             for address in bridge_addresses(status.as_ref(), peer.same_server) {
                 match probes.get(&address)? {
-                    (_, Err(why)) => return Some(Err(why.clone())),
-                    (_, Ok(())) => {}
+                    (_, Serving::No(why)) => return Some(Serving::No(why.clone())),
+                    (_, Serving::Yes) => {}
                 }
             }
         }
-        Some(Ok(()))
+        Some(Serving::Yes)
     }
 
     /// Probes the addresses the bridges of `borrowers` with `probe: tcp` would use, each at most
@@ -453,7 +453,7 @@ impl Fallbacks {
         if due.is_empty() {
             return;
         }
-        let results: Vec<(String, Result<(), String>)> =
+        let results: Vec<(String, Serving)> =
             futures::stream::iter(due.into_iter().map(|(address, timeout)| async move {
                 let result = connect(&address, timeout).await;
                 (address, result)
@@ -464,7 +464,7 @@ impl Fallbacks {
         let at = Instant::now();
         let mut probes = self.probes.lock();
         for (address, result) in results {
-            if let Err(why) = &result {
+            if let Serving::No(why) = &result {
                 debug!("probe: {why}");
             }
             probes.insert(address, (at, result));
@@ -521,11 +521,11 @@ fn bridge_addresses(status: Option<&CombStatus>, same_server: bool) -> Vec<Strin
 }
 
 /// A TCP connect to `address` within `timeout`; the error names the address and what failed.
-async fn connect(address: &str, timeout: Duration) -> Result<(), String> {
+async fn connect(address: &str, timeout: Duration) -> Serving {
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(address)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(error)) => Err(format!("tcp {address}: {}", error.kind())),
-        Err(_) => Err(format!(
+        Ok(Ok(_)) => Serving::Yes,
+        Ok(Err(error)) => Serving::No(format!("tcp {address}: {}", error.kind())),
+        Err(_) => Serving::No(format!(
             "tcp {address}: no answer within {}",
             written_duration(timeout)
         )),
@@ -767,11 +767,11 @@ mod tests {
     async fn a_probe_connects_or_says_why_not() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let open = listener.local_addr().unwrap().to_string();
-        assert_eq!(connect(&open, Duration::from_secs(1)).await, Ok(()));
+        assert_eq!(connect(&open, Duration::from_secs(1)).await, Serving::Yes);
         drop(listener);
         assert_eq!(
             connect(&open, Duration::from_secs(1)).await,
-            Err(format!("tcp {open}: connection refused"))
+            Serving::No(format!("tcp {open}: connection refused"))
         );
     }
 }

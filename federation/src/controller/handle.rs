@@ -12,6 +12,7 @@ use super::once::CombOutcome;
 use super::queue::QueueEntryView;
 use super::{Shared, Transition};
 use crate::error::Result;
+use crate::picture::LayerCombs;
 
 /// A cheap view of a controller, for the admin server, tests and the demo.
 #[derive(Clone)]
@@ -29,25 +30,38 @@ pub struct LayerQueue {
     pub combs: Vec<QueueEntryView>,
 }
 
+/// Whether the controller is ready (`/readyz`), or why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    NotReady(String),
+}
+
+impl Readiness {
+    pub fn is_ready(&self) -> bool {
+        *self == Readiness::Ready
+    }
+}
+
 impl ControllerHandle {
     /// The federation as the controller knows it now (each Comb with the status it recorded
     /// last), for the admin page: a layer that is down is drawn with why.
     pub fn picture(&self) -> crate::picture::Picture {
         // The runtimes are the configuration's layers, in its order.
-        let listed: Vec<std::result::Result<Vec<comb_api::Comb>, String>> = self
+        let listed: Vec<LayerCombs> = self
             .shared
             .layers
             .iter()
             .map(|runtime| {
                 let status = runtime.status();
                 if status.state == LayerState::Down {
-                    return Err(format!(
+                    return LayerCombs::Unread(format!(
                         "layer {} is down: {}",
                         status.name,
                         status.error.unwrap_or_default()
                     ));
                 }
-                Ok(runtime.recorded_combs())
+                LayerCombs::Read(runtime.recorded_combs())
             })
             .collect();
         crate::picture::Picture::build(&self.shared.config, &listed)
@@ -83,12 +97,12 @@ impl ControllerHandle {
 
     /// Ready when waiting for the Lease, or when every layer has listed its Combs once (a layer
     /// that is down does not count: the others serve).
-    pub fn readiness(&self) -> std::result::Result<(), String> {
+    pub fn readiness(&self) -> Readiness {
         if !self.shared.active.load(Ordering::SeqCst) {
             return if self.shared.options.leader_election.is_some() {
-                Ok(())
+                Readiness::Ready
             } else {
-                Err("the controller is not running".to_string())
+                Readiness::NotReady("the controller is not running".to_string())
             };
         }
         let waiting: Vec<&str> = self
@@ -99,9 +113,9 @@ impl ControllerHandle {
             .map(|layer| layer.name())
             .collect();
         if waiting.is_empty() {
-            Ok(())
+            Readiness::Ready
         } else {
-            Err(format!(
+            Readiness::NotReady(format!(
                 "waiting for the first list of layer(s) {}",
                 waiting.join(", ")
             ))

@@ -409,7 +409,11 @@ impl LayerRuntime {
             .pool
             .impersonating_client(&self.layer.context, &user)
             .await
-            .map_err(|error| Error::Config(format!("layer {}: {error}", self.layer.name)))?;
+            .map_err(|source| Error::Impersonation {
+                layer: self.layer.name.clone(),
+                user: user.clone(),
+                source,
+            })?;
         Ok(self.ops.writing_as(&user, writer))
     }
 

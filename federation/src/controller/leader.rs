@@ -62,10 +62,13 @@ pub async fn campaign(client: kube::Client, election: &LeaderElection) -> Result
         .build()
         .await
         .map_err(|error| {
-            Error::Controller(format!(
-                "leader election with Lease {}/{} failed: {error}",
-                election.namespace, election.lease
-            ))
+            Error::controller_from(
+                format!(
+                    "leader election with Lease {}/{} failed",
+                    election.namespace, election.lease
+                ),
+                error,
+            )
         })?;
     let (changes, task) = manager.watch().await;
     Ok(Leadership { changes, task })

@@ -335,7 +335,7 @@ impl Metrics {
     pub fn encode(&self) -> Result<String> {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
-            .map_err(|error| Error::Controller(format!("encoding the metrics failed: {error}")))?;
+            .map_err(|error| Error::controller_from("encoding the metrics failed", error))?;
         Ok(text)
     }
 }

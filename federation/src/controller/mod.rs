@@ -65,7 +65,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffPolicy;
-pub use handle::{ControllerHandle, LayerQueue};
+pub use handle::{ControllerHandle, LayerQueue, Readiness};
 pub use layer::{LayerState, LayerStatus};
 pub use leader::LeaderElection;
 pub use once::{CombOutcome, RunOutcome};

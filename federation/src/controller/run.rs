@@ -73,10 +73,13 @@ impl Controller {
             let ops = match ops_by_context.get(&layer.context) {
                 Some(ops) => ops.clone(),
                 None => {
-                    let client = pool
-                        .client(&layer.context)
-                        .await
-                        .map_err(|error| Error::Config(format!("layer {}: {error}", layer.name)))?;
+                    let client =
+                        pool.client(&layer.context)
+                            .await
+                            .map_err(|source| Error::Kubeconfig {
+                                what: format!("layer {}", layer.name),
+                                source,
+                            })?;
                     let mut ops = KubeOps::new(client, config.label_keys());
                     // Steps read what the watches hold; `--once` reads the API server, as the
                     // CLI does (its run is too short for watches to pay off).
@@ -175,9 +178,10 @@ impl Controller {
                 let listener = tokio::net::TcpListener::bind(address)
                     .await
                     .map_err(|error| {
-                        Error::Controller(format!(
-                            "the admin address {address} cannot be used: {error}"
-                        ))
+                        Error::controller_from(
+                            format!("the admin address {address} cannot be used"),
+                            error,
+                        )
                     })?;
                 if let Ok(bound) = listener.local_addr() {
                     let _ = shared.admin_address.set(bound);
@@ -236,7 +240,7 @@ async fn run_as_leader(
         () = shutdown.cancelled() => return Ok(RunOutcome::default()),
         held = leadership.changes.wait_for(|leading| *leading) => {
             if held.is_err() {
-                return Err(Error::Controller("leader election ended before this replica led".to_string()));
+                return Err(Error::controller("leader election ended before this replica led"));
             }
         }
     }
@@ -262,7 +266,7 @@ async fn run_as_leader(
     drop(leadership.changes);
     let _ = leadership.task.await;
     if lost.is_cancelled() && !shutdown.is_cancelled() {
-        return Err(Error::Controller(format!(
+        return Err(Error::controller(format!(
             "lost the leader Lease {}/{}; exiting so that a fresh start competes again",
             election.namespace, election.lease
         )));

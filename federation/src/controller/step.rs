@@ -20,6 +20,7 @@ use crate::engine::class::CombInstance;
 use crate::engine::keys::CombKey;
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::reconcile::{Dependencies, StepEnv, reconcile, record_build_failure};
+use crate::error::{Error, Result};
 
 /// The report of a step that recorded `status`; `failed`: retry with backoff.
 fn recorded(status: &CombStatus, failed: bool) -> StepReport {
@@ -122,7 +123,7 @@ async fn reconcile_comb(
     };
     let comb = match instance_for(shared, layer, key, &cr).await {
         Ok(comb) => comb,
-        Err(message) => return build_failed(shared, layer, key, &cr, message).await,
+        Err(error) => return build_failed(shared, layer, key, &cr, &error).await,
     };
     let origin = Origin::of(&cr);
     if let Some(cycles) = layer.set_dependencies(key, &comb.depends_on()) {
@@ -134,7 +135,7 @@ async fn reconcile_comb(
         .upstream_choice(layer, key, previous.as_ref());
     let ops = match layer.comb_ops(&key.namespace).await {
         Ok(ops) => ops.logging_reads(),
-        Err(error) => return build_failed(shared, layer, key, &cr, error.to_string()).await,
+        Err(error) => return build_failed(shared, layer, key, &cr, &error).await,
     };
     let borrow_env = step_borrow_env(&layer.borrow_env, &ops);
     let resolution = borrow::resolution(&comb, &controlling, &borrow_env).await;
@@ -239,40 +240,44 @@ fn start_from(
 }
 
 /// The Comb of `cr` ([`start_from`]), built anew when it must be; a build failure is kept
-/// for the CR's uid and generation (the message is what the Comb records).
+/// for the CR's uid and generation (its words are what the Comb records, and what a later
+/// step of the same generation says again without building).
 async fn instance_for(
     shared: &Shared,
     layer: &LayerRuntime,
     key: &CombKey,
     cr: &Comb,
-) -> std::result::Result<CombInstance, String> {
+) -> Result<CombInstance> {
     let (unwritten, failure) = layer.starting_point(key);
     let kept_record = match start_from(unwritten, failure, cr) {
         Start::Unwritten(built) => return Ok(built.comb),
-        Start::Unbuildable(message) => return Err(message),
+        Start::Unbuildable(message) => return Err(Error::build(message)),
         Start::Build { kept_record } => kept_record,
     };
-    let mut comb = layer.build(&shared.registry, cr).await.map_err(|error| {
-        let message = error.to_string();
-        layer.record_build_failure(key, Origin::of(cr), message.clone());
-        message
-    })?;
+    let mut comb = layer
+        .build(&shared.registry, cr)
+        .await
+        .inspect_err(|error| {
+            layer.record_build_failure(key, Origin::of(cr), error.to_string());
+        })?;
     if let Some(status) = kept_record {
         comb.keep_status(*status);
     }
     Ok(comb)
 }
 
-/// A Comb that cannot be built: Error / BuildFailed with the construction error, recorded by
-/// the engine's one status writer (written when it differs from what is recorded). It is not
-/// built again until the CR changes; a failed write is retried with backoff.
+/// A Comb that cannot be built (or whose writer cannot be made): Error / BuildFailed with the
+/// error's words, recorded by the engine's one status writer (written when it differs from
+/// what is recorded). It is not built again until the CR changes; a failed write is retried
+/// with backoff.
 async fn build_failed(
     shared: &Arc<Shared>,
     layer: &Arc<LayerRuntime>,
     key: &CombKey,
     cr: &Comb,
-    message: String,
+    error: &Error,
 ) -> StepReport {
+    let message = error.to_string();
     let env = StepEnv {
         ops: &layer.ops,
         dependencies: &Dependencies::Unknown,

@@ -116,7 +116,7 @@ async fn chosen_streams(
         let mut names: Vec<&str> = streams.iter().map(|s| s.container.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        return Err(Error::Controller(format!(
+        return Err(Error::controller(format!(
             "no container {wanted} in the pods of {}/{} (containers: {})",
             ctx.namespace,
             ctx.name,

@@ -88,13 +88,13 @@ impl Webhook {
         registry: Arc<ClassRegistry>,
     ) -> Result<Webhook> {
         let listener = TcpListener::bind(options.address).await.map_err(|error| {
-            Error::Webhook(format!(
-                "the webhook address {} cannot be used: {error}",
-                options.address
-            ))
+            Error::webhook_from(
+                format!("the webhook address {} cannot be used", options.address),
+                error,
+            )
         })?;
         let address = listener.local_addr().map_err(|error| {
-            Error::Webhook(format!("the webhook address has no local address: {error}"))
+            Error::webhook_from("the webhook address has no local address", error)
         })?;
         let tls = match &options.certificates {
             Certificates::Directory(dir) => ServingTls::from_dir(dir)?,
@@ -105,10 +105,10 @@ impl Webhook {
                 if let (Some(path), Some(pem)) = (ca_file, &tls.ca_pem) {
                     comb_kubeconfigs::write::write_atomic(path, pem.as_bytes()).map_err(
                         |error| {
-                            Error::Webhook(format!(
-                                "the webhook's CA cannot be written to {}: {error}",
-                                path.display()
-                            ))
+                            Error::webhook_from(
+                                format!("the webhook's CA cannot be written to {}", path.display()),
+                                error,
+                            )
                         },
                     )?;
                 }

@@ -31,9 +31,9 @@ impl ServiceName {
 }
 
 impl std::str::FromStr for ServiceName {
-    type Err = String;
+    type Err = Error;
 
-    fn from_str(text: &str) -> std::result::Result<ServiceName, String> {
+    fn from_str(text: &str) -> Result<ServiceName> {
         match text.split_once('.') {
             Some((name, namespace))
                 if !name.is_empty() && !namespace.is_empty() && !namespace.contains('.') =>
@@ -43,7 +43,9 @@ impl std::str::FromStr for ServiceName {
                     namespace: namespace.to_string(),
                 })
             }
-            _ => Err(format!("{text} is not NAME.NAMESPACE of a Service")),
+            _ => Err(Error::Value(format!(
+                "{text} is not NAME.NAMESPACE of a Service"
+            ))),
         }
     }
 }
@@ -61,8 +63,8 @@ impl std::fmt::Debug for ServingTls {
     }
 }
 
-fn tls_error(what: &str, error: impl std::fmt::Display) -> Error {
-    Error::Webhook(format!("{what}: {error}"))
+fn tls_error(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::webhook_from(what, error)
 }
 
 impl ServingTls {
@@ -76,7 +78,7 @@ impl ServingTls {
                 tls_error(&format!("{} cannot be read", cert_path.display()), error)
             })?;
         if chain.is_empty() {
-            return Err(Error::Webhook(format!(
+            return Err(Error::webhook(format!(
                 "{} holds no certificate",
                 cert_path.display()
             )));

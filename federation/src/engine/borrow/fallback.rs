@@ -107,16 +107,18 @@ impl Observation {
     pub fn of(
         answered_at: Option<Instant>,
         api_trouble: Option<String>,
-        peer: Option<Result<(), String>>,
+        peer: Option<Serving>,
     ) -> Option<Observation> {
         match (api_trouble, peer) {
             (Some(why), peer) => Some(Observation::Unhealthy {
                 why,
-                seen_healthy_at: answered_at.filter(|_| peer == Some(Ok(()))),
+                seen_healthy_at: answered_at.filter(|_| peer == Some(Serving::Yes)),
             }),
-            (None, Some(Err(why))) => Some(Observation::unhealthy(why)),
+            (None, Some(Serving::No(why))) => Some(Observation::unhealthy(why)),
             (None, None) => None,
-            (None, Some(Ok(()))) => answered_at.map(|seen_at| Observation::Healthy { seen_at }),
+            (None, Some(Serving::Yes)) => {
+                answered_at.map(|seen_at| Observation::Healthy { seen_at })
+            }
         }
     }
 }
@@ -441,24 +443,32 @@ pub fn written_duration(duration: Duration) -> String {
     text
 }
 
+/// What one look found of a peer Comb or of an address its bridge would use: it serves, or why
+/// it does not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Serving {
+    Yes,
+    No(String),
+}
+
 /// Whether a peer Comb serves, by its recorded status: it is Running and publishes endpoints.
 /// Anything else is not serving, a rollout that takes longer than `unhealthyAfter` included:
 /// `Pending (Deployed)` is also what a Comb whose Pods are gone says while they do not come back,
 /// and its borrowers cannot tell the two apart. `place` names it in the reason
 /// (`Comb platform/nats`).
-pub fn peer_serves(place: &str, status: Option<&CombStatus>) -> Result<(), String> {
+pub fn peer_serves(place: &str, status: Option<&CombStatus>) -> Serving {
     let Some(status) = status else {
-        return Err(format!("{place} has not recorded a status"));
+        return Serving::No(format!("{place} has not recorded a status"));
     };
     match &status.phase {
         Some(Phase::Running) => {}
-        Some(phase) => return Err(format!("{place} is {phase}")),
-        None => return Err(format!("{place} has no phase")),
+        Some(phase) => return Serving::No(format!("{place} is {phase}")),
+        None => return Serving::No(format!("{place} has no phase")),
     }
     if status.endpoint_list().is_empty() {
-        return Err(format!("{place} publishes no endpoints"));
+        return Serving::No(format!("{place} publishes no endpoints"));
     }
-    Ok(())
+    Serving::Yes
 }
 
 /// What the checks of one upstream context's API server found lately.
@@ -832,33 +842,33 @@ mod tests {
         let cases = [
             (
                 Some(status(json!({"phase": "Running", "endpoints": endpoints}))),
-                Ok(()),
+                Serving::Yes,
             ),
             (
                 Some(status(
                     json!({"phase": "Pending", "conditions": ready("Deployed"), "endpoints": endpoints}),
                 )),
-                Err("Comb platform/nats is Pending".to_string()),
+                Serving::No("Comb platform/nats is Pending".to_string()),
             ),
             (
                 Some(status(
                     json!({"phase": "Pending", "conditions": ready("ReplicasNotReady"), "endpoints": endpoints}),
                 )),
-                Err("Comb platform/nats is Pending".to_string()),
+                Serving::No("Comb platform/nats is Pending".to_string()),
             ),
             (
                 Some(status(
                     json!({"phase": "Maintenance", "endpoints": endpoints}),
                 )),
-                Err("Comb platform/nats is Maintenance".to_string()),
+                Serving::No("Comb platform/nats is Maintenance".to_string()),
             ),
             (
                 Some(status(json!({"phase": "Running", "endpoints": []}))),
-                Err("Comb platform/nats publishes no endpoints".to_string()),
+                Serving::No("Comb platform/nats publishes no endpoints".to_string()),
             ),
             (
                 None,
-                Err("Comb platform/nats has not recorded a status".to_string()),
+                Serving::No("Comb platform/nats has not recorded a status".to_string()),
             ),
         ];
         for (status, want) in cases {
@@ -893,16 +903,16 @@ mod tests {
     fn a_look_names_the_api_first_and_keeps_its_last_answer() {
         let t0 = Instant::now();
         let unreachable = Some("context unreachable".to_string());
-        let blocked = Err("Comb platform/nats is Blocked".to_string());
+        let blocked = Serving::No("Comb platform/nats is Blocked".to_string());
         let cases = [
             (
                 None,
-                Some(Ok(())),
+                Some(Serving::Yes),
                 Some(Observation::Healthy { seen_at: t0 }),
             ),
             (
                 unreachable.clone(),
-                Some(Ok(())),
+                Some(Serving::Yes),
                 Some(Observation::Unhealthy {
                     why: "context unreachable".into(),
                     seen_healthy_at: Some(t0),
