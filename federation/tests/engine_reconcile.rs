@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::{CONFIG_READY, ConditionStatus, DEPENDENCIES_READY};
+use comb_api::{CONFIG_READY, CombStatus, ConditionStatus, DEPENDENCIES_READY};
 use comb_federation::engine::reconcile::{Dependencies, DependencyVerdict};
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
@@ -236,10 +236,11 @@ async fn needs_config_until_the_prerequisites_exist() {
     assert!(cluster.get("v1", "ConfigMap", "mailer").await.is_none());
 
     cluster
-        .ops
-        .ensure(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}), None, &[])
-        .await
-        .unwrap();
+        .write_as(
+            "kubectl",
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}),
+        )
+        .await;
     let mut comb = cluster
         .edit(&comb, json!({"config": {"relay_host": "smtp.example"}}))
         .await;
@@ -407,10 +408,12 @@ async fn an_object_applied_without_a_digest_is_redeployed() {
     let mut comb = cluster
         .settled("nats", vec![config_map("nats", json!({"a": "1"}))])
         .await;
-    // Someone replaced it by hand, keeping our labels but not the digest.
-    let mut live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
-    live["metadata"]["annotations"] = json!({});
-    cluster.ops.ensure(&live, None, &[]).await.unwrap();
+    // Someone replaced it by hand, keeping our labels but not the digest (as comb's field
+    // manager, so that the digest comb applied goes).
+    let live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
+    let replaced = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "nats", "labels": live["metadata"]["labels"]}, "data": live["data"]});
+    cluster.write_as("comb", &replaced).await;
 
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
@@ -434,12 +437,16 @@ async fn a_record_that_differs_from_the_manifests_is_settled() {
         .await;
     let settled = cluster.settle(&mut comb).await;
 
-    // The recorded status lost the Service and names a ConfigMap that never existed.
+    // The recorded status names the Deployment as an older comb recorded it (without its
+    // uid), keeps the Service as recorded, and names a ConfigMap that never existed.
     let mut cr = cluster.cr("nats").await;
     let mut record = settled.clone();
+    let service = settled.managed()[1].clone();
+    assert_eq!(service.kind, "Service");
     record.managed_resources = Some(vec![
         resource("apps/v1", "Deployment", "nats"),
         resource("v1", "ConfigMap", "ghost"),
+        service,
     ]);
     cr.status = Some(record);
     let stored = cluster
@@ -549,6 +556,20 @@ async fn objects_an_older_comb_replaced_are_taken_over_once() {
         let object: DynamicObject = serde_json::from_value(item.manifest.clone()).unwrap();
         api.create(&PostParams::default(), &object).await.unwrap();
     }
+    // ... and recorded them by identity, as it did (no uids).
+    let mut cr = cluster.cr("nats").await;
+    cr.status = Some(CombStatus {
+        managed_resources: Some(vec![
+            cluster.resource("apps/v1", "Deployment", "nats"),
+            cluster.resource("v1", "Service", "nats"),
+        ]),
+        ..CombStatus::default()
+    });
+    cluster
+        .ops
+        .update_comb_status("comb.internal", cr)
+        .await
+        .unwrap();
     let deployments: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         cluster.ns(),

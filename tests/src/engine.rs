@@ -220,6 +220,32 @@ impl Cluster {
             .expect("get answers")
     }
 
+    /// Writes `object` (in the test namespace unless it names one) by a forced server-side
+    /// apply as field manager `manager`: what a person or another tool makes (`kubectl`), or
+    /// another writer of comb's, never the engine's own step.
+    pub async fn write_as(&self, manager: &str, object: &Value) {
+        let mut object = object.clone();
+        if object["metadata"].get("namespace").is_none() {
+            object["metadata"]["namespace"] = Value::from(self.ns.clone());
+        }
+        let text = |key: &str| {
+            object
+                .pointer(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let target = ManagedObject::new(
+            text("/apiVersion"),
+            text("/kind"),
+            Some(text("/metadata/namespace")),
+            text("/metadata/name"),
+        );
+        self.ops
+            .apply_as(&target, &object, manager)
+            .await
+            .expect("the object is written");
+    }
+
     /// The identity of an object in the test's namespace (ignored for cluster-scoped kinds).
     pub fn resource(&self, api_version: &str, kind: &str, name: &str) -> ManagedObject {
         ManagedObject {
@@ -315,6 +341,7 @@ pub fn resource(api_version: &str, kind: &str, name: &str) -> ManagedObject {
         kind: kind.into(),
         namespace: Some(NS.into()),
         name: name.into(),
+        uid: None,
     }
 }
 

@@ -23,6 +23,11 @@ pub enum Error {
     /// Copying a Secret or ConfigMap from the upstream into the Comb's namespace failed.
     #[error("{0}")]
     Replication(String),
+
+    /// An object of the copy's name in the Comb's namespace is not the Comb's
+    /// ([`comb_api::ownership`]): left untouched. The message names it and whose it looks like.
+    #[error("{0}")]
+    NotOwned(String),
 }
 
 impl Error {
@@ -33,6 +38,7 @@ impl Error {
             Error::Unreachable(_) => "unreachable",
             Error::Answer(_) => "answer",
             Error::Replication(_) => "replication",
+            Error::NotOwned(_) => "ownership",
         }
     }
 }

@@ -72,6 +72,8 @@ impl Clusters {
             managed_by: "comb".into(),
             layers: BTreeMap::new(),
             act_as: None,
+            source_reader: comb_upstreams::SourceReader::Controller,
+            record: Vec::new(),
             peers: None,
         }
     }

@@ -272,6 +272,7 @@ async fn act_on_kinds(
                 kind: kind.to_string(),
                 namespace: Some(ctx.namespace.clone()),
                 name: name.to_string(),
+                uid: None,
             };
             match action {
                 Action::Restart(patch) => {

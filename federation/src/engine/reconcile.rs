@@ -509,6 +509,15 @@ impl Step<'_> {
         }
         let replicas = match upstream.replicate_into(ctx).await {
             Ok(replicas) => replicas,
+            // An object of a copy's name that is someone else's: left untouched, named.
+            Err(comb_upstreams::Error::NotOwned(message)) => {
+                r.finish(
+                    Phase::Error,
+                    Reason::ResourceNotOwned,
+                    clean_message(&message),
+                );
+                return ControlFlow::Break(());
+            }
             Err(error) => {
                 let message = format!(
                     "replicating from {} failed: {}",
@@ -575,6 +584,12 @@ impl Step<'_> {
                 let message = [&[message], notes.as_slice()].concat().join("; ");
                 r.finish(phase, reason, message);
                 r.notes = notes;
+            }
+            Applied::NotOwned { managed, message } => {
+                r.managed = Some(managed);
+                // As a failed deploy: the upstream path has established, the local one not.
+                r.established = (established == Established::Upstream).then_some(established);
+                r.finish(Phase::Error, Reason::ResourceNotOwned, message);
             }
             Applied::Failed { managed, message } => {
                 r.managed = Some(managed);

@@ -59,6 +59,7 @@ impl RenderedItem {
             kind: self.kind.clone(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
+            uid: None,
         }
     }
 

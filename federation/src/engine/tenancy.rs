@@ -18,7 +18,7 @@
 use std::fmt;
 
 use comb_api::ManagedObject;
-use comb_upstreams::{PeerReads, Reads};
+use comb_upstreams::{PeerReads, Reads, SourceReader};
 
 use crate::engine::kinds::builtin_kind;
 
@@ -62,7 +62,8 @@ pub struct ServiceAccountRef {
 
 impl ServiceAccountRef {
     /// The user the API server knows the service account as, for a Comb in `comb_namespace`
-    /// (`system:serviceaccount:<namespace>:<name>`).
+    /// (`system:serviceaccount:<namespace>:<name>`). A fixed `NAMESPACE/NAME` is the same user
+    /// for every Comb, and in every cluster.
     pub fn user(&self, comb_namespace: &str) -> String {
         format!(
             "system:serviceaccount:{}:{}",
@@ -171,8 +172,10 @@ pub struct Tenancy {
     /// Whom writes of a Comb's resources impersonate; `None`: the controller itself. The engine
     /// writes through the [`KubeOps`](crate::engine::kube_ops::KubeOps) it is given, so the
     /// caller hands it one that writes as [`Tenancy::writer`] (the controller does).
-    /// Replication reads its sources as this identity too.
     pub service_account: Option<ServiceAccountRef>,
+    /// Whom replication reads sources as in the source's cluster (a `NAMESPACE/NAME`); `None`:
+    /// the `service_account` when it is fixed ([`Tenancy::source_reader`]).
+    pub source_service_account: Option<ServiceAccountRef>,
     /// Which upstreams a Comb's own `spec.upstream` may name.
     pub upstreams: UpstreamPolicy,
 }
@@ -252,6 +255,30 @@ impl Tenancy {
         self.service_account
             .as_ref()
             .map(|account| account.user(comb_namespace))
+    }
+
+    /// Whom replication reads sources as, in the source's cluster: the layer's
+    /// `sourceServiceAccount`, else its `serviceAccount` when that names one fixed account
+    /// (`NAMESPACE/NAME`), else the controller when the layer names no account at all. An
+    /// account "in each Comb's own namespace" is never used there: the namespace is the Comb's
+    /// author's choice, and a namespace of that name in the source's cluster may be another
+    /// tenant's, with its own account of that name ([`SourceReader::Unnamed`] says so).
+    pub fn source_reader(&self) -> SourceReader {
+        match (&self.source_service_account, &self.service_account) {
+            (Some(account), _) => SourceReader::User(account.user("")),
+            (None, Some(account)) if account.namespace.is_some() => {
+                SourceReader::User(account.user(""))
+            }
+            (None, Some(account)) => SourceReader::Unnamed(format!(
+                "{} writes as serviceAccount {account}, an account in each Comb's own \
+                 namespace, which names no account in the source's cluster; name the account \
+                 that reads copies there as NAMESPACE/NAME in {}",
+                self.origin.who(),
+                self.origin
+                    .key("sourceServiceAccount", "source_service_account")
+            )),
+            (None, None) => SourceReader::Controller,
+        }
     }
 
     /// Why a Comb in `comb_namespace` of kube context `comb_context` may not have `source` (its
@@ -665,6 +692,53 @@ mod tests {
             tenancy.writer("team").as_deref(),
             Some("system:serviceaccount:team:deployer")
         );
+    }
+
+    /// Attack 4 of issue 31: the source of a copy was read as the account of the Comb's own
+    /// namespace, in another cluster where that namespace is another tenant's.
+    #[test]
+    fn sources_are_read_as_a_fixed_account_never_one_of_the_combs_namespace() {
+        let per_namespace = ServiceAccountRef {
+            namespace: None,
+            name: "comb-writer".into(),
+        };
+        let fixed = |namespace: &str, name: &str| ServiceAccountRef {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        };
+        let tenancy =
+            |writer: Option<ServiceAccountRef>, reader: Option<ServiceAccountRef>| Tenancy {
+                service_account: writer,
+                source_service_account: reader,
+                ..layer(2, "dev", &[], &[])
+            };
+        let cases = [
+            (tenancy(None, None), SourceReader::Controller),
+            (
+                tenancy(Some(fixed("comb-system", "dev-writer")), None),
+                SourceReader::User("system:serviceaccount:comb-system:dev-writer".into()),
+            ),
+            (
+                tenancy(
+                    Some(per_namespace.clone()),
+                    Some(fixed("comb-system", "dev-reader")),
+                ),
+                SourceReader::User("system:serviceaccount:comb-system:dev-reader".into()),
+            ),
+            (
+                tenancy(Some(per_namespace), None),
+                SourceReader::Unnamed(
+                    "layer dev writes as serviceAccount comb-writer, an account in each Comb's \
+                     own namespace, which names no account in the source's cluster; name the \
+                     account that reads copies there as NAMESPACE/NAME in \
+                     layers[2].sourceServiceAccount"
+                        .into(),
+                ),
+            ),
+        ];
+        for (tenancy, expected) in cases {
+            assert_eq!(tenancy.source_reader(), expected, "{tenancy:?}");
+        }
     }
 
     #[test]
