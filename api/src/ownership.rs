@@ -233,8 +233,9 @@ pub fn not_owned_message(
     )
 }
 
-/// The field managers that wrote `object` (as the API server has it), each once, in the order
-/// of its `managedFields`: who a refusal says wrote an object that is not the Comb's.
+/// The field managers that wrote `object`'s main resource (as the API server has it), each
+/// once, in the order of its `managedFields`: who a refusal says wrote an object that is not the
+/// Comb's. A controller that writes only its status (`subresource: status`) made nothing of it.
 pub fn managers_of(object: &Value) -> Vec<String> {
     let mut managers: Vec<String> = Vec::new();
     let entries = object
@@ -243,7 +244,12 @@ pub fn managers_of(object: &Value) -> Vec<String> {
         .map(Vec::as_slice)
         .unwrap_or_default();
     for entry in entries {
+        let main = entry
+            .get("subresource")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
         if let Some(manager) = entry.get("manager").and_then(Value::as_str)
+            && main
             && !manager.is_empty()
             && !managers.iter().any(|known| known == manager)
         {
@@ -446,7 +452,8 @@ mod tests {
                 {"manager": "kubectl-create", "operation": "Update"},
                 {"manager": "", "operation": "Update"},
                 {"manager": "comb", "operation": "Apply"},
-                {"manager": "kubectl-create", "operation": "Update", "subresource": "status"}]}});
+                {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status"},
+                {"manager": "kubectl-create", "operation": "Update"}]}});
         assert_eq!(
             Holder::of_object(&object, &keys),
             Holder {

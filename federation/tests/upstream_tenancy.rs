@@ -1,7 +1,8 @@
 //! A Comb cannot make the controller read what its layer does not allow (issue 19): its own
 //! `spec.upstream` names another context or namespace, or copies Secrets and ConfigMaps, only
 //! where the layer's `allowUpstreams` says; a copy is made only of a source that opts in
-//! (`comb.internal/replicable: "true"`), read as the layer's `serviceAccount`, so that the
+//! (`comb.internal/replicable: "true"`), read as the layer's fixed `sourceServiceAccount` (never
+//! an account of the Comb's own namespace, issue 31), so that the
 //! source cluster's RBAC decides. On either backend; the source's RBAC on the real one.
 //!
 //! The layers: `prod` (cluster prod, namespace `billing`, the Comb `ledger` and its Secret
@@ -235,7 +236,8 @@ async fn a_source_that_does_not_opt_in_is_not_copied() {
     running.stop().await;
 }
 
-/// The user the layer's `serviceAccount: copier` is for Combs in team-a.
+/// The user of the layer's `sourceServiceAccount: team-a/copier` (and of its `serviceAccount:
+/// copier` for Combs in team-a).
 const COPIER: &str = "system:serviceaccount:team-a:copier";
 
 /// `rules` for `copier` in `namespace` of `context`, by a Role and a RoleBinding named `name`.
@@ -261,8 +263,8 @@ async fn grant(world: &World, context: &str, namespace: &str, name: &str, rules:
         .expect("the RoleBinding is created");
 }
 
-/// The layer's own `borrow.replicate` copies as the layer's `serviceAccount`: the source is read
-/// as it, so the source cluster's RBAC decides (on the real backend: refused until a Role there
+/// The layer's own `borrow.replicate` copies as the layer's accounts: the source is read as its
+/// `sourceServiceAccount`, so the source cluster's RBAC decides (on the real backend: refused until a Role there
 /// lets it read that Secret), and the copy is written as it.
 #[tokio::test]
 async fn replication_reads_its_source_as_the_layers_service_account() {
@@ -280,8 +282,8 @@ async fn replication_reads_its_source_as_the_layers_service_account() {
     .await;
     let running = world
         .run(world.config(&config(
-            ", serviceAccount: copier, borrow: {from: prod, namespace: billing, \
-             replicate: [{kind: Secret, name: ledger-keys}]}",
+            ", serviceAccount: copier, sourceServiceAccount: team-a/copier, borrow: {from: prod, \
+             namespace: billing, replicate: [{kind: Secret, name: ledger-keys}]}",
         )))
         .await;
     world.controls("prod").reset_requests();

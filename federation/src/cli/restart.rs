@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::engine::class::ClassRegistry;
+use comb_api::CombStatus;
+
 use crate::engine::operations::restart;
 
 #[derive(Debug, clap::Args)]
@@ -22,7 +24,13 @@ pub fn run(
     block_on(async {
         let federation = Federation::open(global)?;
         let opened = federation.open_comb(registry, &args.reference).await?;
-        let touched = restart(&opened.ops, opened.comb.context()).await?;
+        let record = opened.comb.recorded_status().map(CombStatus::managed);
+        let touched = restart(
+            &opened.ops,
+            opened.comb.context(),
+            record.unwrap_or_default(),
+        )
+        .await?;
         print!(
             "{}",
             touched_lines(&opened.located.location.to_string(), "restarted", &touched)

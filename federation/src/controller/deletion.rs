@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use comb_api::names::{is_dns1123_label, is_dns1123_subdomain};
 use comb_api::ownership::Recorded;
 use comb_api::{Comb, LabelKeys, ManagedObject, OrphanResource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
@@ -211,6 +212,17 @@ async fn cleanup_kind(
     record: &[ManagedObject],
     report: &mut CleanupReport,
 ) {
+    // The kind and version go into discovery's request paths.
+    if let Some(problem) = orphan_kind_problem(orphan) {
+        warn!(
+            kind = %orphan.kind,
+            version = %orphan.version,
+            "orphan: skipped kind {} {}: {problem}",
+            orphan.version,
+            orphan.kind
+        );
+        return;
+    }
     let served = match served_versions(ops, orphan).await {
         Ok(served) => served,
         Err(error) => {
@@ -272,6 +284,27 @@ async fn cleanup_kind(
             )
             .await;
         }
+    }
+}
+
+/// Why `orphan` names no kind a cluster could serve: a version is `group/version` (a DNS
+/// subdomain, a DNS label) or a bare DNS label, a Kind letters and digits. `None` when it could.
+fn orphan_kind_problem(orphan: &OrphanResource) -> Option<String> {
+    let version_ok = match orphan.version.split_once('/') {
+        Some((group, version)) => is_dns1123_subdomain(group) && is_dns1123_label(version),
+        None => is_dns1123_label(&orphan.version),
+    };
+    let kind_ok = !orphan.kind.is_empty() && orphan.kind.bytes().all(|b| b.is_ascii_alphanumeric());
+    match (version_ok, kind_ok) {
+        (true, true) => None,
+        (false, _) => Some(format!(
+            "'{}' is not an API version (group/version or version)",
+            orphan.version
+        )),
+        (true, false) => Some(format!(
+            "'{}' is not a Kind (letters and digits)",
+            orphan.kind
+        )),
     }
 }
 
@@ -354,6 +387,24 @@ mod tests {
         );
         assert!(orphans_everything(&comb, "comb.internal"));
         assert!(!orphans_everything(&comb, "example.com"));
+    }
+
+    #[test]
+    fn orphan_kinds_are_checked_before_they_reach_a_path() {
+        let orphan = |kind: &str, version: &str| OrphanResource {
+            kind: kind.into(),
+            version: version.into(),
+        };
+        assert_eq!(orphan_kind_problem(&orphan("ConfigMap", "v1")), None);
+        assert_eq!(orphan_kind_problem(&orphan("Job", "batch/v1")), None);
+        assert_eq!(
+            orphan_kind_problem(&orphan("Job", "batch/v1?x=1")).as_deref(),
+            Some("'batch/v1?x=1' is not an API version (group/version or version)")
+        );
+        assert_eq!(
+            orphan_kind_problem(&orphan("Job/x", "v1")).as_deref(),
+            Some("'Job/x' is not a Kind (letters and digits)")
+        );
     }
 
     #[test]

@@ -4,15 +4,15 @@ use std::borrow::Cow;
 
 use comb_api::ownership::{Ownership, Recorded};
 use comb_api::{LabelKeys, ManagedObject};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::engine::cache::AsApplied;
 use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
 use crate::engine::kube_ops::{CONFLICT_ATTEMPTS, KubeOps, is_conflict, unchanged_since};
 use crate::engine::observe::{LiveObjects, fetch_live};
-use crate::engine::ownership::{Claim, refusal};
-use crate::engine::projection::{Fingerprint, HELM_KEEP, Projection, State};
+use crate::engine::ownership::{Claim, refusal, with_live_keep_marks};
+use crate::engine::projection::{Fingerprint, Projection, State};
 use crate::engine::prune::{
     DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
 };
@@ -84,11 +84,18 @@ pub async fn deploy(
             let refused = Error::NotOwned(refusal(&resource, &why, whole.as_ref(), keys, &claim));
             return Err(failed(&applied, "ensure", refused));
         }
-        let item = match &live_object {
-            Some(object) => with_live_keep_marks(rendered, object, &ctx.settings.labels),
-            None => Cow::Borrowed(rendered),
-        };
-        let item = item.as_ref();
+        // The keep marks on the object win over the manifest's own (ensure holds to that too,
+        // for an object it meets).
+        let kept_marks = live_object
+            .as_ref()
+            .and_then(|object| {
+                with_live_keep_marks(&rendered.manifest, object, &ctx.settings.labels)
+            })
+            .map(|manifest| RenderedItem {
+                manifest,
+                ..rendered.clone()
+            });
+        let item = kept_marks.as_ref().unwrap_or(rendered);
         if let Some(before) = &live_object
             && loses_its_selector(item, before)
         {
@@ -154,40 +161,6 @@ pub fn stored_identities(items: &[RenderedItem], stored: &[Projection]) -> Vec<M
         .zip(stored)
         .map(|(item, object)| item.resource().with_uid(object.uid.as_deref()))
         .collect()
-}
-
-/// `item` with the keep marks `live` carries in place of other values the manifest sets for
-/// the same annotations: a keep mark on the live object (put there by a person, or by
-/// another tool) wins over the manifest's own (DESIGN.md §11), so that an apply never takes
-/// away what keeps the object from being deleted. Borrowed as it is when nothing differs (and
-/// a manifest that sets no such annotation leaves the mark to whoever wrote it).
-pub fn with_live_keep_marks<'a>(
-    item: &'a RenderedItem,
-    live: &Projection,
-    keys: &LabelKeys,
-) -> Cow<'a, RenderedItem> {
-    let marks = [
-        (live.keeps.comb, keys.keep_annotation(), "true"),
-        (live.keeps.helm, HELM_KEEP.0, HELM_KEEP.1),
-    ];
-    let overridden: Vec<(&str, &str)> = marks
-        .iter()
-        .filter(|(carried, key, value)| {
-            *carried
-                && item.manifest["metadata"]["annotations"]
-                    .get(*key)
-                    .is_some_and(|wanted| wanted != *value)
-        })
-        .map(|(_, key, value)| (*key, *value))
-        .collect();
-    if overridden.is_empty() {
-        return Cow::Borrowed(item);
-    }
-    let mut item = item.clone();
-    for (key, value) in overridden {
-        item.manifest["metadata"]["annotations"][key] = json!(value);
-    }
-    Cow::Owned(item)
 }
 
 /// The controllers that keep a Service's endpoints for its selector, by the label they put on

@@ -28,7 +28,7 @@ use crate::engine::cache::{AsApplied, ObjectCache, ReadLog, ReadSummary};
 // comb-api's, shared with the replication of upstreams.
 use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
-use crate::engine::ownership::{Claim, refusal};
+use crate::engine::ownership::{Claim, refusal, with_live_keep_marks};
 pub use crate::engine::projection::STOP_MANAGER;
 use crate::engine::projection::{CombSelector, Fingerprint, Projection};
 use crate::engine::values::object_name;
@@ -466,6 +466,8 @@ impl KubeOps {
                 claim,
             )));
         }
+        // The keep marks on the object win over the manifest's own.
+        let body = with_live_keep_marks(&body, &existing, self.keys()).unwrap_or(body);
         match existing_treatment(&target.api_version, &target.kind, &existing) {
             ExistingTreatment::Keep => return Ok(existing),
             ExistingTreatment::Recreate => {

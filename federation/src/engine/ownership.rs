@@ -11,7 +11,7 @@ use comb_api::ownership::{
 };
 use serde_json::Value;
 
-use crate::engine::projection::Projection;
+use crate::engine::projection::{HELM_KEEP, Projection};
 
 /// A Comb's claim on one object: who the Comb is and what its `status.managedResources` holds
 /// of the object's identity.
@@ -68,9 +68,88 @@ pub fn refusal(
     )
 }
 
+/// `manifest` with the keep marks `live` (the object it is applied to) carries in place of
+/// other values the manifest sets for the same annotations; `None` when nothing differs. A keep
+/// mark on the object (put there by a person, or another tool) wins over the manifest's own
+/// (DESIGN.md §11): an apply never takes away what keeps the object from being deleted. A
+/// manifest that sets no such annotation leaves the mark to whoever wrote it.
+pub fn with_live_keep_marks(
+    manifest: &Value,
+    live: &Projection,
+    keys: &comb_api::LabelKeys,
+) -> Option<Value> {
+    let marks = [
+        (live.keeps.comb, keys.keep_annotation(), "true"),
+        (live.keeps.helm, HELM_KEEP.0, HELM_KEEP.1),
+    ];
+    let mut kept = None;
+    for (carried, key, value) in marks {
+        let differs = manifest
+            .pointer("/metadata/annotations")
+            .and_then(|annotations| annotations.get(key))
+            .is_some_and(|wanted| wanted != value);
+        if carried && differs {
+            let manifest = kept.get_or_insert_with(|| manifest.clone());
+            manifest["metadata"]["annotations"][key] = Value::from(value);
+        }
+    }
+    kept
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_marks_on_the_object_win_over_the_manifests() {
+        let keys = comb_api::LabelKeys::default();
+        let live = |annotations: Value| {
+            Projection::of(
+                "v1",
+                "ConfigMap",
+                &serde_json::json!({"metadata": {"name": "c", "annotations": annotations}}),
+                &keys,
+            )
+            .unwrap()
+        };
+        let manifest = |annotations: Value| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": "c", "annotations": annotations}})
+        };
+        let kept = live(serde_json::json!({"comb.internal/keep": "true",
+                                           "helm.sh/resource-policy": "keep"}));
+        let won = with_live_keep_marks(
+            &manifest(serde_json::json!({"comb.internal/keep": "false",
+                                         "helm.sh/resource-policy": "delete", "team": "a"})),
+            &kept,
+            &keys,
+        )
+        .expect("both marks win");
+        assert_eq!(
+            won["metadata"]["annotations"],
+            serde_json::json!({"comb.internal/keep": "true", "helm.sh/resource-policy": "keep",
+                               "team": "a"})
+        );
+        for (what, manifest, live) in [
+            (
+                "the same marks",
+                manifest(serde_json::json!({"comb.internal/keep": "true"})),
+                &kept,
+            ),
+            (
+                "no marks in the manifest",
+                manifest(serde_json::json!({})),
+                &kept,
+            ),
+            (
+                "no marks on the object",
+                manifest(serde_json::json!({"comb.internal/keep": "false"})),
+                &live(serde_json::json!({})),
+            ),
+        ] {
+            assert_eq!(with_live_keep_marks(&manifest, live, &keys), None, "{what}");
+        }
+    }
 
     #[test]
     fn objects_are_named_with_their_namespace() {

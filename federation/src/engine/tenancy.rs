@@ -11,6 +11,12 @@
 //! there, only where the layer's `allowUpstreams` says ([`Tenancy::upstream_refusal`]). The
 //! layer's own `borrow` and a class's `upstream` (the library user's code) are trusted.
 //!
+//! A Static upstream reads nothing, but its bridge writes: the Services its `endpoints[].service`
+//! names and their EndpointSlices are the Comb's manifests like any other, held to this tenancy,
+//! to [`endpoint_refusals`] (endpoints only for a Service the Comb renders itself, before them)
+//! and to the ownership rule at the apply (a Service that is not the Comb's is never relabelled,
+//! re-selected or given endpoints: the pattern of CVE-2021-25740).
+//!
 //! The default is the safe one (own namespace, no cluster-scoped Kind, no upstream outside the
 //! Comb's own context and namespace), also for an engine used without a layer: whoever may
 //! create a Comb must not get the controller's rights with it.
@@ -19,6 +25,7 @@ use std::fmt;
 
 use comb_api::ManagedObject;
 use comb_upstreams::{PeerReads, Reads, SourceReader};
+use serde_json::Value;
 
 use crate::engine::kinds::builtin_kind;
 
@@ -81,6 +88,53 @@ impl fmt::Display for ServiceAccountRef {
             None => write!(f, "{}", self.name),
         }
     }
+}
+
+/// The label by which an EndpointSlice names the Service whose endpoints it holds: kube-proxy
+/// sends that Service's traffic to its addresses.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The Service whose traffic the object `item` (`manifest` as rendered) feeds, if it feeds
+/// one: an EndpointSlice names it by its [`SERVICE_NAME_LABEL`], an Endpoints object by its own
+/// name (the mirroring controller copies it into a slice of that Service).
+fn fed_service<'a>(item: &'a ManagedObject, manifest: &'a Value) -> Option<&'a str> {
+    match (item.group(), item.kind.as_str()) {
+        ("discovery.k8s.io", "EndpointSlice") => manifest
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+            .and_then(Value::as_str),
+        ("", "Endpoints") => Some(item.name.as_str()),
+        _ => None,
+    }
+}
+
+/// Why the rendered `items` (identities with their manifests, in manifest order) may not be
+/// written: an EndpointSlice or Endpoints object that feeds a Service the Comb does not render
+/// itself before it. Endpoints are where a Service's traffic goes, so whoever may write them
+/// for a Service that is not theirs takes its traffic (CVE-2021-25740); a Comb gives them only
+/// to its own Services, and its deploy, in manifest order, has applied such a Service (and so
+/// found it the Comb's) before it writes their endpoints. Empty when every item may go.
+pub fn endpoint_refusals(items: &[(ManagedObject, &Value)]) -> Vec<String> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(index, (item, manifest))| {
+            let service = fed_service(item, manifest)?;
+            let rendered_before = items[..index].iter().any(|(before, _)| {
+                before.group().is_empty()
+                    && before.kind == "Service"
+                    && before.name == service
+                    && before.namespace == item.namespace
+            });
+            (!rendered_before).then(|| {
+                format!(
+                    "{} {} gives endpoints to Service {service}, which this Comb does not render \
+                     before it; a Comb gives endpoints only to its own Services",
+                    item.kind, item.name
+                )
+            })
+        })
+        .collect()
 }
 
 /// Who set a tenancy, as refusals name it and the setting that would allow more.
@@ -739,6 +793,72 @@ mod tests {
         for (tenancy, expected) in cases {
             assert_eq!(tenancy.source_reader(), expected, "{tenancy:?}");
         }
+    }
+
+    /// Attack 2 of issue 31: endpoints for a Service the Comb does not render (kubectl's
+    /// `payments`) would send part of its traffic where the Comb says.
+    #[test]
+    fn endpoints_only_for_the_combs_own_services() {
+        let rendered = |manifests: Vec<Value>| -> Vec<(ManagedObject, Value)> {
+            manifests
+                .into_iter()
+                .map(|manifest| (item(manifest.clone()), manifest))
+                .collect()
+        };
+        let service =
+            |name: &str| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}});
+        let slice = |name: &str, service: &str| {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}}})
+        };
+        let refusals = |manifests: Vec<Value>| {
+            let items = rendered(manifests);
+            let pairs: Vec<(ManagedObject, &Value)> = items
+                .iter()
+                .map(|(item, manifest)| (item.clone(), manifest))
+                .collect();
+            endpoint_refusals(&pairs)
+        };
+        assert!(
+            refusals(vec![service("web"), slice("web-1", "web")]).is_empty(),
+            "a bridge"
+        );
+        assert_eq!(
+            refusals(vec![slice("payments-1", "payments")]),
+            [
+                "EndpointSlice payments-1 gives endpoints to Service payments, which this Comb does \
+              not render before it; a Comb gives endpoints only to its own Services"
+            ]
+        );
+        assert_eq!(
+            refusals(vec![slice("web-1", "web"), service("web")]).len(),
+            1,
+            "the Service comes first, so that its apply decides whose it is"
+        );
+        assert_eq!(
+            refusals(vec![
+                json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "payments"}})
+            ]),
+            [
+                "Endpoints payments gives endpoints to Service payments, which this Comb does not \
+              render before it; a Comb gives endpoints only to its own Services"
+            ]
+        );
+        let elsewhere = json!({"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": "web", "namespace": "other"}});
+        assert_eq!(
+            refusals(vec![elsewhere, slice("web-1", "web")]).len(),
+            1,
+            "another namespace"
+        );
+        assert!(
+            refusals(vec![
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                                 "metadata": {"name": "loose"}})
+            ])
+            .is_empty(),
+            "a slice of no Service feeds none"
+        );
     }
 
     #[test]

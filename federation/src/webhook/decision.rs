@@ -12,7 +12,8 @@ use crate::engine::borrow::spec_upstream;
 use crate::engine::class::{ClassRegistry, CombInstance};
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kinds::Scopes;
-use crate::engine::render::RenderedItem;
+use crate::engine::render::{RenderedItem, identified};
+use crate::engine::tenancy::endpoint_refusals;
 use crate::error::Error;
 
 /// Why a Comb is refused: the HTTP-like code and reason of the admission `status`, and one
@@ -131,6 +132,7 @@ async fn refusal_in(
     let mut refusals = settings
         .tenancy
         .refusals(items.iter().map(RenderedItem::resource), built.namespace());
+    refusals.extend(endpoint_refusals(&identified(&items)));
     match upstream_refusal(&built, config, layer) {
         Some(Refusal {
             reason: "Forbidden",
