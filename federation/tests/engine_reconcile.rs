@@ -627,3 +627,41 @@ async fn objects_an_older_comb_replaced_are_taken_over_once() {
         "a settled step after the takeover writes nothing: {requests:?}"
     );
 }
+
+/// The upgrade (issue 31, docs/adr/0004-ownership.md): an older comb recorded its objects by
+/// identity only. Their labels and that record make them the Comb's once: the next step records
+/// their uids (a status write, no write of an object), and from then on the record alone says.
+#[tokio::test]
+async fn an_older_combs_record_is_taken_once_and_held_by_uid_from_then_on() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .settled("nats", vec![config_map("nats", json!({"a": "1"}))])
+        .await;
+    let settled = comb.recorded_status().cloned().expect("a status");
+    let uid = settled.managed()[0].uid.clone();
+    assert!(uid.is_some(), "recorded with its uid: {settled:?}");
+
+    let mut cr = cluster.cr("nats").await;
+    let mut older = settled.clone();
+    older.managed_resources = Some(vec![cluster.resource("v1", "ConfigMap", "nats")]);
+    cr.status = Some(older);
+    let stored = cluster
+        .ops
+        .update_comb_status("comb.internal", cr)
+        .await
+        .unwrap();
+    comb.adopt_cr(stored);
+
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(verdict(&status), expect("Running", "Healthy", "healthy"));
+    assert_eq!(status.managed()[0].uid, uid, "the uid recorded again");
+    cluster.assert_only_status_written();
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&1));
+    // Settled: nothing more to record.
+    cluster.reset_requests();
+    cluster.reconcile(&mut comb).await;
+    assert!(
+        cluster.writes_but_status().is_empty() && !cluster.requests().contains_key(STATUS_WRITE)
+    );
+}

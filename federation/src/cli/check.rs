@@ -646,7 +646,7 @@ pub fn run(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn comb(name: &str, depends_on: &[&str], reason: Option<&str>) -> Comb {
         let mut value = json!({"metadata": {"name": name, "namespace": "platform"},
@@ -729,6 +729,50 @@ mod tests {
              platform/copier: UpstreamForbidden: spec.upstream names context prod, namespace \
              billing, which layer dev does not allow: add {layer: prod, namespaces: [billing]} to \
              layers[1].allowUpstreams"
+        );
+    }
+
+    /// Issue 31, attack 4: a borrow outside its source layer fails the check with the sentence
+    /// the status and the webhook say, before the controller has stepped the Comb, and once
+    /// (not twice) after it has recorded it.
+    #[test]
+    fn a_borrow_outside_its_source_layer_fails_the_combs_check() {
+        let config = crate::config::Config::from_yaml(
+            "layers:\n - {name: prod, context: prod, namespaces: [platform]}\n \
+             - {name: dev, context: dev, borrow: {from: prod, combs: [db]}}\n",
+            "comb.yaml",
+            None,
+        )
+        .unwrap();
+        let dev = config.layer("dev").unwrap();
+        let refusal =
+            |namespace: &str, name: &str| config.controlling(dev, namespace, name).refusal;
+        let sentence = "the borrow of layer dev names Comb billing/db in layer prod, which manages \
+                        namespaces platform only: a borrow stays inside the namespaces of the layer \
+                        it borrows from (set layers[1].borrow.namespace to one of them, or narrow \
+                        layers[1].namespaces)";
+        let in_billing = |status: Option<Value>| {
+            let mut comb =
+                Comb::from_value(json!({"metadata": {"name": "db", "namespace": "billing"},
+                                                   "spec": {"class": "Manifests"}}))
+                .unwrap();
+            comb.status = status.map(|status| serde_json::from_value(status).unwrap());
+            comb
+        };
+        let expected = format!("billing/db: UpstreamForbidden: {sentence}");
+        let unstepped = comb_checks("dev", &[in_billing(None)], &names(), &refusal);
+        assert_eq!(unstepped[3].outcome, Outcome::Failed);
+        assert_eq!(unstepped[3].detail, expected);
+        let recorded = in_billing(Some(json!({"phase": "Error", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "UpstreamForbidden", "message": sentence}]})));
+        let stepped = comb_checks("dev", &[recorded], &names(), &refusal);
+        assert_eq!(stepped[3].detail, expected);
+        let inside = Comb::from_value(json!({"metadata": {"name": "db", "namespace": "platform"},
+                                             "spec": {"class": "Manifests"}}))
+        .unwrap();
+        assert_eq!(
+            comb_checks("dev", &[inside], &names(), &refusal)[3].outcome,
+            Outcome::Ok
         );
     }
 
