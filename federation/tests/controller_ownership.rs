@@ -7,6 +7,7 @@
 //! written or deleted. An object its owner hands over (`comb.internal/adopt`) is taken.
 
 use comb_testkit::controller::World;
+use comb_testkit::fixtures::ready_message;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -68,14 +69,6 @@ where
 
 fn manifests(manifests: Vec<Value>) -> Value {
     json!({"class": "Manifests", "config": {"manifests": manifests}})
-}
-
-fn message(comb: &comb_api::Comb) -> String {
-    comb.status
-        .as_ref()
-        .and_then(|status| status.ready())
-        .and_then(|ready| ready.message.clone())
-        .unwrap_or_default()
 }
 
 /// The refusal of `object`, not the Comb `team-a/<comb>`'s for `why`.
@@ -169,7 +162,7 @@ async fn manifests_take_over_nothing_and_prune_deletes_none_of_it() {
         let refused = world
             .wait_phase("prod", "team-a", name, "Error", Some("ResourceNotOwned"))
             .await;
-        assert_eq!(message(&refused), *expected, "{name}");
+        assert_eq!(ready_message(&refused), *expected, "{name}");
         assert!(
             refused.status.unwrap().managed().is_empty(),
             "{name} records nothing"
@@ -246,7 +239,7 @@ async fn a_shared_namespace_gives_no_comb_anothers_object() {
         )
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         "ConfigMap shared/routes exists and is not this Comb's: it carries no Comb's labels \
          (written by kubectl-create); comb leaves it untouched (to hand it to this Comb, annotate \
          it comb.internal/adopt=team-b/routes)"
@@ -289,7 +282,7 @@ async fn a_comb_hijacks_no_service() {
         .wait_phase("prod", "team-a", "thief", "Error", Some("ResourceNotOwned"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         refusal(
             "Service team-a/payments",
             "it carries no Comb's labels (written by kubectl-create)",
@@ -326,7 +319,7 @@ async fn a_comb_hijacks_no_service() {
         )
         .await;
     assert_eq!(
-        message(&forbidden),
+        ready_message(&forbidden),
         "EndpointSlice payments-evil gives endpoints to Service payments, which this Comb does not \
          render before it; a Comb gives endpoints only to its own Services"
     );
@@ -361,7 +354,7 @@ async fn a_job_that_is_not_the_combs_is_never_replaced() {
         .wait_phase("prod", "team-a", "thief", "Error", Some("ResourceNotOwned"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         refusal(
             "Job team-a/migrate",
             "it carries no Comb's labels (written by kubectl-create)",

@@ -9,13 +9,6 @@ use serde_json::json;
 
 const RESTARTED_AT: &str = "comb.internal/restartedAt";
 
-/// What the Comb's status records: what restart and stop may touch.
-fn recorded(comb: &comb_federation::engine::class::CombInstance) -> &[comb_api::ManagedObject] {
-    comb.recorded_status()
-        .map(comb_api::CombStatus::managed)
-        .unwrap_or_default()
-}
-
 fn restarted_at(deployment: &serde_json::Value) -> Option<String> {
     deployment["spec"]["template"]["metadata"]["annotations"][RESTARTED_AT]
         .as_str()
@@ -41,7 +34,7 @@ async fn stop_then_reconcile_redeploys() {
         )
         .await;
 
-    let stopped = stop(&cluster.ops, comb.context(), recorded(&comb))
+    let stopped = stop(&cluster.ops, comb.context(), comb.recorded_managed())
         .await
         .unwrap();
     assert_eq!(stopped, ["Deployment/nats", "CronJob/nats-backup"]);
@@ -87,7 +80,7 @@ async fn a_restart_is_kept_across_a_deploy_and_triggers_none() {
         .settled("nats", vec![deployment("nats", "nats:2"), job])
         .await;
 
-    let restarted = restart(&cluster.ops, comb.context(), recorded(&comb))
+    let restarted = restart(&cluster.ops, comb.context(), comb.recorded_managed())
         .await
         .unwrap();
     assert_eq!(restarted, ["Deployment/nats", "Job/nats-init"]);

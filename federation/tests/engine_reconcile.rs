@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use comb_api::{CONFIG_READY, CombStatus, ConditionStatus, DEPENDENCIES_READY};
+use comb_api::{CONFIG_READY, ConditionStatus, DEPENDENCIES_READY};
 use comb_federation::engine::reconcile::{Dependencies, DependencyVerdict};
 use comb_testkit::engine::*;
 use comb_testkit::fixtures::*;
@@ -439,22 +439,14 @@ async fn a_record_that_differs_from_the_manifests_is_settled() {
 
     // The recorded status names the Deployment as an older comb recorded it (without its
     // uid), keeps the Service as recorded, and names a ConfigMap that never existed.
-    let mut cr = cluster.cr("nats").await;
-    let mut record = settled.clone();
     let service = settled.managed()[1].clone();
     assert_eq!(service.kind, "Service");
-    record.managed_resources = Some(vec![
+    let record = vec![
         resource("apps/v1", "Deployment", "nats"),
         resource("v1", "ConfigMap", "ghost"),
         service,
-    ]);
-    cr.status = Some(record);
-    let stored = cluster
-        .ops
-        .update_comb_status("comb.internal", cr)
-        .await
-        .unwrap();
-    comb.adopt_cr(stored);
+    ];
+    comb.adopt_cr(cluster.record_managed("nats", record).await);
 
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
@@ -557,19 +549,11 @@ async fn objects_an_older_comb_replaced_are_taken_over_once() {
         api.create(&PostParams::default(), &object).await.unwrap();
     }
     // ... and recorded them by identity, as it did (no uids).
-    let mut cr = cluster.cr("nats").await;
-    cr.status = Some(CombStatus {
-        managed_resources: Some(vec![
-            cluster.resource("apps/v1", "Deployment", "nats"),
-            cluster.resource("v1", "Service", "nats"),
-        ]),
-        ..CombStatus::default()
-    });
-    cluster
-        .ops
-        .update_comb_status("comb.internal", cr)
-        .await
-        .unwrap();
+    let record = vec![
+        cluster.resource("apps/v1", "Deployment", "nats"),
+        cluster.resource("v1", "Service", "nats"),
+    ];
+    cluster.record_managed("nats", record).await;
     let deployments: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         cluster.ns(),
@@ -641,16 +625,8 @@ async fn an_older_combs_record_is_taken_once_and_held_by_uid_from_then_on() {
     let uid = settled.managed()[0].uid.clone();
     assert!(uid.is_some(), "recorded with its uid: {settled:?}");
 
-    let mut cr = cluster.cr("nats").await;
-    let mut older = settled.clone();
-    older.managed_resources = Some(vec![cluster.resource("v1", "ConfigMap", "nats")]);
-    cr.status = Some(older);
-    let stored = cluster
-        .ops
-        .update_comb_status("comb.internal", cr)
-        .await
-        .unwrap();
-    comb.adopt_cr(stored);
+    let older = vec![cluster.resource("v1", "ConfigMap", "nats")];
+    comb.adopt_cr(cluster.record_managed("nats", older).await);
 
     cluster.reset_requests();
     let status = cluster.reconcile(&mut comb).await;

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use comb_sandbox::controls::Fault;
 use comb_testkit::controller::World;
+use comb_testkit::fixtures::ready_message;
 use comb_testkit::wait_until;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -58,39 +58,6 @@ async fn secrets(world: &World, context: &str, namespace: &str) -> Api<Secret> {
     Api::namespaced(world.client(context).await, namespace)
 }
 
-/// `rules` in `namespace` of `context` for the service account `subject` (`NAMESPACE/NAME`),
-/// by a Role and a RoleBinding named `name`: what a real API server needs to let an
-/// impersonated account act (the emulator authorizes every request).
-async fn grant(
-    world: &World,
-    context: &str,
-    namespace: &str,
-    name: &str,
-    subject: &str,
-    rules: Value,
-) {
-    let (subject_namespace, subject_name) = subject.split_once('/').expect("NAMESPACE/NAME");
-    let client = world.client(context).await;
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": namespace}, "rules": rules
-    }))
-    .expect("a Role");
-    Api::<Role>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("the Role is created");
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": subject_name, "namespace": subject_namespace}]
-    }))
-    .expect("a RoleBinding");
-    Api::<RoleBinding>::namespaced(client, namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("the RoleBinding is created");
-}
-
 /// The clusters; in prod, platform's and billing's Combs `db` and their replicable Secrets;
 /// what dev's accounts may do (on the real backend).
 async fn start() -> World {
@@ -124,36 +91,28 @@ async fn start() -> World {
     world
         .create_comb("prod", "billing", "db", db("192.0.2.20:5432"))
         .await;
-    grant(
-        &world,
-        "prod",
-        "platform",
-        "dev-reader",
-        "comb-system/dev-reader",
-        json!([{"apiGroups": [""], "resources": ["secrets"],
+    world
+        .grant(
+            "prod",
+            "platform",
+            "dev-reader",
+            "comb-system/dev-reader",
+            json!([{"apiGroups": [""], "resources": ["secrets"],
                 "resourceNames": ["db-password"], "verbs": ["get"]}]),
-    )
-    .await;
-    grant(
-        &world,
-        "dev",
-        "platform",
-        "comb-writer",
-        "platform/comb-writer",
-        json!([{"apiGroups": ["", "discovery.k8s.io"],
+        )
+        .await;
+    world
+        .grant(
+            "dev",
+            "platform",
+            "comb-writer",
+            "platform/comb-writer",
+            json!([{"apiGroups": ["", "discovery.k8s.io"],
                 "resources": ["services", "secrets", "endpointslices"],
                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
-    )
-    .await;
+        )
+        .await;
     world
-}
-
-fn message(comb: &comb_api::Comb) -> String {
-    comb.status
-        .as_ref()
-        .and_then(|status| status.ready())
-        .and_then(|ready| ready.message.clone())
-        .unwrap_or_default()
 }
 
 /// Attack 4: dev's Comb in a namespace `billing` it made is refused before anything is read,
@@ -172,7 +131,7 @@ async fn a_borrow_stays_inside_its_source_layer_and_reads_as_the_layers_account(
         .wait_phase("dev", "billing", "db", "Error", Some("UpstreamForbidden"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         "the borrow of layer dev names Comb billing/db in layer prod, which manages namespaces \
          platform only: a borrow stays inside the namespaces of the layer it borrows from (set \
          layers[2].borrow.namespace to one of them, or narrow layers[2].namespaces)"
@@ -192,7 +151,7 @@ async fn a_borrow_stays_inside_its_source_layer_and_reads_as_the_layers_account(
         .wait_phase("dev", "platform", "db", "Running", Some("Borrowed"))
         .await;
     assert_eq!(
-        message(&borrowed),
+        ready_message(&borrowed),
         format!("borrowed from {K8S} via prod; replicated Secret db-password")
     );
     let copy = secrets(&world, "dev", "platform")
@@ -247,7 +206,7 @@ async fn a_copy_goes_when_its_source_stops_being_replicable() {
         .wait_phase("dev", "platform", "db", "Error", Some("ReplicationFailed"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         format!(
             "replicating from {K8S} failed: Secret db-password in namespace platform of context \
              prod is not replicable: annotate it comb.internal/replicable=true to allow copies; \
@@ -292,7 +251,7 @@ async fn a_copy_never_takes_over_a_secret_made_meanwhile() {
         .wait_phase("dev", "platform", "db", "Error", Some("ResourceNotOwned"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         "Secret db-password in namespace platform of context dev exists and is not this Comb's: \
          it carries no Comb's labels (written by kubectl-create); comb leaves it untouched (to \
          hand it to this Comb, annotate it comb.internal/adopt=platform/db)"
@@ -327,7 +286,7 @@ async fn a_copy_named_as_no_kubernetes_object_is_refused() {
         .wait_phase("dev", "platform", "db", "Error", Some("UpstreamFailed"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         "resolving the upstream failed: spec.upstream: Kubernetes::Comb::Upstream::K8s: a \
          replicate entry of \
          kind Secret: 'db-password?x=1' is not a Kubernetes object name (a DNS-1123 subdomain: \

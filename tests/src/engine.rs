@@ -159,6 +159,20 @@ impl Cluster {
         self.combs().await.get(name).await.expect("Comb exists")
     }
 
+    /// Writes `managed` as the `managedResources` the CR of Comb `name` records (the rest of
+    /// its status as it is), as another writer of its status would (an older comb, a person);
+    /// returns the CR as stored, for a Comb to adopt.
+    pub async fn record_managed(&self, name: &str, managed: Vec<ManagedObject>) -> Comb {
+        let mut cr = self.cr(name).await;
+        let mut status = cr.status.take().unwrap_or_default();
+        status.managed_resources = Some(managed);
+        cr.status = Some(status);
+        self.ops
+            .update_comb_status("comb.internal", cr)
+            .await
+            .expect("the status is written")
+    }
+
     /// One local reconcile step, nobody having looked at its dependencies.
     pub async fn reconcile(&self, comb: &mut CombInstance) -> CombStatus {
         self.reconcile_with(comb, &Dependencies::Unknown).await

@@ -6,8 +6,6 @@ use std::process::ExitCode;
 use crate::cli::common::{Federation, GlobalArgs, block_on};
 use crate::cli::restart::touched_lines;
 use crate::engine::class::ClassRegistry;
-use comb_api::CombStatus;
-
 use crate::engine::operations::stop;
 
 #[derive(Debug, clap::Args)]
@@ -25,11 +23,10 @@ pub fn run(
     block_on(async {
         let federation = Federation::open(global)?;
         let opened = federation.open_comb(registry, &args.reference).await?;
-        let record = opened.comb.recorded_status().map(CombStatus::managed);
         let touched = stop(
             &opened.ops,
             opened.comb.context(),
-            record.unwrap_or_default(),
+            opened.comb.recorded_managed(),
         )
         .await?;
         print!(

@@ -212,15 +212,18 @@ async fn cleanup_kind(
     record: &[ManagedObject],
     report: &mut CleanupReport,
 ) {
-    // The kind and version go into discovery's request paths.
-    if let Some(problem) = orphan_kind_problem(orphan) {
+    let skipped = |why: &str| {
         warn!(
             kind = %orphan.kind,
             version = %orphan.version,
-            "orphan: skipped kind {} {}: {problem}",
+            "orphan: skipped kind {} {}: {why}",
             orphan.version,
             orphan.kind
         );
+    };
+    // The kind and version go into discovery's request paths.
+    if let Some(problem) = orphan_kind_problem(orphan) {
+        skipped(&problem);
         return;
     }
     let served = match served_versions(ops, orphan).await {
@@ -231,13 +234,7 @@ async fn cleanup_kind(
         }
     };
     if served.is_empty() {
-        warn!(
-            kind = %orphan.kind,
-            version = %orphan.version,
-            "orphan: skipped kind {} {}: the cluster serves no such kind",
-            orphan.version,
-            orphan.kind
-        );
+        skipped("the cluster serves no such kind");
     }
     for (api_version, namespaced) in served {
         if !namespaced {

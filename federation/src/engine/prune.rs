@@ -326,13 +326,7 @@ mod tests {
     use serde_json::{Value, json};
 
     fn res(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> ManagedObject {
-        ManagedObject {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: namespace.map(str::to_string),
-            name: name.into(),
-            uid: None,
-        }
+        ManagedObject::new(api_version, kind, namespace, name)
     }
 
     fn item(api_version: &str, kind: &str, name: &str) -> RenderedItem {

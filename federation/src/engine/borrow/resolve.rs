@@ -94,10 +94,7 @@ impl BorrowEnv {
             layers: self.layers.clone(),
             act_as: settings.tenancy.writer(comb.namespace()),
             source_reader: settings.tenancy.source_reader(),
-            record: comb
-                .recorded_status()
-                .map(|status| status.managed().to_vec())
-                .unwrap_or_default(),
+            record: comb.recorded_managed().to_vec(),
             peers: self.peers.clone(),
         }
     }
