@@ -15,7 +15,7 @@ use comb_sandbox::controls::Fault;
 use comb_testkit::controller::World;
 use comb_testkit::fixtures::ready_message;
 use comb_testkit::wait_until;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -26,12 +26,16 @@ const READER: &str = "system:serviceaccount:comb-system:dev-reader";
 const BILLINGS_OWN: &str = "system:serviceaccount:billing:comb-writer";
 
 fn config(resync: &str) -> String {
+    config_copying(resync, "{kind: Secret, name: db-password}")
+}
+
+/// The layers, dev's borrow copying `replicate` (YAML flow entries).
+fn config_copying(resync: &str, replicate: &str) -> String {
     format!(
         "resync: {resync}\nlayers:\n - {{name: prod, context: prod, namespaces: [platform]}}\n \
          - {{name: billing, context: prod, namespaces: [billing]}}\n \
          - {{name: dev, context: dev, serviceAccount: comb-writer, sourceServiceAccount: \
-         comb-system/dev-reader, borrow: {{from: prod, combs: [db], replicate: [{{kind: Secret, \
-         name: db-password}}]}}}}"
+         comb-system/dev-reader, borrow: {{from: prod, combs: [db], replicate: [{replicate}]}}}}"
     )
 }
 
@@ -261,6 +265,86 @@ async fn a_copy_never_takes_over_a_secret_made_meanwhile() {
     assert_eq!(
         now.metadata.resource_version, made.metadata.resource_version,
         "never written"
+    );
+    running.stop().await;
+}
+
+/// A copy made before a later copy failed is the Comb's: the step records it (with its uid)
+/// though it ends `ReplicationFailed`, and once the other source opts in, the next step finds
+/// the first copy its own, not someone else's.
+#[tokio::test]
+async fn a_copy_made_before_a_failure_stays_the_combs() {
+    let world = start().await;
+    let settings: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "db-settings"}, "data": {"pool": "10"}
+    }))
+    .expect("a ConfigMap");
+    let prod_settings: Api<ConfigMap> = Api::namespaced(world.client("prod").await, "platform");
+    prod_settings
+        .create(&PostParams::default(), &settings)
+        .await
+        .expect("prod's ConfigMap, not replicable yet");
+    world
+        .grant(
+            "prod",
+            "platform",
+            "dev-reader-settings",
+            "comb-system/dev-reader",
+            json!([{"apiGroups": [""], "resources": ["configmaps"],
+                    "resourceNames": ["db-settings"], "verbs": ["get"]}]),
+        )
+        .await;
+    world
+        .grant(
+            "dev",
+            "platform",
+            "comb-writer-settings",
+            "platform/comb-writer",
+            json!([{"apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+        )
+        .await;
+    let running = world
+        .run(world.config(&config_copying(
+            "2s",
+            "{kind: Secret, name: db-password}, {kind: ConfigMap, name: db-settings}",
+        )))
+        .await;
+    world.create_comb("dev", "platform", "db", borrower()).await;
+    let refused = world
+        .wait_phase("dev", "platform", "db", "Error", Some("ReplicationFailed"))
+        .await;
+    let copy = secrets(&world, "dev", "platform")
+        .await
+        .get("db-password")
+        .await
+        .expect("the first copy");
+    let recorded = refused.status.unwrap().managed().to_vec();
+    assert!(
+        recorded
+            .iter()
+            .any(|entry| entry.name == "db-password" && entry.uid == copy.metadata.uid),
+        "the first copy is recorded as the Comb's: {recorded:?}"
+    );
+
+    prod_settings
+        .patch(
+            "db-settings",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"comb.internal/replicable": "true"}}}),
+            ),
+        )
+        .await
+        .expect("opted in");
+    let borrowed = world
+        .wait_phase("dev", "platform", "db", "Running", Some("Borrowed"))
+        .await;
+    assert_eq!(
+        ready_message(&borrowed),
+        format!(
+            "borrowed from {K8S} via prod; replicated Secret db-password, ConfigMap db-settings"
+        )
     );
     running.stop().await;
 }

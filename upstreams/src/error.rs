@@ -28,6 +28,15 @@ pub enum Error {
     /// ([`comb_api::ownership`]): left untouched. The message names it and whose it looks like.
     #[error("{0}")]
     NotOwned(String),
+
+    /// Copying stopped at `error` after the copies `made` were written: those are the Comb's,
+    /// and its record must hold them (with their uids), or the next step would find them
+    /// not the Comb's.
+    #[error("{error}")]
+    Partial {
+        made: Vec<comb_api::ManagedObject>,
+        error: Box<Error>,
+    },
 }
 
 impl Error {
@@ -39,6 +48,17 @@ impl Error {
             Error::Answer(_) => "answer",
             Error::Replication(_) => "replication",
             Error::NotOwned(_) => "ownership",
+            Error::Partial { error, .. } => error.category(),
+        }
+    }
+}
+
+impl Error {
+    /// The copies written before the error, and the error itself.
+    pub fn split_made(self) -> (Vec<comb_api::ManagedObject>, Error) {
+        match self {
+            Error::Partial { made, error } => (made, *error),
+            other => (Vec::new(), other),
         }
     }
 }

@@ -373,53 +373,87 @@ pub(crate) async fn replicate(
         SourceReader::User(user) => format!(" as {user}"),
         SourceReader::Controller | SourceReader::Unnamed(_) => String::new(),
     };
-    let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
 
     let mut copied = Vec::with_capacity(replicas.len());
     for replica in replicas {
-        let kind = replica.kind.kind();
-        let name = &replica.name;
-        let resource = replica.kind.api_resource();
-        let source_api: Api<DynamicObject> =
-            Api::namespaced_with(source_client.clone(), from_namespace, &resource);
-        let target = Target {
-            reader: Api::namespaced_with(target_client.clone(), &ctx.namespace, &resource),
-            writer: Api::namespaced_with(writer_client.clone(), &ctx.namespace, &resource),
-            place: format!(
-                "{kind} {name} in namespace {} of context {}",
-                ctx.namespace, ctx.context
-            ),
-        };
-        let source_place =
-            format!("{kind} {name} in namespace {from_namespace} of context {from_context}");
-
-        // The peer's server gets the same time bound as reading the peer Comb.
-        let source = match tokio::time::timeout(PEER_READ_TIMEOUT, source_api.get(name)).await {
-            Ok(Ok(object)) => to_value(&object, &source_place)?,
-            Ok(Err(e)) => {
-                let error = describe_error(&e);
-                return Err(fail(format!(
-                    "reading {source_place}{reader} failed: {error}"
-                )));
+        let copy = copy_one(
+            ctx,
+            replica,
+            &source_client,
+            &target_client,
+            &writer_client,
+            &reader,
+            from_context,
+            from_namespace,
+        )
+        .await;
+        match copy {
+            Ok(made) => copied.push(made),
+            Err(error) if copied.is_empty() => return Err(error),
+            Err(error) => {
+                return Err(Error::Partial {
+                    made: copied,
+                    error: Box::new(error),
+                });
             }
-            Err(_) => {
-                let seconds = PEER_READ_TIMEOUT.as_secs();
-                return Err(fail(format!(
-                    "reading {source_place}{reader} failed: no answer within {seconds}s"
-                )));
-            }
-        };
-        let desired = desired_copy(replica, &source, ctx, &origin(replica));
-        if let Err(refusal) = check_replicable(&source, ctx, &source_place) {
-            return Err(remove_copy(&target, &desired, ctx, refusal).await);
         }
-        let uid = write_copy(&target, &desired, ctx, name, &source_place).await?;
-        copied.push(
-            ManagedObject::new("v1", kind, Some(&ctx.namespace), name.clone())
-                .with_uid(uid.as_deref()),
-        );
     }
     Ok(copied)
+}
+
+/// Copies one `replica` (see [`replicate`]): the source read through `source_client` (as
+/// `reader` says), the copy read through `target_client` and written through `writer_client`.
+#[allow(clippy::too_many_arguments)]
+async fn copy_one(
+    ctx: &UpstreamContext,
+    replica: &Replica,
+    source_client: &kube::Client,
+    target_client: &kube::Client,
+    writer_client: &kube::Client,
+    reader: &str,
+    from_context: &str,
+    from_namespace: &str,
+) -> Result<ManagedObject> {
+    let fail = |message: String| Error::Replication(message);
+    let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
+    let kind = replica.kind.kind();
+    let name = &replica.name;
+    let resource = replica.kind.api_resource();
+    let source_api: Api<DynamicObject> =
+        Api::namespaced_with(source_client.clone(), from_namespace, &resource);
+    let target = Target {
+        reader: Api::namespaced_with(target_client.clone(), &ctx.namespace, &resource),
+        writer: Api::namespaced_with(writer_client.clone(), &ctx.namespace, &resource),
+        place: format!(
+            "{kind} {name} in namespace {} of context {}",
+            ctx.namespace, ctx.context
+        ),
+    };
+    let source_place =
+        format!("{kind} {name} in namespace {from_namespace} of context {from_context}");
+
+    // The peer's server gets the same time bound as reading the peer Comb.
+    let source = match tokio::time::timeout(PEER_READ_TIMEOUT, source_api.get(name)).await {
+        Ok(Ok(object)) => to_value(&object, &source_place)?,
+        Ok(Err(e)) => {
+            let error = describe_error(&e);
+            return Err(fail(format!(
+                "reading {source_place}{reader} failed: {error}"
+            )));
+        }
+        Err(_) => {
+            let seconds = PEER_READ_TIMEOUT.as_secs();
+            return Err(fail(format!(
+                "reading {source_place}{reader} failed: no answer within {seconds}s"
+            )));
+        }
+    };
+    let desired = desired_copy(replica, &source, ctx, &origin(replica));
+    if let Err(refusal) = check_replicable(&source, ctx, &source_place) {
+        return Err(remove_copy(&target, &desired, ctx, refusal).await);
+    }
+    let uid = write_copy(&target, &desired, ctx, name, &source_place).await?;
+    Ok(ManagedObject::new("v1", kind, Some(&ctx.namespace), name.clone()).with_uid(uid.as_deref()))
 }
 
 /// Where a copy goes: read as the context's own user, written as the Comb's writer.

@@ -29,7 +29,7 @@ use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::ownership::Claim;
-use crate::engine::prune::{changed_items, record_differs};
+use crate::engine::prune::{changed_items, record_differs, union};
 use crate::engine::render::{RenderedItem, identified};
 use crate::engine::status::{
     Established, ResourceKey, StepRecord, Verdict, build_status, rebuild_status,
@@ -518,22 +518,29 @@ impl Step<'_> {
         }
         let replicas = match upstream.replicate_into(ctx).await {
             Ok(replicas) => replicas,
-            // An object of a copy's name that is someone else's: left untouched, named.
-            Err(comb_upstreams::Error::NotOwned(message)) => {
-                r.finish(
-                    Phase::Error,
-                    Reason::ResourceNotOwned,
-                    clean_message(&message),
-                );
-                return ControlFlow::Break(());
-            }
             Err(error) => {
-                let message = format!(
-                    "replicating from {} failed: {}",
-                    observed.label(),
-                    clean_message(&error.to_string())
-                );
-                r.finish(Phase::Error, Reason::ReplicationFailed, message);
+                // Copies written before the failure are the Comb's: recorded, with their
+                // uids, beside what was recorded before, as a deploy that stopped half-way
+                // records what it stored.
+                let (made, error) = error.split_made();
+                if !made.is_empty() {
+                    r.managed = Some(union(&made, self.previous_managed()));
+                }
+                let (reason, message) = match error {
+                    // An object of a copy's name that is someone else's: left untouched, named.
+                    comb_upstreams::Error::NotOwned(message) => {
+                        (Reason::ResourceNotOwned, clean_message(&message))
+                    }
+                    error => (
+                        Reason::ReplicationFailed,
+                        format!(
+                            "replicating from {} failed: {}",
+                            observed.label(),
+                            clean_message(&error.to_string())
+                        ),
+                    ),
+                };
+                r.finish(Phase::Error, reason, message);
                 return ControlFlow::Break(());
             }
         };
