@@ -147,7 +147,8 @@ pub fn crd(group: &str) -> Result<Value> {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "namespace": {"type": "string"},
-            "name": {"type": "string"}
+            "name": {"type": "string"},
+            "uid": string("The uid of the object comb made or was handed for this Comb: the record that makes it the Comb's")
         }
     });
     let upstream = json!({

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::names::is_dns1123_label;
 use crate::status::CombEndpoint;
 use crate::{Error, Result};
 
@@ -20,17 +21,6 @@ pub fn name_problem(name: &str) -> Option<String> {
              alphanumeric at both ends, at most 63 characters), as the name of a Service port must be"
         ))
     }
-}
-
-/// `\A[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\z`, at most 63 characters.
-fn is_dns1123_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    let end_ok = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.first().is_some_and(end_ok)
-        && bytes.last().is_some_and(end_ok)
-        && bytes.iter().all(|b| end_ok(b) || *b == b'-')
 }
 
 /// What a Comb offers: a named port, and where to reach it. Immutable; the name is validated.

@@ -8,7 +8,7 @@ pub const DEFAULT_PREFIX: &str = "comb.internal/";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 
 /// The keys of a label prefix `P`: `P+comb`, `P+comb-namespace`, `P+restartedAt`,
-/// `P+applied-digest`, `P+keep`.
+/// `P+applied-digest`, `P+keep`, `P+adopt`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LabelKeys {
     prefix: String,
@@ -17,6 +17,7 @@ pub struct LabelKeys {
     restart_annotation: String,
     digest_annotation: String,
     keep_annotation: String,
+    adopt_annotation: String,
 }
 
 impl Default for LabelKeys {
@@ -35,6 +36,7 @@ impl LabelKeys {
             restart_annotation: format!("{prefix}restartedAt"),
             digest_annotation: format!("{prefix}applied-digest"),
             keep_annotation: format!("{prefix}keep"),
+            adopt_annotation: format!("{prefix}adopt"),
         }
     }
 
@@ -61,6 +63,12 @@ impl LabelKeys {
     /// The annotation (`"true"`) that keeps a resource when its Comb is deleted.
     pub fn keep_annotation(&self) -> &str {
         &self.keep_annotation
+    }
+    /// The annotation (`NAMESPACE/NAME`) by which whoever may write an object hands it to a
+    /// Comb, as Helm's `meta.helm.sh/release-name` and `-namespace` hand one to a release
+    /// ([`crate::ownership`]).
+    pub fn adopt_annotation(&self) -> &str {
+        &self.adopt_annotation
     }
 
     /// The labels every resource of the Comb gets, Pod templates of workloads included.
@@ -124,6 +132,7 @@ mod tests {
         assert_eq!(keys.restart_annotation(), "comb.internal/restartedAt");
         assert_eq!(keys.digest_annotation(), "comb.internal/applied-digest");
         assert_eq!(keys.keep_annotation(), "comb.internal/keep");
+        assert_eq!(keys.adopt_annotation(), "comb.internal/adopt");
         assert_eq!(
             keys.label_selector("nats", "platform"),
             "comb.internal/comb=nats,comb.internal/comb-namespace=platform"

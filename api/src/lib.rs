@@ -9,7 +9,9 @@
 //! - [`LabelKeys`]: every label and annotation key from one prefix;
 //! - [`CombRef`]: references of the form `LAYER:NAMESPACE/NAME` (layer and namespace optional);
 //! - [`crd()`]: the CustomResourceDefinition for a group;
-//! - [`managed_fields`]: comb's field manager and the takeover of older combs' writes.
+//! - [`managed_fields`]: comb's field manager and the takeover of older combs' writes;
+//! - [`ownership`]: whose an existing object is, the rule every write and delete of comb's asks;
+//! - [`names`]: Kubernetes names, checked before they reach a request path.
 
 mod comb;
 mod crd;
@@ -17,6 +19,8 @@ mod endpoint;
 mod error;
 mod labels;
 pub mod managed_fields;
+pub mod names;
+pub mod ownership;
 mod phase;
 mod reference;
 mod status;

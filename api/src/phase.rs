@@ -146,8 +146,12 @@ words! {
         // The federation's own.
         BuildFailed,
         ManifestForbidden,
-        /// `spec.upstream` names a peer or copies its layer's `allowUpstreams` does not allow.
+        /// `spec.upstream` names a peer or copies its layer's `allowUpstreams` does not allow,
+        /// or the layer's borrow names a peer outside the namespaces its source layer manages.
         UpstreamForbidden,
+        /// An object the Comb would write (or a copy it would make) exists and is not the
+        /// Comb's: it is left untouched.
+        ResourceNotOwned,
         Maintenance,
         // The controller's own: steps that record no status, and its Events.
         /// Adding or removing comb's finalizer failed.

@@ -128,6 +128,12 @@ pub struct CombEndpoint {
 /// One object a Comb manages: an entry of `status.managedResources` (the reference's
 /// `CombResource`), also how the engine names an object it writes or deletes. `namespace` is
 /// absent for cluster-scoped objects.
+///
+/// `uid` is comb's own addition: the uid of the object comb made (or was handed) for this
+/// Comb, the record that makes it the Comb's ([`crate::ownership`]). Only the controller
+/// writes a Comb's status, so whoever may only label an object cannot put its uid here. An
+/// entry without one was recorded by an older comb, or names an object by identity only (what
+/// the engine is about to write).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedObject {
@@ -136,9 +142,35 @@ pub struct ManagedObject {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
 }
 
 impl ManagedObject {
+    /// The object `api_version` `kind` `namespace/name`, by identity only (no uid).
+    pub fn new(
+        api_version: impl Into<String>,
+        kind: impl Into<String>,
+        namespace: Option<&str>,
+        name: impl Into<String>,
+    ) -> ManagedObject {
+        ManagedObject {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+            uid: None,
+        }
+    }
+
+    /// The same identity, recorded with the uid of the object comb made or took for the Comb.
+    pub fn with_uid(self, uid: Option<&str>) -> ManagedObject {
+        ManagedObject {
+            uid: uid.map(str::to_string),
+            ..self
+        }
+    }
+
     /// The API group: the part of `apiVersion` before the last `/`, `""` for the core group.
     pub fn group(&self) -> &str {
         group_of(&self.api_version)

@@ -54,10 +54,22 @@ pub enum Error {
     #[error("{0}")]
     Bridge(String),
 
-    /// A deploy that failed (reference category `deploy`), with how many objects (the first
-    /// ones, in manifest order) were stored before it.
+    /// A deploy that failed (reference category `deploy`), with the objects (the first ones,
+    /// in manifest order, with their uids) stored before it, and the error that stopped it.
     #[error("{message}")]
-    Deploy { message: String, applied: usize },
+    Deploy {
+        message: String,
+        applied: Vec<comb_api::ManagedObject>,
+        #[source]
+        source: Option<Box<Error>>,
+    },
+
+    /// An object comb would write or delete exists and is not the Comb's
+    /// ([`comb_api::ownership`]): left untouched. The message names it, who wrote it, and how
+    /// its owner hands it over.
+    #[error("{0}")]
+    #[strum(serialize = "ownership")]
+    NotOwned(String),
 
     /// A request an API server answered with a failure, or that could not reach it; `message`
     /// keeps the server's own words ([`describe_error`]), `source` the client's error.
@@ -240,7 +252,8 @@ impl Error {
             Error::Build { source, .. }
             | Error::Manifests { source, .. }
             | Error::Endpoints { source, .. }
-            | Error::Class { source, .. } => source.as_deref().and_then(Error::status_code),
+            | Error::Class { source, .. }
+            | Error::Deploy { source, .. } => source.as_deref().and_then(Error::status_code),
             _ => None,
         }
     }
@@ -283,10 +296,12 @@ mod tests {
             (
                 Error::Deploy {
                     message: "d".into(),
-                    applied: 0,
+                    applied: Vec::new(),
+                    source: None,
                 },
                 "deploy",
             ),
+            (Error::NotOwned("n".into()), "ownership"),
             (forbidden(), "kube"),
             (Error::request("get Pod", "no namespace"), "request"),
             (Error::UpstreamForbidden("u".into()), "forbidden"),

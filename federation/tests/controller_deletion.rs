@@ -39,17 +39,24 @@ fn db() -> Value {
 }
 
 /// Objects the workload "made" at run time, carrying db's labels: a ConfigMap (an orphan kind)
-/// and a Secret (not one).
+/// it hands to db (`comb.internal/adopt`) and a Secret (not an orphan kind); and a ConfigMap
+/// someone who may only label objects labelled as db's (issue 31, attack 5), which labels alone
+/// do not make db's.
 async fn runtime_objects(world: &World) {
     let labels = json!({"comb.internal/comb": "db", "comb.internal/comb-namespace": "platform"});
     let client = world.client("prod").await;
-    let config_map: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": "db-state", "labels": labels}}))
-            .expect("a valid object");
-    Api::<ConfigMap>::namespaced(client.clone(), "platform")
-        .create(&PostParams::default(), &config_map)
-        .await
-        .expect("created");
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), "platform");
+    let handed = json!({"name": "db-state", "labels": labels,
+                        "annotations": {"comb.internal/adopt": "platform/db"}});
+    let labelled = json!({"name": "db-labelled", "labels": labels});
+    for metadata in [handed, labelled] {
+        let config_map: ConfigMap =
+            serde_json::from_value(json!({"metadata": metadata})).expect("a valid object");
+        config_maps
+            .create(&PostParams::default(), &config_map)
+            .await
+            .expect("created");
+    }
     let secret: Secret =
         serde_json::from_value(json!({"metadata": {"name": "db-session", "labels": labels}}))
             .expect("a valid object");
@@ -101,7 +108,11 @@ async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
     assert!(!exists::<PersistentVolumeClaim>(&world, "db-scratch").await);
     assert!(
         !exists::<ConfigMap>(&world, "db-state").await,
-        "an orphan kind"
+        "an orphan kind, handed to db"
+    );
+    assert!(
+        exists::<ConfigMap>(&world, "db-labelled").await,
+        "an orphan kind with db's labels only: not db's"
     );
     assert!(
         exists::<PersistentVolumeClaim>(&world, "db-data").await,
@@ -138,6 +149,15 @@ async fn deleting_a_comb_removes_its_resources_but_keeps_what_is_marked_keep() {
         said(
             "PruneSkipped",
             "left Namespace db-extra in place: cluster-scoped, never deleted"
+        ),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(
+        said(
+            "PruneSkipped",
+            "left ConfigMap db-labelled alone: it carries this Comb's labels, but comb has no \
+             record of making it for this Comb, and labels alone do not make it so"
         ),
         1,
         "{events:?}"

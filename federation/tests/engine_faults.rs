@@ -165,6 +165,7 @@ async fn a_status_conflict_is_retried_on_a_fresh_read() {
                 kind: "Comb".into(),
                 namespace: Some(NS.into()),
                 name: "nats".into(),
+                uid: None,
             },
             &json!({"metadata": {"labels": {"team": "messaging"}}}),
             None,
@@ -207,17 +208,14 @@ async fn a_conflicting_status_write_is_built_again_on_the_newer_record() {
     let outdated = outdated(&cluster, &mut comb).await;
     // Another writer applied a ConfigMap of the Comb and recorded it, since the Comb's copy.
     cluster
-        .ops
-        .ensure(
+        .write_as(
+            "comb",
             &json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "nats-theirs", "namespace": NS,
                                  "labels": {"comb.internal/comb": "nats",
                                             "comb.internal/comb-namespace": NS}}}),
-            None,
-            &[],
         )
-        .await
-        .expect("their ConfigMap");
+        .await;
     let mut theirs = outdated.clone();
     theirs
         .managed_resources

@@ -34,7 +34,9 @@ async fn stop_then_reconcile_redeploys() {
         )
         .await;
 
-    let stopped = stop(&cluster.ops, comb.context()).await.unwrap();
+    let stopped = stop(&cluster.ops, comb.context(), comb.recorded_managed())
+        .await
+        .unwrap();
     assert_eq!(stopped, ["Deployment/nats", "CronJob/nats-backup"]);
     let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
     assert_eq!(live["spec"]["replicas"], 0);
@@ -78,7 +80,9 @@ async fn a_restart_is_kept_across_a_deploy_and_triggers_none() {
         .settled("nats", vec![deployment("nats", "nats:2"), job])
         .await;
 
-    let restarted = restart(&cluster.ops, comb.context()).await.unwrap();
+    let restarted = restart(&cluster.ops, comb.context(), comb.recorded_managed())
+        .await
+        .unwrap();
     assert_eq!(restarted, ["Deployment/nats", "Job/nats-init"]);
     let live = cluster.get("apps/v1", "Deployment", "nats").await.unwrap();
     let stamp = restarted_at(&live).expect("restart annotation");

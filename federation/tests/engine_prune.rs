@@ -191,6 +191,7 @@ fn cluster_widget_identity(namespace: Option<&str>) -> comb_api::ManagedObject {
         kind: "ClusterWidget".into(),
         namespace: namespace.map(str::to_string),
         name: "shared".into(),
+        uid: None,
     }
 }
 
@@ -315,6 +316,7 @@ async fn kube_ops_refuses_to_delete_a_cluster_scoped_object_whatever_the_caller_
                 kind: "Namespace".into(),
                 namespace: None,
                 name: NS.into(),
+                uid: None,
             },
             Default::default(),
         )

@@ -236,10 +236,11 @@ async fn needs_config_until_the_prerequisites_exist() {
     assert!(cluster.get("v1", "ConfigMap", "mailer").await.is_none());
 
     cluster
-        .ops
-        .ensure(&json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}), None, &[])
-        .await
-        .unwrap();
+        .write_as(
+            "kubectl",
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mailer-relay", "namespace": NS}}),
+        )
+        .await;
     let mut comb = cluster
         .edit(&comb, json!({"config": {"relay_host": "smtp.example"}}))
         .await;
@@ -407,10 +408,12 @@ async fn an_object_applied_without_a_digest_is_redeployed() {
     let mut comb = cluster
         .settled("nats", vec![config_map("nats", json!({"a": "1"}))])
         .await;
-    // Someone replaced it by hand, keeping our labels but not the digest.
-    let mut live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
-    live["metadata"]["annotations"] = json!({});
-    cluster.ops.ensure(&live, None, &[]).await.unwrap();
+    // Someone replaced it by hand, keeping our labels but not the digest (as comb's field
+    // manager, so that the digest comb applied goes).
+    let live = cluster.get("v1", "ConfigMap", "nats").await.unwrap();
+    let replaced = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "nats", "labels": live["metadata"]["labels"]}, "data": live["data"]});
+    cluster.write_as("comb", &replaced).await;
 
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
@@ -434,20 +437,16 @@ async fn a_record_that_differs_from_the_manifests_is_settled() {
         .await;
     let settled = cluster.settle(&mut comb).await;
 
-    // The recorded status lost the Service and names a ConfigMap that never existed.
-    let mut cr = cluster.cr("nats").await;
-    let mut record = settled.clone();
-    record.managed_resources = Some(vec![
+    // The recorded status names the Deployment as an older comb recorded it (without its
+    // uid), keeps the Service as recorded, and names a ConfigMap that never existed.
+    let service = settled.managed()[1].clone();
+    assert_eq!(service.kind, "Service");
+    let record = vec![
         resource("apps/v1", "Deployment", "nats"),
         resource("v1", "ConfigMap", "ghost"),
-    ]);
-    cr.status = Some(record);
-    let stored = cluster
-        .ops
-        .update_comb_status("comb.internal", cr)
-        .await
-        .unwrap();
-    comb.adopt_cr(stored);
+        service,
+    ];
+    comb.adopt_cr(cluster.record_managed("nats", record).await);
 
     let status = cluster.reconcile(&mut comb).await;
     assert_eq!(
@@ -549,6 +548,12 @@ async fn objects_an_older_comb_replaced_are_taken_over_once() {
         let object: DynamicObject = serde_json::from_value(item.manifest.clone()).unwrap();
         api.create(&PostParams::default(), &object).await.unwrap();
     }
+    // ... and recorded them by identity, as it did (no uids).
+    let record = vec![
+        cluster.resource("apps/v1", "Deployment", "nats"),
+        cluster.resource("v1", "Service", "nats"),
+    ];
+    cluster.record_managed("nats", record).await;
     let deployments: Api<DynamicObject> = Api::namespaced_with(
         cluster.client.clone(),
         cluster.ns(),
@@ -604,5 +609,35 @@ async fn objects_an_older_comb_replaced_are_taken_over_once() {
             .keys()
             .all(|request| request.starts_with("list ") || request.starts_with("get ")),
         "a settled step after the takeover writes nothing: {requests:?}"
+    );
+}
+
+/// The upgrade (issue 31, docs/adr/0004-ownership.md): an older comb recorded its objects by
+/// identity only. Their labels and that record make them the Comb's once: the next step records
+/// their uids (a status write, no write of an object), and from then on the record alone says.
+#[tokio::test]
+async fn an_older_combs_record_is_taken_once_and_held_by_uid_from_then_on() {
+    let cluster = Cluster::start().await;
+    let mut comb = cluster
+        .settled("nats", vec![config_map("nats", json!({"a": "1"}))])
+        .await;
+    let settled = comb.recorded_status().cloned().expect("a status");
+    let uid = settled.managed()[0].uid.clone();
+    assert!(uid.is_some(), "recorded with its uid: {settled:?}");
+
+    let older = vec![cluster.resource("v1", "ConfigMap", "nats")];
+    comb.adopt_cr(cluster.record_managed("nats", older).await);
+
+    cluster.reset_requests();
+    let status = cluster.reconcile(&mut comb).await;
+    assert_eq!(verdict(&status), expect("Running", "Healthy", "healthy"));
+    assert_eq!(status.managed()[0].uid, uid, "the uid recorded again");
+    cluster.assert_only_status_written();
+    assert_eq!(cluster.requests().get(STATUS_WRITE), Some(&1));
+    // Settled: nothing more to record.
+    cluster.reset_requests();
+    cluster.reconcile(&mut comb).await;
+    assert!(
+        cluster.writes_but_status().is_empty() && !cluster.requests().contains_key(STATUS_WRITE)
     );
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use comb_api::managed_fields::{FIELD_MANAGER, applied_by};
-use comb_api::{CombStatus, UpstreamSpec};
+use comb_api::{CombStatus, ManagedObject, UpstreamSpec};
 use comb_federation::engine::borrow::Controlling;
 use comb_federation::engine::class::CombInstance;
 use comb_sandbox::controls::Fault;
@@ -405,6 +405,24 @@ async fn a_copy_an_older_comb_wrote_is_taken_over_and_follows_its_source() {
     let (mut dev, replicating) =
         dev_db_replicating_from_prod(&layers, json!([{"kind": "ConfigMap", "name": "db-config"}]))
             .await;
+    // ... and recorded it by identity, as it did (no uid): what makes it the Comb's.
+    let mut cr = dev.cr().clone();
+    cr.status = Some(CombStatus {
+        managed_resources: Some(vec![ManagedObject::new(
+            "v1",
+            "ConfigMap",
+            Some("platform"),
+            "db-config",
+        )]),
+        ..CombStatus::default()
+    });
+    let stored = layers
+        .ops("dev")
+        .await
+        .update_comb_status("comb.internal", cr)
+        .await
+        .unwrap();
+    dev.adopt_cr(stored);
     let copy = async || serde_json::to_value(dev_configs.get("db-config").await.unwrap()).unwrap();
 
     let status = layers.step("dev", &mut dev, &replicating).await;

@@ -1,7 +1,8 @@
 //! A Comb cannot make the controller read what its layer does not allow (issue 19): its own
 //! `spec.upstream` names another context or namespace, or copies Secrets and ConfigMaps, only
 //! where the layer's `allowUpstreams` says; a copy is made only of a source that opts in
-//! (`comb.internal/replicable: "true"`), read as the layer's `serviceAccount`, so that the
+//! (`comb.internal/replicable: "true"`), read as the layer's fixed `sourceServiceAccount` (never
+//! an account of the Comb's own namespace, issue 31), so that the
 //! source cluster's RBAC decides. On either backend; the source's RBAC on the real one.
 //!
 //! The layers: `prod` (cluster prod, namespace `billing`, the Comb `ledger` and its Secret
@@ -9,8 +10,8 @@
 
 use comb_sandbox::Backend;
 use comb_testkit::controller::World;
+use comb_testkit::fixtures::ready_message;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -98,14 +99,6 @@ async fn copy(world: &World) -> Option<Secret> {
         .expect("the read answers")
 }
 
-fn message(comb: &comb_api::Comb) -> String {
-    comb.status
-        .as_ref()
-        .and_then(|status| status.ready())
-        .and_then(|ready| ready.message.clone())
-        .unwrap_or_default()
-}
-
 /// Issue 19's attack, reproduced: without the fix the thief went `Running (Borrowed)` and dev's
 /// team-a held prod's Secret. Now the layer decides, even for a source that opts in.
 #[tokio::test]
@@ -123,7 +116,7 @@ async fn a_combs_own_upstream_cannot_copy_a_secret_its_layer_does_not_allow() {
         .wait_phase("dev", "team-a", "thief", "Error", Some("UpstreamForbidden"))
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         "spec.upstream names context prod, namespace billing and copies Secret ledger-keys from \
          it, which layer dev does not allow: add {layer: prod, namespaces: [billing], replicate: \
          true} to layers[1].allowUpstreams"
@@ -158,7 +151,7 @@ async fn a_combs_own_upstream_cannot_copy_a_secret_its_layer_does_not_allow() {
         )
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         "spec.upstream names context prod, namespace billing, which layer dev does not allow: add \
          {layer: prod, namespaces: [billing]} to layers[1].allowUpstreams"
     );
@@ -174,7 +167,7 @@ async fn a_combs_own_upstream_cannot_copy_a_secret_its_layer_does_not_allow() {
         .wait_phase("dev", "team-a", "thief", "Running", Some("Borrowed"))
         .await;
     assert_eq!(
-        message(&borrowed),
+        ready_message(&borrowed),
         format!("borrowed from {K8S} via prod; replicated Secret ledger-keys")
     );
     let copied = copy(&world).await.expect("the copy the layer allows");
@@ -208,7 +201,7 @@ async fn a_source_that_does_not_opt_in_is_not_copied() {
         )
         .await;
     assert_eq!(
-        message(&refused),
+        ready_message(&refused),
         format!(
             "replicating from {K8S} failed: Secret ledger-keys in namespace billing of context \
              prod is not replicable: annotate it comb.internal/replicable=true to allow copies"
@@ -235,53 +228,32 @@ async fn a_source_that_does_not_opt_in_is_not_copied() {
     running.stop().await;
 }
 
-/// The user the layer's `serviceAccount: copier` is for Combs in team-a.
+/// The user of the layer's `sourceServiceAccount: team-a/copier` (and of its `serviceAccount:
+/// copier` for Combs in team-a).
 const COPIER: &str = "system:serviceaccount:team-a:copier";
 
-/// `rules` for `copier` in `namespace` of `context`, by a Role and a RoleBinding named `name`.
-async fn grant(world: &World, context: &str, namespace: &str, name: &str, rules: Value) {
-    let client = world.client(context).await;
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": namespace}, "rules": rules
-    }))
-    .expect("a Role");
-    Api::<Role>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("the Role is created");
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": "copier", "namespace": "team-a"}]
-    }))
-    .expect("a RoleBinding");
-    Api::<RoleBinding>::namespaced(client, namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("the RoleBinding is created");
-}
-
-/// The layer's own `borrow.replicate` copies as the layer's `serviceAccount`: the source is read
-/// as it, so the source cluster's RBAC decides (on the real backend: refused until a Role there
+/// The layer's own `borrow.replicate` copies as the layer's accounts: the source is read as its
+/// `sourceServiceAccount`, so the source cluster's RBAC decides (on the real backend: refused until a Role there
 /// lets it read that Secret), and the copy is written as it.
 #[tokio::test]
 async fn replication_reads_its_source_as_the_layers_service_account() {
     let world = start(true).await;
     // What the service account may do in dev: the bridge and the copy.
-    grant(
-        &world,
-        "dev",
-        "team-a",
-        "copier-bridge",
-        json!([{"apiGroups": ["", "discovery.k8s.io"],
+    world
+        .grant(
+            "dev",
+            "team-a",
+            "copier-bridge",
+            "team-a/copier",
+            json!([{"apiGroups": ["", "discovery.k8s.io"],
                 "resources": ["services", "secrets", "endpointslices"],
                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
-    )
-    .await;
+        )
+        .await;
     let running = world
         .run(world.config(&config(
-            ", serviceAccount: copier, borrow: {from: prod, namespace: billing, \
-             replicate: [{kind: Secret, name: ledger-keys}]}",
+            ", serviceAccount: copier, sourceServiceAccount: team-a/copier, borrow: {from: prod, \
+             namespace: billing, replicate: [{kind: Secret, name: ledger-keys}]}",
         )))
         .await;
     world.controls("prod").reset_requests();
@@ -299,7 +271,7 @@ async fn replication_reads_its_source_as_the_layers_service_account() {
                 Some("ReplicationFailed"),
             )
             .await;
-        let message = message(&refused);
+        let message = ready_message(&refused);
         assert!(
             message.starts_with(&format!(
                 "replicating from {K8S} failed: reading Secret ledger-keys in namespace billing \
@@ -308,15 +280,16 @@ async fn replication_reads_its_source_as_the_layers_service_account() {
             "{message}"
         );
         assert!(copy(&world).await.is_none());
-        grant(
-            &world,
-            "prod",
-            "billing",
-            "copier-source",
-            json!([{"apiGroups": [""], "resources": ["secrets"],
+        world
+            .grant(
+                "prod",
+                "billing",
+                "copier-source",
+                "team-a/copier",
+                json!([{"apiGroups": [""], "resources": ["secrets"],
                     "resourceNames": ["ledger-keys"], "verbs": ["get"]}]),
-        )
-        .await;
+            )
+            .await;
     }
     world
         .wait_phase("dev", "team-a", "ledger", "Running", Some("Borrowed"))

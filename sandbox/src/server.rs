@@ -14,7 +14,7 @@ use serde::ser::{SerializeMap as _, Serializer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::api_error::ApiError;
+use crate::api_error::{ApiError, FieldError};
 use crate::discovery;
 use crate::managed;
 use crate::meta;
@@ -944,6 +944,47 @@ fn render_one(
     json_response(status, &body)
 }
 
+/// What kube-apiserver makes of a `resourceVersion` or `uid` in an applied configuration:
+/// preconditions on the object the apply meets. A resourceVersion other than the live one is a
+/// 409 Conflict, and an apply that creates ignores it; a uid other than the live one is a 422
+/// (the uid is immutable), and an apply that would create refuses it (409, no object has it).
+/// What clients build "create, but never take over" and "only this very object" on.
+fn apply_preconditions(
+    rt: &ResourceType,
+    name: &str,
+    live: Option<&Value>,
+    config: &Value,
+) -> Result<(), ApiError> {
+    let field = |key: &str| {
+        config
+            .pointer(&format!("/metadata/{key}"))
+            .and_then(Value::as_str)
+            .filter(|value| !value.is_empty())
+    };
+    match (live, field("uid"), field("resourceVersion")) {
+        (None, Some(uid), _) => Err(ApiError::conflict_because(
+            rt,
+            name,
+            &format!(
+                "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+            ),
+        )),
+        (Some(live), _, Some(rv)) if rv != meta::resource_version(live) => {
+            Err(ApiError::conflict(rt, name))
+        }
+        (Some(live), Some(uid), _) if uid != meta::uid(live) => Err(ApiError::invalid(
+            rt,
+            name,
+            &[FieldError::invalid(
+                "metadata.uid",
+                &json!(uid),
+                "field is immutable",
+            )],
+        )),
+        _ => Ok(()),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn patch(
     store: &Store,
@@ -1037,6 +1078,7 @@ fn patch(
                 ..options
             },
             |live| {
+                apply_preconditions(rt, name, live, &patch_body)?;
                 created = live.is_none();
                 if created && meta::name(&patch_body).is_empty() {
                     return Err(ApiError::bad_request(format!(

@@ -1028,6 +1028,55 @@ fn probes() -> Vec<Probe> {
             ],
         ),
         probe(
+            // What comb builds "create, never take over" and "only this very object" on: a
+            // resourceVersion no object has is ignored by an apply that creates and refused
+            // (409) by one that meets an object; a uid is refused by an apply that would create
+            // (409) and, when it is not the object's, by one that meets it (422, immutable).
+            "server-side apply preconditions",
+            vec![
+                apply(
+                    &format!("{CM}/cm-once?force=true"),
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-once", "resourceVersion": "9223372036854775807"},
+                           "data": {"a": "1"}}),
+                )
+                .capture("created")
+                .view(managed_fields),
+                apply(
+                    &format!("{CM}/cm-once?force=true"),
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-once", "resourceVersion": "9223372036854775807"},
+                           "data": {"a": "2"}}),
+                ),
+                apply(
+                    &format!("{CM}/cm-once?force=true"),
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-once", "uid": "00000000-0000-4000-8000-000000000000"},
+                           "data": {"a": "3"}}),
+                )
+                .view(precondition_refusal),
+                apply(
+                    &format!("{CM}/cm-once?force=true"),
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-once", "uid": "{created_uid}"},
+                           "data": {"a": "4"}}),
+                )
+                .view(managed_fields),
+                apply(
+                    &format!("{CM}/cm-never?force=true"),
+                    "comb",
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "cm-never", "uid": "00000000-0000-4000-8000-000000000000"},
+                           "data": {"a": "1"}}),
+                ),
+                get(&format!("{CM}/cm-once")).view(managed_fields),
+            ],
+        ),
+        probe(
             "server-side apply fills a map it applied empty",
             vec![
                 apply(&format!("{CM}/cm-empty"), "comb", configmap("cm-empty", json!({}))),

@@ -14,7 +14,8 @@ use comb_federation::error::Result;
 use comb_kubeconfigs::ClientPool;
 use comb_sandbox::StoreOptions;
 use comb_sandbox::controls::Controls;
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -115,6 +116,41 @@ impl World {
             shutdown,
             task: Some(task),
         }
+    }
+
+    /// `rules` in `namespace` of `context` for the service account `subject` (`NAMESPACE/NAME`),
+    /// by a Role and a RoleBinding named `name`: what a real API server needs to let an account
+    /// comb impersonates act (the emulator authorizes every request).
+    pub async fn grant(
+        &self,
+        context: &str,
+        namespace: &str,
+        name: &str,
+        subject: &str,
+        rules: Value,
+    ) {
+        let (subject_namespace, subject_name) =
+            subject.split_once('/').expect("a subject NAMESPACE/NAME");
+        let client = self.client(context).await;
+        let role: Role = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": namespace}, "rules": rules
+        }))
+        .expect("a Role");
+        Api::<Role>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &role)
+            .await
+            .expect("the Role is created");
+        let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": subject_name,
+                          "namespace": subject_namespace}]
+        }))
+        .expect("a RoleBinding");
+        Api::<RoleBinding>::namespaced(client, namespace)
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("the RoleBinding is created");
     }
 
     pub async fn combs(&self, context: &str, namespace: &str) -> Api<Comb> {

@@ -159,6 +159,20 @@ impl Cluster {
         self.combs().await.get(name).await.expect("Comb exists")
     }
 
+    /// Writes `managed` as the `managedResources` the CR of Comb `name` records (the rest of
+    /// its status as it is), as another writer of its status would (an older comb, a person);
+    /// returns the CR as stored, for a Comb to adopt.
+    pub async fn record_managed(&self, name: &str, managed: Vec<ManagedObject>) -> Comb {
+        let mut cr = self.cr(name).await;
+        let mut status = cr.status.take().unwrap_or_default();
+        status.managed_resources = Some(managed);
+        cr.status = Some(status);
+        self.ops
+            .update_comb_status("comb.internal", cr)
+            .await
+            .expect("the status is written")
+    }
+
     /// One local reconcile step, nobody having looked at its dependencies.
     pub async fn reconcile(&self, comb: &mut CombInstance) -> CombStatus {
         self.reconcile_with(comb, &Dependencies::Unknown).await
@@ -218,6 +232,32 @@ impl Cluster {
             .get_whole(&self.resource(api_version, kind, name))
             .await
             .expect("get answers")
+    }
+
+    /// Writes `object` (in the test namespace unless it names one) by a forced server-side
+    /// apply as field manager `manager`: what a person or another tool makes (`kubectl`), or
+    /// another writer of comb's, never the engine's own step.
+    pub async fn write_as(&self, manager: &str, object: &Value) {
+        let mut object = object.clone();
+        if object["metadata"].get("namespace").is_none() {
+            object["metadata"]["namespace"] = Value::from(self.ns.clone());
+        }
+        let text = |key: &str| {
+            object
+                .pointer(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let target = ManagedObject::new(
+            text("/apiVersion"),
+            text("/kind"),
+            Some(text("/metadata/namespace")),
+            text("/metadata/name"),
+        );
+        self.ops
+            .apply_as(&target, &object, manager)
+            .await
+            .expect("the object is written");
     }
 
     /// The identity of an object in the test's namespace (ignored for cluster-scoped kinds).
@@ -315,6 +355,7 @@ pub fn resource(api_version: &str, kind: &str, name: &str) -> ManagedObject {
         kind: kind.into(),
         namespace: Some(NS.into()),
         name: name.into(),
+        uid: None,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Comb specs and manifests the suites build on, and the parts of a status they compare.
 
-use comb_api::CombStatus;
+use comb_api::{Comb, CombStatus};
 use serde_json::{Value, json};
 
 /// `(phase, Ready reason, Ready message)` of a status.
@@ -19,6 +19,15 @@ pub fn verdict(status: &CombStatus) -> (String, String, String) {
             .unwrap_or_default(),
         ready.message.clone().unwrap_or_default(),
     )
+}
+
+/// The message of the CR's `Ready` condition, empty when it has none.
+pub fn ready_message(comb: &Comb) -> String {
+    comb.status
+        .as_ref()
+        .and_then(|status| status.ready())
+        .and_then(|ready| ready.message.clone())
+        .unwrap_or_default()
 }
 
 /// `(phase, reason, message)` as owned strings, to compare with [`verdict`].

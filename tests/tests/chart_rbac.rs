@@ -485,11 +485,12 @@ fn secrets_are_granted_only_where_the_values_name_replication() {
         secret_readers(&replicating).is_empty(),
         "the sources (the Combs' own namespaces, in prod) are granted already, as one cluster\n{replicating}"
     );
-    // A layer's serviceAccount reads the sources; a Comb's own spec.upstream copies only where
+    // A layer's sourceServiceAccount reads the sources; a Comb's own spec.upstream copies only where
     // allowUpstreams says, from the namespaces it names.
     let allowed = render(
         r#"[{"name":"prod","context":"prod","namespaces":["platform","billing"]},
             {"name":"dev","context":"dev","namespaces":["team-a"],"serviceAccount":"copier",
+             "sourceServiceAccount":"team-a/copier",
              "borrow":{"from":"prod","namespace":"platform","replicate":[{"kind":"Secret","name":"x"}]}},
             {"name":"qa","context":"qa","namespaces":["qa"],
              "allowUpstreams":[{"layer":"prod","namespaces":["billing"],"replicate":true},{"layer":"prod"}]}]"#,

@@ -23,6 +23,20 @@ pub enum Error {
     /// Copying a Secret or ConfigMap from the upstream into the Comb's namespace failed.
     #[error("{0}")]
     Replication(String),
+
+    /// An object of the copy's name in the Comb's namespace is not the Comb's
+    /// ([`comb_api::ownership`]): left untouched. The message names it and whose it looks like.
+    #[error("{0}")]
+    NotOwned(String),
+
+    /// Copying stopped at `error` after the copies `made` were written: those are the Comb's,
+    /// and its record must hold them (with their uids), or the next step would find them
+    /// not the Comb's.
+    #[error("{error}")]
+    Partial {
+        made: Vec<comb_api::ManagedObject>,
+        error: Box<Error>,
+    },
 }
 
 impl Error {
@@ -33,6 +47,18 @@ impl Error {
             Error::Unreachable(_) => "unreachable",
             Error::Answer(_) => "answer",
             Error::Replication(_) => "replication",
+            Error::NotOwned(_) => "ownership",
+            Error::Partial { error, .. } => error.category(),
+        }
+    }
+}
+
+impl Error {
+    /// The copies written before the error, and the error itself.
+    pub fn split_made(self) -> (Vec<comb_api::ManagedObject>, Error) {
+        match self {
+            Error::Partial { made, error } => (made, *error),
+            other => (Vec::new(), other),
         }
     }
 }

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use comb_api::names::{namespace_problem, object_name_problem};
 use comb_api::{Comb, CombEndpoint, CombStatus, Endpoint, ManagedObject};
 use kube::Api;
 use serde_json::{Map, Value};
@@ -126,6 +127,23 @@ impl K8s {
         let mut upstream = K8s::new(context);
         upstream.namespace = args.string("namespace")?;
         upstream.name = args.string("name")?;
+        // Both go into the path of the request that reads the peer.
+        let problems = [
+            (
+                "namespace",
+                upstream.namespace.as_deref().and_then(namespace_problem),
+            ),
+            (
+                "name",
+                upstream
+                    .name
+                    .as_deref()
+                    .and_then(|name| object_name_problem("", name)),
+            ),
+        ];
+        if let Some((key, Some(problem))) = problems.into_iter().find(|(_, p)| p.is_some()) {
+            return Err(Error::Resolve(format!("{K8S_CLASS}: {key}: {problem}")));
+        }
         if let Some(items) = args.array("replicate")? {
             upstream.replicas = parse_replicas(K8S_CLASS, items)?;
         }
@@ -607,6 +625,23 @@ mod tests {
             (
                 json!({"context": "prod", "replicate": {"kind": "Secret"}}),
                 format!("{k}: replicate is an array, got an object"),
+            ),
+            // Both go into the path that reads the peer.
+            (
+                json!({"context": "prod", "name": "db?x=1"}),
+                format!(
+                    "{k}: name: 'db?x=1' is not a Kubernetes object name (a DNS-1123 subdomain: \
+                     lowercase letters, digits, - and ., alphanumeric at both ends, at most 253 \
+                     characters)"
+                ),
+            ),
+            (
+                json!({"context": "prod", "namespace": "billing/combs/x"}),
+                format!(
+                    "{k}: namespace: 'billing/combs/x' is not a namespace name (a DNS-1123 \
+                     label: lowercase letters, digits and -, alphanumeric at both ends, at most \
+                     63 characters)"
+                ),
             ),
         ];
         for (args, message) in cases {

@@ -25,7 +25,9 @@ pub use k8s::{K8S_CLASS, K8s, PEER_READ_TIMEOUT, usable_address};
 pub use replicate::{Replica, ReplicaKind};
 pub use resolve::{Resolved, UPSTREAM_NAMESPACE, UpstreamClasses, UpstreamFactory};
 pub use static_upstream::{STATIC_CLASS, Static};
-pub use upstream::{PeerCombs, PeerReads, Reads, Upstream, UpstreamContext, UpstreamStatus};
+pub use upstream::{
+    PeerCombs, PeerReads, Reads, SourceReader, Upstream, UpstreamContext, UpstreamStatus,
+};
 
 /// A context for unit tests: Comb `platform/db` running in context `dev`, with contexts `prod`,
 /// `staging` (prod's server) and `dev` (its own), and layers `production` and `development`.
@@ -35,7 +37,7 @@ pub(crate) mod testing {
     use comb_kubeconfigs::ClientPool;
     use kube::config::Kubeconfig;
 
-    use crate::UpstreamContext;
+    use crate::{SourceReader, UpstreamContext};
 
     const KUBECONFIG: &str = r#"
 clusters:
@@ -67,6 +69,8 @@ contexts:
                 .map(|(layer, context)| (layer.to_string(), context.to_string()))
                 .collect(),
             act_as: None,
+            source_reader: SourceReader::Controller,
+            record: Vec::new(),
             peers: None,
         }
     }

@@ -3,10 +3,16 @@
 //!
 //! Opt-in per object, never implicit, on both sides: the Comb (or its layer) names what it
 //! copies, and the source says it may be copied (`<labelPrefix>replicable: "true"`, as Linkerd's
-//! `mirror.linkerd.io/exported`). The source is read as the layer's identity
-//! ([`UpstreamContext::act_as`]), so that the source cluster's RBAC decides, not the
-//! controller's own rights. Messages name objects, never their values. An object of that name in
-//! the Comb's namespace that is not the Comb's is never overwritten.
+//! `mirror.linkerd.io/exported`); a copy whose source stops saying so is removed. The source is
+//! read as the borrowing layer's identity ([`UpstreamContext::source_reader`]), so that the
+//! source cluster's RBAC decides, not the controller's own rights. Messages name objects, never
+//! their values.
+//!
+//! An object of that name in the Comb's namespace that is not the Comb's by the ownership rule
+//! ([`comb_api::ownership`], the one every write of comb's asks) is never written or deleted:
+//! [`Error::NotOwned`] names it. A new copy is made by an apply that cannot take over an object
+//! made meanwhile ([`create_only`]), an existing one written as that very object
+//! ([`same_object_only`]).
 //!
 //! Copies are written as comb writes a Comb's resources (docs/writes.md, "How comb writes"): a forced
 //! server-side apply as field manager [`FIELD_MANAGER`], only when the copy differs, and a copy
@@ -15,15 +21,20 @@
 
 use comb_api::ManagedObject;
 use comb_api::managed_fields::{FIELD_MANAGER, now_rfc3339, takeover_patch};
+use comb_api::names::object_name_problem;
+use comb_api::ownership::{
+    Claimant, Holder, Ownership, create_only, managers_of, not_owned_message, ownership,
+    recorded_in, same_object_only,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::ApiResource;
 use serde_json::{Map, Value, json};
 
 use crate::args::{check_keys, describe};
 use crate::error::{Error, Result};
 use crate::k8s::PEER_READ_TIMEOUT;
-use crate::upstream::UpstreamContext;
+use crate::upstream::{SourceReader, UpstreamContext};
 use comb_kubeconfigs::describe_error;
 
 /// What can be replicated.
@@ -121,6 +132,13 @@ pub(crate) fn parse_replicas(class: &str, items: &[Value]) -> Result<Vec<Replica
                     kind.kind()
                 ))
             })?;
+        // The name goes into the path of every request about the copy and its source.
+        if let Some(problem) = object_name_problem("", name) {
+            return Err(fail(format!(
+                "a replicate entry of kind {}: {problem}",
+                kind.kind()
+            )));
+        }
         let replica = Replica {
             kind,
             name: name.to_string(),
@@ -190,8 +208,9 @@ enum Write {
 /// the read and the takeover (409), as client-go's RetryOnConflict.
 const CONFLICT_ATTEMPTS: usize = 3;
 
-/// Compares the live copy with the desired one. A live object without the Comb's labels is
-/// someone else's: an error, never overwritten.
+/// Compares the live copy with the desired one. A live object that is not the Comb's by the
+/// ownership rule (its record, an adoption: labels are what anyone who may label can put on an
+/// object) is someone else's: an error naming whose it looks like, never overwritten.
 fn plan_write(
     live: Option<&Value>,
     desired: &Value,
@@ -201,21 +220,21 @@ fn plan_write(
     let Some(live) = live else {
         return Ok(Write::Apply);
     };
+    if let Ownership::NotOwned(why) = copy_ownership(live, desired, ctx) {
+        return Err(Error::NotOwned(not_owned_message(
+            what,
+            &why,
+            &managers_of(live),
+            &ctx.labels,
+            &claimant(ctx),
+        )));
+    }
     let label = |object: &Value, key: &str| {
         object
             .pointer("/metadata/labels")
             .and_then(|labels| labels.get(key))
             .cloned()
     };
-    let ours = [ctx.labels.name_label(), ctx.labels.namespace_label()]
-        .iter()
-        .all(|key| label(live, key) == label(desired, key));
-    if !ours {
-        return Err(Error::Replication(format!(
-            "{what} exists and is not this Comb's (it does not carry {}): remove or rename it, or stop replicating it",
-            ctx.labels.label_selector(&ctx.name, &ctx.namespace)
-        )));
-    }
     let labels_kept = desired
         .pointer("/metadata/labels")
         .and_then(Value::as_object)
@@ -235,6 +254,30 @@ fn plan_write(
         return Ok(Write::Keep);
     }
     Ok(Write::Apply)
+}
+
+/// The Comb of `ctx`, as the ownership rule names it.
+fn claimant(ctx: &UpstreamContext) -> Claimant<'_> {
+    Claimant {
+        namespace: &ctx.namespace,
+        name: &ctx.name,
+    }
+}
+
+/// Whether `live`, an object where the copy `desired` goes, is the Comb of `ctx`'s.
+fn copy_ownership(live: &Value, desired: &Value, ctx: &UpstreamContext) -> Ownership {
+    let text = |pointer: &str| desired.pointer(pointer).and_then(Value::as_str);
+    let identity = ManagedObject::new(
+        "v1",
+        text("/kind").unwrap_or_default(),
+        text("/metadata/namespace"),
+        text("/metadata/name").unwrap_or_default(),
+    );
+    ownership(
+        &Holder::of_object(live, &ctx.labels),
+        recorded_in(&ctx.record, &identity),
+        &claimant(ctx),
+    )
 }
 
 /// Hands what an older comb wrote of the copy `live` to [`FIELD_MANAGER`] as applied (one
@@ -280,8 +323,9 @@ async fn take_over(
 }
 
 /// Copies `replicas` from `from_namespace` in kube context `from_context` into the Comb's
-/// namespace in its own context, applying each copy that differs, in order; the
-/// first failure stops. Returns the copies, for the Comb's managed resources.
+/// namespace in its own context, applying each copy that differs, in order; the first failure
+/// stops. Returns the copies, with their uids, for the Comb's managed resources. A source that
+/// is not (or no longer) replicable is a failure, and the Comb's copy of it is removed.
 pub(crate) async fn replicate(
     ctx: &UpstreamContext,
     from_context: &str,
@@ -306,118 +350,252 @@ pub(crate) async fn replicate(
              namespace on the same API server, so there is nothing to copy"
         )));
     }
-    // The layer's identity, if it names one: the source cluster's RBAC decides what it may
-    // read, and the copies are the Comb's resources, written as every other one.
-    let acting_client = |context: &str| {
-        let context = context.to_string();
-        async move {
-            match &ctx.act_as {
-                Some(user) => ctx.pool.impersonating_client(&context, user).await,
-                None => ctx.pool.client(&context).await,
-            }
-            .map_err(|e| fail(e.to_string()))
-        }
-    };
-    let source_client = acting_client(from_context).await?;
-    let writer_client = acting_client(&ctx.context).await?;
+    // The source is read as the borrowing layer's identity in the source's cluster, so that its
+    // RBAC decides what may be copied; the copies are the Comb's resources, written as every
+    // other one.
+    let source_client = match &ctx.source_reader {
+        SourceReader::Controller => ctx.pool.client(from_context).await,
+        SourceReader::User(user) => ctx.pool.impersonating_client(from_context, user).await,
+        SourceReader::Unnamed(why) => return Err(fail(why.clone())),
+    }
+    .map_err(|e| fail(e.to_string()))?;
+    let writer_client = match &ctx.act_as {
+        Some(user) => ctx.pool.impersonating_client(&ctx.context, user).await,
+        None => ctx.pool.client(&ctx.context).await,
+    }
+    .map_err(|e| fail(e.to_string()))?;
     let target_client = ctx
         .pool
         .client(&ctx.context)
         .await
         .map_err(|e| fail(e.to_string()))?;
-    let reader = ctx
-        .act_as
-        .as_ref()
-        .map(|user| format!(" as {user}"))
-        .unwrap_or_default();
-    let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
+    let reader = match &ctx.source_reader {
+        SourceReader::User(user) => format!(" as {user}"),
+        SourceReader::Controller | SourceReader::Unnamed(_) => String::new(),
+    };
 
     let mut copied = Vec::with_capacity(replicas.len());
     for replica in replicas {
-        let kind = replica.kind.kind();
-        let name = &replica.name;
-        let resource = replica.kind.api_resource();
-        let source_api: Api<DynamicObject> =
-            Api::namespaced_with(source_client.clone(), from_namespace, &resource);
-        let target_api: Api<DynamicObject> =
-            Api::namespaced_with(target_client.clone(), &ctx.namespace, &resource);
-        let writer_api: Api<DynamicObject> =
-            Api::namespaced_with(writer_client.clone(), &ctx.namespace, &resource);
-        let source_place =
-            format!("{kind} {name} in namespace {from_namespace} of context {from_context}");
-        let target_place = format!(
+        let copy = copy_one(
+            ctx,
+            replica,
+            &source_client,
+            &target_client,
+            &writer_client,
+            &reader,
+            from_context,
+            from_namespace,
+        )
+        .await;
+        match copy {
+            Ok(made) => copied.push(made),
+            Err(error) if copied.is_empty() => return Err(error),
+            Err(error) => {
+                return Err(Error::Partial {
+                    made: copied,
+                    error: Box::new(error),
+                });
+            }
+        }
+    }
+    Ok(copied)
+}
+
+/// Copies one `replica` (see [`replicate`]): the source read through `source_client` (as
+/// `reader` says), the copy read through `target_client` and written through `writer_client`.
+#[allow(clippy::too_many_arguments)]
+async fn copy_one(
+    ctx: &UpstreamContext,
+    replica: &Replica,
+    source_client: &kube::Client,
+    target_client: &kube::Client,
+    writer_client: &kube::Client,
+    reader: &str,
+    from_context: &str,
+    from_namespace: &str,
+) -> Result<ManagedObject> {
+    let fail = |message: String| Error::Replication(message);
+    let origin = |replica: &Replica| format!("{from_context}/{from_namespace}/{}", replica.name);
+    let kind = replica.kind.kind();
+    let name = &replica.name;
+    let resource = replica.kind.api_resource();
+    let source_api: Api<DynamicObject> =
+        Api::namespaced_with(source_client.clone(), from_namespace, &resource);
+    let target = Target {
+        reader: Api::namespaced_with(target_client.clone(), &ctx.namespace, &resource),
+        writer: Api::namespaced_with(writer_client.clone(), &ctx.namespace, &resource),
+        place: format!(
             "{kind} {name} in namespace {} of context {}",
             ctx.namespace, ctx.context
-        );
+        ),
+    };
+    let source_place =
+        format!("{kind} {name} in namespace {from_namespace} of context {from_context}");
 
-        // The peer's server gets the same time bound as reading the peer Comb.
-        let source = match tokio::time::timeout(PEER_READ_TIMEOUT, source_api.get(name)).await {
-            Ok(Ok(object)) => to_value(&object, &source_place)?,
-            Ok(Err(e)) => {
-                let error = describe_error(&e);
-                return Err(fail(format!(
-                    "reading {source_place}{reader} failed: {error}"
-                )));
-            }
-            Err(_) => {
-                let seconds = PEER_READ_TIMEOUT.as_secs();
-                return Err(fail(format!(
-                    "reading {source_place}{reader} failed: no answer within {seconds}s"
-                )));
-            }
-        };
-        check_replicable(&source, ctx, &source_place)?;
-        let desired = desired_copy(replica, &source, ctx, &origin(replica));
-        let live = target_api
+    // The peer's server gets the same time bound as reading the peer Comb.
+    let source = match tokio::time::timeout(PEER_READ_TIMEOUT, source_api.get(name)).await {
+        Ok(Ok(object)) => to_value(&object, &source_place)?,
+        Ok(Err(e)) => {
+            let error = describe_error(&e);
+            return Err(fail(format!(
+                "reading {source_place}{reader} failed: {error}"
+            )));
+        }
+        Err(_) => {
+            let seconds = PEER_READ_TIMEOUT.as_secs();
+            return Err(fail(format!(
+                "reading {source_place}{reader} failed: no answer within {seconds}s"
+            )));
+        }
+    };
+    let desired = desired_copy(replica, &source, ctx, &origin(replica));
+    if let Err(refusal) = check_replicable(&source, ctx, &source_place) {
+        return Err(remove_copy(&target, &desired, ctx, refusal).await);
+    }
+    let uid = write_copy(&target, &desired, ctx, name, &source_place).await?;
+    Ok(ManagedObject::new("v1", kind, Some(&ctx.namespace), name.clone()).with_uid(uid.as_deref()))
+}
+
+/// Where a copy goes: read as the context's own user, written as the Comb's writer.
+struct Target {
+    reader: Api<DynamicObject>,
+    writer: Api<DynamicObject>,
+    /// `Secret db-password in namespace team-a of context dev`, as messages name it.
+    place: String,
+}
+
+/// Writes the copy `desired` of `name` where `target` says, if it differs and whatever stands
+/// there is the Comb's; answers the copy's uid. A copy made meanwhile by someone else under the
+/// name is not taken over: the create fails, and what is there is decided on, a few times.
+async fn write_copy(
+    target: &Target,
+    desired: &Value,
+    ctx: &UpstreamContext,
+    name: &str,
+    source_place: &str,
+) -> Result<Option<String>> {
+    let failed = |e: kube::Error| {
+        Error::Replication(format!(
+            "writing {} failed: {}",
+            target.place,
+            describe_error(&e)
+        ))
+    };
+    // No resourceVersion: a write between the read and the apply costs no 409.
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for attempt in 1.. {
+        let live = target
+            .reader
             .get_opt(name)
             .await
             .map_err(|e| {
-                fail(format!(
-                    "reading {target_place} failed: {}",
+                Error::Replication(format!(
+                    "reading {} failed: {}",
+                    target.place,
                     describe_error(&e)
                 ))
             })?
-            .map(|object| to_value(&object, &target_place))
+            .map(|object| to_value(&object, &target.place))
             .transpose()?;
-        let write = plan_write(live.as_ref(), &desired, ctx, &target_place)?;
-        if write != Write::Keep {
-            // Names only: the content of a Secret never goes into a log line.
-            tracing::info!(kind, name, from = %source_place, to = %target_place, "replicating");
-        }
-        let written = match (write, &live) {
-            (Write::Keep, _) => Ok(()),
-            (Write::Apply, live) => {
-                let taken_over = match live {
-                    Some(live) => {
-                        take_over(&target_api, &writer_api, name, live, &target_place).await
-                    }
-                    None => Ok(()),
-                };
-                // No resourceVersion: a write between the read and the apply costs no 409.
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                match taken_over {
-                    Ok(()) => writer_api
-                        .patch(name, &params, &Patch::Apply(&desired))
-                        .await
-                        .map(drop),
-                    Err(error) => Err(error),
-                }
-            }
+        let uid = |object: &Value| {
+            object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string)
         };
-        written.map_err(|e| {
-            fail(format!(
-                "writing {target_place} failed: {}",
-                describe_error(&e)
-            ))
-        })?;
-        copied.push(ManagedObject {
-            api_version: "v1".to_string(),
-            kind: kind.to_string(),
-            namespace: Some(ctx.namespace.clone()),
-            name: name.clone(),
-        });
+        let write = plan_write(live.as_ref(), desired, ctx, &target.place)?;
+        let body = match (&write, &live) {
+            (Write::Keep, Some(live)) => return Ok(uid(live)),
+            (_, Some(live)) => {
+                take_over(&target.reader, &target.writer, name, live, &target.place)
+                    .await
+                    .map_err(failed)?;
+                same_object_only(desired, uid(live).as_deref())
+            }
+            (_, None) => create_only(desired),
+        };
+        // Names only: the content of a Secret never goes into a log line.
+        tracing::info!(
+            kind = desired["kind"].as_str(),
+            name,
+            from = %source_place,
+            to = %target.place,
+            "replicating"
+        );
+        match target
+            .writer
+            .patch(name, &params, &Patch::Apply(&body))
+            .await
+        {
+            Ok(written) => return Ok(written.metadata.uid),
+            // Made meanwhile under the name: decided again on what is there.
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_ATTEMPTS => {
+                tracing::debug!(place = %target.place, attempt, "the copy's name was taken meanwhile; deciding again");
+            }
+            Err(e) => return Err(failed(e)),
+        }
     }
-    Ok(copied)
+    Ok(None)
+}
+
+/// Removes the Comb's copy where `target` says, if there is one and it is the Comb's (its
+/// source is not replicable any more: a copy must not outlive the source's consent), and
+/// answers `refusal` saying so. An object there that is not the Comb's is left alone.
+async fn remove_copy(
+    target: &Target,
+    desired: &Value,
+    ctx: &UpstreamContext,
+    refusal: Error,
+) -> Error {
+    let name = desired["metadata"]["name"].as_str().unwrap_or_default();
+    let live = match target.reader.get_opt(name).await {
+        Ok(Some(object)) => to_value(&object, &target.place),
+        Ok(None) => return refusal,
+        Err(e) => {
+            return Error::Replication(format!(
+                "{refusal}; reading its copy, {}, failed: {}",
+                target.place,
+                describe_error(&e)
+            ));
+        }
+    };
+    let Ok(live) = live else {
+        return refusal;
+    };
+    let labelled = live
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(ctx.labels.name_label()))
+        .and_then(Value::as_str)
+        == Some(ctx.name.as_str());
+    if !labelled || !copy_ownership(&live, desired, ctx).is_owned() {
+        return refusal;
+    }
+    // Conditional on the copy decided on: not one made anew since.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: live
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match target.writer.delete(name, &params).await {
+        Ok(_) => {
+            tracing::info!(place = %target.place, "removed a copy whose source is not replicable");
+            Error::Replication(format!(
+                "{refusal}; its copy, {}, was removed",
+                target.place
+            ))
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => refusal,
+        Err(e) => Error::Replication(format!(
+            "{refusal}; removing its copy, {}, failed: {}",
+            target.place,
+            describe_error(&e)
+        )),
+    }
 }
 
 fn to_value(object: &DynamicObject, place: &str) -> Result<Value> {
@@ -467,6 +645,12 @@ mod tests {
             (
                 json!({"kind": "ConfigMap"}),
                 "K: a replicate entry of kind ConfigMap has no name",
+            ),
+            (
+                json!({"kind": "Secret", "name": "db-password?x=1"}),
+                "K: a replicate entry of kind Secret: 'db-password?x=1' is not a Kubernetes \
+                 object name (a DNS-1123 subdomain: lowercase letters, digits, - and ., \
+                 alphanumeric at both ends, at most 253 characters)",
             ),
         ];
         for (entry, message) in cases {
@@ -568,7 +752,11 @@ mod tests {
 
     #[test]
     fn writes_only_what_differs_and_never_someone_elses() {
-        let ctx = context();
+        let mut ctx = context();
+        ctx.record = vec![
+            ManagedObject::new("v1", "Secret", Some("platform"), "db-credentials")
+                .with_uid(Some("u-copy")),
+        ];
         let desired = secret_copy();
         let what = "Secret db-credentials in namespace platform of context dev";
         assert_eq!(
@@ -578,6 +766,7 @@ mod tests {
 
         let mut live = desired.clone();
         live["metadata"]["resourceVersion"] = json!("42");
+        live["metadata"]["uid"] = json!("u-copy");
         live["metadata"]["labels"]["extra"] = json!("kept");
         assert_eq!(
             plan_write(Some(&live), &desired, &ctx, what).unwrap(),
@@ -597,15 +786,34 @@ mod tests {
             Write::Apply
         );
 
+        // Someone else's Secret of that name, even one labelled as the Comb's: never written.
         let mut foreign = live.clone();
+        foreign["metadata"]["uid"] = json!("u-theirs");
         foreign["metadata"]["labels"] = json!({"team": "db"});
+        foreign["metadata"]["managedFields"] =
+            json!([{"manager": "kubectl-create", "operation": "Update"}]);
         let error = plan_write(Some(&foreign), &desired, &ctx, what).unwrap_err();
+        assert!(matches!(error, Error::NotOwned(_)));
         assert_eq!(
             error.to_string(),
-            "Secret db-credentials in namespace platform of context dev exists and is not this Comb's \
-             (it does not carry comb.internal/comb=db,comb.internal/comb-namespace=platform): \
-             remove or rename it, or stop replicating it"
+            "Secret db-credentials in namespace platform of context dev exists and is not this \
+             Comb's: the object comb made for this Comb is gone and this one was made since, by \
+             someone else (written by kubectl-create); comb leaves it untouched (to hand it to \
+             this Comb, annotate it comb.internal/adopt=platform/db)"
         );
         assert!(!error.to_string().contains("c2VjcmV0"));
+        let mut forged = live.clone();
+        forged["metadata"]["uid"] = json!("u-labelled");
+        ctx.record.clear();
+        assert!(matches!(
+            plan_write(Some(&forged), &desired, &ctx, what),
+            Err(Error::NotOwned(_))
+        ));
+        // Handed to the Comb by its owner: taken (as it stands, for it holds the copy already).
+        forged["metadata"]["annotations"]["comb.internal/adopt"] = json!("platform/db");
+        assert_eq!(
+            plan_write(Some(&forged), &desired, &ctx, what).unwrap(),
+            Write::Keep
+        );
     }
 }

@@ -103,15 +103,35 @@ pub struct UpstreamContext {
     pub managed_by: String,
     /// The federation's layers: name -> kube context, for `layer: NAME` (empty outside one).
     pub layers: BTreeMap<String, String>,
-    /// The user replication impersonates (its layer's `serviceAccount`,
-    /// `system:serviceaccount:<namespace>:<name>`), to read the source, so that the source
-    /// cluster's RBAC decides what may be copied, and to write the copies, as every write of
-    /// the Comb's resources; `None`: the contexts' own users. Peer Combs are read as the
-    /// context's own user (their status is what every Comb publishes).
+    /// The user the copies are written as in the Comb's own context (its layer's
+    /// `serviceAccount`, `system:serviceaccount:<namespace>:<name>`), as every write of the
+    /// Comb's resources; `None`: the context's own user.
     pub act_as: Option<String>,
+    /// Who reads the sources in the peer's cluster ([`SourceReader`]). Peer Combs are read as
+    /// the context's own user (their status is what every Comb publishes).
+    pub source_reader: SourceReader,
+    /// The Comb's `status.managedResources`: what it made or took, by uid, which says whether
+    /// a copy already in its namespace is its own ([`comb_api::ownership`]).
+    pub record: Vec<ManagedObject>,
     /// Peer Comb CRs as a watch holds them (the federation controller's layers): a K8s
     /// upstream asks here first and reads the API server only for a peer no watch covers.
     pub peers: Option<Arc<dyn PeerCombs>>,
+}
+
+/// Who replication reads a source as, in the source's cluster: never an identity derived from
+/// a namespace a Comb's author chose (a namespace of the same name in another cluster is
+/// another tenant's, and its service account that tenant's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SourceReader {
+    /// The source context's own user (the layer names no `serviceAccount`).
+    #[default]
+    Controller,
+    /// This user, the borrowing layer's fixed identity (`system:serviceaccount:NS:NAME`).
+    User(String),
+    /// No identity may read sources: the layer's `serviceAccount` names an account in each
+    /// Comb's own namespace, and nothing names one for the source's cluster. Says why and
+    /// what to set.
+    Unnamed(String),
 }
 
 /// Comb CRs a watch already holds, by kube context: what saves a borrowing step its read of
@@ -131,6 +151,7 @@ impl fmt::Debug for UpstreamContext {
             .field("group", &self.group)
             .field("layers", &self.layers)
             .field("act_as", &self.act_as)
+            .field("source_reader", &self.source_reader)
             .field("peers", &self.peers.is_some())
             .finish_non_exhaustive()
     }

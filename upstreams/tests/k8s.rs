@@ -72,6 +72,8 @@ impl Clusters {
             managed_by: "comb".into(),
             layers: BTreeMap::new(),
             act_as: None,
+            source_reader: comb_upstreams::SourceReader::Controller,
+            record: Vec::new(),
             peers: None,
         }
     }
@@ -316,12 +318,18 @@ async fn replication_copies_refreshes_and_never_overwrites_what_is_not_ours() ->
     }))?;
     prod_configs.create(&PostParams::default(), &config).await?;
 
-    let ctx = clusters.context("dev", "platform", "db");
+    let mut ctx = clusters.context("dev", "platform", "db");
     let upstream = K8s::new("prod").with_replicas(vec![
         Replica::secret("db-credentials"),
         Replica::config_map("db-config"),
     ]);
     let copied = upstream.replicate_into(&ctx).await?;
+    assert!(
+        copied.iter().all(|copy| copy.uid.is_some()),
+        "each copy with its uid, for the record: {copied:?}"
+    );
+    // What the Comb records, and the next step is asked with: the copies are its own.
+    ctx.record = copied.clone();
     let names: Vec<(&str, &str, Option<&str>, &str)> = copied
         .iter()
         .map(|r| {
@@ -418,9 +426,10 @@ async fn replication_copies_refreshes_and_never_overwrites_what_is_not_ours() ->
     let error = foreign.replicate_into(&other_ctx).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "ConfigMap db-config in namespace platform of context dev exists and is not this Comb's \
-         (it does not carry comb.internal/comb=cache,comb.internal/comb-namespace=platform): \
-         remove or rename it, or stop replicating it"
+        "ConfigMap db-config in namespace platform of context dev exists and is not this Comb's: \
+         it is labelled as another Comb's (comb.internal/comb=db, comb.internal/comb-namespace=\
+         platform) (written by comb); comb leaves it untouched (to hand it to this Comb, annotate \
+         it comb.internal/adopt=platform/cache)"
     );
     assert_eq!(
         dev_configs

@@ -33,9 +33,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
      Secrets only where the values name replication. Comb reads and writes them where copies
      land: the namespaces of a layer here that replicates (`borrow.replicate` of kind Secret, or
      an `allowUpstreams` entry with `replicate: true`). It reads them (get, by name) where copies
-     come from, when the source's context is here and the replicating layer has no
-     `serviceAccount` (with one, the source is read as that account, whose RBAC the source's
-     administrator grants): `borrow.namespace`, else the layer's own namespaces; an entry's
+     come from, when the source's context is here and the replicating layer names no account
+     (with `sourceServiceAccount` or a `serviceAccount`, the source is read as that fixed
+     account, whose RBAC the source's administrator grants): `borrow.namespace`, else the
+     layer's own namespaces; an entry's
      `namespaces`, else its layer's, else every namespace. `rbac.secretNamespaces` (read and
      write: Combs that deploy Secrets) and `rbac.secretReadNamespaces` (get: `requires.secrets`)
      add to what is derived. */}}
@@ -77,7 +78,7 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- $writeClusterWide = true -}}
 {{- end -}}
 {{- end -}}
-{{- if not $layer.serviceAccount -}}
+{{- if not (or $layer.serviceAccount $layer.sourceServiceAccount) -}}
 {{- if $borrowsSecrets -}}
 {{- $sourceContext := "" -}}
 {{- range $all -}}

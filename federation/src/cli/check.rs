@@ -140,9 +140,14 @@ pub struct Names<'a> {
     pub layers: &'a [&'a str],
 }
 
+/// Why the layer's borrow may not be used for the Comb `namespace/name` (it would reach outside
+/// its source layer, [`crate::config::Config::outside_the_source`]), if it may not.
+pub type BorrowRefusal<'a> = &'a dyn Fn(&str, &str) -> Option<String>;
+
 /// Combs that cannot work as written: a dependency that is not a Comb of the layer, an upstream
-/// whose context or layer does not exist, a build that failed. A Comb merely Pending is fine.
-fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
+/// whose context or layer does not exist, a borrow outside its source layer, a build that
+/// failed. A Comb merely Pending is fine.
+fn broken_combs(combs: &[Comb], names: &Names<'_>, borrow_refusal: BorrowRefusal) -> Vec<String> {
     let present: BTreeSet<CombKey> = combs
         .iter()
         .filter_map(|comb| {
@@ -185,14 +190,23 @@ fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
                 ));
             }
         }
+        let mut recorded = None;
         if let Some(ready) = comb.status.as_ref().and_then(|status| status.ready())
             && let Some(
                 reason @ (comb_api::Reason::BuildFailed | comb_api::Reason::UpstreamForbidden),
             ) = &ready.reason
         {
+            let message = ready.message.as_deref().unwrap_or_default();
+            recorded = Some(message);
+            problems.push(format!("{reason}: {message}"));
+        }
+        // What the controller says once it steps the Comb, said before it has.
+        if let Some(refusal) = borrow_refusal(namespace, name)
+            && recorded != Some(refusal.as_str())
+        {
             problems.push(format!(
-                "{reason}: {}",
-                ready.message.as_deref().unwrap_or_default()
+                "{}: {refusal}",
+                comb_api::Reason::UpstreamForbidden
             ));
         }
         broken.extend(
@@ -205,7 +219,12 @@ fn broken_combs(combs: &[Comb], names: &Names<'_>) -> Vec<String> {
 }
 
 /// The checks a layer's Combs answer without asking the cluster again.
-pub fn comb_checks(layer: &str, combs: &[Comb], names: &Names<'_>) -> Vec<Check> {
+pub fn comb_checks(
+    layer: &str,
+    combs: &[Comb],
+    names: &Names<'_>,
+    borrow_refusal: BorrowRefusal,
+) -> Vec<Check> {
     let cycles = dependency_cycles(combs);
     let loops = upstream_loops(combs);
     let on_fallback = on_fallback(combs);
@@ -236,7 +255,7 @@ pub fn comb_checks(layer: &str, combs: &[Comb], names: &Names<'_>) -> Vec<Check>
             Check::new("upstream loops", layer, Outcome::Failed, loops.join("; "))
         },
         spec_check(layer, combs),
-        match broken_combs(combs, names).as_slice() {
+        match broken_combs(combs, names, borrow_refusal).as_slice() {
             [] => Check::new(
                 "combs",
                 layer,
@@ -585,7 +604,13 @@ pub async fn run_checks(federation: &Federation) -> Vec<Check> {
         checks.push(crd_check(federation, layer).await);
         checks.push(permission_check(federation, layer).await);
         match federation.list_combs(layer, None).await {
-            Ok(combs) => checks.extend(comb_checks(&layer.name, &combs, &names)),
+            Ok(combs) => {
+                let config = &federation.config;
+                let refusal = |namespace: &str, name: &str| {
+                    config.controlling(layer, namespace, name).refusal
+                };
+                checks.extend(comb_checks(&layer.name, &combs, &names, &refusal));
+            }
             Err(error) => checks.push(Check::new(
                 "combs",
                 &layer.name,
@@ -621,7 +646,7 @@ pub fn run(global: &GlobalArgs, args: CheckArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn comb(name: &str, depends_on: &[&str], reason: Option<&str>) -> Comb {
         let mut value = json!({"metadata": {"name": name, "namespace": "platform"},
@@ -632,6 +657,10 @@ mod tests {
                  "message": "upstream K8s leads through more than 16 layers, a loop? via a, b"}]});
         }
         Comb::from_value(value).unwrap()
+    }
+
+    fn no_refusal(_: &str, _: &str) -> Option<String> {
+        None
     }
 
     fn names() -> Names<'static> {
@@ -652,7 +681,7 @@ mod tests {
             .unwrap(),
         );
         let fine = [comb("db", &[], None), pending];
-        let checks = comb_checks("prod", &fine, &names());
+        let checks = comb_checks("prod", &fine, &names(), &no_refusal);
         assert_eq!(checks[3].check, "combs");
         assert_eq!(checks[3].outcome, Outcome::Ok, "{checks:?}");
         assert_eq!(checks[3].detail, "2 Comb(s) can work as written");
@@ -688,7 +717,7 @@ mod tests {
             lost,
             forbidden,
         ];
-        let checks = comb_checks("prod", &broken, &names());
+        let checks = comb_checks("prod", &broken, &names(), &no_refusal);
         assert_eq!(checks[3].outcome, Outcome::Failed);
         assert_eq!(
             checks[3].detail,
@@ -703,14 +732,63 @@ mod tests {
         );
     }
 
+    /// Issue 31, attack 4: a borrow outside its source layer fails the check with the sentence
+    /// the status and the webhook say, before the controller has stepped the Comb, and once
+    /// (not twice) after it has recorded it.
+    #[test]
+    fn a_borrow_outside_its_source_layer_fails_the_combs_check() {
+        let config = crate::config::Config::from_yaml(
+            "layers:\n - {name: prod, context: prod, namespaces: [platform]}\n \
+             - {name: dev, context: dev, borrow: {from: prod, combs: [db]}}\n",
+            "comb.yaml",
+            None,
+        )
+        .unwrap();
+        let dev = config.layer("dev").unwrap();
+        let refusal =
+            |namespace: &str, name: &str| config.controlling(dev, namespace, name).refusal;
+        let sentence = "the borrow of layer dev names Comb billing/db in layer prod, which manages \
+                        namespaces platform only: a borrow stays inside the namespaces of the layer \
+                        it borrows from (set layers[1].borrow.namespace to one of them, or narrow \
+                        layers[1].namespaces)";
+        let in_billing = |status: Option<Value>| {
+            let mut comb =
+                Comb::from_value(json!({"metadata": {"name": "db", "namespace": "billing"},
+                                                   "spec": {"class": "Manifests"}}))
+                .unwrap();
+            comb.status = status.map(|status| serde_json::from_value(status).unwrap());
+            comb
+        };
+        let expected = format!("billing/db: UpstreamForbidden: {sentence}");
+        let unstepped = comb_checks("dev", &[in_billing(None)], &names(), &refusal);
+        assert_eq!(unstepped[3].outcome, Outcome::Failed);
+        assert_eq!(unstepped[3].detail, expected);
+        let recorded = in_billing(Some(json!({"phase": "Error", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "UpstreamForbidden", "message": sentence}]})));
+        let stepped = comb_checks("dev", &[recorded], &names(), &refusal);
+        assert_eq!(stepped[3].detail, expected);
+        let inside = Comb::from_value(json!({"metadata": {"name": "db", "namespace": "platform"},
+                                             "spec": {"class": "Manifests"}}))
+        .unwrap();
+        assert_eq!(
+            comb_checks("dev", &[inside], &names(), &refusal)[3].outcome,
+            Outcome::Ok
+        );
+    }
+
     #[test]
     fn a_spec_that_does_not_decode_fails_the_specs_check() {
-        let checks = comb_checks("prod", &[comb("fine", &[], None)], &names());
+        let checks = comb_checks("prod", &[comb("fine", &[], None)], &names(), &no_refusal);
         assert_eq!(checks[2].outcome, Outcome::Ok);
         let bad = Comb::from_value(json!({"metadata": {"name": "bad", "namespace": "apps"},
                                           "spec": {"class": 5}}))
         .unwrap();
-        let checks = comb_checks("prod", &[comb("fine", &[], None), bad], &names());
+        let checks = comb_checks(
+            "prod",
+            &[comb("fine", &[], None), bad],
+            &names(),
+            &no_refusal,
+        );
         assert_eq!(checks[2].outcome, Outcome::Failed);
         assert_eq!(
             checks[2].detail,
@@ -760,7 +838,7 @@ mod tests {
                  "message": "staging unhealthy for 30s (context unreachable); borrowing from prod"}]}))
             .unwrap(),
         );
-        let checks = comb_checks("dev", &[nats, comb("db", &[], None)], &names());
+        let checks = comb_checks("dev", &[nats, comb("db", &[], None)], &names(), &no_refusal);
         let last = checks.last().unwrap();
         assert_eq!(
             (last.check, last.outcome, last.detail.as_str()),
@@ -771,7 +849,7 @@ mod tests {
                  (context unreachable); borrowing from prod"
             )
         );
-        assert!(comb_checks("dev", &[comb("db", &[], None)], &names()).len() == 4);
+        assert!(comb_checks("dev", &[comb("db", &[], None)], &names(), &no_refusal).len() == 4);
     }
 
     #[test]
@@ -781,7 +859,7 @@ mod tests {
             comb("db", &[], None),
             comb("nats", &[], None),
         ];
-        let checks = comb_checks("prod", &fine, &names());
+        let checks = comb_checks("prod", &fine, &names(), &no_refusal);
         assert!(
             checks.iter().all(|check| check.outcome == Outcome::Ok),
             "{checks:?}"
@@ -793,7 +871,7 @@ mod tests {
             comb("b", &["platform/a"], Some("UpstreamLoop")),
             comb("c", &["c"], None),
         ];
-        let checks = comb_checks("dev", &tangled, &names());
+        let checks = comb_checks("dev", &tangled, &names(), &no_refusal);
         assert_eq!(checks[0].outcome, Outcome::Failed);
         assert_eq!(
             checks[0].detail,

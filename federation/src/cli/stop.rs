@@ -23,7 +23,12 @@ pub fn run(
     block_on(async {
         let federation = Federation::open(global)?;
         let opened = federation.open_comb(registry, &args.reference).await?;
-        let touched = stop(&opened.ops, opened.comb.context()).await?;
+        let touched = stop(
+            &opened.ops,
+            opened.comb.context(),
+            opened.comb.recorded_managed(),
+        )
+        .await?;
         print!(
             "{}",
             touched_lines(&opened.located.location.to_string(), "stopped", &touched)

@@ -74,9 +74,12 @@ pub struct Layer {
     pub allow_namespaces: Vec<String>,
     /// The cluster-scoped Kinds a Comb may write (none by default).
     pub allow_cluster_scoped: Vec<GroupKind>,
-    /// Whom comb impersonates for every write of a Comb's resources, and to read what a Comb
-    /// replicates; `None`: itself.
+    /// Whom comb impersonates for every write of a Comb's resources, and, when it names one
+    /// fixed account (`NAMESPACE/NAME`), to read what a Comb replicates; `None`: itself.
     pub service_account: Option<ServiceAccountRef>,
+    /// Whom comb impersonates to read what a Comb replicates, in the source's cluster
+    /// (`NAMESPACE/NAME`); `None`: the `service_account` when it is fixed.
+    pub source_service_account: Option<ServiceAccountRef>,
     /// Which upstreams a Comb's own `spec.upstream` may name besides a peer in its own context
     /// and namespace (none by default).
     pub allow_upstreams: Vec<AllowUpstream>,
@@ -394,6 +397,11 @@ impl Config {
                 else {
                     return self.controlling(layer, namespace, name);
                 };
+                if let Some(refusal) =
+                    self.outside_the_source(&source, layer, from, &namespace, name)
+                {
+                    return Controlling::refused(source, refusal);
+                }
                 let replicate = layer
                     .borrow
                     .as_ref()
@@ -431,17 +439,57 @@ impl Config {
     /// (reference §5.1, the first source): borrow from the peer, run locally, or no say.
     pub fn controlling(&self, layer: &Layer, namespace: &str, name: &str) -> Controlling {
         let decision = layer.borrow_decision(self, namespace, name);
+        let source = format!("the borrow of layer {}", layer.name);
+        if let BorrowDecision::Borrow {
+            from,
+            namespace: peer_namespace,
+            ..
+        } = &decision
+            && let Some(refusal) =
+                self.outside_the_source(&source, layer, from, peer_namespace, name)
+        {
+            return Controlling::refused(source, refusal);
+        }
         match decision.upstream_spec() {
-            Some(Some(spec)) => Controlling::new(
-                format!("the borrow of layer {}", layer.name),
-                UpstreamSpec::Declared(spec),
-            ),
+            Some(Some(spec)) => Controlling::new(source, UpstreamSpec::Declared(spec)),
             Some(None) => Controlling::new(
                 format!("borrow.local of layer {}", layer.name),
                 UpstreamSpec::Local,
             ),
             None => Controlling::none(),
         }
+    }
+
+    /// Why `source` (a borrow of `layer`) may not borrow the peer `peer_namespace/name` from
+    /// layer `from`: the namespace is not one `from` manages. A borrow stays inside its source
+    /// layer: the peer's namespace, given by `borrow.namespace` or the Comb's own, is where a
+    /// Comb's author may point it (a layer of every namespace lets anyone make a namespace of
+    /// any name), and outside `from`'s namespaces it reaches another tenant's Combs and
+    /// Secrets. `None` when it stays inside. The status, `comb check` and the webhook say this
+    /// sentence.
+    pub fn outside_the_source(
+        &self,
+        source: &str,
+        layer: &Layer,
+        from: &Layer,
+        peer_namespace: &str,
+        name: &str,
+    ) -> Option<String> {
+        if from.manages(peer_namespace) {
+            return None;
+        }
+        let index = self
+            .layers
+            .iter()
+            .position(|candidate| candidate.name == layer.name)
+            .unwrap_or(self.layers.len());
+        Some(format!(
+            "{source} names Comb {peer_namespace}/{name} in layer {}, which manages namespaces {} \
+             only: a borrow stays inside the namespaces of the layer it borrows from (set \
+             layers[{index}].borrow.namespace to one of them, or narrow layers[{index}].namespaces)",
+            from.name,
+            from.namespaces.as_deref().unwrap_or_default().join(", ")
+        ))
     }
 
     /// What the engine needs to borrow for the Combs of `layer`: the pool, the layer's context,
@@ -490,6 +538,7 @@ impl Config {
             allow_namespaces: layer.allow_namespaces.clone(),
             allow_cluster_scoped: layer.allow_cluster_scoped.clone(),
             service_account: layer.service_account.clone(),
+            source_service_account: layer.source_service_account.clone(),
             upstreams: UpstreamPolicy {
                 grants: layer
                     .allow_upstreams

@@ -49,6 +49,7 @@ pub struct RawLayer {
     pub allow_namespaces: Option<Vec<String>>,
     pub allow_cluster_scoped: Option<Vec<String>>,
     pub service_account: Option<String>,
+    pub source_service_account: Option<String>,
     pub allow_upstreams: Option<Vec<RawAllowUpstream>>,
 }
 

@@ -21,7 +21,7 @@ layers:
     stubs: [mailer]
   - name: dev
     context: dev
-    borrow: { from: staging, replicate: [{kind: Secret, name: db-credentials}] }
+    borrow: { from: staging, namespace: staging, replicate: [{kind: Secret, name: db-credentials}] }
 "#;
 
 fn parse(text: &str) -> Result<Config> {
@@ -435,7 +435,7 @@ layers:
         "comb.yaml: layers[0].namespaces: invalid type: string \"platform\", expected a sequence; \
          layers[1].colour: unknown field `colour`, expected one of `name`, `context`, `namespaces`, \
          `borrow`, `stubs`, `allowNamespaces`, `allowClusterScoped`, `serviceAccount`, \
-         `allowUpstreams`; \
+         `sourceServiceAccount`, `allowUpstreams`; \
          layers[1].stubs[1]: invalid type: integer `5`, expected a string; \
          layers[1].borrow.from: unknown layer \"stagin\" (layers: prod, dev); \
          maxUpstreamDepth: 'deep' is not a positive integer; resync: '60' has no unit; write e.g. 60s"
@@ -521,7 +521,7 @@ fn borrow_decisions() {
         .unwrap();
     assert_eq!(
         Value::Object(spec),
-        json!({"class": "K8s", "context": "prod", "namespace": "team", "name": "db",
+        json!({"class": "K8s", "context": "prod", "namespace": "staging", "name": "db",
                "replicate": [{"kind": "Secret", "name": "db-credentials"}]})
     );
     assert_eq!(BorrowDecision::Local.upstream_spec(), Some(None));
@@ -546,6 +546,112 @@ fn borrow_decisions() {
     assert!(staging.manages("staging"));
     assert!(!staging.manages("platform"));
     assert!(dev.manages("anything"));
+}
+
+/// Attack 4 of issue 31: dev (every namespace) borrows `db` from prod (namespace platform); a
+/// dev user makes a namespace `billing` (another tenant's in prod's cluster) and a Comb `db`
+/// there, whose peer would be prod's `billing/db`, read as billing's own account.
+const OUTSIDE: &str = r#"
+layers:
+  - {name: prod, context: prod, namespaces: [platform]}
+  - {name: billing, context: prod, namespaces: [billing]}
+  - name: dev
+    context: dev
+    serviceAccount: comb-writer
+    sourceServiceAccount: comb-system/dev-reader
+    borrow: {from: prod, combs: [db], replicate: [{kind: Secret, name: db-password}]}
+"#;
+
+#[test]
+fn a_borrow_stays_inside_its_source_layer() {
+    let config = parse(OUTSIDE).unwrap();
+    let dev = config.layer("dev").unwrap();
+    let refused = config.controlling(dev, "billing", "db");
+    assert_eq!(
+        refused.refusal.as_deref(),
+        Some(
+            "the borrow of layer dev names Comb billing/db in layer prod, which manages \
+             namespaces platform only: a borrow stays inside the namespaces of the layer it \
+             borrows from (set layers[2].borrow.namespace to one of them, or narrow \
+             layers[2].namespaces)"
+        )
+    );
+    assert!(!refused.answer.is_present(), "nothing of it is used");
+    let inside = config.controlling(dev, "platform", "db");
+    assert_eq!(inside.refusal, None);
+    assert!(inside.answer.is_present());
+    assert_eq!(
+        config.controlling(dev, "billing", "web").refusal,
+        None,
+        "not a borrower: the layer has no say"
+    );
+    // The source is read as the layer's fixed account, never billing's.
+    assert_eq!(
+        config.tenancy(dev).source_reader(),
+        comb_upstreams::SourceReader::User("system:serviceaccount:comb-system:dev-reader".into())
+    );
+    // A fallback along the chain is held to the same rule.
+    let chain = r#"
+layers:
+  - {name: prod, context: prod, namespaces: [platform]}
+  - {name: staging, context: staging, borrow: {from: prod, namespace: platform}}
+  - {name: dev, context: dev, borrow: {from: staging, fallback: [prod]}}
+"#;
+    let config = parse(chain).unwrap();
+    let dev = config.layer("dev").unwrap();
+    let prod = Candidate::Layer("prod".into());
+    assert_eq!(
+        config.controlling_on(dev, "team", "db", &prod).refusal,
+        None,
+        "staging's borrow.namespace takes it to platform"
+    );
+}
+
+#[test]
+fn a_configuration_that_would_leave_the_source_layer_is_refused() {
+    let cases = [
+        (
+            OUTSIDE.replace("    sourceServiceAccount: comb-system/dev-reader\n", ""),
+            "comb.yaml: layers[2].sourceServiceAccount: missing; the layer copies Secrets or \
+             ConfigMaps and writes as serviceAccount comb-writer, an account in each Comb's own \
+             namespace, which names no account in the source's cluster: name the account that \
+             reads copies there (NAMESPACE/NAME), or make serviceAccount NAMESPACE/NAME",
+        ),
+        (
+            OUTSIDE.replace("comb-system/dev-reader", "dev-reader"),
+            "comb.yaml: layers[2].sourceServiceAccount: 'dev-reader' names no namespace; write \
+             NAMESPACE/NAME, the account that reads copies in the source's cluster",
+        ),
+        (
+            OUTSIDE.replace(
+                "{from: prod, combs",
+                "{from: prod, namespace: billing, combs",
+            ),
+            "comb.yaml: layers[2].borrow.namespace: layer prod manages namespaces platform \
+             only, not billing; a borrow stays inside the namespaces of the layer it borrows from",
+        ),
+        (
+            OUTSIDE.replace("name: db-password}", "name: \"db-password?x=1\"}"),
+            "comb.yaml: layers[2].borrow.replicate[0].name: 'db-password?x=1' is not a \
+             Kubernetes object name (a DNS-1123 subdomain: lowercase letters, digits, - and ., \
+             alphanumeric at both ends, at most 253 characters)",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(&text), expected, "{text}");
+    }
+    // A fixed serviceAccount reads the sources itself.
+    let fixed = OUTSIDE
+        .replace("    sourceServiceAccount: comb-system/dev-reader\n", "")
+        .replace(
+            "serviceAccount: comb-writer",
+            "serviceAccount: comb-system/dev-writer",
+        );
+    let config = parse(&fixed).unwrap();
+    assert_eq!(
+        config.tenancy(config.layer("dev").unwrap()).source_reader(),
+        comb_upstreams::SourceReader::User("system:serviceaccount:comb-system:dev-writer".into())
+    );
 }
 
 #[test]

@@ -7,6 +7,9 @@ use std::num::NonZeroUsize;
 use std::path::Path;
 use std::time::Duration;
 
+use comb_api::names::{
+    is_dns1123_label as is_dns_label, is_dns1123_subdomain as is_dns_subdomain, object_name_problem,
+};
 use comb_api::{DEFAULT_GROUP, DEFAULT_PREFIX, is_label_value};
 
 use super::duration::parse_positive_duration;
@@ -177,9 +180,12 @@ fn layer_from_raw(index: usize, raw: RawLayer, problems: &mut Vec<Problem>) -> L
             .iter()
             .map(|entry| group_kind_from_raw(entry))
             .collect(),
-        service_account: raw
-            .service_account
-            .and_then(|text| service_account_from_raw(&key, &text, problems)),
+        service_account: raw.service_account.and_then(|text| {
+            service_account_from_raw(&format!("{key}.serviceAccount"), &text, problems)
+        }),
+        source_service_account: raw.source_service_account.and_then(|text| {
+            service_account_from_raw(&format!("{key}.sourceServiceAccount"), &text, problems)
+        }),
         allow_upstreams: raw
             .allow_upstreams
             .unwrap_or_default()
@@ -235,9 +241,9 @@ fn group_kind_from_raw(text: &str) -> GroupKind {
     }
 }
 
-/// `serviceAccount`: `NAME` (in each Comb's own namespace) or `NAMESPACE/NAME`.
+/// `serviceAccount` (at `key`): `NAME` (in each Comb's own namespace) or `NAMESPACE/NAME`.
 fn service_account_from_raw(
-    layer_key: &str,
+    key: &str,
     text: &str,
     problems: &mut Vec<Problem>,
 ) -> Option<ServiceAccountRef> {
@@ -252,7 +258,7 @@ fn service_account_from_raw(
         }),
         Some(_) => {
             problems.push(Problem::new(
-                format!("{layer_key}.serviceAccount"),
+                key,
                 format!(
                     "'{text}' has more than one '/'; write NAME (in each Comb's own namespace) or \
                      NAMESPACE/NAME"
@@ -388,11 +394,13 @@ fn borrow_from_raw(key: &str, mut raw: RawBorrow, problems: &mut Vec<Problem>) -
                 }
             };
             let name = item.name.filter(|name| !name.is_empty());
-            if name.is_none() {
-                problems.push(Problem::new(
+            match name.as_deref().map(|name| object_name_problem("", name)) {
+                None => problems.push(Problem::new(
                     format!("{key}.name"),
                     "missing; the name of the object to copy",
-                ));
+                )),
+                Some(Some(problem)) => problems.push(Problem::new(format!("{key}.name"), problem)),
+                Some(None) => {}
             }
             Some(Replicate {
                 kind: kind?,
@@ -533,13 +541,25 @@ fn check_layer<'a>(
             ));
         }
     }
-    if let Some(namespace) = &borrow.namespace
-        && !is_dns_label(namespace)
-    {
-        problems.push(Problem::new(
-            format!("{bkey}.namespace"),
-            format!("'{namespace}' is not a namespace name (a DNS-1123 label)"),
-        ));
+    if let Some(namespace) = &borrow.namespace {
+        if !is_dns_label(namespace) {
+            problems.push(Problem::new(
+                format!("{bkey}.namespace"),
+                format!("'{namespace}' is not a namespace name (a DNS-1123 label)"),
+            ));
+        } else if let Some(from) = config.layer(&borrow.from)
+            && !from.manages(namespace)
+        {
+            problems.push(Problem::new(
+                format!("{bkey}.namespace"),
+                format!(
+                    "layer {} manages namespaces {} only, not {namespace}; a borrow stays inside \
+                     the namespaces of the layer it borrows from",
+                    from.name,
+                    from.namespaces.as_deref().unwrap_or_default().join(", ")
+                ),
+            ));
+        }
     }
     check_patterns(&format!("{bkey}.combs"), &borrow.combs, problems);
     check_patterns(&format!("{bkey}.local"), &borrow.local, problems);
@@ -638,8 +658,14 @@ fn check_tenancy(key: &str, layer: &Layer, problems: &mut Vec<Problem>) {
             ));
         }
     }
-    if let Some(account) = &layer.service_account {
-        let akey = format!("{key}.serviceAccount");
+    for (account, akey) in [
+        (&layer.service_account, format!("{key}.serviceAccount")),
+        (
+            &layer.source_service_account,
+            format!("{key}.sourceServiceAccount"),
+        ),
+    ] {
+        let Some(account) = account else { continue };
         if let Some(namespace) = &account.namespace
             && !is_dns_label(namespace)
         {
@@ -657,6 +683,34 @@ fn check_tenancy(key: &str, layer: &Layer, problems: &mut Vec<Problem>) {
                 ),
             ));
         }
+    }
+    if let Some(account) = &layer.source_service_account
+        && account.namespace.is_none()
+    {
+        problems.push(Problem::new(
+            format!("{key}.sourceServiceAccount"),
+            format!(
+                "'{account}' names no namespace; write NAMESPACE/NAME, the account that reads \
+                 copies in the source's cluster"
+            ),
+        ));
+    }
+    // A source in another cluster must not be read as the account of a namespace a Comb's
+    // author chose: there, a namespace of that name may be another tenant's.
+    if layer.replicates()
+        && layer.source_service_account.is_none()
+        && let Some(account) = &layer.service_account
+        && account.namespace.is_none()
+    {
+        problems.push(Problem::new(
+            format!("{key}.sourceServiceAccount"),
+            format!(
+                "missing; the layer copies Secrets or ConfigMaps and writes as serviceAccount \
+                 {account}, an account in each Comb's own namespace, which names no account in \
+                 the source's cluster: name the account that reads copies there \
+                 (NAMESPACE/NAME), or make serviceAccount NAMESPACE/NAME"
+            ),
+        ));
     }
 }
 
@@ -891,19 +945,4 @@ pub fn check_contexts(config: &Config, contexts: &[KubeContext], origin: &str) -
             )
         })
     })
-}
-
-fn is_dns_label(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
-
-fn is_dns_subdomain(text: &str) -> bool {
-    text.len() <= 253 && text.split('.').all(is_dns_label)
 }

@@ -1,20 +1,25 @@
 //! Cleanup when a Comb CR is deleted (DESIGN.md §6, Deckhouse semantics): delete what the Comb
 //! recorded in `managedResources` and the objects of its `spec.orphanResources` kinds, but only
-//! namespaced objects that still carry its labels and are not marked keep, in the namespaces the
-//! layer's tenancy allows the Comb. Which objects may go is the rule prune follows too
-//! ([`delete_verdict`](crate::engine::prune::delete_verdict)), and each delete is conditional
-//! on the copy it was decided on. Everything deleted, kept or skipped is logged with the word
+//! namespaced objects that still carry its labels, are the Comb's by the ownership rule
+//! ([`comb_api::ownership`]: recorded with their uid, or handed to it with the adopt
+//! annotation; labels alone are what anyone who may label can put on an object) and are not
+//! marked keep, in the namespaces the layer's tenancy allows the Comb. Which objects may go is
+//! the rule prune follows too ([`delete_verdict`](crate::engine::prune::delete_verdict)), and
+//! each delete is conditional on the copy it was decided on. Everything deleted, kept or skipped is logged with the word
 //! `orphan`, so that `grep orphan` finds it.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use comb_api::names::{is_dns1123_label, is_dns1123_subdomain};
+use comb_api::ownership::Recorded;
 use comb_api::{Comb, LabelKeys, ManagedObject, OrphanResource};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
 use tracing::{info, warn};
 
 use crate::engine::deploy::{Deletion, delete_as_decided};
 use crate::engine::kube_ops::KubeOps;
+use crate::engine::ownership::recorded_in;
 use crate::engine::projection::{CombSelector, Projection};
 use crate::engine::prune::DeleteVerdict;
 use crate::engine::tenancy::Tenancy;
@@ -98,7 +103,7 @@ pub async fn cleanup(
         cleanup_recorded(ops, resource, keys, namespace, name, &mut report).await;
     }
     for orphan in comb.spec.orphan_resources.as_deref().unwrap_or_default() {
-        cleanup_kind(ops, orphan, keys, namespace, name, &mut report).await;
+        cleanup_kind(ops, orphan, keys, (namespace, name), &recorded, &mut report).await;
     }
     report
 }
@@ -148,22 +153,34 @@ async fn cleanup_recorded(
         namespace: Some(object_namespace.to_string()),
         ..resource.clone()
     };
-    act_on(ops, &target, &live, keys, namespace, name, report).await;
+    let recorded = Recorded::of_entry(resource);
+    act_on(
+        ops,
+        &target,
+        &live,
+        keys,
+        (namespace, name),
+        recorded,
+        report,
+    )
+    .await;
 }
 
-/// Deletes `target` as [`delete_as_decided`] decides on `live` (the copy read or listed), so
-/// that what is marked keep, not ours or changed since is decided on what the server has.
+/// Deletes `target` as [`delete_as_decided`] decides on `live` (the copy read or listed) for
+/// the Comb `namespace/name` whose record says `recorded` of it, so that what is marked keep,
+/// not ours or changed since is decided on what the server has.
 async fn act_on(
     ops: &KubeOps,
     target: &ManagedObject,
     live: &Projection,
     keys: &LabelKeys,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
+    recorded: Recorded<'_>,
     report: &mut CleanupReport,
 ) {
     let what = format!("{} {}", target.kind, target.name);
-    match delete_as_decided(ops, target, Cow::Borrowed(live), keys, namespace, name).await {
+    let copy = Cow::Borrowed(live);
+    match delete_as_decided(ops, target, copy, keys, namespace, name, recorded).await {
         Ok(Deletion::Deleted) => {
             info!(object = %what, "orphan: deleted {what}");
             report.deleted.push(what);
@@ -184,15 +201,31 @@ async fn act_on(
     }
 }
 
-/// The objects of one `spec.orphanResources` kind that carry the Comb's labels.
+/// The objects of one `spec.orphanResources` kind that carry the Comb's labels and are the
+/// Comb's (`record` is its `managedResources`): one that only carries the labels is left alone
+/// with a note, for labels are what anyone who may label an object can put on it.
 async fn cleanup_kind(
     ops: &KubeOps,
     orphan: &OrphanResource,
     keys: &LabelKeys,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
+    record: &[ManagedObject],
     report: &mut CleanupReport,
 ) {
+    let skipped = |why: &str| {
+        warn!(
+            kind = %orphan.kind,
+            version = %orphan.version,
+            "orphan: skipped kind {} {}: {why}",
+            orphan.version,
+            orphan.kind
+        );
+    };
+    // The kind and version go into discovery's request paths.
+    if let Some(problem) = orphan_kind_problem(orphan) {
+        skipped(&problem);
+        return;
+    }
     let served = match served_versions(ops, orphan).await {
         Ok(served) => served,
         Err(error) => {
@@ -201,13 +234,7 @@ async fn cleanup_kind(
         }
     };
     if served.is_empty() {
-        warn!(
-            kind = %orphan.kind,
-            version = %orphan.version,
-            "orphan: skipped kind {} {}: the cluster serves no such kind",
-            orphan.version,
-            orphan.kind
-        );
+        skipped("the cluster serves no such kind");
     }
     for (api_version, namespaced) in served {
         if !namespaced {
@@ -240,9 +267,41 @@ async fn cleanup_kind(
                 kind: orphan.kind.clone(),
                 namespace: Some(namespace.to_string()),
                 name: object.name.to_string(),
+                uid: None,
             };
-            act_on(ops, &target, &object, keys, namespace, name, report).await;
+            let recorded = recorded_in(record, &target);
+            act_on(
+                ops,
+                &target,
+                &object,
+                keys,
+                (namespace, name),
+                recorded,
+                report,
+            )
+            .await;
         }
+    }
+}
+
+/// Why `orphan` names no kind a cluster could serve: a version is `group/version` (a DNS
+/// subdomain, a DNS label) or a bare DNS label, a Kind letters and digits. `None` when it could.
+fn orphan_kind_problem(orphan: &OrphanResource) -> Option<String> {
+    let version_ok = match orphan.version.split_once('/') {
+        Some((group, version)) => is_dns1123_subdomain(group) && is_dns1123_label(version),
+        None => is_dns1123_label(&orphan.version),
+    };
+    let kind_ok = !orphan.kind.is_empty() && orphan.kind.bytes().all(|b| b.is_ascii_alphanumeric());
+    match (version_ok, kind_ok) {
+        (true, true) => None,
+        (false, _) => Some(format!(
+            "'{}' is not an API version (group/version or version)",
+            orphan.version
+        )),
+        (true, false) => Some(format!(
+            "'{}' is not a Kind (letters and digits)",
+            orphan.kind
+        )),
     }
 }
 
@@ -325,6 +384,24 @@ mod tests {
         );
         assert!(orphans_everything(&comb, "comb.internal"));
         assert!(!orphans_everything(&comb, "example.com"));
+    }
+
+    #[test]
+    fn orphan_kinds_are_checked_before_they_reach_a_path() {
+        let orphan = |kind: &str, version: &str| OrphanResource {
+            kind: kind.into(),
+            version: version.into(),
+        };
+        assert_eq!(orphan_kind_problem(&orphan("ConfigMap", "v1")), None);
+        assert_eq!(orphan_kind_problem(&orphan("Job", "batch/v1")), None);
+        assert_eq!(
+            orphan_kind_problem(&orphan("Job", "batch/v1?x=1")).as_deref(),
+            Some("'batch/v1?x=1' is not an API version (group/version or version)")
+        );
+        assert_eq!(
+            orphan_kind_problem(&orphan("Job/x", "v1")).as_deref(),
+            Some("'Job/x' is not a Kind (letters and digits)")
+        );
     }
 
     #[test]

@@ -304,6 +304,7 @@ mod tests {
                         kind: "Service".into(),
                         namespace: Some("platform".into()),
                         name: "web".into(),
+                        uid: None,
                     }])
                 }),
                 StatusChange::ManagedResources,

@@ -577,6 +577,7 @@ mod tests {
             kind: "Deployment".into(),
             namespace: Some("apps".into()),
             name: name.into(),
+            uid: None,
         }
     }
 

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use comb_api::{Comb, CombStatus, Endpoint, UpstreamSpec, is_label_value};
+use comb_api::{Comb, CombStatus, Endpoint, ManagedObject, UpstreamSpec, is_label_value};
 use serde_json::Value;
 
 use crate::engine::bridge::plan_bridge;
@@ -413,6 +413,12 @@ impl CombInstance {
     /// `status` of the CR: what the Comb last recorded. Reads nothing from a cluster.
     pub fn recorded_status(&self) -> Option<&CombStatus> {
         self.cr.status.as_ref()
+    }
+    /// The `managedResources` it last recorded: what is the Comb's ([`comb_api::ownership`]).
+    pub fn recorded_managed(&self) -> &[ManagedObject] {
+        self.recorded_status()
+            .map(CombStatus::managed)
+            .unwrap_or_default()
     }
     /// The class of the original when this Comb is a stub.
     pub fn stub_of(&self) -> Option<&str> {

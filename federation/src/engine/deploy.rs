@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use comb_api::ownership::{Ownership, Recorded};
 use comb_api::{LabelKeys, ManagedObject};
 use serde_json::Value;
 
@@ -10,6 +11,7 @@ use crate::engine::context::CombContext;
 use crate::engine::kinds::{ExistingTreatment, ScopeLookup, existing_treatment};
 use crate::engine::kube_ops::{CONFLICT_ATTEMPTS, KubeOps, is_conflict, unchanged_since};
 use crate::engine::observe::{LiveObjects, fetch_live};
+use crate::engine::ownership::{Claim, refusal, with_live_keep_marks};
 use crate::engine::projection::{Fingerprint, Projection, State};
 use crate::engine::prune::{
     DeleteVerdict, OrphanFate, PruneOutcome, PrunePlan, delete_verdict, plan_prune, union,
@@ -19,13 +21,18 @@ use crate::error::{Error, Result};
 
 /// Applies rendered items in manifest order and returns the stored objects.
 ///
-/// Writes only what changes: an item whose live object stands as its apply would leave it
+/// Writes only what is the Comb's and only what changes. Each item's object, where it exists,
+/// is the Comb's by its `record` (the Comb's `managedResources`) or an adoption
+/// ([`comb_api::ownership`]), or the deploy stops there with [`Error::NotOwned`] as its source,
+/// the object untouched. An item whose live object stands as its apply would leave it
 /// ([`unchanged`]) is not written at all; every other one is applied server-side
-/// ([`KubeOps::ensure`]), which leaves what other managers own alone: a restart's annotation
-/// (written by [`RESTART_MANAGER`](crate::engine::kube_ops::RESTART_MANAGER), so an update
-/// neither undoes a restart nor rolls the pods again), the deployment controller's revision.
-/// `live` is what the caller already read for these items (reconcile has read all of them);
-/// without it they are read here, one list per resource type and namespace.
+/// ([`KubeOps::ensure`], which makes a new object so that it cannot take over one made
+/// meanwhile), leaving what other managers own alone: a restart's annotation (written by
+/// [`RESTART_MANAGER`](crate::engine::kube_ops::RESTART_MANAGER), so an update neither undoes
+/// a restart nor rolls the pods again), the deployment controller's revision, and a keep mark
+/// someone put on the object ([`with_live_keep_marks`]). `live` is what the caller already read
+/// for these items (reconcile has read all of them); without it they are read here, one list
+/// per resource type and namespace.
 ///
 /// The first failure stops the deploy: later items are never tried, and the error
 /// ([`Error::Deploy`]) holds what was stored before it.
@@ -34,6 +41,7 @@ pub async fn deploy(
     ctx: &CombContext,
     items: &[RenderedItem],
     live: Option<&LiveObjects>,
+    record: &[ManagedObject],
 ) -> Result<Vec<Projection>> {
     let live = match live {
         Some(live) => Cow::Borrowed(live),
@@ -45,29 +53,53 @@ pub async fn deploy(
                         "reading the live objects failed: {}",
                         error.to_string().trim_end()
                     ),
-                    applied: 0,
+                    applied: Vec::new(),
+                    source: None,
                 })?,
         ),
     };
     let kept = [restart_path(ctx.settings.labels.restart_annotation())];
-    let mut applied = Vec::with_capacity(items.len());
+    let mut applied: Vec<Projection> = Vec::with_capacity(items.len());
     let mut unselected = Vec::new();
-    for (index, item) in items.iter().enumerate() {
-        let failed = |applied: &Vec<Projection>, what: &str, error: Error| Error::Deploy {
+    for (index, rendered) in items.iter().enumerate() {
+        let failed = |applied: &[Projection], what: &str, error: Error| Error::Deploy {
             message: format!(
                 "{what} {} {}: {}",
-                item.kind,
-                item.name,
+                rendered.kind,
+                rendered.name,
                 error.to_string().trim_end()
             ),
-            applied: applied.len(),
+            applied: stored_identities(&items[..applied.len()], applied),
+            source: Some(Box::new(error)),
         };
-        let resource = item.resource();
+        let resource = rendered.resource();
+        let claim = Claim::new(&ctx.namespace, &ctx.name, record, &resource);
         let mut live_object = live.get(index).and_then(Option::clone);
+        if let Some(object) = &live_object
+            && let Ownership::NotOwned(why) = claim.decide(object)
+        {
+            // Who wrote it is in the whole object only; the refusal is worth the read.
+            let whole = ops.get_whole(&resource).await.ok().flatten();
+            let keys = &ctx.settings.labels;
+            let refused = Error::NotOwned(refusal(&resource, &why, whole.as_ref(), keys, &claim));
+            return Err(failed(&applied, "ensure", refused));
+        }
+        // The keep marks on the object win over the manifest's own (ensure holds to that too,
+        // for an object it meets).
+        let kept_marks = live_object
+            .as_ref()
+            .and_then(|object| {
+                with_live_keep_marks(&rendered.manifest, object, &ctx.settings.labels)
+            })
+            .map(|manifest| RenderedItem {
+                manifest,
+                ..rendered.clone()
+            });
+        let item = kept_marks.as_ref().unwrap_or(rendered);
         if let Some(before) = &live_object
             && loses_its_selector(item, before)
         {
-            unselected.push(item);
+            unselected.push(rendered);
         }
         if let Some(object) = &live_object
             && unchanged_since_apply(item, object, ops.as_applied(&resource).as_ref())
@@ -93,7 +125,7 @@ pub async fn deploy(
                 let object = ops
                     .project(&item.api_version, &item.kind, &whole)
                     .map_err(|error| failed(&applied, "get", error))?;
-                if unchanged(item, &whole, &object) {
+                if unchanged(item, &whole, &object) && claim.decide(&object).is_owned() {
                     ops.stands_as_applied(&resource, &object, &item.digest);
                     applied.push(object);
                     continue;
@@ -103,7 +135,7 @@ pub async fn deploy(
         }
         let kept: &[Vec<String>] = if item.keeps_restarts() { &kept } else { &[] };
         let stored = ops
-            .ensure(&item.manifest, live_object.as_ref(), kept)
+            .ensure(&item.manifest, live_object.as_ref(), kept, &claim)
             .await
             .map_err(|error| failed(&applied, "ensure", error))?;
         ops.stands_as_applied(&resource, &stored, &item.digest);
@@ -119,6 +151,16 @@ pub async fn deploy(
         }
     }
     Ok(applied)
+}
+
+/// The identities of `items` recorded with the uids of their stored objects (`stored[i]` is
+/// `items[i]`'s): what a Comb's `managedResources` holds of what it wrote.
+pub fn stored_identities(items: &[RenderedItem], stored: &[Projection]) -> Vec<ManagedObject> {
+    items
+        .iter()
+        .zip(stored)
+        .map(|(item, object)| item.resource().with_uid(object.uid.as_deref()))
+        .collect()
 }
 
 /// The controllers that keep a Service's endpoints for its selector, by the label they put on
@@ -156,6 +198,7 @@ async fn forget_selected_endpoints(ops: &KubeOps, service: &RenderedItem) -> Res
         kind: kind.into(),
         namespace: namespace.clone(),
         name: name.into(),
+        uid: None,
     };
     // The Endpoints object first: the mirroring controller would mirror it again.
     let endpoints = object("v1", "Endpoints", &service.name);
@@ -303,7 +346,8 @@ pub enum Deletion {
 }
 
 /// Deletes `resource` if [`delete_verdict`] on `copy` (the watch's copy, a list's, a get's)
-/// says so for the Comb `namespace/name`, conditional on that copy ([`unchanged_since`]). When
+/// says so for the Comb `namespace/name`, whose record says `recorded` of it, conditional on
+/// that copy ([`unchanged_since`]). When
 /// the API server finds the object changed since (409 Conflict: relabelled, marked keep,
 /// replaced, or only its status moved), it is read again from the server and decided again,
 /// at most [`CONFLICT_ATTEMPTS`] times; an object that changes under every attempt fails with
@@ -315,9 +359,10 @@ pub async fn delete_as_decided(
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
+    recorded: Recorded<'_>,
 ) -> Result<Deletion> {
     delete_if(ops, resource, copy, |copy| {
-        delete_verdict(copy, keys, namespace, name)
+        delete_verdict(copy, keys, namespace, name, recorded)
     })
     .await
 }
@@ -377,7 +422,8 @@ fn conflicted_throughout(error: Error, resource: &ManagedObject) -> Error {
 /// Executes a prune plan (reference §6.7): per group one list with **both** labels; what the
 /// list finds is deleted (Background) as [`delete_as_decided`] decides on the listed copy (so
 /// an orphan marked keep stays, and one changed since is decided again), what it does not find
-/// is looked up to tell "lost our labels" (left alone, noted) from "gone". Cluster-scoped
+/// is looked up to tell "lost our labels" (left alone, noted) from "gone"; one that is not the
+/// Comb's by the ownership rule is left alone with a note saying whose it looks like. Cluster-scoped
 /// orphans were settled by the plan and are never looked up. Failures become notes and keep
 /// the orphan recorded for the next step.
 ///
@@ -393,13 +439,13 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
             Ok(true) => {}
             Ok(false) => {
                 for orphan in &group.orphans {
-                    outcome.record(orphan, OrphanFate::ClusterScoped, &selector);
+                    outcome.record(orphan, OrphanFate::ClusterScoped);
                 }
                 continue;
             }
             Err(error) => {
                 for orphan in &group.orphans {
-                    outcome.record(orphan, OrphanFate::Unchecked(error.to_string()), &selector);
+                    outcome.record(orphan, OrphanFate::Unchecked(error.to_string()));
                 }
                 continue;
             }
@@ -415,7 +461,7 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
         for orphan in &group.orphans {
             let found = match &listed {
                 Err(error) => {
-                    outcome.record(orphan, OrphanFate::Unchecked(error.to_string()), &selector);
+                    outcome.record(orphan, OrphanFate::Unchecked(error.to_string()));
                     continue;
                 }
                 Ok(objects) => objects.iter().find(|object| *object.name == orphan.name),
@@ -429,16 +475,19 @@ pub async fn prune(ops: &KubeOps, ctx: &CombContext, plan: &PrunePlan) -> PruneO
                         &ctx.settings.labels,
                         &ctx.namespace,
                         &ctx.name,
+                        Recorded::of_entry(orphan),
                     )
                     .await,
                 ),
                 // Any failure of the get counts as "does not exist", as in the reference.
                 None => match ops.get_opt(orphan).await {
-                    Ok(Some(_)) => OrphanFate::LostLabels,
+                    Ok(Some(_)) => {
+                        OrphanFate::LeftAlone(format!("it no longer carries {selector}"))
+                    }
                     Ok(None) | Err(_) => OrphanFate::Gone,
                 },
             };
-            outcome.record(orphan, fate, &selector);
+            outcome.record(orphan, fate);
         }
     }
     outcome
@@ -452,7 +501,7 @@ fn orphan_fate(deletion: Result<Deletion>) -> OrphanFate {
             OrphanFate::Gone
         }
         Ok(Deletion::Spared(DeleteVerdict::Keep(mark))) => OrphanFate::Kept(mark),
-        Ok(Deletion::Spared(DeleteVerdict::NotOurs(_))) => OrphanFate::LostLabels,
+        Ok(Deletion::Spared(DeleteVerdict::NotOurs(why))) => OrphanFate::LeftAlone(why),
         Err(error) => OrphanFate::DeleteFailed(error.to_string()),
     }
 }
@@ -472,11 +521,18 @@ pub enum Applied {
         managed: Vec<ManagedObject>,
         message: String,
     },
+    /// The deploy stopped at an object that is not the Comb's (`message` names it), which it
+    /// left untouched; nothing was pruned. `managed` as for [`Applied::Failed`].
+    NotOwned {
+        managed: Vec<ManagedObject>,
+        message: String,
+    },
 }
 
 /// Deploys `items` and, only when that succeeded, prunes `previous − desired` (reference §6.7,
-/// `_apply_and_prune`). `previous` is the recorded `managedResources`; `replicas` are objects
-/// the step wrote before (replicated from an upstream): desired and recorded like the items.
+/// `_apply_and_prune`). `previous` is the recorded `managedResources`, the record that also
+/// says what is the Comb's; `replicas` are objects the step wrote before (replicated from an
+/// upstream): desired and recorded like the items. The new record holds each object's uid.
 pub async fn apply_and_prune(
     ops: &KubeOps,
     ctx: &CombContext,
@@ -485,13 +541,12 @@ pub async fn apply_and_prune(
     replicas: &[ManagedObject],
     previous: &[ManagedObject],
 ) -> Applied {
-    let desired: Vec<ManagedObject> = items
-        .iter()
-        .map(RenderedItem::resource)
-        .chain(replicas.iter().cloned())
-        .collect();
-    match deploy(ops, ctx, items, live).await {
-        Ok(_) => {
+    match deploy(ops, ctx, items, live, previous).await {
+        Ok(stored) => {
+            let desired: Vec<ManagedObject> = stored_identities(items, &stored)
+                .into_iter()
+                .chain(replicas.iter().cloned())
+                .collect();
             let plan = plan_prune(previous, &desired, &ctx.settings.tenancy, &ctx.namespace);
             let outcome = prune(ops, ctx, &plan).await;
             Applied::Done {
@@ -499,16 +554,19 @@ pub async fn apply_and_prune(
                 notes: outcome.notes,
             }
         }
-        Err(Error::Deploy { message, applied }) => {
-            let stored: Vec<ManagedObject> = desired
-                .iter()
-                .take(applied)
-                .chain(replicas)
-                .cloned()
+        Err(Error::Deploy {
+            message,
+            applied,
+            source,
+        }) => {
+            let stored: Vec<ManagedObject> = applied
+                .into_iter()
+                .chain(replicas.iter().cloned())
                 .collect();
-            Applied::Failed {
-                managed: union(&stored, previous),
-                message,
+            let managed = union(&stored, previous);
+            match source.map(|source| *source) {
+                Some(Error::NotOwned(message)) => Applied::NotOwned { managed, message },
+                _ => Applied::Failed { managed, message },
             }
         }
         // deploy fails with Error::Deploy only; anything else is reported the same way.

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
+use comb_api::ownership::{Ownership, create_only, same_object_only};
 use comb_api::{Comb, CombAnswer, CombStatus, LabelKeys, ManagedObject};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -27,6 +28,7 @@ use crate::engine::cache::{AsApplied, ObjectCache, ReadLog, ReadSummary};
 // comb-api's, shared with the replication of upstreams.
 use crate::engine::class::PrerequisiteLookup;
 use crate::engine::kinds::{ExistingTreatment, KNOWN_KINDS, ScopeLookup, existing_treatment};
+use crate::engine::ownership::{Claim, refusal, with_live_keep_marks};
 pub use crate::engine::projection::STOP_MANAGER;
 use crate::engine::projection::{CombSelector, Fingerprint, Projection};
 use crate::engine::values::object_name;
@@ -387,8 +389,17 @@ impl KubeOps {
     }
 
     /// Server-side applies `manifest` as field manager [`FIELD_MANAGER`] (forced) and returns the
-    /// stored object. Never writes `status`. `live` is the object as last read, if the caller
-    /// has it; without it the apply creates or updates as the server finds it.
+    /// stored object, for the Comb of `claim` and only if the object is that Comb's
+    /// ([`comb_api::ownership`]). Never writes `status`. `live` is the object as last read, if
+    /// the caller has it; without it the apply creates the object or meets one.
+    ///
+    /// Ownership first: an object that exists (`live`, or one the create meets) and is not the
+    /// Comb's is left untouched, and the answer is [`Error::NotOwned`] naming it and who wrote
+    /// it. A new object is made by an apply that cannot take over an existing one
+    /// ([`create_only`]): one made meanwhile by someone else makes the create fail, and what is
+    /// there is read and decided on. An existing object the Comb's is applied to as that very
+    /// object ([`same_object_only`]): one deleted and made anew since it was decided on is
+    /// refused by the API server, not taken over.
     ///
     /// Applying leaves the fields other managers own alone (the deployment controller's revision
     /// annotation, the restart annotation [`RESTART_MANAGER`] writes, what the server defaulted),
@@ -416,27 +427,61 @@ impl KubeOps {
         manifest: &Value,
         live: Option<&Projection>,
         kept: &[Vec<String>],
+        claim: &Claim<'_>,
     ) -> Result<Projection> {
         let target = identity(manifest)?;
         let body = apply_body(manifest);
         // Whether a PVC or a Job exists decides what happens to it, so it is looked up.
-        let live = match live {
+        let mut live = match live {
             Some(live) => Some(live.clone()),
             None if existence_matters(&target) => self.get_opt(&target).await?,
             None => None,
         };
-        if let Some(live) = &live {
-            match existing_treatment(&target.api_version, &target.kind, live) {
-                ExistingTreatment::Keep => return Ok(live.clone()),
-                ExistingTreatment::Recreate => {
-                    return self.recreate(&target, live, &body).await;
-                }
-                ExistingTreatment::Replace => self.migrate(&target, live, kept).await?,
+        let mut attempts = 1;
+        let existing = loop {
+            if let Some(existing) = live {
+                break existing;
             }
+            match self
+                .apply_as(&target, &create_only(&body), FIELD_MANAGER)
+                .await
+            {
+                // Something stands under that name (made meanwhile, not labelled as the Comb's,
+                // or not in the watch's copy yet): what it is decides.
+                Err(error) if is_conflict(&error) && attempts < CONFLICT_ATTEMPTS => {
+                    attempts += 1;
+                    live = self.get_fresh(&target).await?;
+                }
+                other => return other,
+            }
+        };
+        if let Ownership::NotOwned(why) = claim.decide(&existing) {
+            // Who wrote it is in the whole object only; the refusal is worth the read.
+            let whole = self.get_whole(&target).await.ok().flatten();
+            return Err(Error::NotOwned(refusal(
+                &target,
+                &why,
+                whole.as_ref(),
+                self.keys(),
+                claim,
+            )));
         }
-        let applied = self.apply_as(&target, &body, FIELD_MANAGER).await?;
+        // The keep marks on the object win over the manifest's own.
+        let body = with_live_keep_marks(&body, &existing, self.keys()).unwrap_or(body);
+        match existing_treatment(&target.api_version, &target.kind, &existing) {
+            ExistingTreatment::Keep => return Ok(existing),
+            ExistingTreatment::Recreate => {
+                return self.recreate(&target, &existing, &body).await;
+            }
+            ExistingTreatment::Replace => self.migrate(&target, &existing, kept).await?,
+        }
+        let uid = existing.uid.as_deref();
+        let applied = self
+            .apply_as(&target, &same_object_only(&body, uid), FIELD_MANAGER)
+            .await?;
         if applied.managed.stopped {
-            return self.apply_as(&target, &bare(manifest), STOP_MANAGER).await;
+            let bare = same_object_only(&bare(manifest), applied.uid.as_deref());
+            return self.apply_as(&target, &bare, STOP_MANAGER).await;
         }
         Ok(applied)
     }
@@ -509,7 +554,8 @@ impl KubeOps {
 
     /// Deletes the object and creates it anew (a Job that failed or has not started, as
     /// `live` shows it: a Job that started since is not deleted, and the next step decides
-    /// again).
+    /// again). The create cannot take over an object someone made under the name in between
+    /// ([`create_only`]): the API server refuses it, and the next step decides on what is there.
     async fn recreate(
         &self,
         target: &ManagedObject,
@@ -517,35 +563,20 @@ impl KubeOps {
         body: &Value,
     ) -> Result<Projection> {
         self.delete(target, unchanged_since(live)).await?;
-        let request = format!("create {}", target.kind);
-        let api = self.object_api(Access::Write, &request, target).await?;
-        let mut object = from_value(&request, body)?;
-        // A manifest copied from a live object may carry one; the server refuses it on create.
-        object.metadata.resource_version = None;
-        let params = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PostParams::default()
-        };
-        let stored = api
-            .create(&params, &object)
+        self.apply_as(target, &create_only(body), FIELD_MANAGER)
             .await
-            .map_err(|error| match error {
-                kube::Error::Api(status)
-                    if status.code == 409 && status.reason == "AlreadyExists" =>
-                {
+            .map_err(|error| {
+                if is_conflict(&error) {
                     let still = format!(
-                        "{} {} still exists after its deletion",
+                        "{} {} exists again after its deletion (made anew by someone else, or not \
+                         gone yet); the next step decides again",
                         target.kind, target.name
                     );
-                    Error::request(&request, still)
+                    Error::request(format!("create {}", target.kind), still)
+                } else {
+                    error
                 }
-                error => Error::kube(&request, error),
-            })?;
-        self.project(
-            &target.api_version,
-            &target.kind,
-            &to_value(&request, &stored)?,
-        )
+            })
     }
 
     /// Deletes the object with propagation `Background`, so that dependents (a Job's pods) go
@@ -754,6 +785,7 @@ impl KubeOps {
             kind: kind.to_string(),
             namespace: Some(namespace.to_string()),
             name: name.to_string(),
+            uid: None,
         };
         Ok(self.get_opt(&resource).await?.is_some())
     }
@@ -830,6 +862,7 @@ fn identity(manifest: &Value) -> Result<ManagedObject> {
             kind: kind.to_string(),
             namespace: field("/metadata/namespace").map(str::to_string),
             name: name.to_string(),
+            uid: None,
         }),
         _ => Err(Error::request(
             format!("ensure {kind}"),
@@ -841,11 +874,6 @@ fn identity(manifest: &Value) -> Result<ManagedObject> {
 fn to_value(request: &str, object: &DynamicObject) -> Result<Value> {
     serde_json::to_value(object)
         .map_err(|error| Error::request(request, format!("the answer is not an object: {error}")))
-}
-
-fn from_value(request: &str, value: &Value) -> Result<DynamicObject> {
-    serde_json::from_value(value.clone())
-        .map_err(|error| Error::request(request, format!("the manifest is not an object: {error}")))
 }
 
 /// How often a conditional write is decided again on a fresh read when it meets a conflict

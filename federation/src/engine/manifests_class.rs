@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use comb_api::names::object_name_problem;
 use serde_json::{Map, Value};
 
 use crate::engine::class::{ClassRegistry, CombClass, PrerequisiteLookup};
@@ -163,8 +164,19 @@ impl CombClass for ManifestsClass {
                 ))),
             }
         };
+        // A Secret's or ConfigMap's name goes into the path of the request that looks it up.
+        let object_names = |key: &str| -> Result<Vec<String>> {
+            let listed = names(key)?;
+            match listed.iter().find_map(|name| object_name_problem("", name)) {
+                Some(problem) => Err(Error::class(format!(
+                    "{}: config.requires.{key}: {problem}",
+                    self.name()
+                ))),
+                None => Ok(listed),
+            }
+        };
         let mut missing = Vec::new();
-        for secret in names("secrets")? {
+        for secret in object_names("secrets")? {
             let exists = lookup
                 .secret_exists(&ctx.namespace, &secret)
                 .await
@@ -185,7 +197,7 @@ impl CombClass for ManifestsClass {
                 missing.push(format!("secret {secret}"));
             }
         }
-        for config_map in names("configMaps")? {
+        for config_map in object_names("configMaps")? {
             if !lookup
                 .config_map_exists(&ctx.namespace, &config_map)
                 .await?
@@ -336,6 +348,12 @@ mod tests {
             (
                 json!({"requires": {"config": [1]}}),
                 "Manifests: config.requires.config must be a list of names, got a plain scalar in it",
+            ),
+            (
+                json!({"requires": {"configMaps": ["settings?x=1"]}}),
+                "Manifests: config.requires.configMaps: 'settings?x=1' is not a Kubernetes object \
+                 name (a DNS-1123 subdomain: lowercase letters, digits, - and ., alphanumeric at \
+                 both ends, at most 253 characters)",
             ),
         ];
         for (config, message) in cases {

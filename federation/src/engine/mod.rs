@@ -42,6 +42,7 @@ pub mod live_status;
 pub mod manifests_class;
 pub mod observe;
 pub mod operations;
+pub mod ownership;
 pub mod projection;
 pub mod prune;
 pub mod reconcile;

@@ -1,6 +1,7 @@
 //! The operations on a Comb besides reconcile (reference §9): logs, restart, stop, describe,
 //! endpoint.
 
+use comb_api::ownership::Ownership;
 use comb_api::{Comb, CombEndpoint, CombStatus, Endpoint, ManagedObject};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -10,6 +11,7 @@ use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
 use crate::engine::kube_ops::{KubeOps, RESTART_MANAGER, STOP_MANAGER, same_object};
 use crate::engine::live_status::LiveStatus;
+use crate::engine::ownership::Claim;
 use crate::engine::values::object_name;
 use crate::error::{Error, Result};
 
@@ -220,8 +222,13 @@ enum Action {
 /// Restarts the Comb's workloads: Deployments, StatefulSets and DaemonSets get the restart
 /// annotation on their Pod template (their controllers roll the pods, and deploy leaves the
 /// annotation, written by its own field manager), Jobs are deleted with their pods. Returns `Kind/name` of each, kinds in that
-/// order, names sorted. CronJobs are left alone.
-pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
+/// order, names sorted. CronJobs are left alone, and so is an object that carries the Comb's
+/// labels but is not the Comb's by its `record` (its `managedResources`, the ownership rule).
+pub async fn restart(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    record: &[ManagedObject],
+) -> Result<Vec<String>> {
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
@@ -234,12 +241,17 @@ pub async fn restart(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
         ("apps/v1", "DaemonSet", &restart),
         ("batch/v1", "Job", &Action::Delete),
     ];
-    act_on_kinds(ops, ctx, &plan).await
+    act_on_kinds(ops, ctx, record, &plan).await
 }
 
 /// Stops the Comb: Deployments and StatefulSets scaled to 0, CronJobs suspended, Jobs deleted
-/// with their pods. DaemonSets are left alone. The next reconcile deploys the manifests again.
-pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
+/// with their pods. DaemonSets are left alone, and so is what is not the Comb's by its
+/// `record`. The next reconcile deploys the manifests again.
+pub async fn stop(
+    ops: &KubeOps,
+    ctx: &CombContext,
+    record: &[ManagedObject],
+) -> Result<Vec<String>> {
     let scale_to_zero = Action::Stop(json!({"spec": {"replicas": 0}}));
     let suspend = Action::Stop(json!({"spec": {"suspend": true}}));
     let plan = [
@@ -248,14 +260,17 @@ pub async fn stop(ops: &KubeOps, ctx: &CombContext) -> Result<Vec<String>> {
         ("batch/v1", "CronJob", &suspend),
         ("batch/v1", "Job", &Action::Delete),
     ];
-    act_on_kinds(ops, ctx, &plan).await
+    act_on_kinds(ops, ctx, record, &plan).await
 }
 
 /// One list per kind (the Comb's namespace, both labels), sorted by name, then the action on
-/// each object. The first failure fails the whole operation.
+/// each object that is the Comb's by `record` (labels alone are what anyone who may label can
+/// put on an object: such an object is left alone, and the log says so). The first failure
+/// fails the whole operation.
 async fn act_on_kinds(
     ops: &KubeOps,
     ctx: &CombContext,
+    record: &[ManagedObject],
     plan: &[(&str, &str, &Action)],
 ) -> Result<Vec<String>> {
     let selector = ctx.comb_selector();
@@ -272,7 +287,16 @@ async fn act_on_kinds(
                 kind: kind.to_string(),
                 namespace: Some(ctx.namespace.clone()),
                 name: name.to_string(),
+                uid: None,
             };
+            if let Ownership::NotOwned(why) =
+                Claim::new(&ctx.namespace, &ctx.name, record, &resource).decide(object)
+            {
+                let why = why.why(&ctx.settings.labels, &[]);
+                tracing::warn!(comb = %ctx.name, namespace = %ctx.namespace, %kind, %name, %why,
+                    "left alone: not this Comb's");
+                continue;
+            }
             match action {
                 Action::Restart(patch) => {
                     ops.merge_patch(&resource, patch, Some(RESTART_MANAGER))

@@ -13,7 +13,9 @@
 //!   the applied digest annotation, and per field manager whether it applied fields (comb's as
 //!   a [`Fingerprint`] of its set, to tell the set still stands);
 //! - prune and cleanup (`prune::delete_verdict`): the Comb's labels, the keep marks, whether it
-//!   is being deleted, and the uid and resourceVersion a delete is conditional on.
+//!   is being deleted, and the uid and resourceVersion a delete is conditional on;
+//! - the ownership rule (`comb_api::ownership`), before any write or delete of an object that
+//!   exists: its uid, the Comb's labels and the adoption annotation.
 //!
 //! Values are read as the reference (Perl) reads them (`replicas: "2"` is 2; `0`, `""` and
 //! `"0"` are false). A field the steps read that is present with a shape no such reading
@@ -23,6 +25,7 @@
 use std::hash::{Hash as _, Hasher as _};
 
 use comb_api::LabelKeys;
+use comb_api::ownership::Holder;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize as _;
 use serde_json::Value;
@@ -70,8 +73,10 @@ pub struct Projection {
     pub comb_namespace: Option<Box<str>>,
     /// The applied digest annotation.
     pub digest: Option<Fingerprint>,
-    /// The first keep mark it carries, in the order prune honours them.
-    pub keep: Option<Keep>,
+    /// The keep marks it carries.
+    pub keeps: Keeps,
+    /// The value of `<labelPrefix>adopt`: the Comb (`NAMESPACE/NAME`) its writer handed it to.
+    pub adopted_by: Option<Box<str>>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// The owner reference marked `controller`: its kind and name.
@@ -90,6 +95,13 @@ pub enum Keep {
     Comb,
     /// `helm.sh/resource-policy: keep`.
     Helm,
+}
+
+/// The keep marks an object carries: `<labelPrefix>keep: "true"`, [`HELM_KEEP`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Keeps {
+    pub comb: bool,
+    pub helm: bool,
 }
 
 /// What comb's field managers applied of an object's main resource (not of a subresource).
@@ -252,12 +264,9 @@ impl Projection {
                 .and_then(|annotations| annotations.get(key))
                 .map(String::as_str)
         };
-        let keep = if annotation(keys.keep_annotation()) == Some("true") {
-            Some(Keep::Comb)
-        } else if annotation(HELM_KEEP.0) == Some(HELM_KEEP.1) {
-            Some(Keep::Helm)
-        } else {
-            None
+        let keeps = Keeps {
+            comb: annotation(keys.keep_annotation()) == Some("true"),
+            helm: annotation(HELM_KEEP.0) == Some(HELM_KEEP.1),
         };
         let owners = metadata.owner_references.as_deref().unwrap_or_default();
         let controller = owners
@@ -329,13 +338,35 @@ impl Projection {
             comb: label(keys.name_label()),
             comb_namespace: label(keys.namespace_label()),
             digest: annotation(keys.digest_annotation()).map(Fingerprint::of),
-            keep,
+            keeps,
+            adopted_by: annotation(keys.adopt_annotation()).map(Box::from),
             deleting: metadata.deletion_timestamp.is_some(),
             controller,
             owned: !owners.is_empty(),
             managed: managed(&metadata),
             state,
         })
+    }
+
+    /// The first keep mark it carries, in the order prune honours them.
+    pub fn keep(&self) -> Option<Keep> {
+        if self.keeps.comb {
+            Some(Keep::Comb)
+        } else if self.keeps.helm {
+            Some(Keep::Helm)
+        } else {
+            None
+        }
+    }
+
+    /// What the ownership rule reads of it ([`comb_api::ownership`]).
+    pub fn holder(&self) -> Holder<'_> {
+        Holder {
+            uid: self.uid.as_deref(),
+            comb: self.comb.as_deref(),
+            comb_namespace: self.comb_namespace.as_deref(),
+            adopted_by: self.adopted_by.as_deref(),
+        }
     }
 
     /// Whether comb's field manager applied fields of it.
@@ -618,7 +649,8 @@ mod tests {
                 comb: Some("web".into()),
                 comb_namespace: Some("apps".into()),
                 digest: Some(Fingerprint::of("sha256:abc")),
-                keep: None,
+                keeps: Keeps::default(),
+                adopted_by: None,
                 deleting: false,
                 controller: None,
                 owned: false,
@@ -794,12 +826,21 @@ mod tests {
         };
         let kept = meta(json!({"annotations": {"comb.internal/keep": "true",
                                                "helm.sh/resource-policy": "keep"}}));
-        assert_eq!(kept.keep, Some(Keep::Comb));
+        assert_eq!(kept.keep(), Some(Keep::Comb));
+        assert_eq!(
+            kept.keeps,
+            Keeps {
+                comb: true,
+                helm: true
+            }
+        );
         let helm = meta(json!({"annotations": {"comb.internal/keep": "false",
                                                "helm.sh/resource-policy": "keep"}}));
-        assert_eq!(helm.keep, Some(Keep::Helm));
+        assert_eq!(helm.keep(), Some(Keep::Helm));
         let going = meta(json!({"deletionTimestamp": "2026-01-01T00:00:00Z"}));
-        assert!(going.deleting && going.keep.is_none() && going.digest.is_none());
+        assert!(going.deleting && going.keep().is_none() && going.digest.is_none());
+        let handed = meta(json!({"annotations": {"comb.internal/adopt": "apps/web"}}));
+        assert_eq!(handed.adopted_by.as_deref(), Some("apps/web"));
         let stopped = meta(json!({"managedFields": [
             {"manager": "comb", "operation": "Apply", "fieldsV1": {"f:spec": {}}},
             {"manager": "comb-stop", "operation": "Apply", "fieldsV1": {"f:spec": {}}},

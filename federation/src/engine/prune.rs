@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use comb_api::ownership::{Claimant, Ownership, Recorded, ownership};
 use comb_api::{LabelKeys, ManagedObject};
 
 use crate::engine::context::CombContext;
@@ -28,25 +29,31 @@ pub use crate::engine::projection::HELM_KEEP;
 /// so that a change in between (relabelled, marked keep, replaced) is decided again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeleteVerdict {
-    /// It carries both of the Comb's labels, is not marked keep and is not going yet.
+    /// It carries both of the Comb's labels, is the Comb's, is not marked keep and is not going
+    /// yet.
     Delete,
     /// Marked keep: left in place. Names the mark (`comb.internal/keep: "true"`).
     Keep(String),
-    /// Not the Comb's (any more): says why (`it no longer carries <selector>`).
+    /// Not the Comb's (any more): says why (`it no longer carries <selector>`, or whose it
+    /// looks like by the ownership rule).
     NotOurs(String),
     /// Being deleted already (a deletionTimestamp, finalizers pending).
     Deleting,
 }
 
-/// The verdict on `object` for the Comb `namespace/name`: ours only with both labels (a
-/// same-named Comb of another namespace may have applied it last); then the keep marks,
-/// `<labelPrefix>keep: "true"` and `helm.sh/resource-policy: keep`; then whether it is going
-/// already.
+/// The verdict on `object` for the Comb `namespace/name`, whose record says `recorded` of it:
+/// ours only with both labels (a same-named Comb of another namespace may have applied it
+/// last, and a person may take an object from its Comb by removing them) and by the ownership
+/// rule ([`comb_api::ownership`]: recorded with its uid, recorded by an older comb, or handed
+/// to the Comb; labels alone are what anyone who may label can put on an object); then the
+/// keep marks, `<labelPrefix>keep: "true"` and `helm.sh/resource-policy: keep`; then whether
+/// it is going already.
 pub fn delete_verdict(
     object: &Projection,
     keys: &LabelKeys,
     namespace: &str,
     name: &str,
+    recorded: Recorded,
 ) -> DeleteVerdict {
     if object.comb.as_deref() != Some(name) || object.comb_namespace.as_deref() != Some(namespace) {
         return DeleteVerdict::NotOurs(format!(
@@ -54,7 +61,11 @@ pub fn delete_verdict(
             keys.label_selector(name, namespace)
         ));
     }
-    match object.keep {
+    let claimant = Claimant { namespace, name };
+    if let Ownership::NotOwned(why) = ownership(&object.holder(), recorded, &claimant) {
+        return DeleteVerdict::NotOurs(why.why(keys, &[]));
+    }
+    match object.keep() {
         Some(Keep::Comb) => {
             return DeleteVerdict::Keep(format!("{}: \"true\"", keys.keep_annotation()));
         }
@@ -234,9 +245,9 @@ pub enum OrphanFate {
     /// Found with both labels; the delete failed with this message: kept for the next step.
     DeleteFailed(String),
     /// Not in the list, but it exists, or read again after its delete met a change: it lost
-    /// our labels (or another namespace's Comb applied it last). Left alone, dropped from the
-    /// record.
-    LostLabels,
+    /// our labels (or another namespace's Comb applied it last), or it is not the Comb's by the
+    /// ownership rule; the clause says why. Left alone, dropped from the record.
+    LeftAlone(String),
     /// Not in the list and gone (or already being deleted).
     Gone,
     /// Recorded with a namespace, but discovery says its Kind is cluster-scoped: left in place,
@@ -263,8 +274,8 @@ impl PruneOutcome {
         }
     }
 
-    /// Records what happened to `orphan`; `selector` is the Comb's label selector (both labels).
-    pub fn record(&mut self, orphan: &ManagedObject, fate: OrphanFate, selector: &str) {
+    /// Records what happened to `orphan`.
+    pub fn record(&mut self, orphan: &ManagedObject, fate: OrphanFate) {
         let (kind, name) = (&orphan.kind, &orphan.name);
         match fate {
             OrphanFate::Deleted | OrphanFate::Gone => {}
@@ -272,9 +283,9 @@ impl PruneOutcome {
             OrphanFate::Kept(mark) => self
                 .notes
                 .push(format!("left {kind} {name} in place: annotated {mark}")),
-            OrphanFate::LostLabels => self.notes.push(format!(
-                "left {kind} {name} alone: it no longer carries {selector}"
-            )),
+            OrphanFate::LeftAlone(why) => {
+                self.notes.push(format!("left {kind} {name} alone: {why}"))
+            }
             OrphanFate::DeleteFailed(message) => {
                 self.kept.push(orphan.clone());
                 self.notes.push(format!(
@@ -315,12 +326,7 @@ mod tests {
     use serde_json::{Value, json};
 
     fn res(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> ManagedObject {
-        ManagedObject {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: namespace.map(str::to_string),
-            name: name.into(),
-        }
+        ManagedObject::new(api_version, kind, namespace, name)
     }
 
     fn item(api_version: &str, kind: &str, name: &str) -> RenderedItem {
@@ -407,12 +413,45 @@ mod tests {
                     &Projection::of("v1", "Service", &object, &keys).unwrap(),
                     &keys,
                     "platform",
-                    "db"
+                    "db",
+                    Recorded::WithoutUid,
                 ),
                 expected,
                 "{object}"
             );
         }
+        // Labels alone do not make it the Comb's: the record, or an adoption, does.
+        let mut labelled = object(ours.clone(), json!({}), false);
+        labelled["metadata"]["uid"] = json!("u-1");
+        let verdict = |object: &Value, recorded: Recorded| {
+            delete_verdict(
+                &Projection::of("v1", "ConfigMap", object, &keys).unwrap(),
+                &keys,
+                "platform",
+                "db",
+                recorded,
+            )
+        };
+        assert_eq!(
+            verdict(&labelled, Recorded::Uid("u-1")),
+            DeleteVerdict::Delete
+        );
+        assert_eq!(
+            verdict(&labelled, Recorded::No),
+            DeleteVerdict::NotOurs(
+                "it carries this Comb's labels, but comb has no record of making it for this \
+                 Comb, and labels alone do not make it so"
+                    .into()
+            ),
+            "labelled by someone who may label (spec.orphanResources)"
+        );
+        assert!(matches!(
+            verdict(&labelled, Recorded::Uid("u-0")),
+            DeleteVerdict::NotOurs(_)
+        ));
+        let mut handed = labelled.clone();
+        handed["metadata"]["annotations"] = json!({"comb.internal/adopt": "platform/db"});
+        assert_eq!(verdict(&handed, Recorded::No), DeleteVerdict::Delete);
     }
 
     #[test]
@@ -598,7 +637,6 @@ mod tests {
             &Tenancy::default(),
             "platform",
         );
-        let selector = "comb.internal/comb=nats,comb.internal/comb-namespace=platform";
         let mut outcome = PruneOutcome::new(&plan);
         let fates = [
             ("deleted", OrphanFate::Deleted),
@@ -608,7 +646,13 @@ mod tests {
                     "Kubernetes API error (delete Service): 500 boom\n".into(),
                 ),
             ),
-            ("relabelled", OrphanFate::LostLabels),
+            (
+                "relabelled",
+                OrphanFate::LeftAlone(
+                    "it no longer carries comb.internal/comb=nats,comb.internal/comb-namespace=platform"
+                        .into(),
+                ),
+            ),
             ("gone", OrphanFate::Gone),
             (
                 "kept",
@@ -627,7 +671,7 @@ mod tests {
                     .unwrap()
                     .1
                     .clone();
-                outcome.record(orphan, fate, selector);
+                outcome.record(orphan, fate);
             }
         }
         assert_eq!(

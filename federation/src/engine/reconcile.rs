@@ -11,6 +11,7 @@ use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
+use comb_api::ownership::Ownership;
 use comb_api::{
     CONFIG_READY, Comb, CombStatus, ConditionStatus, DEPENDENCIES_READY, ManagedObject,
     NO_RESOURCE_RECONCILIATION, Phase, Reason,
@@ -22,13 +23,18 @@ use jiff::Timestamp;
 pub use crate::engine::borrow::UpstreamResolution;
 use crate::engine::borrow::{Borrowing, FallbackState, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
+use crate::engine::context::CombContext;
 use crate::engine::deploy::{Applied, apply_and_prune};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{LiveObjects, observe_local};
-use crate::engine::prune::{changed_items, record_differs};
-use crate::engine::render::RenderedItem;
-use crate::engine::status::{Established, StepRecord, Verdict, build_status, rebuild_status};
+use crate::engine::ownership::Claim;
+use crate::engine::prune::{changed_items, record_differs, union};
+use crate::engine::render::{RenderedItem, identified};
+use crate::engine::status::{
+    Established, ResourceKey, StepRecord, Verdict, build_status, rebuild_status,
+};
+use crate::engine::tenancy::endpoint_refusals;
 use crate::engine::values::{clean_message, panic_message};
 
 /// What the caller found of a Comb's dependencies before its step (reference §6.3): the step
@@ -477,6 +483,9 @@ impl Step<'_> {
                 .apply(r, &items, Some(&live), &[], Established::Local, verdict)
                 .await;
         }
+        // What an older comb recorded without uids is recorded with them once it is found the
+        // Comb's (the upgrade, docs/adr/0004-ownership.md): from then on the record alone says.
+        r.managed = with_found_uids(self.previous_managed(), &items, &live, ctx);
         r.established = Some(Established::Local);
         r.finish(verdict.0, verdict.1, verdict.2);
         ControlFlow::Break(())
@@ -510,12 +519,28 @@ impl Step<'_> {
         let replicas = match upstream.replicate_into(ctx).await {
             Ok(replicas) => replicas,
             Err(error) => {
-                let message = format!(
-                    "replicating from {} failed: {}",
-                    observed.label(),
-                    clean_message(&error.to_string())
-                );
-                r.finish(Phase::Error, Reason::ReplicationFailed, message);
+                // Copies written before the failure are the Comb's: recorded, with their
+                // uids, beside what was recorded before, as a deploy that stopped half-way
+                // records what it stored.
+                let (made, error) = error.split_made();
+                if !made.is_empty() {
+                    r.managed = Some(union(&made, self.previous_managed()));
+                }
+                let (reason, message) = match error {
+                    // An object of a copy's name that is someone else's: left untouched, named.
+                    comb_upstreams::Error::NotOwned(message) => {
+                        (Reason::ResourceNotOwned, clean_message(&message))
+                    }
+                    error => (
+                        Reason::ReplicationFailed,
+                        format!(
+                            "replicating from {} failed: {}",
+                            observed.label(),
+                            clean_message(&error.to_string())
+                        ),
+                    ),
+                };
+                r.finish(Phase::Error, reason, message);
                 return ControlFlow::Break(());
             }
         };
@@ -541,10 +566,11 @@ impl Step<'_> {
     /// has written anything, as Error / `ManifestForbidden` naming each refused item.
     fn permitted(&self, r: &mut StepRecord, items: &[RenderedItem]) -> ControlFlow<()> {
         let tenancy = &self.comb.settings().tenancy;
-        let refusals = tenancy.refusals(
+        let mut refusals = tenancy.refusals(
             items.iter().map(RenderedItem::resource),
             self.comb.namespace(),
         );
+        refusals.extend(endpoint_refusals(&identified(items)));
         if refusals.is_empty() {
             return ControlFlow::Continue(());
         }
@@ -576,6 +602,12 @@ impl Step<'_> {
                 r.finish(phase, reason, message);
                 r.notes = notes;
             }
+            Applied::NotOwned { managed, message } => {
+                r.managed = Some(managed);
+                // As a failed deploy: the upstream path has established, the local one not.
+                r.established = (established == Established::Upstream).then_some(established);
+                r.finish(Phase::Error, Reason::ResourceNotOwned, message);
+            }
             Applied::Failed { managed, message } => {
                 r.managed = Some(managed);
                 // The upstream path has established even when its bridge failed; the local
@@ -594,6 +626,45 @@ impl Step<'_> {
     fn previous_managed(&self) -> &[ManagedObject] {
         self.previous.map(CombStatus::managed).unwrap_or_default()
     }
+}
+
+/// `record` with the uid of each entry an older comb recorded without one, where the live
+/// object of that identity is the Comb's by that record ([`Ownership::RecordedBefore`]: both of
+/// its labels); `None` when no entry gains one (the record stays as it is, and nothing is
+/// written for it).
+fn with_found_uids(
+    record: &[ManagedObject],
+    items: &[RenderedItem],
+    live: &LiveObjects,
+    ctx: &CombContext,
+) -> Option<Vec<ManagedObject>> {
+    let mut found = false;
+    let updated = record
+        .iter()
+        .map(|entry| {
+            if entry.uid.is_some() {
+                return entry.clone();
+            }
+            let key = ResourceKey::of(entry);
+            let owned = items
+                .iter()
+                .zip(live)
+                .find(|(item, _)| ResourceKey::of(&item.resource()) == key)
+                .and_then(|(item, object)| {
+                    let object = object.as_ref()?;
+                    let claim = Claim::new(&ctx.namespace, &ctx.name, record, &item.resource());
+                    (claim.decide(object) == Ownership::RecordedBefore).then_some(object)
+                });
+            match owned.and_then(|object| object.uid.as_deref()) {
+                Some(uid) => {
+                    found = true;
+                    entry.clone().with_uid(Some(uid))
+                }
+                None => entry.clone(),
+            }
+        })
+        .collect();
+    found.then_some(updated)
 }
 
 /// The problem of one dependency, if it has one.

@@ -4,6 +4,7 @@
 //! [`RenderedItem`]: the object to apply (labelled, namespaced, apiVersion filled, digest
 //! annotation set) and the record reconcile, prune and status work with.
 
+use comb_api::names::{namespace_problem, object_name_problem};
 use comb_api::{ManagedObject, group_of};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -59,6 +60,7 @@ impl RenderedItem {
             kind: self.kind.clone(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
+            uid: None,
         }
     }
 
@@ -113,6 +115,10 @@ pub fn render_manifest(
         }
     };
     let group = group_of(&api_version).to_string();
+    // The name goes into the path of every request about the object.
+    if let Some(problem) = object_name_problem(&group, &name) {
+        return Err(fail(format!("manifest {kind} {name}: the name {problem}")));
+    }
 
     let templates = workload_templates(&group, &kind);
     for path in templates.unwrap_or_default() {
@@ -126,6 +132,11 @@ pub fn render_manifest(
         let namespace = non_empty_str(object.get("metadata").and_then(|m| m.get("namespace")))
             .unwrap_or(&ctx.namespace)
             .to_string();
+        if let Some(problem) = namespace_problem(&namespace) {
+            return Err(fail(format!(
+                "manifest {kind} {name}: the namespace {problem}"
+            )));
+        }
         update_object(&mut object, "metadata", |metadata| {
             metadata.insert("namespace".into(), Value::String(namespace.clone()));
         });
@@ -214,6 +225,17 @@ fn merge_labels(object: &mut Map<String, Value>, labels: &BTreeMap<String, Strin
             }
         })
     });
+}
+
+/// The rendered items as the tenancy's [`endpoint_refusals`] reads them: each identity with
+/// its manifest, in manifest order.
+///
+/// [`endpoint_refusals`]: crate::engine::tenancy::endpoint_refusals
+pub fn identified(items: &[RenderedItem]) -> Vec<(ManagedObject, &Value)> {
+    items
+        .iter()
+        .map(|item| (item.resource(), &item.manifest))
+        .collect()
 }
 
 #[cfg(test)]
@@ -556,6 +578,19 @@ mod tests {
             (
                 json!({"kind": "Widget", "metadata": {"name": "w"}}),
                 "NATS: manifest Widget has no apiVersion, and Widget is no Kind comb knows",
+            ),
+            // Names go into request paths: `db-password?x=1` would be read as `db-password`.
+            (
+                json!({"kind": "Secret", "metadata": {"name": "db-password?x=1"}}),
+                "NATS: manifest Secret db-password?x=1: the name 'db-password?x=1' is not a \
+                 Kubernetes object name (a DNS-1123 subdomain: lowercase letters, digits, - and \
+                 ., alphanumeric at both ends, at most 253 characters)",
+            ),
+            (
+                json!({"kind": "Secret", "metadata": {"name": "s", "namespace": "../kube-system"}}),
+                "NATS: manifest Secret s: the namespace '../kube-system' is not a namespace name \
+                 (a DNS-1123 label: lowercase letters, digits and -, alphanumeric at both ends, at \
+                 most 63 characters)",
             ),
         ];
         for (manifest, message) in cases {

@@ -301,6 +301,7 @@ mod tests {
             kind: "Service".into(),
             namespace: Some("platform".into()),
             name: name.into(),
+            uid: None,
         }
     }
 

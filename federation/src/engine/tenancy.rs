@@ -11,6 +11,12 @@
 //! there, only where the layer's `allowUpstreams` says ([`Tenancy::upstream_refusal`]). The
 //! layer's own `borrow` and a class's `upstream` (the library user's code) are trusted.
 //!
+//! A Static upstream reads nothing, but its bridge writes: the Services its `endpoints[].service`
+//! names and their EndpointSlices are the Comb's manifests like any other, held to this tenancy,
+//! to [`endpoint_refusals`] (endpoints only for a Service the Comb renders itself, before them)
+//! and to the ownership rule at the apply (a Service that is not the Comb's is never relabelled,
+//! re-selected or given endpoints: the pattern of CVE-2021-25740).
+//!
 //! The default is the safe one (own namespace, no cluster-scoped Kind, no upstream outside the
 //! Comb's own context and namespace), also for an engine used without a layer: whoever may
 //! create a Comb must not get the controller's rights with it.
@@ -18,7 +24,8 @@
 use std::fmt;
 
 use comb_api::ManagedObject;
-use comb_upstreams::{PeerReads, Reads};
+use comb_upstreams::{PeerReads, Reads, SourceReader};
+use serde_json::Value;
 
 use crate::engine::kinds::builtin_kind;
 
@@ -62,7 +69,8 @@ pub struct ServiceAccountRef {
 
 impl ServiceAccountRef {
     /// The user the API server knows the service account as, for a Comb in `comb_namespace`
-    /// (`system:serviceaccount:<namespace>:<name>`).
+    /// (`system:serviceaccount:<namespace>:<name>`). A fixed `NAMESPACE/NAME` is the same user
+    /// for every Comb, and in every cluster.
     pub fn user(&self, comb_namespace: &str) -> String {
         format!(
             "system:serviceaccount:{}:{}",
@@ -80,6 +88,53 @@ impl fmt::Display for ServiceAccountRef {
             None => write!(f, "{}", self.name),
         }
     }
+}
+
+/// The label by which an EndpointSlice names the Service whose endpoints it holds: kube-proxy
+/// sends that Service's traffic to its addresses.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The Service whose traffic the object `item` (`manifest` as rendered) feeds, if it feeds
+/// one: an EndpointSlice names it by its [`SERVICE_NAME_LABEL`], an Endpoints object by its own
+/// name (the mirroring controller copies it into a slice of that Service).
+fn fed_service<'a>(item: &'a ManagedObject, manifest: &'a Value) -> Option<&'a str> {
+    match (item.group(), item.kind.as_str()) {
+        ("discovery.k8s.io", "EndpointSlice") => manifest
+            .pointer("/metadata/labels")
+            .and_then(|labels| labels.get(SERVICE_NAME_LABEL))
+            .and_then(Value::as_str),
+        ("", "Endpoints") => Some(item.name.as_str()),
+        _ => None,
+    }
+}
+
+/// Why the rendered `items` (identities with their manifests, in manifest order) may not be
+/// written: an EndpointSlice or Endpoints object that feeds a Service the Comb does not render
+/// itself before it. Endpoints are where a Service's traffic goes, so whoever may write them
+/// for a Service that is not theirs takes its traffic (CVE-2021-25740); a Comb gives them only
+/// to its own Services, and its deploy, in manifest order, has applied such a Service (and so
+/// found it the Comb's) before it writes their endpoints. Empty when every item may go.
+pub fn endpoint_refusals(items: &[(ManagedObject, &Value)]) -> Vec<String> {
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(index, (item, manifest))| {
+            let service = fed_service(item, manifest)?;
+            let rendered_before = items[..index].iter().any(|(before, _)| {
+                before.group().is_empty()
+                    && before.kind == "Service"
+                    && before.name == service
+                    && before.namespace == item.namespace
+            });
+            (!rendered_before).then(|| {
+                format!(
+                    "{} {} gives endpoints to Service {service}, which this Comb does not render \
+                     before it; a Comb gives endpoints only to its own Services",
+                    item.kind, item.name
+                )
+            })
+        })
+        .collect()
 }
 
 /// Who set a tenancy, as refusals name it and the setting that would allow more.
@@ -171,8 +226,10 @@ pub struct Tenancy {
     /// Whom writes of a Comb's resources impersonate; `None`: the controller itself. The engine
     /// writes through the [`KubeOps`](crate::engine::kube_ops::KubeOps) it is given, so the
     /// caller hands it one that writes as [`Tenancy::writer`] (the controller does).
-    /// Replication reads its sources as this identity too.
     pub service_account: Option<ServiceAccountRef>,
+    /// Whom replication reads sources as in the source's cluster (a `NAMESPACE/NAME`); `None`:
+    /// the `service_account` when it is fixed ([`Tenancy::source_reader`]).
+    pub source_service_account: Option<ServiceAccountRef>,
     /// Which upstreams a Comb's own `spec.upstream` may name.
     pub upstreams: UpstreamPolicy,
 }
@@ -252,6 +309,30 @@ impl Tenancy {
         self.service_account
             .as_ref()
             .map(|account| account.user(comb_namespace))
+    }
+
+    /// Whom replication reads sources as, in the source's cluster: the layer's
+    /// `sourceServiceAccount`, else its `serviceAccount` when that names one fixed account
+    /// (`NAMESPACE/NAME`), else the controller when the layer names no account at all. An
+    /// account "in each Comb's own namespace" is never used there: the namespace is the Comb's
+    /// author's choice, and a namespace of that name in the source's cluster may be another
+    /// tenant's, with its own account of that name ([`SourceReader::Unnamed`] says so).
+    pub fn source_reader(&self) -> SourceReader {
+        match (&self.source_service_account, &self.service_account) {
+            (Some(account), _) => SourceReader::User(account.user("")),
+            (None, Some(account)) if account.namespace.is_some() => {
+                SourceReader::User(account.user(""))
+            }
+            (None, Some(account)) => SourceReader::Unnamed(format!(
+                "{} writes as serviceAccount {account}, an account in each Comb's own \
+                 namespace, which names no account in the source's cluster; name the account \
+                 that reads copies there as NAMESPACE/NAME in {}",
+                self.origin.who(),
+                self.origin
+                    .key("sourceServiceAccount", "source_service_account")
+            )),
+            (None, None) => SourceReader::Controller,
+        }
     }
 
     /// Why a Comb in `comb_namespace` of kube context `comb_context` may not have `source` (its
@@ -664,6 +745,119 @@ mod tests {
         assert_eq!(
             tenancy.writer("team").as_deref(),
             Some("system:serviceaccount:team:deployer")
+        );
+    }
+
+    /// Attack 4 of issue 31: the source of a copy was read as the account of the Comb's own
+    /// namespace, in another cluster where that namespace is another tenant's.
+    #[test]
+    fn sources_are_read_as_a_fixed_account_never_one_of_the_combs_namespace() {
+        let per_namespace = ServiceAccountRef {
+            namespace: None,
+            name: "comb-writer".into(),
+        };
+        let fixed = |namespace: &str, name: &str| ServiceAccountRef {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        };
+        let tenancy =
+            |writer: Option<ServiceAccountRef>, reader: Option<ServiceAccountRef>| Tenancy {
+                service_account: writer,
+                source_service_account: reader,
+                ..layer(2, "dev", &[], &[])
+            };
+        let cases = [
+            (tenancy(None, None), SourceReader::Controller),
+            (
+                tenancy(Some(fixed("comb-system", "dev-writer")), None),
+                SourceReader::User("system:serviceaccount:comb-system:dev-writer".into()),
+            ),
+            (
+                tenancy(
+                    Some(per_namespace.clone()),
+                    Some(fixed("comb-system", "dev-reader")),
+                ),
+                SourceReader::User("system:serviceaccount:comb-system:dev-reader".into()),
+            ),
+            (
+                tenancy(Some(per_namespace), None),
+                SourceReader::Unnamed(
+                    "layer dev writes as serviceAccount comb-writer, an account in each Comb's \
+                     own namespace, which names no account in the source's cluster; name the \
+                     account that reads copies there as NAMESPACE/NAME in \
+                     layers[2].sourceServiceAccount"
+                        .into(),
+                ),
+            ),
+        ];
+        for (tenancy, expected) in cases {
+            assert_eq!(tenancy.source_reader(), expected, "{tenancy:?}");
+        }
+    }
+
+    /// Attack 2 of issue 31: endpoints for a Service the Comb does not render (kubectl's
+    /// `payments`) would send part of its traffic where the Comb says.
+    #[test]
+    fn endpoints_only_for_the_combs_own_services() {
+        let rendered = |manifests: Vec<Value>| -> Vec<(ManagedObject, Value)> {
+            manifests
+                .into_iter()
+                .map(|manifest| (item(manifest.clone()), manifest))
+                .collect()
+        };
+        let service =
+            |name: &str| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}});
+        let slice = |name: &str, service: &str| {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": name, "labels": {"kubernetes.io/service-name": service}}})
+        };
+        let refusals = |manifests: Vec<Value>| {
+            let items = rendered(manifests);
+            let pairs: Vec<(ManagedObject, &Value)> = items
+                .iter()
+                .map(|(item, manifest)| (item.clone(), manifest))
+                .collect();
+            endpoint_refusals(&pairs)
+        };
+        assert!(
+            refusals(vec![service("web"), slice("web-1", "web")]).is_empty(),
+            "a bridge"
+        );
+        assert_eq!(
+            refusals(vec![slice("payments-1", "payments")]),
+            [
+                "EndpointSlice payments-1 gives endpoints to Service payments, which this Comb does \
+              not render before it; a Comb gives endpoints only to its own Services"
+            ]
+        );
+        assert_eq!(
+            refusals(vec![slice("web-1", "web"), service("web")]).len(),
+            1,
+            "the Service comes first, so that its apply decides whose it is"
+        );
+        assert_eq!(
+            refusals(vec![
+                json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "payments"}})
+            ]),
+            [
+                "Endpoints payments gives endpoints to Service payments, which this Comb does not \
+              render before it; a Comb gives endpoints only to its own Services"
+            ]
+        );
+        let elsewhere = json!({"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": "web", "namespace": "other"}});
+        assert_eq!(
+            refusals(vec![elsewhere, slice("web-1", "web")]).len(),
+            1,
+            "another namespace"
+        );
+        assert!(
+            refusals(vec![
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                                 "metadata": {"name": "loose"}})
+            ])
+            .is_empty(),
+            "a slice of no Service feeds none"
         );
     }
 

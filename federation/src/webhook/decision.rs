@@ -12,7 +12,8 @@ use crate::engine::borrow::spec_upstream;
 use crate::engine::class::{ClassRegistry, CombInstance};
 use crate::engine::keys::{CombKey, dependency_key};
 use crate::engine::kinds::Scopes;
-use crate::engine::render::RenderedItem;
+use crate::engine::render::{RenderedItem, identified};
+use crate::engine::tenancy::endpoint_refusals;
 use crate::error::Error;
 
 /// Why a Comb is refused: the HTTP-like code and reason of the admission `status`, and one
@@ -131,6 +132,7 @@ async fn refusal_in(
     let mut refusals = settings
         .tenancy
         .refusals(items.iter().map(RenderedItem::resource), built.namespace());
+    refusals.extend(endpoint_refusals(&identified(&items)));
     match upstream_refusal(&built, config, layer) {
         Some(Refusal {
             reason: "Forbidden",
@@ -143,12 +145,16 @@ async fn refusal_in(
     (!refusals.is_empty()).then(|| Refusal::forbidden(refusals.join("; ")))
 }
 
-/// What `layer` makes of `built`'s own `spec.upstream`, where its `borrow` has no say (when
-/// it has, the CR's word is not used): one the layer does not allow is forbidden, one that does
-/// not resolve invalid, as the status would say. Nothing is read: resolving an upstream
-/// connects nowhere.
+/// What `layer` makes of `built`'s upstream: a borrow of the layer that would reach outside the
+/// namespaces of its source layer is forbidden; where the borrow has no say (when it has, the
+/// CR's word is not used), its own `spec.upstream`: one the layer does not allow is forbidden,
+/// one that does not resolve invalid, as the status would say. Nothing is read: resolving an
+/// upstream connects nowhere.
 fn upstream_refusal(built: &CombInstance, config: &Config, layer: &Layer) -> Option<Refusal> {
     let controlling = config.controlling(layer, built.namespace(), built.name());
+    if let Some(refusal) = controlling.refusal {
+        return Some(Refusal::forbidden(refusal));
+    }
     if controlling.answer.is_present() {
         return None;
     }
@@ -181,6 +187,10 @@ layers:
   - name: qa
     context: qa
     namespaces: [qa]
+    borrow: {from: prod, namespace: platform, combs: [db]}
+  - name: team
+    context: team
+    namespaces: [ledger]
     borrow: {from: prod, combs: [db]}
 "#;
 
@@ -426,6 +436,19 @@ layers:
                 None,
             ),
             (
+                // Issue 31, attack 4: the peer's namespace, the Comb's own, is not one the
+                // source layer manages.
+                "a borrow outside the namespaces of its source layer",
+                comb("ledger", "db", json!({"class": "Manifests"})),
+                Some((
+                    403,
+                    "the borrow of layer team names Comb ledger/db in layer prod, which manages \
+                     namespaces platform, apps, billing only: a borrow stays inside the namespaces \
+                     of the layer it borrows from (set layers[3].borrow.namespace to one of them, \
+                     or narrow layers[3].namespaces)",
+                )),
+            ),
+            (
                 "where the layer's borrow decides, the CR's upstream is not used",
                 comb(
                     "qa",
@@ -445,7 +468,7 @@ layers:
                 Some((
                     422,
                     "resolving the upstream failed: spec.upstream: Kubernetes::Comb::Upstream::K8s: \
-                     there is no layer stage (layers: dev, prod, qa)",
+                     there is no layer stage (layers: dev, prod, qa, team)",
                 )),
             ),
             (

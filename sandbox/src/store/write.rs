@@ -357,6 +357,10 @@ impl Store {
                 // The manager's fields were recorded by `change` already.
                 let mut create_options = options.clone();
                 create_options.field_manager = None;
+                // A resourceVersion in an apply that creates is a precondition that had nothing
+                // to meet: kube-apiserver ignores it (the uid, refused before, is its own).
+                let mut changed = changed;
+                meta::set_metadata_field(&mut changed, "resourceVersion", None);
                 Self::create_locked(&mut state, rt, namespace, changed, &create_options)
             }
         };

@@ -23,6 +23,10 @@ pub struct Controlling {
     /// How errors name this source, e.g. `the borrow of layer staging`.
     pub source: String,
     pub answer: UpstreamSpec,
+    /// Why the answer must not be used: the borrow names a peer outside the namespaces its
+    /// source layer manages. The step is `Error`/`UpstreamForbidden` with it, before anything is
+    /// read.
+    pub refusal: Option<String>,
 }
 
 impl Controlling {
@@ -36,6 +40,16 @@ impl Controlling {
         Controlling {
             source: source.into(),
             answer,
+            refusal: None,
+        }
+    }
+
+    /// The answer of `source` that must not be used, for the reason `refusal` gives.
+    pub fn refused(source: impl Into<String>, refusal: impl Into<String>) -> Controlling {
+        Controlling {
+            source: source.into(),
+            answer: UpstreamSpec::Absent,
+            refusal: Some(refusal.into()),
         }
     }
 }
@@ -79,6 +93,8 @@ impl BorrowEnv {
             managed_by: settings.managed_by.clone(),
             layers: self.layers.clone(),
             act_as: settings.tenancy.writer(comb.namespace()),
+            source_reader: settings.tenancy.source_reader(),
+            record: comb.recorded_managed().to_vec(),
             peers: self.peers.clone(),
         }
     }
@@ -88,7 +104,8 @@ impl BorrowEnv {
 /// decides, even when it says local: the controlling code, then `spec.upstream` (explicit `null`
 /// is local), then the class's `upstream`, else local. Failures are messages for
 /// `resolving the upstream failed: <msg>`, but for [`Error::UpstreamForbidden`]: what
-/// `spec.upstream` names and the layer does not allow ([`spec_upstream`]).
+/// `spec.upstream` names and the layer does not allow ([`spec_upstream`]), and a borrow the
+/// configuration refuses ([`Controlling::refusal`]).
 pub async fn resolve_upstream(
     comb: &CombInstance,
     controlling: &Controlling,
@@ -100,6 +117,9 @@ pub async fn resolve_upstream(
             .interpret(source, answer, &ctx)
             .map_err(Error::from)
     };
+    if let Some(refusal) = &controlling.refusal {
+        return Err(Error::UpstreamForbidden(refusal.clone()));
+    }
     // The layer's configuration and the classes' code are trusted: what they name is read.
     if controlling.answer.is_present() {
         return interpret(&controlling.source, &controlling.answer);
