@@ -15,6 +15,8 @@ mod describe;
 mod endpoints;
 mod get;
 mod graph;
+#[cfg(feature = "sandbox")]
+pub mod in_cluster;
 mod logs;
 mod output;
 #[cfg(feature = "sandbox")]
