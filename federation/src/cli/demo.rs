@@ -278,8 +278,17 @@ impl DemoWorld {
         };
         api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&object))
             .await
-            .with_context(|| {
-                format!("applying {} {name} in context {context} failed", types.kind)
+            .map_err(|error| {
+                // The API's own words (a webhook's refusal, say), which the one-line error
+                // leaves out of kube's errors.
+                let why = match &error {
+                    kube::Error::Api(status) => format!(": {}", status.message),
+                    _ => String::new(),
+                };
+                anyhow::Error::new(error).context(format!(
+                    "applying {} {name} in context {context} failed{why}",
+                    types.kind
+                ))
             })?;
         Ok(())
     }
@@ -830,7 +839,7 @@ async fn in_cluster_story(
         );
     }
     let installed = Instant::now();
-    world.apply_examples().await?;
+    in_cluster::while_the_webhook_is_unreachable(|| world.apply_examples()).await?;
     world.apply_clients().await?;
     let federation = Federation {
         config: world.config.clone(),

@@ -147,7 +147,9 @@ pub fn values(layers_yaml: &str, install: &Install) -> anyhow::Result<Value> {
         "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
         "kubeconfigSecret": CLUSTERS_SECRET,
         "config": federation,
-        "rbac": {"contexts": ["prod", "staging"]},
+        // prod's mailer checks that the Secret mailer-relay exists in platform (its
+        // `requires.secrets`): comb reads Secrets only where the values say.
+        "rbac": {"contexts": ["prod", "staging"], "secretReadNamespaces": ["platform"]},
         "webhook": {"enabled": true},
         "replicas": install.replicas,
     });
@@ -258,6 +260,31 @@ pub async fn helm(install: &Install, world: &DemoWorld, args: &[&str]) -> anyhow
         );
     }
     Ok(text)
+}
+
+/// How long a write may wait for the webhook's Service to reach a Ready Pod.
+const WEBHOOK_REACHABLE: Duration = Duration::from_secs(60);
+
+/// Runs `write` again while the API server cannot reach the admission webhook (`failed calling
+/// webhook`): a Pod is Ready before kube-proxy sends its Service's traffic there, and with
+/// `failurePolicy: Fail` a Comb written in between is refused, as in any cluster.
+pub async fn while_the_webhook_is_unreachable<F, Fut>(write: F) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let deadline = tokio::time::Instant::now() + WEBHOOK_REACHABLE;
+    loop {
+        match write().await {
+            Err(error)
+                if format!("{error:#}").contains("failed calling webhook")
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// comb's Pods in the release namespace that run, with where and from what.

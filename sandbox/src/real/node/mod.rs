@@ -158,6 +158,8 @@ pub struct NodeSetup<'a> {
 /// A running real node.
 pub struct RealNode {
     cluster: String,
+    /// The node's cgroup, in every hierarchy (`/comb-node-<cluster>-<id>`).
+    cgroup: String,
     component: tokio::sync::Mutex<Option<Component>>,
     images: Vec<LoadedImage>,
     paths: NodePaths,
@@ -255,7 +257,7 @@ impl RealNode {
         let mut args = vec![
             script.display().to_string(),
             paths.dir.display().to_string(),
-            cgroup,
+            cgroup.clone(),
             containerd.display().to_string(),
             setup.bin_dir.join("kubelet").display().to_string(),
         ];
@@ -279,6 +281,7 @@ impl RealNode {
         let shutdown = CancellationToken::new();
         let mut node = RealNode {
             cluster: setup.cluster.to_string(),
+            cgroup: cgroup.clone(),
             component: tokio::sync::Mutex::new(Some(component)),
             images: Vec::new(),
             paths: paths.clone(),
@@ -439,7 +442,53 @@ impl RealNode {
         if let Some(mut component) = self.component.lock().await.take() {
             component.stop_and_wait(Duration::from_secs(20)).await;
         }
+        // node.sh removes the cgroups after the node's processes are gone; a cgroup whose last
+        // task was still exiting when it gave up is taken here.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !remove_cgroups(Path::new(CGROUP_ROOT), &self.cgroup)
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+}
+
+/// Where the cgroup hierarchies are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Removes the cgroup `name` (a path from a hierarchy's root) and every cgroup below it, deepest
+/// first, in every hierarchy under `root`: whether none is left.
+fn remove_cgroups(root: &Path, name: &str) -> bool {
+    let Ok(hierarchies) = std::fs::read_dir(root) else {
+        return true;
+    };
+    let mut all_gone = true;
+    for hierarchy in hierarchies.flatten() {
+        let top = hierarchy.path().join(name.trim_start_matches('/'));
+        if !top.is_dir() {
+            continue;
+        }
+        for dir in deepest_first(&top) {
+            // A cgroup's files go with it; only the directory is removed.
+            let _ = std::fs::remove_dir(&dir);
+        }
+        all_gone &= !top.exists();
+    }
+    all_gone
+}
+
+/// `top` and every directory below it, children before their parents.
+fn deepest_first(top: &Path) -> Vec<PathBuf> {
+    let mut order = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(top) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                order.extend(deepest_first(&entry.path()));
+            }
+        }
+    }
+    order.push(top.to_path_buf());
+    order
 }
 
 /// Whether a Node says it is Ready.
@@ -473,6 +522,30 @@ pub fn imported(output: &str) -> Vec<LoadedImage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cgroup_tree_is_removed_deepest_first_in_every_hierarchy() {
+        // Plain directories stand in for cgroupfs (where rmdir takes a cgroup's files along).
+        let root = tempfile::tempdir().unwrap();
+        for hierarchy in ["cpu", "memory"] {
+            let leaf = root
+                .path()
+                .join(hierarchy)
+                .join("comb-node-x/kubepods/pod1/c1");
+            std::fs::create_dir_all(&leaf).unwrap();
+        }
+        std::fs::create_dir_all(root.path().join("pids/other")).unwrap();
+        let order = deepest_first(&root.path().join("cpu/comb-node-x"));
+        assert_eq!(
+            order.first(),
+            Some(&root.path().join("cpu/comb-node-x/kubepods/pod1/c1"))
+        );
+        assert_eq!(order.last(), Some(&root.path().join("cpu/comb-node-x")));
+        assert!(remove_cgroups(root.path(), "/comb-node-x"));
+        assert!(!root.path().join("cpu/comb-node-x").exists());
+        assert!(!root.path().join("memory/comb-node-x").exists());
+        assert!(root.path().join("pids/other").exists());
+    }
 
     #[test]
     fn the_images_ctr_loaded_are_read_from_its_output() {
