@@ -771,11 +771,10 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
 /// admission webhook answers from the Pod.
 async fn run_in_cluster(args: DemoArgs) -> anyhow::Result<ExitCode> {
     use crate::cli::in_cluster;
-    use comb_sandbox::real::node::RealNodeOptions;
 
     let started = Instant::now();
     let mut stop_signals = StopSignals::listen()?;
-    let mut network = args
+    let network = args
         .backend
         .network()
         .context("--in-cluster runs comb on the sandbox network's real node: add --network")?;
@@ -791,22 +790,12 @@ async fn run_in_cluster(args: DemoArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    network.real_node = Some(RealNodeOptions {
-        clusters: vec!["prod".to_string()],
-        images,
-    });
     let bin_dir = args
         .backend
         .kube_bin
         .clone()
         .unwrap_or_else(comb_sandbox::real::default_bin_dir);
-    let world = DemoWorld::start_with(
-        Backend::Kube,
-        Some(bin_dir.clone()),
-        args.pod_ready_delay,
-        Some(network),
-    )
-    .await?;
+    let world = in_cluster::start_world(network, images, &bin_dir).await?;
     let outcome = in_cluster_story(&world, &args, &bin_dir, started, &mut stop_signals).await;
     world.sandbox.shutdown().await;
     outcome
@@ -830,11 +819,12 @@ async fn in_cluster_story(
     let running = in_cluster::install(world, &Install::new(bin_dir.join("helm"))).await?;
     for pod in &running.pods {
         println!(
-            "comb runs in Pod {}/{} on node {}, image {} ({})",
+            "comb runs in Pod {}/{} on node {}, image {} (manifest {}, image ID {})",
             in_cluster::NAMESPACE,
             pod.name,
             pod.node,
             pod.image,
+            in_cluster::manifest_digest(world, &pod.image).unwrap_or_else(|| "unknown".into()),
             pod.image_id
         );
     }

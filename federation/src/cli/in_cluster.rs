@@ -61,6 +61,40 @@ pub fn default_image() -> PathBuf {
     dir.join("comb.oci.tar")
 }
 
+/// The demo's clusters with a real node in prod's loading `images`, on `network`.
+pub async fn start_world(
+    mut network: comb_sandbox::real::network::NetworkOptions,
+    images: Vec<PathBuf>,
+    bin_dir: &Path,
+) -> anyhow::Result<DemoWorld> {
+    network.real_node = Some(comb_sandbox::real::node::RealNodeOptions {
+        clusters: vec!["prod".to_string()],
+        images,
+    });
+    DemoWorld::start_with(
+        comb_sandbox::Backend::Kube,
+        Some(bin_dir.to_path_buf()),
+        Duration::ZERO,
+        Some(network),
+    )
+    .await
+}
+
+/// The digest of the manifest of `image` as prod's real node loaded it.
+pub fn manifest_digest(world: &DemoWorld, image: &str) -> Option<String> {
+    let node = world
+        .sandbox
+        .real()?
+        .cluster("prod")
+        .ok()?
+        .real_node()?
+        .clone();
+    node.images()
+        .iter()
+        .find(|loaded| loaded.name == image)
+        .map(|loaded| loaded.digest.clone())
+}
+
 /// How comb is installed.
 #[derive(Debug, Clone)]
 pub struct Install {
@@ -302,10 +336,13 @@ pub async fn running(world: &DemoWorld) -> anyhow::Result<Running> {
             let status = pod.status.as_ref()?;
             let container = status.container_statuses.as_ref()?.first()?;
             let running = container.state.as_ref()?.running.as_ref()?;
+            let spec = pod.spec.as_ref()?;
             Some(RunningPod {
                 name: pod.metadata.name.clone()?,
-                node: pod.spec.as_ref()?.node_name.clone()?,
-                image: container.image.clone(),
+                node: spec.node_name.clone()?,
+                // The Pod's own (the runtime names an image by its first name, and two tags of
+                // one image share it).
+                image: spec.containers.first()?.image.clone()?,
                 image_id: container.image_id.clone(),
                 started_at: running.started_at.as_ref().map(|t| t.0.to_string()),
             })

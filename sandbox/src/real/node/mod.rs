@@ -417,6 +417,40 @@ impl RealNode {
         }
     }
 
+    /// Gives the loaded image `from` another name `to` in the node's store (a new tag for the
+    /// same image, as a registry would serve a rebuilt one).
+    pub async fn tag_image(&self, from: &str, to: &str) -> Result<()> {
+        let failed = |message: String| Error::ComponentFailed {
+            cluster: self.cluster.clone(),
+            component: "containerd".into(),
+            message: format!("tagging {from} as {to} failed: {message}"),
+            log: self.paths.dir.join("containerd.log"),
+        };
+        let output = tokio::process::Command::new("ctr")
+            .arg("--address")
+            .arg(self.paths.containerd_socket())
+            .args([
+                "--namespace",
+                "k8s.io",
+                "images",
+                "tag",
+                "--force",
+                from,
+                to,
+            ])
+            .kill_on_drop(true)
+            .output()
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(failed(
+                String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            ))
+        }
+    }
+
     /// The images loaded into the node, pause first.
     pub fn images(&self) -> &[LoadedImage] {
         &self.images
