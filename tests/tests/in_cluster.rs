@@ -310,3 +310,176 @@ async fn comb_runs_as_a_pod_installed_by_its_chart() {
 
     world.sandbox.shutdown().await;
 }
+
+/// The shard Leases of the demo's layers: `layer -> holder`.
+async fn holders(leases: &Api<Lease>) -> std::collections::BTreeMap<String, String> {
+    let mut holders = std::collections::BTreeMap::new();
+    for layer in ["prod", "staging", "dev"] {
+        let holder = leases
+            .get_opt(&format!("comb-shard-{layer}"))
+            .await
+            .ok()
+            .flatten()
+            .and_then(|lease| lease.spec)
+            .and_then(|spec| spec.holder_identity);
+        if let Some(holder) = holder {
+            holders.insert(layer.to_string(), holder);
+        }
+    }
+    holders
+}
+
+/// Replicas as Pods: two sharded replicas split the demo's three layers. One is deleted at once
+/// (`--grace-period=0 --force`): its layers move to the survivor within the Lease duration and
+/// a step, and an edit in a moved layer lands. Then the container of a replica holding a layer
+/// is killed: the kubelet restarts it, the layer is stepped again, an edit lands. The handover
+/// times are printed (figures, not assertions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
+    let Some(world) = world_or_skip().await else {
+        return;
+    };
+    let mut install = Install::new(default_bin_dir().join("helm"));
+    install.replicas = 2;
+    let lease = Duration::from_secs(5);
+    install.sharding = Some(lease);
+    let running = in_cluster::install(&world, &install)
+        .await
+        .expect("helm install with two sharded replicas");
+    assert_eq!(running.pods.len(), 2, "{running:?}");
+    let prod = world.pool.client("prod").await.expect("prod's client");
+    let leases: Api<Lease> = Api::namespaced(prod.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(prod.clone(), NAMESPACE);
+    let names: Vec<String> = running.pods.iter().map(|p| p.name.clone()).collect();
+    let split = wait_until("the two Pods split the three layers", async || {
+        let holders = holders(&leases).await;
+        let both = names
+            .iter()
+            .all(|name| holders.values().any(|holder| holder == name));
+        (holders.len() == 3 && both)
+            .then_some(holders.clone())
+            .ok_or(format!("{holders:?}"))
+    })
+    .await;
+    in_cluster::while_the_webhook_is_unreachable(|| world.apply_examples())
+        .await
+        .expect("the example Combs");
+    wait_until(
+        "every Comb of the demo converged under two Pods",
+        async || {
+            let rows = world.rows().await.map_err(|error| error.to_string())?;
+            let missing = shortfalls(&rows);
+            missing.is_empty().then_some(()).ok_or(missing.join("; "))
+        },
+    )
+    .await;
+
+    // Delete the holder of most layers at once.
+    let victim = names
+        .iter()
+        .max_by_key(|name| split.values().filter(|holder| holder == name).count())
+        .cloned()
+        .expect("a victim");
+    let moved: Vec<String> = split
+        .iter()
+        .filter(|(_, holder)| **holder == victim)
+        .map(|(layer, _)| layer.clone())
+        .collect();
+    let killed = std::time::Instant::now();
+    pods.delete(
+        &victim,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("force-deleting a replica");
+    let taken = wait_until(
+        "the deleted replica's layers are held by another",
+        async || {
+            let holders = holders(&leases).await;
+            moved
+                .iter()
+                .all(|layer| holders.get(layer).is_some_and(|holder| *holder != victim))
+                .then_some(())
+                .ok_or(format!("{holders:?}"))
+        },
+    )
+    .await;
+    let handover = killed.elapsed();
+    eprintln!(
+        "handover after a force-deleted Pod: {:.1}s for layer(s) {} (Lease duration {}s)",
+        handover.as_secs_f64(),
+        moved.join(", "),
+        lease.as_secs()
+    );
+    edit_lands(&world, &moved[0]).await;
+
+    // Kill the container of a replica that holds a layer: the kubelet restarts it.
+    let holders_now = holders(&leases).await;
+    let (layer, holder) = holders_now.iter().next().expect("a held layer");
+    let pod = pods.get(holder).await.expect("the holder's Pod");
+    let status = pod.status.expect("a status");
+    let container = &status.container_statuses.expect("container statuses")[0];
+    let container_id = container
+        .container_id
+        .as_deref()
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .expect("a containerd container")
+        .to_string();
+    let restarts = container.restart_count;
+    let node = world
+        .sandbox
+        .real()
+        .and_then(|real| real.cluster("prod").ok())
+        .and_then(|prod| prod.real_node().cloned())
+        .expect("prod's real node");
+    let killed = std::time::Instant::now();
+    node.kill_container(&container_id)
+        .await
+        .expect("killing the container");
+    wait_until("the kubelet restarted the killed container", async || {
+        pods.get(holder)
+            .await
+            .ok()
+            .and_then(|pod| pod.status)
+            .and_then(|status| status.container_statuses)
+            .is_some_and(|statuses| statuses[0].restart_count > restarts && statuses[0].ready)
+    })
+    .await;
+    edit_lands(&world, layer).await;
+    eprintln!(
+        "after a killed container (replica {holder}, layer {layer}): restarted, Ready and an edit in its layer applied {:.1}s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    world.sandbox.shutdown().await;
+}
+
+/// An edit of a Comb in `layer` reaches what the Comb deploys.
+async fn edit_lands(world: &DemoWorld, layer: &str) {
+    let (context, namespace) = match layer {
+        "prod" => ("prod", "platform"),
+        "staging" => ("staging", "staging"),
+        _ => ("dev", "platform"),
+    };
+    let value = format!("{layer}-{}", std::process::id());
+    let mut comb = edited_comb(0);
+    comb["metadata"]["namespace"] = json!(namespace);
+    comb["spec"]["config"]["manifests"][0]["data"]["value"] = json!(value);
+    in_cluster::while_the_webhook_is_unreachable(|| world.apply(context, &comb))
+        .await
+        .expect("an edit");
+    let client = world.pool.client(context).await.expect("a client");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
+    wait_until(format!("the edit in layer {layer} landed"), async || {
+        config_maps
+            .get_opt("edited")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|cm| cm.data)
+            .is_some_and(|data| data.get("value") == Some(&value))
+    })
+    .await;
+}

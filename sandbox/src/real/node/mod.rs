@@ -420,24 +420,36 @@ impl RealNode {
     /// Gives the loaded image `from` another name `to` in the node's store (a new tag for the
     /// same image, as a registry would serve a rebuilt one).
     pub async fn tag_image(&self, from: &str, to: &str) -> Result<()> {
+        self.ctr(
+            &["images", "tag", "--force", from, to],
+            &format!("tagging {from} as {to}"),
+        )
+        .await
+    }
+
+    /// Kills container `id` (its process, SIGKILL), as an OOM kill or a crash would: the kubelet
+    /// sees it exit and restarts it by the Pod's policy.
+    pub async fn kill_container(&self, id: &str) -> Result<()> {
+        self.ctr(
+            &["tasks", "kill", "--signal", "SIGKILL", id],
+            &format!("killing container {id}"),
+        )
+        .await
+    }
+
+    /// `ctr ARGS` on the node's containerd, in the CRI's namespace.
+    async fn ctr(&self, args: &[&str], what: &str) -> Result<()> {
         let failed = |message: String| Error::ComponentFailed {
             cluster: self.cluster.clone(),
             component: "containerd".into(),
-            message: format!("tagging {from} as {to} failed: {message}"),
+            message: format!("{what} failed: {message}"),
             log: self.paths.dir.join("containerd.log"),
         };
         let output = tokio::process::Command::new("ctr")
             .arg("--address")
             .arg(self.paths.containerd_socket())
-            .args([
-                "--namespace",
-                "k8s.io",
-                "images",
-                "tag",
-                "--force",
-                from,
-                to,
-            ])
+            .args(["--namespace", "k8s.io"])
+            .args(args)
             .kill_on_drop(true)
             .output()
             .await
