@@ -395,7 +395,7 @@ async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
     )
     .await
     .expect("force-deleting a replica");
-    let taken = wait_until(
+    wait_until(
         "the deleted replica's layers are held by another",
         async || {
             let holders = holders(&leases).await;
