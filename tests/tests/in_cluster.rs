@@ -57,6 +57,16 @@ async fn world_or_skip() -> Option<DemoWorld> {
     )
 }
 
+/// Prod's real node, where comb's Pods run.
+fn real_node(world: &DemoWorld) -> std::sync::Arc<comb_sandbox::real::node::RealNode> {
+    world
+        .sandbox
+        .real()
+        .and_then(|real| real.cluster("prod").ok())
+        .and_then(|prod| prod.real_node().cloned())
+        .expect("prod's real node")
+}
+
 /// A Comb of prod whose ConfigMap carries `value`: what the edits during the upgrade change.
 fn edited_comb(value: usize) -> serde_json::Value {
     json!({
@@ -159,12 +169,7 @@ async fn comb_runs_as_a_pod_installed_by_its_chart() {
 
     // helm upgrade with a new layer (through `in-cluster`, beside the mounted kubeconfig) and a
     // new image tag, while a Comb is edited: the last edit lands, the new layer converges.
-    let node = world
-        .sandbox
-        .real()
-        .and_then(|real| real.cluster("prod").ok())
-        .and_then(|prod| prod.real_node().cloned())
-        .expect("prod's real node");
+    let node = real_node(&world);
     node.tag_image(&pod.image, "localhost/comb:next")
         .await
         .expect("a new tag of the image");
@@ -429,12 +434,7 @@ async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
         .expect("a containerd container")
         .to_string();
     let restarts = container.restart_count;
-    let node = world
-        .sandbox
-        .real()
-        .and_then(|real| real.cluster("prod").ok())
-        .and_then(|prod| prod.real_node().cloned())
-        .expect("prod's real node");
+    let node = real_node(&world);
     let killed = std::time::Instant::now();
     node.kill_container(&container_id)
         .await

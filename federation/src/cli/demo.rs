@@ -716,13 +716,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                 packets::CLIENT,
                 packets::CALLS_PER_ROW
             );
-            let calls = world.calls(&rows).await;
-            print!("{}", packets::table(&calls));
-            let incomplete: Vec<String> = calls
-                .iter()
-                .filter(|row| !row.complete())
-                .map(|row| format!("{} {}", row.layer, row.call))
-                .collect();
+            let incomplete = print_calls(&world, &rows).await;
             if !incomplete.is_empty() {
                 shutdown.cancel();
                 let _ = running.await;
@@ -871,13 +865,7 @@ async fn in_cluster_story(
         packets::CLIENT,
         packets::CALLS_PER_ROW
     );
-    let calls = world.calls(&rows).await;
-    print!("{}", packets::table(&calls));
-    let incomplete: Vec<String> = calls
-        .iter()
-        .filter(|row| !row.complete())
-        .map(|row| format!("{} {}", row.layer, row.call))
-        .collect();
+    let incomplete = print_calls(world, &rows).await;
     if !incomplete.is_empty() {
         anyhow::bail!(
             "calls not answered from where comb says the service comes from: {}",
@@ -907,6 +895,18 @@ async fn in_cluster_story(
         stop_signals.recv().await;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Makes the calls of every layer, prints their table, and names those not answered from where
+/// `rows` say the service comes from (`layer call`).
+async fn print_calls(world: &DemoWorld, rows: &[CombRow]) -> Vec<String> {
+    let calls = world.calls(rows).await;
+    print!("{}", packets::table(&calls));
+    calls
+        .iter()
+        .filter(|row| !row.complete())
+        .map(|row| format!("{} {}", row.layer, row.call))
+        .collect()
 }
 
 /// Every Comb of every layer, as `comb get` reads them.

@@ -49,15 +49,10 @@ pub fn default_image() -> PathBuf {
     if let Some(path) = std::env::var_os("COMB_IMAGE").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
     let dir = std::env::var_os("COMB_IMAGE_DIR")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| cache.join("comb").join("image"));
+        .unwrap_or_else(|| comb_sandbox::real::cache_dir().join("image"));
     dir.join("comb.oci.tar")
 }
 

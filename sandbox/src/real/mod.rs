@@ -74,17 +74,23 @@ pub const NODE_NAME: &str = "sandbox-node";
 /// How long one cluster may take to come up (kube-apiserver's first start migrates storage).
 pub(crate) const START_LIMIT: Duration = Duration::from_secs(120);
 
+/// `$XDG_CACHE_HOME/comb`, else `~/.cache/comb`: where the project's scripts cache what they
+/// build (`tests/kube/build` under `kube/`, `tests/image/build` under `image/`).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("comb")
+}
+
 /// `$COMB_KUBE_BIN`, else `~/.cache/comb/kube/<versions>` (where `tests/kube/build` puts them).
 pub fn default_bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("COMB_KUBE_BIN").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    cache.join("comb").join("kube").join(format!(
+    cache_dir().join("kube").join(format!(
         "k8s-v{KUBE_VERSION}_etcd-v{ETCD_VERSION}_kwok-v{KWOK_VERSION}_helm-v{HELM_VERSION}_coredns-v{COREDNS_VERSION}"
     ))
 }
