@@ -92,10 +92,10 @@ pub struct DemoArgs {
     /// Keep the clusters and the controller running after the demo settles (stop with Ctrl-C),
     /// to look around with kubectl and `comb get`.
     #[arg(long)]
-    follow: bool,
+    pub(crate) follow: bool,
     /// Give up when the Combs have not all reached their expected phase by then.
     #[arg(long, default_value = "60s", value_parser = crate::config::duration_arg)]
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How long simulated Pods take to become Ready (emulator only).
     #[arg(long, default_value = "300ms", value_parser = crate::config::parse_duration)]
     pod_ready_delay: Duration,
@@ -107,9 +107,9 @@ pub struct DemoArgs {
     /// $COMB_IMAGE, else the last one tests/image/build wrote) loaded into a real node of prod's
     /// cluster, installed by its chart with helm, as a Pod; prints where it runs.
     #[arg(long, requires = "network")]
-    in_cluster: bool,
+    pub(crate) in_cluster: bool,
     #[command(flatten)]
-    backend: crate::cli::sandbox::BackendArgs,
+    pub(crate) backend: crate::cli::sandbox::BackendArgs,
 }
 
 /// The demo's clusters, set up: the CRD installed in each, the layers' namespaces created, the
@@ -582,12 +582,9 @@ pub fn follow_hints(config: &Path, kubeconfig: &Path) -> String {
 
 /// How often the demo reads the Combs once the transitions say the story may be complete (a
 /// via chain can change without a phase changing).
-const CHECK_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(500);
 
 pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode> {
-    if args.in_cluster {
-        return block_on(run_in_cluster(args));
-    }
     block_on(async move {
         let started = Instant::now();
         let zone = TimeZone::system();
@@ -762,144 +759,9 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
     })
 }
 
-/// `comb demo --in-cluster`: the demo's clusters with a real node in prod's, comb installed there
-/// by its chart; the example Combs converge under the Pod, the calls cross its bridges, and its
-/// admission webhook answers from the Pod.
-async fn run_in_cluster(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    use crate::cli::in_cluster;
-
-    let started = Instant::now();
-    let mut stop_signals = StopSignals::listen()?;
-    let network = args
-        .backend
-        .network()
-        .context("--in-cluster runs comb on the sandbox network's real node: add --network")?;
-    let images = match args.backend.images.as_slice() {
-        [] => vec![in_cluster::default_image()],
-        images => images.to_vec(),
-    };
-    println!(
-        "comb demo --in-cluster: sandbox clusters prod and dev, a real node in prod's loading {}",
-        images
-            .iter()
-            .map(|image| image.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let bin_dir = args
-        .backend
-        .kube_bin
-        .clone()
-        .unwrap_or_else(comb_sandbox::real::default_bin_dir);
-    let world = in_cluster::start_world(network, images, &bin_dir).await?;
-    let outcome = in_cluster_story(&world, &args, &bin_dir, started, &mut stop_signals).await;
-    world.sandbox.shutdown().await;
-    outcome
-}
-
-async fn in_cluster_story(
-    world: &DemoWorld,
-    args: &DemoArgs,
-    bin_dir: &Path,
-    started: Instant,
-    stop_signals: &mut StopSignals,
-) -> anyhow::Result<ExitCode> {
-    use crate::cli::in_cluster::{self, Install};
-
-    println!(
-        "helm upgrade --install {} {} --namespace {} (the demo's layers; prod and staging through the Pod's ServiceAccount, dev through kubeconfigSecret)",
-        in_cluster::RELEASE,
-        in_cluster::chart_dir().display(),
-        in_cluster::NAMESPACE
-    );
-    let running = in_cluster::install(world, &Install::new(bin_dir.join("helm"))).await?;
-    for pod in &running.pods {
-        println!(
-            "comb runs in Pod {}/{} on node {}, image {} (manifest {}, image ID {})",
-            in_cluster::NAMESPACE,
-            pod.name,
-            pod.node,
-            pod.image,
-            in_cluster::manifest_digest(world, &pod.image).unwrap_or_else(|| "unknown".into()),
-            pod.image_id
-        );
-    }
-    let installed = Instant::now();
-    in_cluster::while_the_webhook_is_unreachable(|| world.apply_examples()).await?;
-    let applied = Instant::now();
-    world.apply_clients().await?;
-    let federation = Federation {
-        config: world.config.clone(),
-        pool: world.pool.clone(),
-    };
-    let deadline = tokio::time::Instant::now() + args.timeout;
-    let mut rows = read_rows(&federation).await?;
-    let mut missing = shortfalls(&rows);
-    while !missing.is_empty() {
-        tokio::select! {
-            biased;
-            () = tokio::time::sleep_until(deadline) => break,
-            () = stop_signals.recv() => anyhow::bail!("interrupted before every Comb reached its expected phase"),
-            () = tokio::time::sleep(CHECK_EVERY) => {}
-        }
-        rows = read_rows(&federation).await?;
-        missing = shortfalls(&rows);
-    }
-    println!();
-    print!("{}", get::table(&rows, false, Timestamp::now()));
-    if !missing.is_empty() {
-        anyhow::bail!(
-            "not every Comb reached its expected phase within {:?} of comb's Pod being Ready: {}",
-            args.timeout,
-            missing.join("; ")
-        );
-    }
-    println!(
-        "\nEvery Comb reached its expected phase {:.1}s after the Combs were applied, {:.1}s after comb's Pod was Ready ({:.1}s in all).",
-        applied.elapsed().as_secs_f64(),
-        installed.elapsed().as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    );
-    println!(
-        "\nCalls from the Pod `{}` of each layer ({} each once answered):",
-        packets::CLIENT,
-        packets::CALLS_PER_ROW
-    );
-    let incomplete = print_calls(world, &rows).await;
-    if !incomplete.is_empty() {
-        anyhow::bail!(
-            "calls not answered from where comb says the service comes from: {}",
-            incomplete.join(", ")
-        );
-    }
-    let refused = world
-        .apply_combs("prod", in_cluster::REFUSED_COMB)
-        .await
-        .err()
-        .context("the admission webhook let a Comb of an unknown class through")?;
-    println!(
-        "\nThe admission webhook (a Service of the chart, answered by the Pod) refuses a Comb of an unknown class:\n  {}",
-        refused.root_cause()
-    );
-    if args.follow {
-        print!(
-            "{}",
-            follow_hints(&world.config_path(), &world.kubeconfig_path())
-        );
-        println!(
-            "  kubectl --kubeconfig {} --context prod -n {} logs deploy/{}",
-            world.kubeconfig_path().display(),
-            in_cluster::NAMESPACE,
-            in_cluster::RELEASE
-        );
-        stop_signals.recv().await;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Makes the calls of every layer, prints their table, and names those not answered from where
 /// `rows` say the service comes from (`layer call`).
-async fn print_calls(world: &DemoWorld, rows: &[CombRow]) -> Vec<String> {
+pub(crate) async fn print_calls(world: &DemoWorld, rows: &[CombRow]) -> Vec<String> {
     let calls = world.calls(rows).await;
     print!("{}", packets::table(&calls));
     calls
@@ -910,7 +772,7 @@ async fn print_calls(world: &DemoWorld, rows: &[CombRow]) -> Vec<String> {
 }
 
 /// Every Comb of every layer, as `comb get` reads them.
-async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
+pub(crate) async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
     let layers: Vec<&Layer> = federation.config.layers.iter().collect();
     match get::collect_rows(federation, &layers, None, None).await {
         (rows, failures) if failures.is_empty() => Ok(rows),

@@ -18,7 +18,16 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::{Value, json};
 
-use crate::cli::demo::DemoWorld;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use jiff::Timestamp;
+
+use crate::cli::common::{Federation, StopSignals, block_on};
+use crate::cli::demo::{
+    CHECK_EVERY, DemoArgs, DemoWorld, follow_hints, print_calls, read_rows, shortfalls,
+};
+use crate::cli::{get, packets};
 
 /// The release namespace and name, as the README's install has them.
 pub const NAMESPACE: &str = "comb-system";
@@ -88,6 +97,142 @@ pub fn manifest_digest(world: &DemoWorld, image: &str) -> Option<String> {
         .iter()
         .find(|loaded| loaded.name == image)
         .map(|loaded| loaded.digest.clone())
+}
+
+/// `comb demo --in-cluster`.
+pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    block_on(run_story(args))
+}
+
+/// `comb demo --in-cluster`: the demo's clusters with a real node in prod's, comb installed there
+/// by its chart; the example Combs converge under the Pod, the calls cross its bridges, and its
+/// admission webhook answers from the Pod.
+async fn run_story(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let mut stop_signals = StopSignals::listen()?;
+    let network = args
+        .backend
+        .network()
+        .context("--in-cluster runs comb on the sandbox network's real node: add --network")?;
+    let images = match args.backend.images.as_slice() {
+        [] => vec![default_image()],
+        images => images.to_vec(),
+    };
+    println!(
+        "comb demo --in-cluster: sandbox clusters prod and dev, a real node in prod's loading {}",
+        images
+            .iter()
+            .map(|image| image.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let bin_dir = args
+        .backend
+        .kube_bin
+        .clone()
+        .unwrap_or_else(comb_sandbox::real::default_bin_dir);
+    let world = start_world(network, images, &bin_dir).await?;
+    let outcome = in_cluster_story(&world, &args, &bin_dir, started, &mut stop_signals).await;
+    world.sandbox.shutdown().await;
+    outcome
+}
+
+async fn in_cluster_story(
+    world: &DemoWorld,
+    args: &DemoArgs,
+    bin_dir: &Path,
+    started: Instant,
+    stop_signals: &mut StopSignals,
+) -> anyhow::Result<ExitCode> {
+    println!(
+        "helm upgrade --install {} {} --namespace {} (the demo's layers; prod and staging through the Pod's ServiceAccount, dev through kubeconfigSecret)",
+        RELEASE,
+        chart_dir().display(),
+        NAMESPACE
+    );
+    let running = install(world, &Install::new(bin_dir.join("helm"))).await?;
+    for pod in &running.pods {
+        println!(
+            "comb runs in Pod {}/{} on node {}, image {} (manifest {}, image ID {})",
+            NAMESPACE,
+            pod.name,
+            pod.node,
+            pod.image,
+            manifest_digest(world, &pod.image).unwrap_or_else(|| "unknown".into()),
+            pod.image_id
+        );
+    }
+    let installed = Instant::now();
+    while_the_webhook_is_unreachable(|| world.apply_examples()).await?;
+    let applied = Instant::now();
+    world.apply_clients().await?;
+    let federation = Federation {
+        config: world.config.clone(),
+        pool: world.pool.clone(),
+    };
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    let mut rows = read_rows(&federation).await?;
+    let mut missing = shortfalls(&rows);
+    while !missing.is_empty() {
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(deadline) => break,
+            () = stop_signals.recv() => anyhow::bail!("interrupted before every Comb reached its expected phase"),
+            () = tokio::time::sleep(CHECK_EVERY) => {}
+        }
+        rows = read_rows(&federation).await?;
+        missing = shortfalls(&rows);
+    }
+    println!();
+    print!("{}", get::table(&rows, false, Timestamp::now()));
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "not every Comb reached its expected phase within {:?} of comb's Pod being Ready: {}",
+            args.timeout,
+            missing.join("; ")
+        );
+    }
+    println!(
+        "\nEvery Comb reached its expected phase {:.1}s after the Combs were applied, {:.1}s after comb's Pod was Ready ({:.1}s in all).",
+        applied.elapsed().as_secs_f64(),
+        installed.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "\nCalls from the Pod `{}` of each layer ({} each once answered):",
+        packets::CLIENT,
+        packets::CALLS_PER_ROW
+    );
+    let incomplete = print_calls(world, &rows).await;
+    if !incomplete.is_empty() {
+        anyhow::bail!(
+            "calls not answered from where comb says the service comes from: {}",
+            incomplete.join(", ")
+        );
+    }
+    let refused = world
+        .apply_combs("prod", REFUSED_COMB)
+        .await
+        .err()
+        .context("the admission webhook let a Comb of an unknown class through")?;
+    println!(
+        "\nThe admission webhook (a Service of the chart, answered by the Pod) refuses a Comb of an unknown class:\n  {}",
+        refused.root_cause()
+    );
+    if args.follow {
+        print!(
+            "{}",
+            follow_hints(&world.config_path(), &world.kubeconfig_path())
+        );
+        println!(
+            "  kubectl --kubeconfig {} --context prod -n {} logs deploy/{}",
+            world.kubeconfig_path().display(),
+            NAMESPACE,
+            RELEASE
+        );
+        stop_signals.recv().await;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// How comb is installed.

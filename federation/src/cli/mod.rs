@@ -123,6 +123,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run::run(&cli.global, &registry, args),
         #[cfg(feature = "sandbox")]
+        Command::Demo(args) if args.in_cluster => in_cluster::run(args),
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
