@@ -35,7 +35,14 @@ struct Inner {
 type ClientKey = (String, Option<String>);
 
 enum Source {
-    Kubeconfig(Box<Kubeconfig>),
+    /// A kubeconfig, and beside it, inside a Pod, the Pod's in-cluster configuration: the
+    /// context `in-cluster` names it (unless the kubeconfig has a context of that name), so that
+    /// a controller with a mounted kubeconfig for other clusters' layers still reaches its own
+    /// cluster's as its ServiceAccount, as the chart's `kubeconfigSecret` sets it up.
+    Kubeconfig {
+        kubeconfig: Box<Kubeconfig>,
+        in_cluster: Option<Box<Config>>,
+    },
     InCluster(Box<Config>),
 }
 
@@ -77,7 +84,25 @@ impl ClientPool {
     /// A pool over a kubeconfig already in memory; `origin` names it in error messages
     /// (e.g. `the kubeconfig /tmp/sandbox.yaml`).
     pub fn from_kubeconfig(kubeconfig: Kubeconfig, origin: impl Into<String>) -> Self {
-        Self::new(Source::Kubeconfig(Box::new(kubeconfig)), origin.into())
+        Self::new(
+            Source::Kubeconfig {
+                kubeconfig: Box::new(kubeconfig),
+                in_cluster: None,
+            },
+            origin.into(),
+        )
+    }
+
+    /// A pool over a kubeconfig with an in-cluster configuration beside it (the context
+    /// `in-cluster`, unless the kubeconfig has one of that name).
+    fn from_kubeconfig_beside(kubeconfig: Kubeconfig, in_cluster: Config, origin: String) -> Self {
+        Self::new(
+            Source::Kubeconfig {
+                kubeconfig: Box::new(kubeconfig),
+                in_cluster: Some(Box::new(in_cluster)),
+            },
+            origin,
+        )
     }
 
     fn new(source: Source, origin: String) -> Self {
@@ -126,7 +151,12 @@ impl ClientPool {
             [one] => format!("the kubeconfig {one}"),
             many => format!("the kubeconfigs {}", many.join(", ")),
         };
-        Ok(Self::from_kubeconfig(merged, origin))
+        // Inside a Pod (its ServiceAccount's token and CA mounted, the API server's address in
+        // the environment), the in-cluster context is there beside the files' contexts.
+        Ok(match Config::incluster() {
+            Ok(in_cluster) => Self::from_kubeconfig_beside(merged, in_cluster, origin),
+            Err(_) => Self::from_kubeconfig(merged, origin),
+        })
     }
 
     /// Where the contexts come from, e.g. `the kubeconfig /home/me/.kube/config`.
@@ -137,11 +167,20 @@ impl ClientPool {
     /// The names of all contexts, in the order of the configuration.
     pub fn contexts(&self) -> Vec<String> {
         match &self.inner.source {
-            Source::Kubeconfig(kubeconfig) => kubeconfig
-                .contexts
-                .iter()
-                .map(|named| named.name.clone())
-                .collect(),
+            Source::Kubeconfig {
+                kubeconfig,
+                in_cluster,
+            } => {
+                let mut names: Vec<String> = kubeconfig
+                    .contexts
+                    .iter()
+                    .map(|named| named.name.clone())
+                    .collect();
+                if in_cluster.is_some() && !names.iter().any(|n| n == IN_CLUSTER_CONTEXT) {
+                    names.push(IN_CLUSTER_CONTEXT.to_string());
+                }
+                names
+            }
             Source::InCluster(_) => vec![IN_CLUSTER_CONTEXT.to_string()],
         }
     }
@@ -149,7 +188,7 @@ impl ClientPool {
     /// The configuration's current context, if it names one.
     pub fn current_context(&self) -> Option<&str> {
         match &self.inner.source {
-            Source::Kubeconfig(kubeconfig) => kubeconfig.current_context.as_deref(),
+            Source::Kubeconfig { kubeconfig, .. } => kubeconfig.current_context.as_deref(),
             Source::InCluster(_) => Some(IN_CLUSTER_CONTEXT),
         }
     }
@@ -167,8 +206,11 @@ impl ClientPool {
     /// The API server URL of a context, exactly as the configuration writes it. Two contexts
     /// with equal URLs talk to the same API server.
     pub fn server_url(&self, context: &str) -> Result<String> {
+        if let Some(config) = self.in_cluster_config(context) {
+            return Ok(config.cluster_url.to_string());
+        }
         match &self.inner.source {
-            Source::Kubeconfig(kubeconfig) => {
+            Source::Kubeconfig { kubeconfig, .. } => {
                 let cluster_name = &self.kubeconfig_context(kubeconfig, context)?.cluster;
                 kubeconfig
                     .clusters
@@ -182,25 +224,23 @@ impl ClientPool {
                         origin: self.inner.origin.clone(),
                     })
             }
-            Source::InCluster(config) => {
-                self.check_in_cluster_context(context)?;
-                Ok(config.cluster_url.to_string())
-            }
+            // The in-cluster pool's one context was answered above.
+            Source::InCluster(_) => Err(self.unknown_context(context)),
         }
     }
 
     /// The namespace a context defaults to: its `namespace`, else `default`.
     pub fn default_namespace(&self, context: &str) -> Result<String> {
+        if let Some(config) = self.in_cluster_config(context) {
+            return Ok(config.default_namespace.clone());
+        }
         match &self.inner.source {
-            Source::Kubeconfig(kubeconfig) => Ok(self
+            Source::Kubeconfig { kubeconfig, .. } => Ok(self
                 .kubeconfig_context(kubeconfig, context)?
                 .namespace
                 .clone()
                 .unwrap_or_else(|| "default".to_string())),
-            Source::InCluster(config) => {
-                self.check_in_cluster_context(context)?;
-                Ok(config.default_namespace.clone())
-            }
+            Source::InCluster(_) => Err(self.unknown_context(context)),
         }
     }
 
@@ -255,8 +295,11 @@ impl ClientPool {
     }
 
     async fn config(&self, context: &str) -> Result<Config> {
+        if let Some(config) = self.in_cluster_config(context) {
+            return Ok(config.clone());
+        }
         match &self.inner.source {
-            Source::Kubeconfig(kubeconfig) => {
+            Source::Kubeconfig { kubeconfig, .. } => {
                 // Checked here so that a missing context gets our message, not kube's.
                 self.server_url(context)?;
                 let options = KubeConfigOptions {
@@ -270,10 +313,7 @@ impl ClientPool {
                         message: error.to_string(),
                     })
             }
-            Source::InCluster(config) => {
-                self.check_in_cluster_context(context)?;
-                Ok((**config).clone())
-            }
+            Source::InCluster(_) => Err(self.unknown_context(context)),
         }
     }
 
@@ -290,11 +330,20 @@ impl ClientPool {
             .ok_or_else(|| self.unknown_context(context))
     }
 
-    fn check_in_cluster_context(&self, context: &str) -> Result<()> {
-        if context == IN_CLUSTER_CONTEXT {
-            Ok(())
-        } else {
-            Err(self.unknown_context(context))
+    /// The in-cluster configuration `context` names, if it names one: the single context of an
+    /// in-cluster pool, or `in-cluster` beside a kubeconfig that has no context of that name.
+    fn in_cluster_config(&self, context: &str) -> Option<&Config> {
+        if context != IN_CLUSTER_CONTEXT {
+            return None;
+        }
+        match &self.inner.source {
+            Source::InCluster(config) => Some(config),
+            Source::Kubeconfig {
+                kubeconfig,
+                in_cluster,
+            } => in_cluster
+                .as_deref()
+                .filter(|_| !kubeconfig.contexts.iter().any(|c| c.name == context)),
         }
     }
 
@@ -352,10 +401,75 @@ users:
     }
 
     fn pool() -> (tempfile::TempDir, PathBuf, ClientPool) {
+        pool_from(KUBECONFIG)
+    }
+
+    fn pool_from(text: &str) -> (tempfile::TempDir, PathBuf, ClientPool) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = write_kubeconfig(&dir, "config.yaml", KUBECONFIG);
+        let path = write_kubeconfig(&dir, "config.yaml", text);
         let pool = ClientPool::from_path(&path).expect("pool");
         (dir, path, pool)
+    }
+
+    /// An in-cluster configuration as a Pod has it (without reading a Pod's files).
+    fn in_cluster() -> Config {
+        let mut config = Config::new("https://10.96.0.1:443".parse().expect("url"));
+        config.default_namespace = "comb-system".into();
+        config
+    }
+
+    #[test]
+    fn inside_a_pod_the_in_cluster_context_stands_beside_a_mounted_kubeconfigs() {
+        let kubeconfig = Kubeconfig::from_yaml(KUBECONFIG).expect("kubeconfig");
+        let pool = ClientPool::from_kubeconfig_beside(kubeconfig, in_cluster(), "K".into());
+        assert_eq!(
+            pool.contexts(),
+            ["prod", "staging", "dev", "broken", IN_CLUSTER_CONTEXT]
+        );
+        assert_eq!(
+            pool.server_url(IN_CLUSTER_CONTEXT).expect("in-cluster"),
+            "https://10.96.0.1:443/"
+        );
+        assert_eq!(
+            pool.default_namespace(IN_CLUSTER_CONTEXT)
+                .expect("in-cluster"),
+            "comb-system"
+        );
+        assert_eq!(
+            pool.server_url("dev").expect("dev"),
+            "http://127.0.0.1:7443"
+        );
+        // Outside a Pod, or where the kubeconfig names its own `in-cluster`, the file decides.
+        let (_dir, path, plain) = pool_from(KUBECONFIG);
+        assert_eq!(
+            plain
+                .server_url(IN_CLUSTER_CONTEXT)
+                .expect_err("no in-cluster")
+                .to_string(),
+            format!(
+                "context in-cluster is not in the kubeconfig {}",
+                path.display()
+            )
+        );
+        let own = KUBECONFIG.replace(
+            "- name: dev\n    context:",
+            "- name: in-cluster\n    context:",
+        );
+        let kubeconfig = Kubeconfig::from_yaml(&own).expect("kubeconfig");
+        let pool = ClientPool::from_kubeconfig_beside(kubeconfig, in_cluster(), "K".into());
+        assert_eq!(
+            pool.server_url(IN_CLUSTER_CONTEXT).expect("the file's"),
+            "http://127.0.0.1:7443"
+        );
+        assert_eq!(pool.contexts().len(), 4);
+    }
+
+    #[tokio::test]
+    async fn the_in_cluster_context_beside_a_kubeconfig_builds_its_client() {
+        let kubeconfig = Kubeconfig::from_yaml(KUBECONFIG).expect("kubeconfig");
+        let pool = ClientPool::from_kubeconfig_beside(kubeconfig, in_cluster(), "K".into());
+        let client = pool.client(IN_CLUSTER_CONTEXT).await.expect("client");
+        assert_eq!(client.default_namespace(), "comb-system");
     }
 
     #[test]

@@ -43,6 +43,35 @@ impl KubeconfigBuilder {
         self
     }
 
+    /// A cluster entry whose CA is read from a file: a Pod's
+    /// `/var/run/secrets/kubernetes.io/serviceaccount/ca.crt`.
+    pub fn cluster_with_ca_file(mut self, name: &str, server: &str, ca_file: &str) -> Self {
+        self.config.clusters.push(NamedCluster {
+            name: name.to_string(),
+            cluster: Some(Cluster {
+                server: Some(server.to_string()),
+                certificate_authority: Some(ca_file.to_string()),
+                ..Cluster::default()
+            }),
+            other: Default::default(),
+        });
+        self
+    }
+
+    /// A user entry whose bearer token is read from a file, again as it changes: a Pod's
+    /// projected ServiceAccount token, which the kubelet renews.
+    pub fn token_file_user(mut self, name: &str, token_file: &str) -> Self {
+        self.config.auth_infos.push(NamedAuthInfo {
+            name: name.to_string(),
+            auth_info: Some(AuthInfo {
+                token_file: Some(token_file.to_string()),
+                ..AuthInfo::default()
+            }),
+            other: Default::default(),
+        });
+        self
+    }
+
     /// A user entry authenticating with a bearer token.
     pub fn token_user(mut self, name: &str, token: &str) -> Self {
         self.config.auth_infos.push(NamedAuthInfo {

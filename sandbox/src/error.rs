@@ -57,6 +57,9 @@ pub enum Error {
     #[error("the sandbox network cannot run here: {reason}")]
     NetworkUnavailable { reason: String },
 
+    #[error("the real node cannot run here: {reason}")]
+    RealNodeUnavailable { reason: String },
+
     #[error("the real backend places at most {max} clusters, and {count} were asked for")]
     TooManyClusters { count: usize, max: usize },
 
@@ -89,6 +92,7 @@ impl Error {
             Error::MissingBinary { .. } => "missing-binary",
             Error::Io { .. } => "io",
             Error::NetworkUnavailable { .. } => "network-unavailable",
+            Error::RealNodeUnavailable { .. } => "real-node-unavailable",
             Error::TooManyClusters { .. } => "options",
             Error::Netlink { .. } => "netlink",
             Error::ComponentFailed { .. } => "component",

@@ -36,6 +36,7 @@ pub fn options_or_skip(
     let options = NetworkOptions {
         identity_bin: Some(crate::bin::identity_path().to_path_buf()),
         proxy_mode,
+        real_node: None,
     };
     network_available_or_skip(test, &options, clusters).then_some(options)
 }

@@ -92,10 +92,10 @@ pub struct DemoArgs {
     /// Keep the clusters and the controller running after the demo settles (stop with Ctrl-C),
     /// to look around with kubectl and `comb get`.
     #[arg(long)]
-    follow: bool,
+    pub(crate) follow: bool,
     /// Give up when the Combs have not all reached their expected phase by then.
     #[arg(long, default_value = "60s", value_parser = crate::config::duration_arg)]
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How long simulated Pods take to become Ready (emulator only).
     #[arg(long, default_value = "300ms", value_parser = crate::config::parse_duration)]
     pod_ready_delay: Duration,
@@ -103,8 +103,13 @@ pub struct DemoArgs {
     /// (port 0: any free port; the address is printed).
     #[arg(long, value_name = "ADDRESS")]
     admin_address: Option<std::net::SocketAddr>,
+    /// Run comb as its users do (with `--backend kube --network`): its image (`--image`, else
+    /// $COMB_IMAGE, else the last one tests/image/build wrote) loaded into a real node of prod's
+    /// cluster, installed by its chart with helm, as a Pod; prints where it runs.
+    #[arg(long, requires = "network")]
+    pub(crate) in_cluster: bool,
     #[command(flatten)]
-    backend: crate::cli::sandbox::BackendArgs,
+    pub(crate) backend: crate::cli::sandbox::BackendArgs,
 }
 
 /// The demo's clusters, set up: the CRD installed in each, the layers' namespaces created, the
@@ -273,8 +278,17 @@ impl DemoWorld {
         };
         api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(&object))
             .await
-            .with_context(|| {
-                format!("applying {} {name} in context {context} failed", types.kind)
+            .map_err(|error| {
+                // The API's own words (a webhook's refusal, say), which the one-line error
+                // leaves out of kube's errors.
+                let why = match &error {
+                    kube::Error::Api(status) => format!(": {}", status.message),
+                    _ => String::new(),
+                };
+                anyhow::Error::new(error).context(format!(
+                    "applying {} {name} in context {context} failed{why}",
+                    types.kind
+                ))
             })?;
         Ok(())
     }
@@ -568,7 +582,7 @@ pub fn follow_hints(config: &Path, kubeconfig: &Path) -> String {
 
 /// How often the demo reads the Combs once the transitions say the story may be complete (a
 /// via chain can change without a phase changing).
-const CHECK_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(500);
 
 pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode> {
     block_on(async move {
@@ -609,6 +623,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(controller.run(shutdown.clone()));
         world.apply_examples().await?;
+        let applied = Instant::now();
         if network.is_some() {
             world.apply_clients().await?;
         }
@@ -688,8 +703,9 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
             );
         }
         println!(
-            "\nEvery Comb reached its expected phase in {:.1}s.",
-            started.elapsed().as_secs_f64()
+            "\nEvery Comb reached its expected phase in {:.1}s ({:.1}s after the Combs were applied).",
+            started.elapsed().as_secs_f64(),
+            applied.elapsed().as_secs_f64()
         );
         if network.is_some() {
             println!(
@@ -697,13 +713,7 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
                 packets::CLIENT,
                 packets::CALLS_PER_ROW
             );
-            let calls = world.calls(&rows).await;
-            print!("{}", packets::table(&calls));
-            let incomplete: Vec<String> = calls
-                .iter()
-                .filter(|row| !row.complete())
-                .map(|row| format!("{} {}", row.layer, row.call))
-                .collect();
+            let incomplete = print_calls(&world, &rows).await;
             if !incomplete.is_empty() {
                 shutdown.cancel();
                 let _ = running.await;
@@ -749,8 +759,20 @@ pub fn run(args: DemoArgs, registry: &ClassRegistry) -> anyhow::Result<ExitCode>
     })
 }
 
+/// Makes the calls of every layer, prints their table, and names those not answered from where
+/// `rows` say the service comes from (`layer call`).
+pub(crate) async fn print_calls(world: &DemoWorld, rows: &[CombRow]) -> Vec<String> {
+    let calls = world.calls(rows).await;
+    print!("{}", packets::table(&calls));
+    calls
+        .iter()
+        .filter(|row| !row.complete())
+        .map(|row| format!("{} {}", row.layer, row.call))
+        .collect()
+}
+
 /// Every Comb of every layer, as `comb get` reads them.
-async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
+pub(crate) async fn read_rows(federation: &Federation) -> anyhow::Result<Vec<CombRow>> {
     let layers: Vec<&Layer> = federation.config.layers.iter().collect();
     match get::collect_rows(federation, &layers, None, None).await {
         (rows, failures) if failures.is_empty() => Ok(rows),

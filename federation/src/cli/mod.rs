@@ -15,6 +15,8 @@ mod describe;
 mod endpoints;
 mod get;
 mod graph;
+#[cfg(feature = "sandbox")]
+pub mod in_cluster;
 mod logs;
 mod output;
 #[cfg(feature = "sandbox")]
@@ -121,6 +123,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run::run(&cli.global, &registry, args),
         #[cfg(feature = "sandbox")]
+        Command::Demo(args) if args.in_cluster => in_cluster::run(args),
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),

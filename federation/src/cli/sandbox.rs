@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use comb_sandbox::real::network::{NetworkOptions, ProxyMode};
+use comb_sandbox::real::node::RealNodeOptions;
 use comb_sandbox::{Backend, Clusters, ExtraContext, SandboxOptions};
 
 use super::common::{StopSignals, block_on};
@@ -77,14 +78,28 @@ pub struct BackendArgs {
         value_name = "MODE"
     )]
     pub proxy_mode: ProxyMode,
+    /// With `--network`: a real node in this cluster beside kwok's (repeatable): a kubelet from
+    /// tests/kube/build, Debian's containerd, runc and CNI plugins, registered as Node
+    /// `real-node` with the taint `sandbox.comb.internal/real-node` (only Pods that tolerate it
+    /// and select it run there). Needs root and cgroups v1.
+    #[arg(long = "real-node", requires = "network", value_name = "CLUSTER")]
+    pub real_node: Vec<String>,
+    /// An OCI image archive the real nodes load (repeatable; `tests/image/build` writes
+    /// comb's); nothing is pulled from a registry.
+    #[arg(long = "image", requires = "real_node", value_name = "ARCHIVE")]
+    pub images: Vec<PathBuf>,
 }
 
 impl BackendArgs {
     /// The network asked for, if any.
     pub fn network(&self) -> Option<NetworkOptions> {
-        self.network.then_some(NetworkOptions {
+        self.network.then(|| NetworkOptions {
             identity_bin: None,
             proxy_mode: self.proxy_mode,
+            real_node: (!self.real_node.is_empty()).then(|| RealNodeOptions {
+                clusters: self.real_node.clone(),
+                images: self.images.clone(),
+            }),
         })
     }
 }

@@ -3,9 +3,9 @@
 //! so that with `--network` their packets can be routed between them (and without it, kwok's
 //! node and Pod addresses and the LoadBalancer ingress IPs already tell the clusters apart).
 //!
-//! | cluster | node | Pod CIDR | LoadBalancer pool |
+//! | cluster | node | Pod CIDR (kwok's half; a real node's /24) | LoadBalancer pool |
 //! |---|---|---|---|
-//! | 0 | 172.18.0.2 (router 172.18.0.1) | 10.244.0.0/16 | 192.0.2.1-62 |
+//! | 0 | 172.18.0.2 (router 172.18.0.1) | 10.244.0.0/16 (10.244.0.0/17; 10.244.128.0/24) | 192.0.2.1-62 |
 //! | 1 | 172.18.1.2 | 10.245.0.0/16 | 192.0.2.65-126 |
 //! | 4 | 172.18.4.2 | 10.248.0.0/16 | 198.51.100.1-62 |
 //! | 11 | 172.18.11.2 | 10.255.0.0/16 | 203.0.113.193-254 |
@@ -68,8 +68,13 @@ pub struct ClusterAddresses {
     pub router_ip: Ipv4Addr,
     /// The node's link: `node_ip` and `router_ip` are in it.
     pub node_link: Cidr,
-    /// Where kwok takes Pod IPs from (`--cidr`), kube-proxy's `--cluster-cidr`.
+    /// The cluster's Pod network, kube-proxy's `--cluster-cidr`: kwok's range and the real
+    /// node's.
     pub pod_cidr: Cidr,
+    /// Where kwok takes Pod IPs from (`--cidr`): the lower half of `pod_cidr`.
+    pub kwok_pod_cidr: Cidr,
+    /// Where a real node's Pods get theirs (`--real-node`): a /24 of the upper half.
+    pub real_node_pod_cidr: Cidr,
     /// Where LoadBalancer Services get their ingress IP from (the first and last address).
     pub load_balancer_pool: (Ipv4Addr, Ipv4Addr),
     /// The pool as a network, for the router's route to the node.
@@ -95,6 +100,14 @@ impl ClusterAddresses {
             pod_cidr: Cidr {
                 address: Ipv4Addr::new(10, POD_CIDR_BASE + octet, 0, 0),
                 prefix: 16,
+            },
+            kwok_pod_cidr: Cidr {
+                address: Ipv4Addr::new(10, POD_CIDR_BASE + octet, 0, 0),
+                prefix: 17,
+            },
+            real_node_pod_cidr: Cidr {
+                address: Ipv4Addr::new(10, POD_CIDR_BASE + octet, 128, 0),
+                prefix: 24,
             },
             load_balancer_pool: (
                 Ipv4Addr::new(a, b, c, quarter + 1),
@@ -156,6 +169,15 @@ mod tests {
                 "{index}"
             );
             assert!(addresses.node_link.contains(addresses.router_ip));
+            // kwok's Pods and the real node's share the cluster's network, never an address.
+            for part in [addresses.kwok_pod_cidr, addresses.real_node_pod_cidr] {
+                assert!(addresses.pod_cidr.contains(part.address), "{index}");
+            }
+            assert!(
+                !addresses
+                    .kwok_pod_cidr
+                    .contains(addresses.real_node_pod_cidr.address)
+            );
             assert!(addresses.load_balancer_cidr.contains(ip(first)));
             assert!(addresses.load_balancer_cidr.contains(ip(last)));
         }

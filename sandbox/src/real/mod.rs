@@ -18,6 +18,7 @@
 pub mod addresses;
 pub mod load_balancer;
 pub mod network;
+pub mod node;
 pub mod process;
 pub mod provisioner;
 pub mod proxy;
@@ -73,17 +74,23 @@ pub const NODE_NAME: &str = "sandbox-node";
 /// How long one cluster may take to come up (kube-apiserver's first start migrates storage).
 pub(crate) const START_LIMIT: Duration = Duration::from_secs(120);
 
+/// `$XDG_CACHE_HOME/comb`, else `~/.cache/comb`: where the project's scripts cache what they
+/// build (`tests/kube/build` under `kube/`, `tests/image/build` under `image/`).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("comb")
+}
+
 /// `$COMB_KUBE_BIN`, else `~/.cache/comb/kube/<versions>` (where `tests/kube/build` puts them).
 pub fn default_bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("COMB_KUBE_BIN").filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    cache.join("comb").join("kube").join(format!(
+    cache_dir().join("kube").join(format!(
         "k8s-v{KUBE_VERSION}_etcd-v{ETCD_VERSION}_kwok-v{KWOK_VERSION}_helm-v{HELM_VERSION}_coredns-v{COREDNS_VERSION}"
     ))
 }
@@ -161,6 +168,8 @@ pub struct RealCluster {
     api_url: String,
     controls: Controls,
     network: Option<Arc<ClusterNetwork>>,
+    /// Its real node (`--real-node`), when it has one.
+    real_node: Option<Arc<node::RealNode>>,
     api_server: Arc<tokio::sync::Mutex<ApiServer>>,
 }
 
@@ -205,6 +214,10 @@ impl RealCluster {
     pub fn network(&self) -> Option<&Arc<ClusterNetwork>> {
         self.network.as_ref()
     }
+    /// Its real node, when it has one (`--real-node`).
+    pub fn real_node(&self) -> Option<&Arc<node::RealNode>> {
+        self.real_node.as_ref()
+    }
 }
 
 /// Running real clusters; everything stops on [`RealSandbox::shutdown`] or drop.
@@ -246,6 +259,17 @@ impl RealSandbox {
         .check()?;
         if let Some(missing) = missing_binary(&options.bin_dir) {
             return Err(missing);
+        }
+        if let Some(real_node) = options.network.as_ref().and_then(|n| n.real_node.as_ref())
+            && let Some(unknown) = real_node
+                .clusters
+                .iter()
+                .find(|name| !options.clusters.contains(name))
+        {
+            return Err(Error::UnknownCluster {
+                name: unknown.clone(),
+                known: options.clusters.join(", "),
+            });
         }
         if options.clusters.len() > addresses::MAX_CLUSTERS {
             return Err(Error::TooManyClusters {
@@ -304,6 +328,12 @@ impl RealSandbox {
                 client: client.clone(),
                 router: router.clone(),
                 names: names.clone(),
+                real_node: options
+                    .network
+                    .as_ref()
+                    .and_then(|network| network.real_node.as_ref())
+                    .filter(|real_node| real_node.clusters.contains(name))
+                    .map(|real_node| real_node.images.clone()),
             };
             let shutdown = shutdown.clone();
             async move { setup.start(shutdown).await }
@@ -483,6 +513,10 @@ impl RealSandbox {
 
     /// Stops the proxies and every process, and waits for them.
     pub async fn shutdown(mut self) {
+        // The real nodes first: their Pods' networks hang off the node namespaces.
+        for node in self.clusters.iter().filter_map(|c| c.real_node.as_ref()) {
+            node.shutdown().await;
+        }
         for network in self.clusters.iter().filter_map(|c| c.network.as_ref()) {
             network.shutdown().await;
         }
@@ -526,6 +560,8 @@ struct ClusterSetup {
     client: ApiClient,
     router: Option<Arc<Router>>,
     names: Arc<ExternalNames>,
+    /// The images a real node of this cluster loads, when it has one.
+    real_node: Option<Vec<PathBuf>>,
 }
 
 struct Started {
@@ -606,6 +642,10 @@ impl ClusterSetup {
     ) -> Result<(RealCluster, JoinHandle<()>)> {
         let [etcd_port, peer_port, api_port] = free_ports()?;
         let ca = self.write("ca.crt", &self.authority.pem())?;
+        // The node's address too: with the network, the node's relay serves the API there, to
+        // Pods of this cluster (the `kubernetes` Service's endpoint) and of the others (a
+        // kubeconfig of this cluster used from inside a Pod elsewhere).
+        let node_ip = self.addresses()?.node_ip.to_string();
         let serving = self.authority.issue(
             &[
                 "127.0.0.1",
@@ -615,6 +655,7 @@ impl ClusterSetup {
                 "kubernetes.default",
                 "kubernetes.default.svc",
                 "kubernetes.default.svc.cluster.local",
+                &node_ip,
             ],
             "kube-apiserver",
         )?;
@@ -677,7 +718,7 @@ impl ClusterSetup {
         })
         .await?;
 
-        let api_server_args: Vec<String> = vec![
+        let mut api_server_args: Vec<String> = vec![
             format!("--etcd-servers={etcd_url}"),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={api_port}"),
@@ -694,6 +735,14 @@ impl ClusterSetup {
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
         ];
+        if self.router.is_some() {
+            // The `kubernetes` Service's endpoint: the node's address, where the node's relay
+            // serves the API to Pods (the sandbox's namespaces have no route to the host's).
+            api_server_args.push(format!("--advertise-address={}", self.addresses()?.node_ip));
+        }
+        if self.real_node.is_some() {
+            api_server_args.extend(node::api_server_flags(&self.dir)?);
+        }
         components.push(self.spawn("kube-apiserver", api_server_args.clone(), None)?);
         self.wait_until(components, 1, "kube-apiserver to be ready", || async {
             answers_ready(&self.client, &probe_token, &format!("{api_url}/readyz")).await
@@ -730,7 +779,7 @@ impl ClusterSetup {
                 format!("--config={}", path(&stages)),
                 "--manage-all-nodes=false".into(),
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
-                format!("--cidr={}", self.addresses()?.pod_cidr),
+                format!("--cidr={}", self.addresses()?.kwok_pod_cidr),
                 format!("--node-ip={}", self.addresses()?.node_ip),
                 // The node keeps Ready by renewing its Lease; without it, kube-controller-manager
                 // marks the node NotReady after 40 s and its Pods unready.
@@ -788,12 +837,32 @@ impl ClusterSetup {
                         bin_dir: &self.bin_dir,
                         kubeconfig: &kubeconfig,
                         api_port,
-                        client: kube_client,
+                        client: kube_client.clone(),
                     },
                 )
                 .await?,
             ),
             None => None,
+        };
+        let real_node = match (&network, &self.real_node) {
+            (Some(network), Some(images)) => {
+                let addresses = self.addresses()?;
+                Some(Arc::new(
+                    node::RealNode::start(node::NodeSetup {
+                        cluster: &self.name,
+                        dir: &node::node_dir(&self.dir),
+                        bin_dir: &self.bin_dir,
+                        kubeconfig: &kubeconfig,
+                        netns: network.node_netns().clone(),
+                        node_ip: addresses.node_ip,
+                        pod_cidr: addresses.real_node_pod_cidr,
+                        images,
+                        client: kube_client,
+                    })
+                    .await?,
+                ))
+            }
+            _ => None,
         };
 
         let controls = Controls::new();
@@ -838,6 +907,7 @@ impl ClusterSetup {
                 api_url,
                 controls,
                 network,
+                real_node,
                 api_server: Arc::new(tokio::sync::Mutex::new(api_server)),
             },
             proxy,

@@ -28,6 +28,10 @@ use crate::error::{Error, Result};
 /// it before it signals. A component that ends on its own leaves it, with the log that says why
 /// (etcd's log is in the directory its watchdog removes), for comb to read and then remove. The
 /// reader is killed with KILL (it ignores TERM) so that it cannot mark a directory made later.
+/// The removal is tried again for a while: when comb dies, every watchdog stops at once, and
+/// the watchdogs of directories inside this one (a cluster's inside the sandbox's) write their
+/// marks there while this one removes it, which a single `rm -rf` can lose to (it left the
+/// emptied directory behind in the network test's SIGKILL check).
 /// The mark is written by `true`, not `:`: a failed redirection of a special built-in such as
 /// `:` ends a POSIX shell, and the directory may be gone already (comb removed it before it
 /// closed stdin), which ended the reader before it signalled and left the component running.
@@ -44,7 +48,14 @@ trap '' INT TERM HUP
 reader=$!
 wait "$child"; status=$?
 kill -KILL "$reader" 2>/dev/null
-[ -n "$cleanup" ] && [ -e "$cleanup/.comb-stopping" ] && rm -rf "$cleanup"
+if [ -n "$cleanup" ] && [ -e "$cleanup/.comb-stopping" ]; then
+  i=0
+  while [ -e "$cleanup" ] && [ "$i" -lt 50 ]; do
+    rm -rf "$cleanup" 2>/dev/null
+    [ -e "$cleanup" ] && sleep 0.1
+    i=$((i+1))
+  done
+fi
 exit "$status""#;
 
 /// One running component of a cluster.

@@ -93,6 +93,8 @@ pub struct NetworkOptions {
     /// `comb-identity`; default `$COMB_IDENTITY_BIN`, else beside the running executable.
     pub identity_bin: Option<PathBuf>,
     pub proxy_mode: ProxyMode,
+    /// A real node beside kwok's in some clusters ([`crate::real::node`]).
+    pub real_node: Option<crate::real::node::RealNodeOptions>,
 }
 
 /// The identity server: `explicit`, else `$COMB_IDENTITY_BIN`, else beside the running
@@ -151,6 +153,11 @@ pub fn unavailable(bin_dir: &Path, options: &NetworkOptions, clusters: usize) ->
         ));
     }
     if let Err(error) = identity_bin(options.identity_bin.as_deref()) {
+        return Some(error);
+    }
+    if let Some(real_node) = &options.real_node
+        && let Some(error) = crate::real::node::unavailable(bin_dir, real_node)
+    {
         return Some(error);
     }
     if let Err(error) = Netns::create("a probe") {
@@ -448,6 +455,11 @@ impl ClusterNetwork {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The node's network namespace (kube-proxy's, CoreDNS's, and a real node's).
+    pub fn node_netns(&self) -> &Netns {
+        &self.node
     }
 
     /// kube-dns's address, where the cluster's Pods send their queries.

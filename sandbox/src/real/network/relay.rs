@@ -1,5 +1,5 @@
 //! The way from a node's namespace to its cluster's API server, which listens on the host's
-//! loopback: a listener on `127.0.0.1:PORT` bound inside the node's namespace and served by the
+//! loopback: a listener on `PORT` bound inside the node's namespace (its loopback and its address) and served by the
 //! sandbox, which forwards each connection to the same port on the host's loopback. So kube-proxy
 //! and CoreDNS inside use the kubeconfig and certificates of the other components unchanged, and
 //! nothing listens anywhere but inside the sandbox's namespaces. The relay is part of the
@@ -14,11 +14,13 @@ use tokio_util::sync::CancellationToken;
 use super::netns::Netns;
 use crate::error::{Error, Result};
 
-/// Relays `127.0.0.1:port` inside `netns` to `127.0.0.1:port` of the host until `shutdown`.
-/// `lo` must be up inside.
+/// Relays `port` inside `netns`, on every address there, to `127.0.0.1:port` of the host until
+/// `shutdown`. `lo` must be up inside. On the node's own address too: kube-apiserver advertises
+/// it (the `kubernetes` Service's endpoint), so that Pods reach the API server through the
+/// Service as on a control-plane node.
 pub fn start(netns: &Netns, port: u16, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
-    let listener = netns.run(&format!("listening on 127.0.0.1:{port}"), || {
-        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
+    let listener = netns.run(&format!("listening on port {port}"), || {
+        let listener = std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))?;
         listener.set_nonblocking(true)?;
         Ok(listener)
     })?;
