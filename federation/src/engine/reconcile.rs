@@ -29,10 +29,10 @@ use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::LiveStatus;
 use crate::engine::observe::{LiveObjects, observe_local};
 use crate::engine::ownership::Claim;
-use crate::engine::prune::{changed_items, record_differs, union};
+use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::{RenderedItem, identified};
 use crate::engine::status::{
-    Established, ResourceKey, StepRecord, Verdict, build_status, rebuild_status,
+    Established, ResourceKey, StepRecord, Verdict, build_status, rebuild_status, refreshed,
 };
 use crate::engine::tenancy::endpoint_refusals;
 use crate::engine::values::{clean_message, panic_message};
@@ -524,7 +524,7 @@ impl Step<'_> {
                 // records what it stored.
                 let (made, error) = error.split_made();
                 if !made.is_empty() {
-                    r.managed = Some(union(&made, self.previous_managed()));
+                    r.managed = Some(refreshed(self.previous_managed(), &made));
                 }
                 let (reason, message) = match error {
                     // An object of a copy's name that is someone else's: left untouched, named.

@@ -1,7 +1,7 @@
 //! Building the recorded `CombStatus` from what a reconcile step decided (reference §6.7
 //! carry-forward, §6.8 `_status_from`). Pure: `now` is a parameter.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use comb_api::{
     CONFIG_READY, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus, ConditionStatus,
@@ -42,6 +42,23 @@ pub fn union(first: &[ManagedObject], second: &[ManagedObject]) -> Vec<ManagedOb
         .filter(|resource| seen.insert(ResourceKey::of(resource)))
         .cloned()
         .collect()
+}
+
+/// `recorded` with `made` written over it: each recorded entry keeps its place and takes the
+/// entry `made` has for its identity (a fresh uid); what `made` adds goes last. The record's
+/// order stays as it was, so a step that re-made a copy writes no status for the order alone.
+pub fn refreshed(recorded: &[ManagedObject], made: &[ManagedObject]) -> Vec<ManagedObject> {
+    let fresh: HashMap<ResourceKey, &ManagedObject> = made
+        .iter()
+        .map(|resource| (ResourceKey::of(resource), resource))
+        .collect();
+    let kept = recorded.iter().map(|resource| {
+        fresh
+            .get(&ResourceKey::of(resource))
+            .copied()
+            .unwrap_or(resource)
+    });
+    union(&kept.cloned().collect::<Vec<_>>(), made)
 }
 
 /// What a step established as serving the Comb.
@@ -302,6 +319,48 @@ mod tests {
             namespace: Some("platform".into()),
             name: name.into(),
             uid: None,
+        }
+    }
+
+    #[test]
+    fn refreshed_keeps_the_records_order_and_takes_fresh_uids() {
+        let with_uid = |name: &str, uid: &str| ManagedObject {
+            uid: Some(uid.into()),
+            ..resource(name)
+        };
+        let names = |list: &[ManagedObject]| -> Vec<(String, Option<String>)> {
+            list.iter()
+                .map(|r| (r.name.clone(), r.uid.clone()))
+                .collect()
+        };
+        let cases: [(
+            &[ManagedObject],
+            &[ManagedObject],
+            Vec<(&str, Option<&str>)>,
+        ); 4] = [
+            (&[], &[], vec![]),
+            (
+                &[with_uid("a", "1"), with_uid("b", "2")],
+                &[],
+                vec![("a", Some("1")), ("b", Some("2"))],
+            ),
+            (
+                &[with_uid("a", "1"), with_uid("b", "2")],
+                &[with_uid("b", "3")],
+                vec![("a", Some("1")), ("b", Some("3"))],
+            ),
+            (
+                &[with_uid("a", "1")],
+                &[with_uid("c", "4"), with_uid("a", "5")],
+                vec![("a", Some("5")), ("c", Some("4"))],
+            ),
+        ];
+        for (recorded, made, expected) in cases {
+            let expected: Vec<(String, Option<String>)> = expected
+                .into_iter()
+                .map(|(n, u)| (n.to_string(), u.map(str::to_string)))
+                .collect();
+            assert_eq!(names(&refreshed(recorded, made)), expected);
         }
     }
 
