@@ -105,9 +105,9 @@ impl<'de> Deserialize<'de> for Comb {
 fn decode_spec(spec: Option<Value>) -> (CombSpec, Option<String>) {
     match spec {
         None | Some(Value::Null) => (CombSpec::default(), None),
-        Some(spec) => match decode_part::<CombSpec>("spec", spec) {
+        Some(spec) => match decode_part::<CombSpec>(spec) {
             Ok(spec) => (spec, None),
-            Err(problem) => (CombSpec::default(), Some(problem)),
+            Err(error) => (CombSpec::default(), Some(field_problem("spec", &error))),
         },
     }
 }
@@ -116,9 +116,9 @@ fn decode_spec(spec: Option<Value>) -> (CombSpec, Option<String>) {
 fn decode_status(status: Option<Value>) -> (Option<CombStatus>, Option<String>) {
     match status {
         None | Some(Value::Null) => (None, None),
-        Some(status) => match decode_part::<CombStatus>("status", status) {
+        Some(status) => match decode_part::<CombStatus>(status) {
             Ok(status) => (Some(status), None),
-            Err(problem) => (None, Some(problem)),
+            Err(error) => (None, Some(field_problem("status", &error))),
         },
     }
 }
@@ -204,20 +204,26 @@ impl From<MetadataWithoutManagedFields> for ObjectMeta {
     }
 }
 
-/// Decodes `part` (`spec` or `status`), or says which field is wrong and how.
-fn decode_part<T: serde::de::DeserializeOwned>(part: &str, value: Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|error| {
-        let path = error.path().to_string();
-        let field = if path == "." {
-            part.to_string()
-        } else {
-            format!("{part}.{path}")
-        };
-        format!(
-            "{field}: {}",
-            without_string_values(&error.inner().to_string())
-        )
-    })
+/// Decodes a Comb's `spec` or `status`, keeping where it failed (the field's path).
+fn decode_part<T: serde::de::DeserializeOwned>(
+    value: Value,
+) -> std::result::Result<T, serde_path_to_error::Error<serde_json::Error>> {
+    serde_path_to_error::deserialize(value)
+}
+
+/// Which field of `part` is wrong and how, without the value it held: the text a Comb keeps
+/// for a spec or status that does not decode.
+fn field_problem(part: &str, error: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = error.path().to_string();
+    let field = if path == "." {
+        part.to_string()
+    } else {
+        format!("{part}.{path}")
+    };
+    format!(
+        "{field}: {}",
+        without_string_values(&error.inner().to_string())
+    )
 }
 
 /// serde's messages quote a string that has the wrong type or value (`invalid type: string

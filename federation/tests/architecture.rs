@@ -12,6 +12,9 @@
 //! - **Who may call whom**: the top-level modules of comb-federation use only what the table of
 //!   docs/architecture.md allows, and each crate of the workspace depends only on the crates its
 //!   table allows (`cargo metadata`).
+//! - **Errors typed to the edge**: no `Result<_, String>` in the crates the controller ships
+//!   (comb-federation, comb-api, comb-upstreams, comb-kubeconfigs; the emulator, comb-sandbox,
+//!   is not in the image): a failure keeps its type and its source until the edge that prints it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -1056,4 +1059,104 @@ fn a_cycle_through_methods_and_a_misplaced_impl_are_named() {
         krate.misplaced_impls(),
         ["impl Shared in controller::health"]
     );
+}
+
+/// Finds `Result<_, String>` outside test code.
+#[derive(Default)]
+struct StringErrors {
+    file: String,
+    /// The function being read (line numbers need proc-macro2's span locations).
+    function: String,
+    found: Vec<String>,
+}
+
+impl<'ast> Visit<'ast> for StringErrors {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        if !is_test_only(item_attrs(item)) {
+            syn::visit::visit_item(self, item);
+        }
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        self.function = item.sig.ident.to_string();
+        syn::visit::visit_item_fn(self, item);
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        if !is_test_only(&item.attrs) {
+            self.function = item.sig.ident.to_string();
+            syn::visit::visit_impl_item_fn(self, item);
+        }
+    }
+
+    fn visit_type_path(&mut self, path: &'ast syn::TypePath) {
+        if let Some(last) = path.path.segments.last()
+            && last.ident == "Result"
+            && let syn::PathArguments::AngleBracketed(arguments) = &last.arguments
+            && let Some(syn::GenericArgument::Type(syn::Type::Path(error))) =
+                arguments.args.iter().nth(1)
+            && error.path.is_ident("String")
+        {
+            self.found
+                .push(format!("{}: fn {}", self.file, self.function));
+        }
+        syn::visit::visit_type_path(self, path);
+    }
+}
+
+fn string_errors_under(dir: &Path, found: &mut Vec<String>) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("a source folder")
+        .map(|entry| entry.expect("a folder entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            string_errors_under(&path, found);
+        } else if path.extension().is_some_and(|ext| ext == "rs")
+            && path.file_name().is_some_and(|name| name != "tests.rs")
+        {
+            let text = std::fs::read_to_string(&path).expect("a source file");
+            let file = syn::parse_file(&text).expect("Rust source");
+            let mut visitor = StringErrors {
+                file: path.display().to_string(),
+                ..StringErrors::default()
+            };
+            visitor.visit_file(&file);
+            found.extend(visitor.found);
+        }
+    }
+}
+
+#[test]
+fn no_result_with_a_string_error_in_the_shipped_crates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace");
+    let mut found = Vec::new();
+    for krate in ["federation", "api", "upstreams", "kubeconfigs"] {
+        string_errors_under(&root.join(krate).join("src"), &mut found);
+    }
+    assert!(
+        found.is_empty(),
+        "Result<_, String> in production code (keep the error's type and source; render it at \
+         the edge):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn a_string_error_is_found_and_test_code_is_not_read() {
+    let file = syn::parse_file(
+        "fn bad() -> Result<u8, String> { Ok(1) }\n\
+         #[cfg(test)] mod tests { fn fine() -> Result<u8, String> { Ok(1) } }\n\
+         fn good() -> Result<u8, std::io::Error> { Ok(1) }",
+    )
+    .expect("Rust source");
+    let mut visitor = StringErrors {
+        file: "f.rs".into(),
+        ..StringErrors::default()
+    };
+    visitor.visit_file(&file);
+    assert_eq!(visitor.found, ["f.rs: fn bad"]);
 }

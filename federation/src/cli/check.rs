@@ -321,16 +321,18 @@ pub fn table(checks: &[Check]) -> String {
     table.render()
 }
 
-/// Whether the API of a layer answers, and with which version.
-async fn reachable(federation: &Federation, layer: &Layer) -> Result<String, String> {
+/// Whether the API of a layer answers, and with which version; a failure in one line, in the
+/// API server's words.
+async fn reachable(federation: &Federation, layer: &Layer) -> std::result::Result<String, Check> {
+    let failed = |detail: String| Check::new("reachable", &layer.name, Outcome::Failed, detail);
     let client = federation
         .client(layer)
         .await
-        .map_err(|error| crate::cli::output::one_line(&error))?;
+        .map_err(|error| failed(crate::cli::output::one_line(&error)))?;
     let version = client
         .apiserver_version()
         .await
-        .map_err(|error| describe_error(&error))?;
+        .map_err(|error| failed(describe_error(&error)))?;
     let server = federation
         .pool
         .server_url(&layer.context)
@@ -565,9 +567,9 @@ pub async fn run_checks(federation: &Federation) -> Vec<Check> {
                 up.insert(&layer.name, true);
                 checks.push(Check::new("reachable", &layer.name, Outcome::Ok, detail));
             }
-            Err(error) => {
+            Err(failed) => {
                 up.insert(&layer.name, false);
-                checks.push(Check::new("reachable", &layer.name, Outcome::Failed, error));
+                checks.push(failed);
             }
         }
     }

@@ -23,6 +23,7 @@ use crate::engine::ownership::recorded_in;
 use crate::engine::projection::{CombSelector, Projection};
 use crate::engine::prune::DeleteVerdict;
 use crate::engine::tenancy::Tenancy;
+use crate::error::Error;
 
 /// `<group>/deletion-policy`: with `Orphan`, deleting the Comb leaves everything in place.
 pub fn deletion_policy_annotation(group: &str) -> String {
@@ -229,7 +230,7 @@ async fn cleanup_kind(
     let served = match served_versions(ops, orphan).await {
         Ok(served) => served,
         Err(error) => {
-            report.failures.push(error);
+            report.failures.push(error.to_string());
             return;
         }
     };
@@ -310,9 +311,9 @@ fn orphan_kind_problem(orphan: &OrphanResource) -> Option<String> {
 async fn served_versions(
     ops: &KubeOps,
     orphan: &OrphanResource,
-) -> Result<Vec<(String, bool)>, String> {
+) -> Result<Vec<(String, bool)>, Error> {
     let client = ops.client();
-    let failed = |what: &str, error: kube::Error| format!("discovering {what}: {error}");
+    let failed = |what: &str, error: kube::Error| Error::kube(format!("discovering {what}"), error);
     let mut lists: BTreeMap<String, APIResourceList> = BTreeMap::new();
     if orphan.version.contains('/') {
         match client.list_api_group_resources(&orphan.version).await {

@@ -333,11 +333,13 @@ mod tests {
                 .map(|r| (r.name.clone(), r.uid.clone()))
                 .collect()
         };
-        let cases: [(
-            &[ManagedObject],
-            &[ManagedObject],
-            Vec<(&str, Option<&str>)>,
-        ); 4] = [
+        // (recorded, made, the record after: name and uid per entry)
+        type Case<'a> = (
+            &'a [ManagedObject],
+            &'a [ManagedObject],
+            Vec<(&'a str, Option<&'a str>)>,
+        );
+        let cases: [Case; 4] = [
             (&[], &[], vec![]),
             (
                 &[with_uid("a", "1"), with_uid("b", "2")],
