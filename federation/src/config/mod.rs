@@ -690,7 +690,10 @@ impl Config {
         let client = pool
             .client(&location.context)
             .await
-            .map_err(|error| Error::Config(error.to_string()))?;
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("reading the Comb {}/{}", location.namespace, location.name),
+                source,
+            })?;
         let api: Api<Comb> = Api::namespaced_with(
             client,
             &location.namespace,
