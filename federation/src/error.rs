@@ -185,45 +185,38 @@ stage_constructors! {
     Class: class, class_from;
 }
 
+/// The constructors of the errors that stop comb itself (the controller, the webhook): one of
+/// comb's own sentences, or one followed by what a wrapped failure of any type says, keeping it.
+macro_rules! running_constructors {
+    ($($variant:ident: $own:ident, $wrapping:ident;)*) => {
+        impl Error {
+            $(
+                #[doc = concat!("An [`Error::", stringify!($variant), "`] of comb's own words.")]
+                pub fn $own(message: impl Into<String>) -> Error {
+                    Error::$variant { message: message.into(), source: None }
+                }
+
+                #[doc = concat!("An [`Error::", stringify!($variant), "`] saying `message`, then what `source` says, and keeping it.")]
+                pub fn $wrapping(
+                    message: impl Into<String>,
+                    source: impl std::error::Error + Send + Sync + 'static,
+                ) -> Error {
+                    Error::$variant {
+                        message: format!("{}: {source}", message.into()),
+                        source: Some(Box::new(source)),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+running_constructors! {
+    Controller: controller, controller_from;
+    Webhook: webhook, webhook_from;
+}
+
 impl Error {
-    /// An [`Error::Controller`] of comb's own words.
-    pub fn controller(message: impl Into<String>) -> Error {
-        Error::Controller {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An [`Error::Controller`] saying `message`, then what `source` says, and keeping it.
-    pub fn controller_from(
-        message: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Error {
-        Error::Controller {
-            message: format!("{}: {source}", message.into()),
-            source: Some(Box::new(source)),
-        }
-    }
-
-    /// An [`Error::Webhook`] of comb's own words.
-    pub fn webhook(message: impl Into<String>) -> Error {
-        Error::Webhook {
-            message: message.into(),
-            source: None,
-        }
-    }
-
-    /// An [`Error::Webhook`] saying `message`, then what `source` says, and keeping it.
-    pub fn webhook_from(
-        message: impl Into<String>,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Error {
-        Error::Webhook {
-            message: format!("{}: {source}", message.into()),
-            source: Some(Box::new(source)),
-        }
-    }
-
     /// A failed request, in the server's words ([`describe_error`]), keeping the client's error.
     pub fn kube(request: impl Into<String>, error: kube::Error) -> Error {
         Error::Kube {
