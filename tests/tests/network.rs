@@ -545,6 +545,20 @@ async fn iptables_mode_and_the_call_control_and_nothing_outlives_a_killed_sandbo
         .map(|address| address.address)
         .expect("the node's InternalIP");
     let through_node_port = format!("{node_address}:{node_port}");
+    // web-node is a Service of its own: kube-proxy programs its rules when its EndpointSlice
+    // arrives, which may be after web's answered (the call was refused once, here).
+    wait_until(
+        "web-node answering on the node's address through kube-proxy's iptables rules",
+        async || {
+            let outcome = call(&through_node_port).await;
+            if outcome.answered_by.is_some() {
+                Ok(())
+            } else {
+                Err(outcome)
+            }
+        },
+    )
+    .await;
     for _ in 0..CALLS {
         let outcome = call(&through_node_port).await;
         let by = outcome
