@@ -124,6 +124,7 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
         Command::Run(args) => run::run(&cli.global, &registry, args),
         #[cfg(feature = "sandbox")]
         Command::Demo(args) if args.in_cluster => in_cluster::run(args),
+        #[cfg(feature = "sandbox")]
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
         Command::Get(args) => get::run(&cli.global, args),
