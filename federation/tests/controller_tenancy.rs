@@ -10,6 +10,7 @@
 //! 403 in the message, the status is still written (the controller's identity), and the
 //! controller's own ClusterRole needs `impersonate` on `serviceaccounts` for any of it to work.
 
+use comb_kubeconfigs::ClientPool;
 use comb_sandbox::controls::Controls;
 use comb_testkit::controller::World;
 use comb_testkit::fixtures::web;
@@ -248,6 +249,76 @@ async fn the_api_servers_rbac_decides_what_the_service_account_may_write() {
             .unwrap()
             .is_some(),
         "what the Role allows was written"
+    );
+    running.stop().await;
+}
+
+/// A Comb whose writer cannot be made (the layer's `serviceAccount` impersonated through a
+/// kubeconfig whose CA file is gone for a moment, as a mounted file is while it is rotated) is
+/// `Error`/`BuildFailed` with the client's words, and runs again with backoff: once the file is
+/// back it converges with no change to its CR. (It waited for its CR to change, or the resync.)
+#[tokio::test]
+async fn a_writer_that_cannot_be_made_is_retried_until_it_can() {
+    use base64::Engine;
+    let mut world = World::start(&["prod"], &[], &[("prod", "apps")]).await;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "deployer-edit", "namespace": "apps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "apps"}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(world.client("prod").await, "apps")
+        .create(&Default::default(), &binding)
+        .await
+        .unwrap();
+    // The same kubeconfig with the cluster's CA in a file (an empty one where the emulator
+    // serves plain HTTP and has none), as a kubeconfig mounted from a Secret names it.
+    let files = tempfile::tempdir().unwrap();
+    let ca_file = files.path().join("ca.crt");
+    let mut kubeconfig = world.kit.kubeconfig();
+    let mut ca = Vec::new();
+    for named in &mut kubeconfig.clusters {
+        let cluster = named.cluster.as_mut().unwrap();
+        if let Some(data) = cluster.certificate_authority_data.take() {
+            ca = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap();
+        }
+        cluster.certificate_authority = Some(ca_file.display().to_string());
+    }
+    std::fs::write(&ca_file, &ca).unwrap();
+    world.pool = ClientPool::from_kubeconfig(kubeconfig, "a kubeconfig with its CA in a file");
+    let running = world
+        .run(world.config(&config(", serviceAccount: deployer")))
+        .await;
+    world.client("prod").await; // the test's own client, made while the file is there
+
+    std::fs::remove_file(&ca_file).unwrap();
+    world
+        .create_comb("prod", "apps", "web", web("web", "nginx:1"))
+        .await;
+    let failed = world
+        .wait_phase("prod", "apps", "web", "Error", Some("BuildFailed"))
+        .await;
+    let message = failed
+        .status
+        .as_ref()
+        .and_then(|status| status.ready())
+        .and_then(|ready| ready.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.starts_with("layer prod: ") && message.contains("ca.crt"),
+        "names the layer and the file: {message}"
+    );
+    let generation = failed.metadata.generation;
+
+    std::fs::write(&ca_file, &ca).unwrap();
+    let running_comb = world
+        .wait_phase("prod", "apps", "web", "Running", None)
+        .await;
+    assert_eq!(
+        running_comb.metadata.generation, generation,
+        "no edit woke it"
     );
     running.stop().await;
 }

@@ -123,7 +123,7 @@ async fn reconcile_comb(
     };
     let comb = match instance_for(shared, layer, key, &cr).await {
         Ok(comb) => comb,
-        Err(error) => return build_failed(shared, layer, key, &cr, &error).await,
+        Err(error) => return build_failed(shared, layer, key, &cr, &error, Retry::OnChange).await,
     };
     let origin = Origin::of(&cr);
     if let Some(cycles) = layer.set_dependencies(key, &comb.depends_on()) {
@@ -135,7 +135,9 @@ async fn reconcile_comb(
         .upstream_choice(layer, key, previous.as_ref());
     let ops = match layer.comb_ops(&key.namespace).await {
         Ok(ops) => ops.logging_reads(),
-        Err(error) => return build_failed(shared, layer, key, &cr, &error).await,
+        // The Comb builds; what failed is its writer's client (a credential file being
+        // rotated, a kubeconfig Secret not yet there): nothing in the CR will change that.
+        Err(error) => return build_failed(shared, layer, key, &cr, &error, Retry::Backoff).await,
     };
     let borrow_env = step_borrow_env(&layer.borrow_env, &ops);
     let resolution = borrow::resolution(&comb, &controlling, &borrow_env).await;
@@ -266,16 +268,27 @@ async fn instance_for(
     Ok(comb)
 }
 
+/// When a step that ends in BuildFailed runs again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    /// The Comb itself does not build: the same CR fails the same way, so it waits for its CR
+    /// to change.
+    OnChange,
+    /// Something outside the CR failed (its writer's client): retried with backoff.
+    Backoff,
+}
+
 /// A Comb that cannot be built (or whose writer cannot be made): Error / BuildFailed with the
 /// error's words, recorded by the engine's one status writer (written when it differs from
-/// what is recorded). It is not built again until the CR changes; a failed write is retried
-/// with backoff.
+/// what is recorded). `retry` says whether it runs again before its CR changes; a failed write
+/// is retried with backoff either way.
 async fn build_failed(
     shared: &Arc<Shared>,
     layer: &Arc<LayerRuntime>,
     key: &CombKey,
     cr: &Comb,
     error: &Error,
+    retry: Retry,
 ) -> StepReport {
     let message = error.to_string();
     let env = StepEnv {
@@ -302,7 +315,7 @@ async fn build_failed(
             outcome.status_written,
         )
         .await;
-    recorded(&outcome.status, false)
+    recorded(&outcome.status, retry == Retry::Backoff)
 }
 
 /// The CR is being deleted: clean up (unless the Orphan policy says otherwise), then let it go.
