@@ -61,6 +61,17 @@
 //! (default `warn`). COMB_BENCH_AGAINST=PATH runs the
 //! edit phase of that other build of `comb` too, in turns with this one's on the same settled
 //! Combs (this, other, other, this), and prints its figures beside: an A/B in one run.
+//! COMB_BIN=PATH measures that build of `comb` instead of this one's.
+//!
+//! COMB_BENCH_BUDGET=KIB makes the memory phase a check: the bench fails when `comb run`'s
+//! VmRSS over the idle process, per Comb, exceeds KIB at any size measured. CI runs it on the
+//! release binary of comb's image (`tests/image/build --print-binary`) at 3,000 Combs with the
+//! budget of [docs/benchmarks.md](../../docs/benchmarks.md#the-memory-budget):
+//!
+//! ```text
+//! COMB_BIN=$(tests/image/build --print-binary) COMB_BENCH_PHASES=rss COMB_BENCH_RSS=3000 \
+//!   COMB_BENCH_BUDGET=12 cargo test -p comb-federation --bench controller
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -121,6 +132,8 @@ struct Settings {
     phases: Vec<String>,
     /// Another build of `comb` (`COMB_BENCH_AGAINST`) whose edit phase runs beside this one's.
     against: Option<PathBuf>,
+    /// KiB per Comb over the idle process the memory phase may not exceed (`COMB_BENCH_BUDGET`).
+    budget: Option<f64>,
     /// How long the API servers must see no request of the controller to call it quiet.
     quiet: Duration,
     /// The longest any wait may take.
@@ -183,6 +196,18 @@ impl Settings {
             against: std::env::var_os("COMB_BENCH_AGAINST")
                 .filter(|path| !path.is_empty())
                 .map(PathBuf::from),
+            budget: match std::env::var("COMB_BENCH_BUDGET") {
+                Ok(text) if !text.trim().is_empty() => Some(
+                    text.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|kib| *kib > 0.0)
+                        .with_context(|| {
+                            format!("COMB_BENCH_BUDGET: {text:?} is not a positive number of KiB")
+                        })?,
+                ),
+                _ => None,
+            },
             quiet: if kube {
                 Duration::from_secs(3)
             } else {
@@ -1799,6 +1824,44 @@ async fn memory_phase(settings: &Settings, figures: &mut Figures) -> Result<()> 
         controller.stop(&format!("rss-{size}")).await?;
     }
     world.shutdown().await;
+    if let Some(budget) = settings.budget {
+        within_budget(&figures.memory, budget)?;
+    }
+    Ok(())
+}
+
+/// VmRSS over the idle process (the size 0 run), per Comb, at each size measured.
+fn per_comb_kib(memory: &[(usize, u64, u64, Duration)]) -> Vec<(usize, f64)> {
+    let Some(idle) = memory
+        .iter()
+        .find(|(size, ..)| *size == 0)
+        .map(|(_, rss, ..)| *rss)
+    else {
+        return Vec::new();
+    };
+    memory
+        .iter()
+        .filter(|(size, ..)| *size > 0)
+        .map(|(size, rss, ..)| (*size, rss.saturating_sub(idle) as f64 / *size as f64))
+        .collect()
+}
+
+/// Fails when a size measured used more than `budget` KiB per Comb over the idle process.
+fn within_budget(memory: &[(usize, u64, u64, Duration)], budget: f64) -> Result<()> {
+    for (size, each) in per_comb_kib(memory) {
+        if each > budget {
+            bail!(
+                "memory budget exceeded: comb run holds {each:.1} KiB per Comb over the idle process \
+                 at {} Combs, over the budget of {budget} KiB (docs/benchmarks.md, the memory budget); \
+                 find what grew with COMB_BENCH_PHASES=rss and a heap profile before raising it",
+                thousands(size as u64)
+            );
+        }
+        eprintln!(
+            "memory budget: {each:.1} KiB per Comb at {} Combs, within {budget} KiB",
+            thousands(size as u64)
+        );
+    }
     Ok(())
 }
 
@@ -2167,21 +2230,16 @@ fn report(settings: &Settings, figures: &Figures) {
             hwm as f64 / 1024.0
         );
     }
-    let baseline = figures
-        .memory
-        .iter()
-        .find(|(size, ..)| *size == 0)
-        .map(|(_, rss, ..)| *rss);
+    let per_comb = per_comb_kib(&figures.memory);
     let mut memory = figures.memory.clone();
     memory.sort_by_key(|(size, ..)| *size);
     for (size, rss, hwm, converged) in memory {
-        let each = match baseline {
-            Some(base) if size > 0 => format!(
-                ", {:.1} KiB per Comb over the idle process",
-                rss.saturating_sub(base) as f64 / size as f64
-            ),
-            _ => String::new(),
-        };
+        let each = per_comb
+            .iter()
+            .find(|(measured, _)| *measured == size)
+            .map_or(String::new(), |(_, each)| {
+                format!(", {each:.1} KiB per Comb over the idle process")
+            });
         println!(
             "| RSS of `comb run` at {} Combs | {:.1} MiB (peak {:.1} MiB{each}; converged in {}) |",
             thousands(size as u64),
