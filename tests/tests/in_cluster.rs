@@ -28,18 +28,17 @@ use comb_sandbox::real::node::{REAL_NODE_NAME, RealNodeOptions};
 use comb_sandbox::real::{default_bin_dir, record_skip};
 use comb_testkit::network::options_or_skip;
 use comb_testkit::wait_until;
-use futures::{AsyncBufReadExt as _, TryStreamExt as _};
+use futures::{AsyncBufReadExt as _, StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use serde_json::json;
 
-const TEST: &str = "in_cluster::comb_runs_as_a_pod_installed_by_its_chart";
-
-/// The world of the test, or why there is none here.
-async fn world_or_skip() -> Option<DemoWorld> {
-    let network = options_or_skip(TEST, ProxyMode::Nftables, 2)?;
+/// The world of the test `test` (its name in the skip log), or why there is none here.
+async fn world_or_skip(test: &str) -> Option<DemoWorld> {
+    let test = format!("in_cluster::{test}");
+    let network = options_or_skip(&test, ProxyMode::Nftables, 2)?;
     let image = in_cluster::default_image();
     let bin_dir = default_bin_dir();
     let node = RealNodeOptions {
@@ -47,7 +46,7 @@ async fn world_or_skip() -> Option<DemoWorld> {
         images: vec![image.clone()],
     };
     if let Some(why) = comb_sandbox::real::node::unavailable(&bin_dir, &node) {
-        record_skip(&format!("{TEST}: skipped: {why}"));
+        record_skip(&format!("{test}: skipped: {why}"));
         return None;
     }
     Some(
@@ -89,7 +88,7 @@ async fn log_of(pods: &Api<Pod>, pod: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn comb_runs_as_a_pod_installed_by_its_chart() {
-    let Some(world) = world_or_skip().await else {
+    let Some(world) = world_or_skip("comb_runs_as_a_pod_installed_by_its_chart").await else {
         return;
     };
     let helm = default_bin_dir().join("helm");
@@ -341,7 +340,8 @@ async fn holders(leases: &Api<Lease>) -> std::collections::BTreeMap<String, Stri
 /// times are printed (figures, not assertions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
-    let Some(world) = world_or_skip().await else {
+    let Some(world) = world_or_skip("sharded_pods_hand_their_layers_over_when_one_is_killed").await
+    else {
         return;
     };
     let mut install = Install::new(default_bin_dir().join("helm"));
@@ -391,15 +391,7 @@ async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
         .map(|(layer, _)| layer.clone())
         .collect();
     let killed = std::time::Instant::now();
-    pods.delete(
-        &victim,
-        &DeleteParams {
-            grace_period_seconds: Some(0),
-            ..DeleteParams::default()
-        },
-    )
-    .await
-    .expect("force-deleting a replica");
+    force_delete(&pods, &victim).await;
     wait_until(
         "the deleted replica's layers are held by another",
         async || {
@@ -424,16 +416,7 @@ async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
     // Kill the container of a replica that holds a layer: the kubelet restarts it.
     let holders_now = holders(&leases).await;
     let (layer, holder) = holders_now.iter().next().expect("a held layer");
-    let pod = pods.get(holder).await.expect("the holder's Pod");
-    let status = pod.status.expect("a status");
-    let container = &status.container_statuses.expect("container statuses")[0];
-    let container_id = container
-        .container_id
-        .as_deref()
-        .and_then(|id| id.strip_prefix("containerd://"))
-        .expect("a containerd container")
-        .to_string();
-    let restarts = container.restart_count;
+    let (container_id, restarts) = container_of(&pods, holder).await;
     let node = real_node(&world);
     let killed = std::time::Instant::now();
     node.kill_container(&container_id)
@@ -454,6 +437,33 @@ async fn sharded_pods_hand_their_layers_over_when_one_is_killed() {
         killed.elapsed().as_secs_f64()
     );
     world.sandbox.shutdown().await;
+}
+
+/// `kubectl delete pod --grace-period=0 --force`.
+async fn force_delete(pods: &Api<Pod>, name: &str) {
+    pods.delete(
+        name,
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        },
+    )
+    .await
+    .expect("force-deleting a replica");
+}
+
+/// The containerd id of `pod`'s container and how often it restarted.
+async fn container_of(pods: &Api<Pod>, pod: &str) -> (String, i32) {
+    let pod = pods.get(pod).await.expect("the holder's Pod");
+    let status = pod.status.expect("a status");
+    let container = &status.container_statuses.expect("container statuses")[0];
+    let id = container
+        .container_id
+        .as_deref()
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .expect("a containerd container")
+        .to_string();
+    (id, container.restart_count)
 }
 
 /// An edit of a Comb in `layer` reaches what the Comb deploys.
@@ -482,4 +492,328 @@ async fn edit_lands(world: &DemoWorld, layer: &str) {
             .is_some_and(|data| data.get("value") == Some(&value))
     })
     .await;
+}
+
+/// The layers of the demo, as (layer, context, namespace).
+const LAYERS: [(&str, &str, &str); 3] = [
+    ("prod", "prod", "platform"),
+    ("staging", "staging", "staging"),
+    ("dev", "dev", "platform"),
+];
+
+/// Combs per layer in each batch of [`a_handover_repeats_no_write_it_need_not`].
+const PER_LAYER: usize = 300;
+
+/// What was written of one Comb, seen by a watch of its layer: each status and each finalizer
+/// list it was written with (a re-list delivers the same ones again and counts nothing).
+#[derive(Default)]
+struct Written {
+    status: Option<serde_json::Value>,
+    finalizers: Vec<String>,
+    status_writes: usize,
+    finalizer_writes: usize,
+    running: bool,
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<(String, String), Written>>>;
+
+/// Watches the Combs of every layer, counting the writes of each as they come.
+fn watch_writes(world: &DemoWorld, seen: &Seen) -> Vec<tokio::task::JoinHandle<()>> {
+    LAYERS
+        .iter()
+        .map(|(_, context, namespace)| {
+            let (pool, seen) = (world.pool.clone(), seen.clone());
+            let (context, namespace) = (context.to_string(), namespace.to_string());
+            tokio::spawn(async move {
+                let client = pool.client(&context).await.expect("a client");
+                let combs: Api<comb_api::Comb> = Api::namespaced_with(
+                    client,
+                    &namespace,
+                    &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+                );
+                let stream =
+                    kube::runtime::watcher(combs, kube::runtime::watcher::Config::default());
+                let mut stream =
+                    std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
+                while let Ok(Some(comb)) = stream.try_next().await {
+                    let name = comb.metadata.name.clone().unwrap_or_default();
+                    let status = comb
+                        .status
+                        .as_ref()
+                        .map(|s| serde_json::to_value(s).expect("a status as JSON"));
+                    let finalizers = comb.metadata.finalizers.clone().unwrap_or_default();
+                    let mut seen = seen.lock().expect("the counts");
+                    let written = seen.entry((context.clone(), name)).or_default();
+                    if status.is_some() && status != written.status {
+                        written.status_writes += 1;
+                        written.status = status;
+                    }
+                    if finalizers != written.finalizers {
+                        written.finalizer_writes += 1;
+                        written.finalizers = finalizers;
+                    }
+                    written.running = comb.status.as_ref().and_then(|s| s.phase.as_ref())
+                        == Some(&comb_api::Phase::Running)
+                        && comb.status.as_ref().and_then(|s| s.observed_generation)
+                            == comb.metadata.generation;
+                }
+            })
+        })
+        .collect()
+}
+
+/// How a batch's run is disturbed once a third of its Combs are Running.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Disturbance {
+    None,
+    /// `kubectl delete pod --grace-period=0 --force` of the holder of most layers.
+    ForceDeletedPod,
+    /// The container of the holder of most layers killed on the node (SIGKILL); the kubelet
+    /// restarts it.
+    KilledContainer,
+}
+
+/// What one batch wrote, per Comb, and which layers moved.
+struct BatchFigures {
+    disturbance: Disturbance,
+    status_writes: usize,
+    finalizer_writes: usize,
+    events: usize,
+    /// Combs of the layers whose holder was disturbed: what a handover may step again.
+    moved_combs: usize,
+}
+
+impl BatchFigures {
+    fn row(&self) -> String {
+        let combs = (PER_LAYER * LAYERS.len()) as f64;
+        format!(
+            "| {:?} | {:.2} | {:.2} | {:.2} | {} |",
+            self.disturbance,
+            self.status_writes as f64 / combs,
+            self.finalizer_writes as f64 / combs,
+            self.events as f64 / combs,
+            self.moved_combs
+        )
+    }
+}
+
+fn load_comb(batch: usize, index: usize, namespace: &str) -> comb_api::Comb {
+    let name = format!("b{batch}-{index:03}");
+    let spec: comb_api::CombSpec = serde_json::from_value(json!({
+        "class": "Manifests",
+        "config": {"manifests": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+            "data": {"batch": batch.to_string()}
+        }]}
+    }))
+    .expect("a Comb spec");
+    comb_api::Comb::new(comb_api::DEFAULT_GROUP, namespace, &name, spec)
+}
+
+/// The Events comb wrote about the batch's Combs, each counted as often as it occurred.
+async fn events_of_batch(world: &DemoWorld, batch: usize) -> usize {
+    let prefix = format!("b{batch}-");
+    let mut total = 0;
+    for (_, context, namespace) in LAYERS {
+        let client = world.pool.client(context).await.expect("a client");
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client, namespace);
+        let list = events
+            .list(&ListParams::default().fields("involvedObject.kind=Comb"))
+            .await
+            .expect("listing Events");
+        total += list
+            .items
+            .iter()
+            .filter(|event| {
+                event
+                    .involved_object
+                    .name
+                    .as_deref()
+                    .is_some_and(|name| name.starts_with(&prefix))
+            })
+            .map(|event| event.count.unwrap_or(1).max(1) as usize)
+            .sum::<usize>();
+    }
+    total
+}
+
+/// Runs one batch of `PER_LAYER` Combs per layer to convergence, disturbed as said, and counts
+/// what comb wrote for them.
+async fn run_batch(
+    world: &DemoWorld,
+    batch: usize,
+    disturbance: Disturbance,
+    leases: &Api<Lease>,
+    pods: &Api<Pod>,
+) -> BatchFigures {
+    let seen: Seen = Default::default();
+    let watches = watch_writes(world, &seen);
+    let batch_of = |key: &(String, String)| key.1.starts_with(&format!("b{batch}-"));
+    let running = |seen: &Seen| {
+        seen.lock()
+            .expect("the counts")
+            .iter()
+            .filter(|(key, written)| batch_of(key) && written.running)
+            .count()
+    };
+    let total = PER_LAYER * LAYERS.len();
+    let creates = futures::stream::iter(LAYERS.iter().flat_map(|(_, context, namespace)| {
+        (0..PER_LAYER).map(move |index| (*context, load_comb(batch, index, namespace)))
+    }))
+    .map(|(context, comb)| async move {
+        let client = world.pool.client(context).await?;
+        let combs: Api<comb_api::Comb> = Api::namespaced_with(
+            client,
+            comb.metadata.namespace.as_deref().unwrap_or_default(),
+            &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+        );
+        in_cluster::while_the_webhook_is_unreachable(|| async {
+            combs
+                .create(&Default::default(), &comb)
+                .await
+                .map(|_| ())
+                .map_err(anyhow::Error::from)
+        })
+        .await
+    })
+    .buffer_unordered(16)
+    .try_collect::<Vec<()>>();
+    let disturb = async {
+        if disturbance == Disturbance::None {
+            return 0;
+        }
+        wait_until(format!("a third of batch {batch} Running"), async || {
+            (running(&seen) >= total / 3).then_some(())
+        })
+        .await;
+        let holders = holders(leases).await;
+        let victim = holders
+            .values()
+            .max_by_key(|holder| holders.values().filter(|h| h == holder).count())
+            .cloned()
+            .expect("a holder");
+        let moved = holders.values().filter(|h| **h == victim).count();
+        match disturbance {
+            Disturbance::ForceDeletedPod => {
+                force_delete(pods, &victim).await;
+            }
+            Disturbance::KilledContainer => {
+                let (id, _) = container_of(pods, &victim).await;
+                real_node(world)
+                    .kill_container(&id)
+                    .await
+                    .expect("killing the container");
+            }
+            Disturbance::None => unreachable!(),
+        }
+        eprintln!("batch {batch}: {disturbance:?} of {victim}, holder of {moved} layer(s)");
+        moved * PER_LAYER
+    };
+    let (created, moved_combs) = tokio::join!(creates, disturb);
+    created.expect("the batch's Combs");
+    wait_until(format!("every Comb of batch {batch} Running"), async || {
+        let now = running(&seen);
+        (now == total)
+            .then_some(())
+            .ok_or(format!("{now} of {total}"))
+    })
+    .await;
+    // Settled: nothing more is written for a while (a write still on its way counts).
+    let count = |seen: &Seen| -> (usize, usize) {
+        seen.lock()
+            .expect("the counts")
+            .iter()
+            .filter(|(key, _)| batch_of(key))
+            .fold((0, 0), |(s, f), (_, w)| {
+                (s + w.status_writes, f + w.finalizer_writes)
+            })
+    };
+    let mut last = (count(&seen), std::time::Instant::now());
+    wait_until(format!("batch {batch}'s writes settled"), async || {
+        let now = count(&seen);
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+        (last.1.elapsed() >= Duration::from_secs(5)).then_some(())
+    })
+    .await;
+    for watch in watches {
+        watch.abort();
+    }
+    let (status_writes, finalizer_writes) = count(&seen);
+    BatchFigures {
+        disturbance,
+        status_writes,
+        finalizer_writes,
+        events: events_of_batch(world, batch).await,
+        moved_combs,
+    }
+}
+
+/// Replicas as Pods under load (issue 32 item 4): two sharded replicas converge three batches of
+/// 3x300 Combs; during the second a replica is force-deleted, during the third a replica's
+/// container is killed. Every Comb converges each time, and what comb wrote per Comb (status,
+/// finalizer, Events, counted by watches and the Events' counts) is printed beside the
+/// undisturbed batch: a handover repeats at most one status write and one Event per Comb it
+/// moves, and never a finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_repeats_no_write_it_need_not() {
+    let Some(world) = world_or_skip("a_handover_repeats_no_write_it_need_not").await else {
+        return;
+    };
+    let mut install = Install::new(default_bin_dir().join("helm"));
+    install.replicas = 2;
+    install.sharding = Some(Duration::from_secs(5));
+    in_cluster::install(&world, &install)
+        .await
+        .expect("helm install with two sharded replicas");
+    let prod = world.pool.client("prod").await.expect("prod's client");
+    let leases: Api<Lease> = Api::namespaced(prod.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(prod, NAMESPACE);
+    wait_until("every layer held", async || {
+        let holders = holders(&leases).await;
+        (holders.len() == 3)
+            .then_some(())
+            .ok_or(format!("{holders:?}"))
+    })
+    .await;
+    let mut figures = Vec::new();
+    for (batch, disturbance) in [
+        Disturbance::None,
+        Disturbance::ForceDeletedPod,
+        Disturbance::KilledContainer,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        figures.push(run_batch(&world, batch, disturbance, &leases, &pods).await);
+    }
+    eprintln!(
+        "| 3x{PER_LAYER} Combs, per Comb | status writes | finalizer writes | Events | Combs moved |"
+    );
+    eprintln!("|---|---|---|---|---|");
+    for batch in &figures {
+        eprintln!("{}", batch.row());
+    }
+    let calm = &figures[0];
+    for batch in &figures[1..] {
+        assert_eq!(
+            batch.finalizer_writes, calm.finalizer_writes,
+            "a finalizer is written once per Comb, handover or not ({:?})",
+            batch.disturbance
+        );
+        for (what, without, with) in [
+            ("status writes", calm.status_writes, batch.status_writes),
+            ("Events", calm.events, batch.events),
+        ] {
+            assert!(
+                with <= without + batch.moved_combs,
+                "{what}: {with} with {:?} against {without} without; a handover may repeat one \
+                 per Comb it moves ({})",
+                batch.disturbance,
+                batch.moved_combs
+            );
+        }
+    }
+    world.sandbox.shutdown().await;
 }
