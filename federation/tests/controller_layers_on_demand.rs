@@ -1,0 +1,412 @@
+//! Layers on demand (issue 34, docs/adr/0005-layers-on-demand.md), on either backend
+//! (`COMB_TEST_BACKEND`): a CombLayer made while the controller runs becomes a layer that
+//! borrows staging's Combs but the one it runs itself; a change of it is taken at once; a bad
+//! cluster or a wider ask than its template makes only that CombLayer not Ready, saying why;
+//! the file's layer is never stepped for any of it; and when the layer expires everything comb
+//! made for it goes, by its record, and nothing else.
+
+use std::collections::BTreeMap;
+
+use comb_api::{CombLayer, CombLayerStatus, LayerPhase, layer_api_resource};
+use comb_testkit::Setup;
+use comb_testkit::controller::World;
+use comb_testkit::fixtures::{config_map, db_spec, web};
+use comb_testkit::wait_until;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::discovery::{Discovery, Scope};
+use serde_json::{Value, json};
+
+/// staging is the file's layer (namespace shop of cluster staging, where the CombLayers are
+/// too); template dev lets a layer run in cluster dev (or the context `broken`, whose server
+/// is gone) in namespaces dev-*, borrowing from staging, its namespaces made by comb.
+const CONFIG: &str = "resync: 1h
+layerContext: staging
+layers:
+  - {name: staging, context: staging, namespaces: [shop]}
+layerTemplates:
+  - name: dev
+    contexts: [dev, broken]
+    namespaces: [dev-*]
+    borrowFrom: [staging]
+    createNamespaces: true
+    maxTTL: 8h
+";
+
+async fn world() -> World {
+    let world = World::from_setup(
+        Setup::clusters(["staging", "dev"])
+            .namespace("staging", "shop")
+            .dead_context("broken"),
+    )
+    .await;
+    world.kit.install_layer_crd("staging").await;
+    world
+}
+
+/// staging's Combs: `db` (borrowable: it publishes an external address) and `api`.
+async fn staging_combs(world: &World) {
+    world
+        .create_comb(
+            "staging",
+            "shop",
+            "db",
+            db_spec("ClusterIP", Some("192.0.2.10:5432")),
+        )
+        .await;
+    world
+        .create_comb("staging", "shop", "api", web("api", "nginx:1"))
+        .await;
+    for name in ["db", "api"] {
+        world
+            .wait_phase("staging", "shop", name, "Running", None)
+            .await;
+    }
+}
+
+async fn layers(world: &World) -> Api<CombLayer> {
+    Api::all_with(
+        world.client("staging").await,
+        &layer_api_resource(comb_api::DEFAULT_GROUP),
+    )
+}
+
+/// Creates CombLayer `name` with `spec`.
+async fn create_layer(world: &World, name: &str, spec: Value) -> CombLayer {
+    let layer: CombLayer = serde_json::from_value(json!({
+        "apiVersion": "comb.internal/v1", "kind": "CombLayer",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .expect("a CombLayer");
+    layers(world)
+        .await
+        .create(&PostParams::default(), &layer)
+        .await
+        .expect("the CombLayer is created")
+}
+
+/// Waits until CombLayer `name`'s status satisfies `test`.
+async fn wait_layer(
+    world: &World,
+    name: &str,
+    what: &str,
+    test: impl Fn(&CombLayerStatus) -> bool,
+) -> CombLayerStatus {
+    let api = layers(world).await;
+    wait_until(format!("CombLayer {name} {what}"), || {
+        let api = api.clone();
+        let test = &test;
+        async move {
+            let layer = api.get_opt(name).await.ok().flatten()?;
+            let status = layer.status?;
+            test(&status).then_some(status)
+        }
+    })
+    .await
+}
+
+fn ready_reason(status: &CombLayerStatus) -> Option<String> {
+    status
+        .condition(comb_api::READY)
+        .and_then(|ready| ready.reason.as_ref())
+        .map(ToString::to_string)
+}
+
+fn ready_message(status: &CombLayerStatus) -> String {
+    status
+        .condition(comb_api::READY)
+        .and_then(|ready| ready.message.clone())
+        .unwrap_or_default()
+}
+
+/// The resourceVersions of staging's Combs: a step of theirs that wrote anything changes one.
+async fn staging_versions(world: &World) -> BTreeMap<String, Option<String>> {
+    world
+        .combs("staging", "shop")
+        .await
+        .list(&ListParams::default())
+        .await
+        .expect("staging's Combs")
+        .items
+        .into_iter()
+        .map(|comb| {
+            (
+                comb.metadata.name.clone().unwrap_or_default(),
+                comb.metadata.resource_version.clone(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_others() {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    let before = staging_versions(&world).await;
+    let started = std::time::Instant::now();
+    let on_demand = world.run_layers_on_demand(config);
+
+    // alice: every Comb of staging, api run locally.
+    create_layer(
+        &world,
+        "alice",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-alice"],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}, "ttl": "2h"}),
+    )
+    .await;
+    let status = wait_layer(&world, "alice", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    eprintln!("alice Ready {:?} after create", started.elapsed());
+    let counts = status.combs.clone().expect("counts");
+    assert_eq!((counts.total, counts.ready), (2, 2), "{status:?}");
+    assert!(status.expires_at.is_some());
+    assert_eq!(
+        status
+            .managed_resources
+            .iter()
+            .map(|made| format!("{} {}", made.kind, made.name))
+            .collect::<Vec<_>>(),
+        ["Namespace dev-alice", "Comb api", "Comb db"],
+        "what comb made is recorded, each with its uid: {status:?}"
+    );
+    assert!(
+        status
+            .managed_resources
+            .iter()
+            .all(|made| made.uid.is_some())
+    );
+    world
+        .wait_phase("dev", "dev-alice", "db", "Running", Some("Borrowed"))
+        .await;
+    world
+        .wait_phase("dev", "dev-alice", "api", "Running", Some("Healthy"))
+        .await;
+
+    // A cluster whose server does not answer: only bob is not Ready, and says what to fix.
+    create_layer(
+        &world,
+        "bob",
+        json!({"template": "dev", "context": "broken", "namespaces": ["dev-bob"],
+               "borrow": {"from": "staging", "namespace": "shop"}}),
+    )
+    .await;
+    let bob = wait_layer(&world, "bob", "to be refused", |status| {
+        status.phase == Some(LayerPhase::Error)
+    })
+    .await;
+    assert_eq!(ready_reason(&bob).as_deref(), Some("CredentialsInvalid"));
+    let message = ready_message(&bob);
+    assert!(
+        message
+            .starts_with("the API server of context broken did not take the layer's credentials: ")
+            && message.ends_with("; fix the user of context broken in the controller's kubeconfig"),
+        "{message}"
+    );
+
+    // A wider ask than the template: refused with the key that would allow it.
+    create_layer(
+        &world,
+        "mallory",
+        json!({"template": "dev", "context": "dev", "namespaces": ["shop"]}),
+    )
+    .await;
+    let mallory = wait_layer(&world, "mallory", "to be refused", |status| {
+        status.phase == Some(LayerPhase::Error)
+    })
+    .await;
+    assert_eq!(ready_reason(&mallory).as_deref(), Some("TemplateForbidden"));
+    assert_eq!(
+        ready_message(&mallory),
+        "spec.namespaces[0] names namespace shop, which template dev does not allow (it allows \
+         dev-*): add a pattern matching shop to layerTemplates[0].namespaces"
+    );
+    // A second layer on alice's namespace: refused, alice untouched.
+    create_layer(
+        &world,
+        "eve",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-alice"]}),
+    )
+    .await;
+    let eve = wait_layer(&world, "eve", "to be refused", |status| {
+        status.phase == Some(LayerPhase::Error)
+    })
+    .await;
+    assert!(
+        ready_message(&eve).contains("layers alice and eve share context dev"),
+        "{eve:?}"
+    );
+
+    // alice changed: db runs locally now; the change is taken without a restart.
+    layers(&world)
+        .await
+        .patch(
+            "alice",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"borrow": {"local": ["api", "db"]}}})),
+        )
+        .await
+        .expect("alice is changed");
+    world
+        .wait_phase("dev", "dev-alice", "db", "Running", Some("Healthy"))
+        .await;
+    wait_layer(&world, "alice", "to be Ready again", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+
+    // None of it stepped staging's Combs: not one of them was written.
+    assert_eq!(staging_versions(&world).await, before);
+    on_demand.stop().await;
+    running.stop().await;
+}
+
+/// Every namespaced object in `namespace` of `context`, of every kind the server serves, as
+/// `Kind name`.
+async fn everything_in(world: &World, context: &str, namespace: &str) -> Vec<String> {
+    let client = world.client(context).await;
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let mut found = Vec::new();
+    for group in discovery.groups() {
+        for (resource, capabilities) in group.recommended_resources() {
+            if capabilities.scope != Scope::Namespaced
+                || !capabilities.supports_operation(kube::discovery::verbs::LIST)
+                || resource.kind == "Event"
+            {
+                continue;
+            }
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            if let Ok(list) = api.list(&ListParams::default()).await {
+                found.extend(list.items.into_iter().map(|object| {
+                    format!(
+                        "{} {}",
+                        resource.kind,
+                        object.metadata.name.unwrap_or_default()
+                    )
+                }));
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    // dev-kept exists before the layer: comb did not make it, so it stays, and so does what
+    // someone else put there.
+    let dev = world.client("dev").await;
+    Api::<Namespace>::all(dev.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "dev-kept"}}))
+                .expect("a Namespace"),
+        )
+        .await
+        .expect("dev-kept");
+    Api::<ConfigMap>::namespaced(dev.clone(), "dev-kept")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(config_map("someone-elses", json!({"a": "b"})))
+                .expect("a ConfigMap"),
+        )
+        .await
+        .expect("someone else's ConfigMap");
+    let on_demand = world.run_layers_on_demand(config);
+    create_layer(
+        &world,
+        "alice",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-alice", "dev-kept"],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}, "ttl": "1h"}),
+    )
+    .await;
+    wait_layer(&world, "alice", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    let made = everything_in(&world, "dev", "dev-alice").await;
+    assert!(
+        made.iter().any(|object| object == "Deployment api"),
+        "alice's local api runs in dev-alice: {made:?}"
+    );
+    assert!(made.iter().any(|object| object == "Service db"), "{made:?}");
+
+    // Its time runs out: the expiry is moved to now, as `comb layer extend` moves it.
+    let now = jiff::Timestamp::now().to_string();
+    layers(&world)
+        .await
+        .patch(
+            "alice",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ttl": null, "expiresAt": now}})),
+        )
+        .await
+        .expect("alice's expiry moved");
+    let expired = wait_layer(&world, "alice", "to be Expired", |status| {
+        status.phase == Some(LayerPhase::Expired)
+    })
+    .await;
+    assert!(expired.managed_resources.is_empty(), "{expired:?}");
+    let said = ready_message(&expired);
+    assert_eq!(
+        said,
+        "layer alice expired: removed 4 Comb (dev-alice/api, dev-alice/db, dev-kept/api, \
+         dev-kept/db), 1 Namespace (dev-alice) (each Comb with its bridges, copies and objects)"
+    );
+    let namespaces: Api<Namespace> = Api::all(dev.clone());
+    wait_until("dev-alice to be gone", async || {
+        namespaces
+            .get_opt("dev-alice")
+            .await
+            .expect("the read answers")
+            .is_none()
+    })
+    .await;
+    // Nothing is left in dev-alice, and in dev-kept only what was there before the layer.
+    assert_eq!(
+        everything_in(&world, "dev", "dev-alice").await,
+        Vec::<String>::new()
+    );
+    let left: Vec<String> = everything_in(&world, "dev", "dev-kept")
+        .await
+        .into_iter()
+        .filter(|object| {
+            !object.starts_with("ServiceAccount ") && object != "ConfigMap kube-root-ca.crt"
+        })
+        .collect();
+    assert_eq!(left, ["ConfigMap someone-elses"]);
+    // staging's Combs stand.
+    for name in ["db", "api"] {
+        world
+            .wait_phase("staging", "shop", name, "Running", None)
+            .await;
+    }
+    // The Event on the CombLayer says what went.
+    let events: Api<Event> = Api::namespaced(world.client("staging").await, "default");
+    let removed = wait_until("the Event on alice", async || {
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("Events")
+            .items
+            .into_iter()
+            .find(|event| {
+                event.involved_object.kind.as_deref() == Some("CombLayer")
+                    && event.reason.as_deref() == Some("LayerRemoved")
+            })
+    })
+    .await;
+    assert_eq!(removed.message.as_deref(), Some(said.as_str()));
+    on_demand.stop().await;
+    running.stop().await;
+}
