@@ -12,7 +12,7 @@ use comb_testkit::Setup;
 use comb_testkit::controller::World;
 use comb_testkit::fixtures::{config_map, db_spec, web};
 use comb_testkit::wait_until;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use serde_json::{Value, json};
@@ -27,6 +27,7 @@ layers:
 layerTemplates:
   - name: dev
     contexts: [dev, broken]
+    kubeconfigSecrets: [comb-system/dev-kubeconfig]
     namespaces: [dev-*]
     borrowFrom: [staging]
     createNamespaces: true
@@ -37,6 +38,7 @@ async fn world() -> World {
     let world = World::from_setup(
         Setup::clusters(["staging", "dev"])
             .namespace("staging", "shop")
+            .namespace("staging", "comb-system")
             .dead_context("broken"),
     )
     .await;
@@ -258,6 +260,58 @@ async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_ot
     })
     .await;
 
+    // carol's cluster is the one a Secret's kubeconfig names (dev's, as a developer's own
+    // kubeconfig would): the layer runs there, under the Secret's name.
+    let mut dev_only = world.kit.kubeconfig();
+    dev_only.current_context = Some("dev".into());
+    let yaml = serde_saphyr::to_string(&dev_only).expect("the kubeconfig as YAML");
+    for name in ["dev-kubeconfig", "staging-kubeconfig"] {
+        Api::<Secret>::namespaced(world.client("staging").await, "comb-system")
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "stringData": {"kubeconfig": yaml}
+                }))
+                .expect("a Secret"),
+            )
+            .await
+            .expect("the kubeconfig Secret");
+    }
+    create_layer(
+        &world,
+        "carol",
+        json!({"template": "dev", "namespaces": ["dev-carol"],
+               "kubeconfigSecret": {"namespace": "comb-system", "name": "dev-kubeconfig"},
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}}),
+    )
+    .await;
+    wait_layer(&world, "carol", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    world
+        .wait_phase("dev", "dev-carol", "db", "Running", Some("Borrowed"))
+        .await;
+    // Issue 19's attack through a CombLayer: another Secret (staging's credentials, say) is
+    // refused before anything is read.
+    create_layer(
+        &world,
+        "trudy",
+        json!({"template": "dev", "namespaces": ["dev-trudy"],
+               "kubeconfigSecret": {"namespace": "comb-system", "name": "staging-kubeconfig"}}),
+    )
+    .await;
+    let trudy = wait_layer(&world, "trudy", "to be refused", |status| {
+        status.phase == Some(LayerPhase::Error)
+    })
+    .await;
+    assert_eq!(
+        ready_message(&trudy),
+        "spec.kubeconfigSecret names Secret comb-system/staging-kubeconfig, which template dev \
+         does not allow: add comb-system/staging-kubeconfig to layerTemplates[0].kubeconfigSecrets"
+    );
+
     // None of it stepped staging's Combs: not one of them was written.
     assert_eq!(staging_versions(&world).await, before);
     on_demand.stop().await;
@@ -407,6 +461,59 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
     })
     .await;
     assert_eq!(removed.message.as_deref(), Some(said.as_str()));
+    on_demand.stop().await;
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    let on_demand = world.run_layers_on_demand(config);
+    create_layer(
+        &world,
+        "dave",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-dave"],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}}),
+    )
+    .await;
+    wait_layer(&world, "dave", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    layers(&world)
+        .await
+        .delete("dave", &Default::default())
+        .await
+        .expect("dave is deleted");
+    let api = layers(&world).await;
+    wait_until("CombLayer dave to be gone", async || {
+        api.get_opt("dave")
+            .await
+            .expect("the read answers")
+            .is_none()
+    })
+    .await;
+    let namespaces: Api<Namespace> = Api::all(world.client("dev").await);
+    wait_until("dev-dave to be gone", async || {
+        namespaces
+            .get_opt("dev-dave")
+            .await
+            .expect("the read answers")
+            .is_none()
+    })
+    .await;
+    assert_eq!(
+        everything_in(&world, "dev", "dev-dave").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        staging_versions(&world).await.len(),
+        2,
+        "staging's Combs stand"
+    );
     on_demand.stop().await;
     running.stop().await;
 }

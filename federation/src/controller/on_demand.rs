@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use comb_api::{
     Comb, CombCondition, CombCounts, CombLayer, CombLayerStatus, ConditionStatus, EXPIRED,
-    LAYER_KIND, LayerPhase, ManagedObject, Phase, READY, Reason, VERSION, layer_api_resource,
+    LAYER_KIND, LayerPhase, ManagedObject, Phase, READY, Reason, SecretRef, VERSION,
+    layer_api_resource,
 };
 use comb_kubeconfigs::ClientPool;
 use futures::StreamExt;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference};
+use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
@@ -62,6 +63,9 @@ pub struct LayersOnDemand {
 /// A layer admitted and running.
 struct Running {
     uid: String,
+    /// The clients of the layer's controller: the controller's, and the layer's cluster's
+    /// when a Secret holds its kubeconfig.
+    pool: ClientPool,
     generation: Option<i64>,
     layer: Layer,
     handle: ControllerHandle,
@@ -217,19 +221,26 @@ impl LayersOnDemand {
                 stop(run).await;
             }
             let mut next = status.clone();
-            if let Err(refused) = self.credentials(&admitted).await {
-                next.phase = Some(LayerPhase::Error);
-                let message = refused.to_string();
-                set_condition(&mut next, READY, false, "CredentialsInvalid", &message, now);
-                next.observed_generation = cr.metadata.generation;
-                return write_status(api, cr, &status, next, true).await;
-            }
+            let checked = match self.layer_pool(client, &admitted).await {
+                Ok(pool) => self.credentials(&pool, &admitted).await.map(|()| pool),
+                Err(refused) => Err(refused),
+            };
+            let pool = match checked {
+                Ok(pool) => pool,
+                Err(refused) => {
+                    next.phase = Some(LayerPhase::Error);
+                    let message = refused.to_string();
+                    set_condition(&mut next, READY, false, "CredentialsInvalid", &message, now);
+                    next.observed_generation = cr.metadata.generation;
+                    return write_status(api, cr, &status, next, true).await;
+                }
+            };
             // The record is written on the copy the server holds now: what is made below is
             // the layer's only once it is recorded, so this write is not conditional.
             let fresh = self.add_finalizer(api, cr).await?;
             let status = fresh.status.clone().unwrap_or_default();
             let mut next = status.clone();
-            let notes = self.make(cr, &admitted, &mut next).await?;
+            let notes = self.make(&pool, cr, &admitted, &mut next).await?;
             next.expires_at = Some(Time(admitted.expires_at));
             next.observed_generation = cr.metadata.generation;
             if next.phase != Some(LayerPhase::Ready) {
@@ -246,7 +257,7 @@ impl LayersOnDemand {
             }
             set_condition(&mut next, READY, false, "Admitted", &message, now);
             write_status(api, &fresh, &status, next, false).await?;
-            let run = self.start(cr, &uid, admitted.layer.clone()).await?;
+            let run = self.start(pool, cr, &uid, admitted.layer.clone()).await?;
             info!(layer = %name, context = %admitted.layer.context, "layer on demand added");
             running.insert(name.clone(), run);
             return Ok(());
@@ -291,9 +302,59 @@ impl LayersOnDemand {
         config
     }
 
+    /// The clients the layer's controller uses: the controller's own, and, for a layer whose
+    /// kubeconfig a Secret holds, that cluster's too (read now: a rotated Secret is taken when
+    /// the layer is admitted again).
+    async fn layer_pool(&self, client: &Client, admitted: &Admitted) -> Result<ClientPool> {
+        match &admitted.kubeconfig_secret {
+            None => Ok(self.pool.clone()),
+            Some(secret) => {
+                self.secret_pool(client, secret)
+                    .await
+                    .map_err(|source| Error::Credentials {
+                        context: admitted.layer.context.clone(),
+                        message: source.to_string(),
+                        fix: format!("fix the kubeconfig in Secret {secret}"),
+                        source: Box::new(source),
+                    })
+            }
+        }
+    }
+
+    /// The controller's clients and the cluster of the kubeconfig Secret `secret` holds (key
+    /// `kubeconfig` unless it names another), read in the `layerContext` cluster.
+    async fn secret_pool(&self, client: &Client, secret: &SecretRef) -> Result<ClientPool> {
+        let key = secret.key.as_deref().unwrap_or("kubeconfig");
+        let read = Api::<Secret>::namespaced(client.clone(), &secret.namespace)
+            .get(&secret.name)
+            .await
+            .map_err(|error| Error::kube(format!("get Secret {secret}"), error))?;
+        let text = read
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
+            .ok_or_else(|| Error::Value(format!("Secret {secret} has no key {key}")))?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|error| {
+            Error::Value(format!(
+                "key {key} of Secret {secret} is not a kubeconfig: {error}"
+            ))
+        })?;
+        self.pool
+            .with_context(
+                &crate::config::secret_context(secret),
+                kubeconfig,
+                &format!("Secret {secret}"),
+            )
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("Secret {secret}"),
+                source,
+            })
+    }
+
     /// Whether the layer's cluster takes its credentials: one read of Combs in its first
     /// namespace. The refusal ([`Error::Credentials`]) says what to fix.
-    async fn credentials(&self, admitted: &Admitted) -> Result<()> {
+    async fn credentials(&self, pool: &ClientPool, admitted: &Admitted) -> Result<()> {
         let layer = &admitted.layer;
         let fix = match &admitted.kubeconfig_secret {
             Some(secret) => format!("fix the kubeconfig in Secret {secret}"),
@@ -311,7 +372,7 @@ impl LayersOnDemand {
             fix: fix.clone(),
             source: Box::new(source),
         };
-        let client = self.pool.client(&layer.context).await.map_err(|source| {
+        let client = pool.client(&layer.context).await.map_err(|source| {
             refused(Error::Kubeconfig {
                 what: format!("layer {}", layer.name),
                 source,
@@ -365,20 +426,20 @@ impl LayersOnDemand {
     /// Returns notes on what it left alone.
     async fn make(
         &self,
+        pool: &ClientPool,
         cr: &CombLayer,
         admitted: &Admitted,
         status: &mut CombLayerStatus,
     ) -> Result<Vec<String>> {
         let layer = &admitted.layer;
         let name = cr.name();
-        let client =
-            self.pool
-                .client(&layer.context)
-                .await
-                .map_err(|source| Error::Kubeconfig {
-                    what: format!("layer {name}"),
-                    source,
-                })?;
+        let client = pool
+            .client(&layer.context)
+            .await
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("layer {name}"),
+                source,
+            })?;
         let mut notes = Vec::new();
         let namespaces = layer.namespaces.clone().unwrap_or_default();
         if admitted.create_namespaces {
@@ -423,8 +484,7 @@ impl LayersOnDemand {
             return Ok(notes);
         };
         let source_client =
-            self.pool
-                .client(&from.context)
+            pool.client(&from.context)
                 .await
                 .map_err(|source| Error::Kubeconfig {
                     what: format!("layer {}", from.name),
@@ -489,7 +549,13 @@ impl LayersOnDemand {
     }
 
     /// Starts the controller of `layer`: it steps that layer alone.
-    async fn start(&self, cr: &CombLayer, uid: &str, layer: Layer) -> Result<Running> {
+    async fn start(
+        &self,
+        pool: ClientPool,
+        cr: &CombLayer,
+        uid: &str,
+        layer: Layer,
+    ) -> Result<Running> {
         let mut config = (*self.config).clone();
         config.layers.push(layer.clone());
         let options = ControllerOptions {
@@ -497,13 +563,13 @@ impl LayersOnDemand {
             ..self.options.clone()
         };
         let controller =
-            Controller::with_pool(config, self.pool.clone(), self.registry.clone(), options)
-                .await?;
+            Controller::with_pool(config, pool.clone(), self.registry.clone(), options).await?;
         let handle = controller.handle();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(controller.run(shutdown.clone()));
         Ok(Running {
             uid: uid.to_string(),
+            pool,
             generation: cr.metadata.generation,
             layer,
             handle,
@@ -527,6 +593,13 @@ impl LayersOnDemand {
         let record = &status.managed_resources;
         let combs: Vec<&ManagedObject> =
             record.iter().filter(|o| o.kind == comb_api::KIND).collect();
+        let pool = match running.get(&name) {
+            Some(run) => run.pool.clone(),
+            None => match &cr.spec.kubeconfig_secret {
+                Some(secret) => self.secret_pool(client, secret).await?,
+                None => self.pool.clone(),
+            },
+        };
         let context = running
             .get(&name)
             .map(|run| run.layer.context.clone())
@@ -534,8 +607,7 @@ impl LayersOnDemand {
         let layer_client = match &context {
             Some(context) => {
                 Some(
-                    self.pool
-                        .client(context)
+                    pool.client(context)
                         .await
                         .map_err(|source| Error::Kubeconfig {
                             what: format!("layer {name}"),
@@ -550,7 +622,7 @@ impl LayersOnDemand {
                 // The Combs' cleanup needs the layer's controller.
                 if let Some(layer) = self.layer_of(cr, running) {
                     let uid = cr.metadata.uid.clone().unwrap_or_default();
-                    let run = self.start(cr, &uid, layer).await?;
+                    let run = self.start(pool.clone(), cr, &uid, layer).await?;
                     running.insert(name.clone(), run);
                 }
             }
