@@ -187,6 +187,14 @@ async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_ot
     world
         .wait_phase("dev", "dev-alice", "api", "Running", Some("Healthy"))
         .await;
+    // Settled: alice's status is not written again while the others below come and go.
+    let settled = layers(&world)
+        .await
+        .get("alice")
+        .await
+        .expect("alice")
+        .metadata
+        .resource_version;
 
     // A cluster whose server does not answer: only bob is not Ready, and says what to fix.
     create_layer(
@@ -240,6 +248,18 @@ async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_ot
     assert!(
         ready_message(&eve).contains("layers alice and eve share context dev"),
         "{eve:?}"
+    );
+
+    assert_eq!(
+        layers(&world)
+            .await
+            .get("alice")
+            .await
+            .expect("alice")
+            .metadata
+            .resource_version,
+        settled,
+        "a settled layer's CombLayer is not written"
     );
 
     // alice changed: db runs locally now; the change is taken without a restart.

@@ -371,6 +371,10 @@ fn expiry(
                 ))
             })
     };
+    let whole_seconds = |at: Timestamp| Timestamp::from_second(at.as_second()).unwrap_or(at);
+    // Whole seconds: a status records times to the second, and a look that compared a finer
+    // expiry with the recorded one would write the status again each time.
+    let created = whole_seconds(created);
     match (&spec.ttl, &spec.expires_at) {
         (Some(_), Some(_)) => Err(invalid("spec gives ttl and expiresAt; give one".into())),
         (Some(ttl), None) => {
@@ -391,7 +395,7 @@ fn expiry(
                     words(Duration::from_secs(secs))
                 )));
             }
-            Ok(expires_at.0)
+            Ok(whole_seconds(expires_at.0))
         }
         (None, None) => after(created, template.default_ttl),
     }
