@@ -313,6 +313,63 @@ async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_ot
     world
         .wait_phase("dev", "dev-carol", "db", "Running", Some("Borrowed"))
         .await;
+    // The Secret rotated to credentials that do not work: only carol says so, and what to fix;
+    // rotated back, carol is Ready again. No restart, no change of the CombLayer.
+    let secrets: Api<Secret> = Api::namespaced(world.client("staging").await, "comb-system");
+    let rotate = |context: &'static str| {
+        let mut kubeconfig = world.kit.kubeconfig();
+        kubeconfig.current_context = Some(context.into());
+        let yaml = serde_saphyr::to_string(&kubeconfig).expect("the kubeconfig as YAML");
+        json!({"stringData": {"kubeconfig": yaml}})
+    };
+    secrets
+        .patch(
+            "dev-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(rotate("broken")),
+        )
+        .await
+        .expect("the Secret rotated");
+    let refused = wait_layer(
+        &world,
+        "carol",
+        "to refuse the rotated credentials",
+        |status| status.phase == Some(LayerPhase::Error),
+    )
+    .await;
+    assert_eq!(
+        ready_reason(&refused).as_deref(),
+        Some("CredentialsInvalid")
+    );
+    assert!(
+        ready_message(&refused)
+            .ends_with("; fix the kubeconfig in Secret comb-system/dev-kubeconfig"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        layers(&world)
+            .await
+            .get("alice")
+            .await
+            .expect("alice")
+            .status
+            .and_then(|s| s.phase),
+        Some(LayerPhase::Ready),
+        "alice is not disturbed"
+    );
+    secrets
+        .patch(
+            "dev-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(rotate("dev")),
+        )
+        .await
+        .expect("the Secret rotated back");
+    wait_layer(&world, "carol", "to be Ready again", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+
     // Issue 19's attack through a CombLayer: another Secret (staging's credentials, say) is
     // refused before anything is read.
     create_layer(

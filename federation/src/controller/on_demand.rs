@@ -63,6 +63,10 @@ pub struct LayersOnDemand {
 /// A layer admitted and running.
 struct Running {
     uid: String,
+    /// When the layer goes, as admitted.
+    expires_at: Timestamp,
+    /// The resourceVersion of the kubeconfig Secret the layer's clients were built from.
+    secret_version: Option<String>,
     /// The clients of the layer's controller: the controller's, and the layer's cluster's
     /// when a Secret holds its kubeconfig.
     pool: ClientPool,
@@ -72,6 +76,32 @@ struct Running {
     shutdown: CancellationToken,
     task: JoinHandle<Result<RunOutcome>>,
 }
+
+/// What the looks keep between them.
+#[derive(Default)]
+struct State {
+    running: BTreeMap<String, Running>,
+    /// CombLayers whose cluster refused them, by name: not asked again before `at`, unless
+    /// the CombLayer changes.
+    retries: BTreeMap<String, Retry>,
+    /// The resourceVersion of each kubeconfig Secret a template lists, as its watch shows it:
+    /// a layer built from an older one is built again (a rotated credential).
+    secrets: BTreeMap<String, String>,
+}
+
+/// When a CombLayer whose cluster refused it is asked again.
+struct Retry {
+    uid: String,
+    generation: Option<i64>,
+    /// The kubeconfig Secret's resourceVersion then: a rotated Secret is tried at once.
+    secret_version: Option<String>,
+    at: tokio::time::Instant,
+    delay: Duration,
+}
+
+/// The first wait after a refused credential, and the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(300);
 
 impl LayersOnDemand {
     /// Layers on demand of `config` (its `layerTemplates` and `layerContext`), with the clients
@@ -118,8 +148,9 @@ impl LayersOnDemand {
         let api: Api<CombLayer> =
             Api::all_with(client.clone(), &layer_api_resource(&self.config.group));
         let mut events = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
+        let mut secrets = self.secret_watches(&client);
         let mut held = Held::default();
-        let mut running: BTreeMap<String, Running> = BTreeMap::new();
+        let mut state = State::default();
         let mut tick = tokio::time::interval(LOOK_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         info!(context = %context, "layers on demand: watching CombLayers");
@@ -134,29 +165,70 @@ impl LayersOnDemand {
                     }
                     None => break,
                 },
+                Some((secret, event)) = secrets.next() => match event {
+                    Ok(watcher::Event::Apply(seen) | watcher::Event::InitApply(seen)) => {
+                        if let Some(version) = seen.metadata.resource_version {
+                            state.secrets.insert(secret, version);
+                        }
+                    }
+                    Ok(watcher::Event::Delete(_)) => {
+                        state.secrets.remove(&secret);
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        warn!(secret = %secret, %error, "the watch of a kubeconfig Secret failed; it starts again");
+                    }
+                },
                 _ = tick.tick() => {
-                    let gone: Vec<String> = running
+                    let gone: Vec<String> = state
+                        .running
                         .keys()
                         .filter(|name| !held.layers.contains_key(*name))
                         .cloned()
                         .collect();
                     for name in gone {
-                        if let Some(run) = running.remove(&name) {
+                        if let Some(run) = state.running.remove(&name) {
                             stop(run).await;
                         }
                     }
+                    state.retries.retain(|name, _| held.layers.contains_key(name));
                     for cr in held.layers.values() {
-                        if let Err(error) = self.look(&api, &client, cr, &mut running).await {
+                        if let Err(error) = self.look(&api, &client, cr, &mut state).await {
                             warn!(layer = cr.name(), %error, "looking at the CombLayer failed; the next look tries again");
                         }
                     }
                 }
             }
         }
-        for (_, run) in std::mem::take(&mut running) {
+        for (_, run) in std::mem::take(&mut state.running) {
             stop(run).await;
         }
         Ok(())
+    }
+
+    /// A watch of each kubeconfig Secret the templates list (by name: nothing else is read),
+    /// each event with the Secret's `NAMESPACE/NAME`.
+    fn secret_watches(
+        &self,
+        client: &Client,
+    ) -> futures::stream::SelectAll<
+        futures::stream::BoxStream<'static, (String, watcher::Result<watcher::Event<Secret>>)>,
+    > {
+        let listed: BTreeSet<crate::config::SecretName> = self
+            .config
+            .layer_templates
+            .iter()
+            .flat_map(|template| template.kubeconfig_secrets.iter().cloned())
+            .collect();
+        futures::stream::select_all(listed.into_iter().map(|secret| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
+            let config =
+                watcher::Config::default().fields(&format!("metadata.name={}", secret.name));
+            let named = secret.to_string();
+            watcher::watcher(api, config)
+                .map(move |event| (named.clone(), event))
+                .boxed()
+        }))
     }
 
     /// One look at CombLayer `cr`: remove its layer when it expired or is deleted, else admit
@@ -166,8 +238,9 @@ impl LayersOnDemand {
         api: &Api<CombLayer>,
         client: &Client,
         cr: &CombLayer,
-        running: &mut BTreeMap<String, Running>,
+        state: &mut State,
     ) -> Result<()> {
+        let running = &mut state.running;
         let name = cr.name().to_string();
         let now = Timestamp::now();
         let created = cr
@@ -178,6 +251,26 @@ impl LayersOnDemand {
         let status = cr.status.clone().unwrap_or_default();
         if cr.metadata.deletion_timestamp.is_some() {
             return self.remove(api, client, cr, running).await;
+        }
+        let uid = cr.metadata.uid.clone().unwrap_or_default();
+        let secret_version = cr
+            .spec
+            .kubeconfig_secret
+            .as_ref()
+            .and_then(|secret| state.secrets.get(&secret.to_string()));
+        let current = running.get(&name).is_some_and(|run| {
+            run.uid == uid
+                && run.generation == cr.metadata.generation
+                && (secret_version.is_none() || run.secret_version.as_ref() == secret_version)
+        });
+        if current {
+            // Admitted for this spec: only its expiry and its Combs' phases are looked at,
+            // which costs no request while nothing changes.
+            return match running.get(&name) {
+                Some(run) if run.expires_at <= now => self.remove(api, client, cr, running).await,
+                Some(run) => record_progress(api, cr, &status, run, now).await,
+                None => Ok(()),
+            };
         }
         let others = self.with_others(running, &name);
         let admission = layer_from_template(&others, &name, &cr.spec, created, now);
@@ -212,29 +305,52 @@ impl LayersOnDemand {
                 return write_status(api, cr, &status, next, true).await;
             }
         };
-        let uid = cr.metadata.uid.clone().unwrap_or_default();
-        let current = running
-            .get(&name)
-            .is_some_and(|run| run.uid == uid && run.generation == cr.metadata.generation);
-        if !current {
-            if let Some(run) = running.remove(&name) {
-                stop(run).await;
+        if let Some(retry) = state.retries.get(&name)
+            && retry.uid == uid
+            && retry.generation == cr.metadata.generation
+            && retry.secret_version.as_ref() == secret_version
+            && tokio::time::Instant::now() < retry.at
+        {
+            return Ok(());
+        }
+        if let Some(run) = running.remove(&name) {
+            stop(run).await;
+        }
+        let mut next = status.clone();
+        let checked = match self.layer_pool(client, &admitted).await {
+            Ok(built) => self.credentials(&built.0, &admitted).await.map(|()| built),
+            Err(refused) => Err(refused),
+        };
+        let (pool, secret_version) = match checked {
+            Ok(built) => {
+                state.retries.remove(&name);
+                built
             }
-            let mut next = status.clone();
-            let checked = match self.layer_pool(client, &admitted).await {
-                Ok(pool) => self.credentials(&pool, &admitted).await.map(|()| pool),
-                Err(refused) => Err(refused),
-            };
-            let pool = match checked {
-                Ok(pool) => pool,
-                Err(refused) => {
-                    next.phase = Some(LayerPhase::Error);
-                    let message = refused.to_string();
-                    set_condition(&mut next, READY, false, "CredentialsInvalid", &message, now);
-                    next.observed_generation = cr.metadata.generation;
-                    return write_status(api, cr, &status, next, true).await;
-                }
-            };
+            Err(refused) => {
+                // Asked again after a backoff, or at once when the CombLayer changes.
+                let delay = state
+                    .retries
+                    .get(&name)
+                    .filter(|retry| retry.uid == uid && retry.generation == cr.metadata.generation)
+                    .map_or(RETRY_FIRST, |retry| (retry.delay * 2).min(RETRY_MAX));
+                state.retries.insert(
+                    name.clone(),
+                    Retry {
+                        uid: uid.clone(),
+                        generation: cr.metadata.generation,
+                        secret_version: secret_version.cloned(),
+                        at: tokio::time::Instant::now() + delay,
+                        delay,
+                    },
+                );
+                next.phase = Some(LayerPhase::Error);
+                let message = refused.to_string();
+                set_condition(&mut next, READY, false, "CredentialsInvalid", &message, now);
+                next.observed_generation = cr.metadata.generation;
+                return write_status(api, cr, &status, next, true).await;
+            }
+        };
+        {
             // The record is written on the copy the server holds now: what is made below is
             // the layer's only once it is recorded, so this write is not conditional.
             let fresh = self.add_finalizer(api, cr).await?;
@@ -257,36 +373,14 @@ impl LayersOnDemand {
             }
             set_condition(&mut next, READY, false, "Admitted", &message, now);
             write_status(api, &fresh, &status, next, false).await?;
-            let run = self.start(pool, cr, &uid, admitted.layer.clone()).await?;
+            let mut run = self
+                .start(pool, cr, &uid, admitted.layer.clone(), admitted.expires_at)
+                .await?;
+            run.secret_version = secret_version;
             info!(layer = %name, context = %admitted.layer.context, "layer on demand added");
             running.insert(name.clone(), run);
-            return Ok(());
+            Ok(())
         }
-        let Some(run) = running.get(&name) else {
-            return Ok(());
-        };
-        let counts = count(&run.handle.combs(), &name);
-        let mut next = status.clone();
-        next.combs = Some(counts.clone());
-        next.expires_at = Some(Time(admitted.expires_at));
-        let ready = (counts.total > 0 && counts.ready == counts.total)
-            || (counts.total == 0 && run.layer.borrow.is_none());
-        next.phase = Some(if ready {
-            LayerPhase::Ready
-        } else {
-            LayerPhase::Pending
-        });
-        let message = format!(
-            "{} of {} Combs Running, until {}",
-            counts.ready, counts.total, admitted.expires_at
-        );
-        let reason = if ready {
-            "CombsRunning"
-        } else {
-            "CombsPending"
-        };
-        set_condition(&mut next, READY, ready, reason, &message, now);
-        write_status(api, cr, &status, next, true).await
     }
 
     /// The configuration with the layers on demand running now (but `name`'s), so that a
@@ -305,25 +399,34 @@ impl LayersOnDemand {
     /// The clients the layer's controller uses: the controller's own, and, for a layer whose
     /// kubeconfig a Secret holds, that cluster's too (read now: a rotated Secret is taken when
     /// the layer is admitted again).
-    async fn layer_pool(&self, client: &Client, admitted: &Admitted) -> Result<ClientPool> {
+    async fn layer_pool(
+        &self,
+        client: &Client,
+        admitted: &Admitted,
+    ) -> Result<(ClientPool, Option<String>)> {
         match &admitted.kubeconfig_secret {
-            None => Ok(self.pool.clone()),
-            Some(secret) => {
-                self.secret_pool(client, secret)
-                    .await
-                    .map_err(|source| Error::Credentials {
-                        context: admitted.layer.context.clone(),
-                        message: source.to_string(),
-                        fix: format!("fix the kubeconfig in Secret {secret}"),
-                        source: Box::new(source),
-                    })
-            }
+            None => Ok((self.pool.clone(), None)),
+            Some(secret) => self
+                .secret_pool(client, secret)
+                .await
+                .map(|(pool, version)| (pool, Some(version)))
+                .map_err(|source| Error::Credentials {
+                    context: admitted.layer.context.clone(),
+                    message: source.to_string(),
+                    fix: format!("fix the kubeconfig in Secret {secret}"),
+                    source: Box::new(source),
+                }),
         }
     }
 
     /// The controller's clients and the cluster of the kubeconfig Secret `secret` holds (key
-    /// `kubeconfig` unless it names another), read in the `layerContext` cluster.
-    async fn secret_pool(&self, client: &Client, secret: &SecretRef) -> Result<ClientPool> {
+    /// `kubeconfig` unless it names another), read in the `layerContext` cluster; and the
+    /// Secret's resourceVersion.
+    async fn secret_pool(
+        &self,
+        client: &Client,
+        secret: &SecretRef,
+    ) -> Result<(ClientPool, String)> {
         let key = secret.key.as_deref().unwrap_or("kubeconfig");
         let read = Api::<Secret>::namespaced(client.clone(), &secret.namespace)
             .get(&secret.name)
@@ -340,7 +443,8 @@ impl LayersOnDemand {
                 "key {key} of Secret {secret} is not a kubeconfig: {error}"
             ))
         })?;
-        self.pool
+        let pool = self
+            .pool
             .with_context(
                 &crate::config::secret_context(secret),
                 kubeconfig,
@@ -349,7 +453,8 @@ impl LayersOnDemand {
             .map_err(|source| Error::Kubeconfig {
                 what: format!("Secret {secret}"),
                 source,
-            })
+            })?;
+        Ok((pool, read.metadata.resource_version.unwrap_or_default()))
     }
 
     /// Whether the layer's cluster takes its credentials: one read of Combs in its first
@@ -555,6 +660,7 @@ impl LayersOnDemand {
         cr: &CombLayer,
         uid: &str,
         layer: Layer,
+        expires_at: Timestamp,
     ) -> Result<Running> {
         let mut config = (*self.config).clone();
         config.layers.push(layer.clone());
@@ -569,6 +675,8 @@ impl LayersOnDemand {
         let task = tokio::spawn(controller.run(shutdown.clone()));
         Ok(Running {
             uid: uid.to_string(),
+            expires_at,
+            secret_version: None,
             pool,
             generation: cr.metadata.generation,
             layer,
@@ -596,7 +704,7 @@ impl LayersOnDemand {
         let pool = match running.get(&name) {
             Some(run) => run.pool.clone(),
             None => match &cr.spec.kubeconfig_secret {
-                Some(secret) => self.secret_pool(client, secret).await?,
+                Some(secret) => self.secret_pool(client, secret).await?.0,
                 None => self.pool.clone(),
             },
         };
@@ -622,7 +730,10 @@ impl LayersOnDemand {
                 // The Combs' cleanup needs the layer's controller.
                 if let Some(layer) = self.layer_of(cr, running) {
                     let uid = cr.metadata.uid.clone().unwrap_or_default();
-                    let run = self.start(pool.clone(), cr, &uid, layer).await?;
+                    let expires_at = Timestamp::now();
+                    let run = self
+                        .start(pool.clone(), cr, &uid, layer, expires_at)
+                        .await?;
                     running.insert(name.clone(), run);
                 }
             }
@@ -774,6 +885,38 @@ impl LayersOnDemand {
         .ok()
         .map(|admitted| admitted.layer)
     }
+}
+
+/// How the Combs of the running layer of `cr` stand, recorded when it changed.
+async fn record_progress(
+    api: &Api<CombLayer>,
+    cr: &CombLayer,
+    status: &CombLayerStatus,
+    run: &Running,
+    now: Timestamp,
+) -> Result<()> {
+    let counts = count(&run.handle.combs(), &run.layer.name);
+    let mut next = status.clone();
+    next.combs = Some(counts.clone());
+    next.expires_at = Some(Time(run.expires_at));
+    let ready = (counts.total > 0 && counts.ready == counts.total)
+        || (counts.total == 0 && run.layer.borrow.is_none());
+    next.phase = Some(if ready {
+        LayerPhase::Ready
+    } else {
+        LayerPhase::Pending
+    });
+    let message = format!(
+        "{} of {} Combs Running, until {}",
+        counts.ready, counts.total, run.expires_at
+    );
+    let reason = if ready {
+        "CombsRunning"
+    } else {
+        "CombsPending"
+    };
+    set_condition(&mut next, READY, ready, reason, &message, now);
+    write_status(api, cr, status, next, true).await
 }
 
 /// Stops a layer's controller and waits for its running steps.
