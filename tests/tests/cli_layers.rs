@@ -185,3 +185,60 @@ async fn a_developers_layer_in_one_command() {
     assert!(stderr.contains("not found"), "{stderr}");
     world.shutdown().await;
 }
+
+/// `comb run` serves the CombLayers of a configuration with templates: the layer `comb layer
+/// create` made becomes Ready (staging has no Combs, so it has none to wait for), and
+/// `comb get layers` lists it; SIGTERM stops it.
+#[tokio::test]
+async fn comb_run_serves_the_layers_comb_layer_creates() {
+    let (world, dir, config) = world().await;
+    let log = std::fs::File::create(dir.path().join("run.log")).expect("a log file");
+    let mut child = comb_testkit::comb()
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("comb run starts");
+    ok(
+        &config,
+        &[
+            "layer",
+            "create",
+            "erin",
+            "--template",
+            "dev",
+            "--from",
+            "staging",
+        ],
+    )
+    .await;
+    let layers: Api<CombLayer> = Api::all_with(
+        world.client("staging").await,
+        &layer_api_resource(comb_api::DEFAULT_GROUP),
+    );
+    comb_testkit::wait_until("erin to be Ready", async || {
+        layers
+            .get_opt("erin")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|layer| layer.status)
+            .is_some_and(|status| status.phase == Some(comb_api::LayerPhase::Ready))
+    })
+    .await;
+    let list = ok(&config, &["get", "layers"]).await;
+    assert!(list.lines().any(|line| line.starts_with("erin ")), "{list}");
+    let stopped = tokio::task::spawn_blocking(move || {
+        comb_testkit::process::stop_within(&mut child, "TERM", COMMAND_DEADLINE)
+    })
+    .await
+    .expect("the stop ran");
+    assert!(
+        stopped.is_some_and(|status| status.success()),
+        "{stopped:?}"
+    );
+    world.shutdown().await;
+}

@@ -899,8 +899,12 @@ async fn record_progress(
     let mut next = status.clone();
     next.combs = Some(counts.clone());
     next.expires_at = Some(Time(run.expires_at));
-    let ready = (counts.total > 0 && counts.ready == counts.total)
-        || (counts.total == 0 && run.layer.borrow.is_none());
+    // Every Comb Running, once the layer's Combs were listed (before, none is seen yet).
+    let listed = run
+        .handle
+        .layer(&run.layer.name)
+        .is_some_and(|layer| layer.listed);
+    let ready = listed && counts.ready == counts.total;
     next.phase = Some(if ready {
         LayerPhase::Ready
     } else {
