@@ -148,7 +148,7 @@ async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_ot
     staging_combs(&world).await;
     let before = staging_versions(&world).await;
     let started = std::time::Instant::now();
-    let on_demand = world.run_layers_on_demand(config);
+    let on_demand = world.run_layers_on_demand(config, &running);
 
     // alice: every Comb of staging, api run locally.
     create_layer(
@@ -453,7 +453,7 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
         )
         .await
         .expect("someone else's ConfigMap");
-    let on_demand = world.run_layers_on_demand(config);
+    let on_demand = world.run_layers_on_demand(config, &running);
     create_layer(
         &world,
         "alice",
@@ -548,7 +548,7 @@ async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
     let config = world.config(CONFIG);
     let running = world.run(config.clone()).await;
     staging_combs(&world).await;
-    let on_demand = world.run_layers_on_demand(config);
+    let on_demand = world.run_layers_on_demand(config, &running);
     create_layer(
         &world,
         "dave",

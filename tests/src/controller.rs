@@ -75,14 +75,16 @@ impl World {
     }
 
     /// Starts the layers on demand of `config` (its `layerTemplates`, the CombLayers of its
-    /// `layerContext`) beside a controller of the file's layers, with test retries.
-    pub fn run_layers_on_demand(&self, config: Config) -> OnDemand {
+    /// `layerContext`) beside `controller`, the file's layers' (they run while it reconciles),
+    /// with test retries.
+    pub fn run_layers_on_demand(&self, config: Config, controller: &Running) -> OnDemand {
         let on_demand = LayersOnDemand::new(
             config,
             self.pool.clone(),
             ClassRegistry::with_builtins(),
             test_options(),
-        );
+        )
+        .while_reconciling(controller.handle.clone());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(on_demand.run(shutdown.clone()));
         OnDemand {

@@ -119,13 +119,13 @@ pub fn run(
         // Listening before the controller starts: a signal during its start is not lost.
         let stop_signals = StopSignals::listen()?;
         let pool = crate::config::client_pool(&config)?;
-        // Layers on demand run beside the file's layers, in a single replica: with leader
-        // election or sharding another replica could run the same CombLayer.
+        // Layers on demand run beside the file's layers while they are reconciled (with
+        // leader election, by the leader alone); sharded, another replica could run the same
+        // CombLayer.
         let on_demand = (!config.layer_templates.is_empty() && !args.once).then(|| {
-            if options.leader_election.is_some() || options.sharding.is_some() {
+            if options.sharding.is_some() {
                 tracing::warn!(
-                    "layerTemplates are not served with --leader-elect or --sharded yet: \
-                     CombLayers stay as they are"
+                    "layerTemplates are not served with --sharded yet: CombLayers stay as they are"
                 );
                 return None;
             }
@@ -139,7 +139,9 @@ pub fn run(
         let controller = Controller::with_pool(config, pool, registry.clone(), options).await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_on_signal(stop_signals, shutdown.clone()));
+        let leader = controller.handle();
         let layers = on_demand.flatten().map(|on_demand| {
+            let on_demand = on_demand.while_reconciling(leader);
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 if let Err(error) = on_demand.run(shutdown).await {

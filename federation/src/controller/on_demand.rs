@@ -58,6 +58,9 @@ pub struct LayersOnDemand {
     pool: ClientPool,
     registry: ClassRegistry,
     options: ControllerOptions,
+    /// The controller of the file's layers: layers on demand run only while it reconciles
+    /// (with leader election, while it holds the Lease).
+    leader: Option<ControllerHandle>,
 }
 
 /// A layer admitted and running.
@@ -125,7 +128,16 @@ impl LayersOnDemand {
                 webhook: None,
                 ..options
             },
+            leader: None,
         }
+    }
+
+    /// Runs the layers only while `controller` reconciles: with leader election, in the replica
+    /// holding the Lease alone. When it stops, the layers' controllers stop (what they made
+    /// stays) until it reconciles again.
+    pub fn while_reconciling(mut self, controller: ControllerHandle) -> LayersOnDemand {
+        self.leader = Some(controller);
+        self
     }
 
     /// Watches the CombLayers until `shutdown`, adding, changing and removing their layers.
@@ -180,6 +192,12 @@ impl LayersOnDemand {
                     }
                 },
                 _ = tick.tick() => {
+                    if self.leader.as_ref().is_some_and(|leader| !leader.is_reconciling()) {
+                        for (_, run) in std::mem::take(&mut state.running) {
+                            stop(run).await;
+                        }
+                        continue;
+                    }
                     let gone: Vec<String> = state
                         .running
                         .keys()
