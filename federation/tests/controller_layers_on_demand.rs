@@ -489,10 +489,13 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
     .await;
     assert!(expired.managed_resources.is_empty(), "{expired:?}");
     let said = ready_message(&expired);
+    // Each local api made a Deployment and a Service; each borrowing db its bridge: a Service
+    // without a selector and an EndpointSlice to staging's address.
     assert_eq!(
         said,
         "layer alice expired: removed 4 Comb (dev-alice/api, dev-alice/db, dev-kept/api, \
-         dev-kept/db), 1 Namespace (dev-alice) (each Comb with its bridges, copies and objects)"
+         dev-kept/db), 1 Namespace (dev-alice); with the Combs went what they made: 2 \
+         Deployment, 2 EndpointSlice, 4 Service"
     );
     let namespaces: Api<Namespace> = Api::all(dev.clone());
     wait_until("dev-alice to be gone", async || {

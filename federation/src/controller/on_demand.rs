@@ -90,6 +90,9 @@ struct State {
     /// The resourceVersion of each kubeconfig Secret a template lists, as its watch shows it:
     /// a layer built from an older one is built again (a rotated credential).
     secrets: BTreeMap<String, String>,
+    /// While a layer is removed: what each of its Combs recorded making, by Comb, read before
+    /// it is deleted, for the Event that says what went.
+    made_by_combs: BTreeMap<String, BTreeMap<String, Vec<ManagedObject>>>,
 }
 
 /// When a CombLayer whose cluster refused it is asked again.
@@ -268,7 +271,7 @@ impl LayersOnDemand {
             .map_or(now, |time| time.0);
         let status = cr.status.clone().unwrap_or_default();
         if cr.metadata.deletion_timestamp.is_some() {
-            return self.remove(api, client, cr, running).await;
+            return self.remove(api, client, cr, state).await;
         }
         let uid = cr.metadata.uid.clone().unwrap_or_default();
         let secret_version = cr
@@ -284,8 +287,10 @@ impl LayersOnDemand {
         if current {
             // Admitted for this spec: only its expiry and its Combs' phases are looked at,
             // which costs no request while nothing changes.
-            return match running.get(&name) {
-                Some(run) if run.expires_at <= now => self.remove(api, client, cr, running).await,
+            if running.get(&name).is_some_and(|run| run.expires_at <= now) {
+                return self.remove(api, client, cr, state).await;
+            }
+            return match state.running.get(&name) {
                 Some(run) => record_progress(api, cr, &status, run, now).await,
                 None => Ok(()),
             };
@@ -301,7 +306,7 @@ impl LayersOnDemand {
             if status.phase == Some(LayerPhase::Expired) {
                 return Ok(());
             }
-            return self.remove(api, client, cr, running).await;
+            return self.remove(api, client, cr, state).await;
         }
         let admitted = match admission {
             Ok(admitted) => admitted,
@@ -712,8 +717,9 @@ impl LayersOnDemand {
         api: &Api<CombLayer>,
         client: &Client,
         cr: &CombLayer,
-        running: &mut BTreeMap<String, Running>,
+        state: &mut State,
     ) -> Result<()> {
+        let running = &mut state.running;
         let name = cr.name().to_string();
         let status = cr.status.clone().unwrap_or_default();
         let record = &status.managed_resources;
@@ -768,6 +774,17 @@ impl LayersOnDemand {
                     continue;
                 };
                 waiting = true;
+                state
+                    .made_by_combs
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(format!("{namespace}/{}", comb.name))
+                    .or_insert_with(|| {
+                        live.status
+                            .as_ref()
+                            .map(|status| status.managed().to_vec())
+                            .unwrap_or_default()
+                    });
                 if live.metadata.deletion_timestamp.is_none() {
                     let params = DeleteParams {
                         preconditions: Some(Preconditions {
@@ -820,8 +837,13 @@ impl LayersOnDemand {
             }
         }
         let deleting = cr.metadata.deletion_timestamp.is_some();
+        let message = removal_message(
+            &name,
+            deleting,
+            record,
+            &state.made_by_combs.get(&name).cloned().unwrap_or_default(),
+        );
         if !record.is_empty() {
-            let message = removal_message(&name, deleting, record);
             info!(layer = %name, "{message}");
             let event = layer_event(
                 &self.config.group,
@@ -848,13 +870,13 @@ impl LayersOnDemand {
                 "finalizers": finalizers,
                 "resourceVersion": cr.metadata.resource_version,
             }});
-            return api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
-                .map(drop)
                 .map_err(|error| {
                     Error::kube(format!("remove the finalizer of CombLayer {name}"), error)
-                });
+                })?;
+            state.made_by_combs.remove(&name);
+            return Ok(());
         }
         let now = Timestamp::now();
         let mut next = status.clone();
@@ -864,11 +886,13 @@ impl LayersOnDemand {
         let message = if record.is_empty() {
             "the layer's TTL ran out".to_string()
         } else {
-            removal_message(&name, false, record)
+            message
         };
         set_condition(&mut next, EXPIRED, true, "TTLExpired", &message, now);
         set_condition(&mut next, READY, false, "Expired", &message, now);
-        write_status(api, cr, &status, next, true).await
+        write_status(api, cr, &status, next, true).await?;
+        state.made_by_combs.remove(&name);
+        Ok(())
     }
 
     /// The kube context of the layer of `cr` without admitting it: its `context`, or the name
@@ -1008,8 +1032,14 @@ fn count(combs: &[CombOutcome], name: &str) -> CombCounts {
     counts
 }
 
-/// What an Event and the status say when the layer's things went: each kind with its names.
-fn removal_message(name: &str, deleted: bool, record: &[ManagedObject]) -> String {
+/// What an Event and the status say when the layer's things went: each kind comb made for the
+/// layer with its names, then what its Combs had made, counted by kind.
+fn removal_message(
+    name: &str,
+    deleted: bool,
+    record: &[ManagedObject],
+    made_by_combs: &BTreeMap<String, Vec<ManagedObject>>,
+) -> String {
     let mut by_kind: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for made in record {
         let named = match &made.namespace {
@@ -1028,8 +1058,24 @@ fn removal_message(name: &str, deleted: bool, record: &[ManagedObject]) -> Strin
             )
         })
         .collect();
+    let mut counted: BTreeMap<&str, usize> = BTreeMap::new();
+    for made in made_by_combs.values().flatten() {
+        *counted.entry(made.kind.as_str()).or_default() += 1;
+    }
+    let theirs = if counted.is_empty() {
+        String::new()
+    } else {
+        let counts: Vec<String> = counted
+            .iter()
+            .map(|(kind, count)| format!("{count} {kind}"))
+            .collect();
+        format!(
+            "; with the Combs went what they made: {}",
+            counts.join(", ")
+        )
+    };
     format!(
-        "layer {name} {}: removed {} (each Comb with its bridges, copies and objects)",
+        "layer {name} {}: removed {}{theirs}",
         if deleted { "was deleted" } else { "expired" },
         listed.join(", ")
     )
@@ -1178,12 +1224,29 @@ mod tests {
                 .with_uid(Some("2")),
             ManagedObject::new("v1", "Namespace", None, "dev-alice").with_uid(Some("3")),
         ];
+        let made = BTreeMap::from([
+            (
+                "dev-alice/api".to_string(),
+                vec![
+                    ManagedObject::new("apps/v1", "Deployment", Some("dev-alice"), "api"),
+                    ManagedObject::new("v1", "Service", Some("dev-alice"), "api"),
+                ],
+            ),
+            (
+                "dev-alice/db".to_string(),
+                vec![ManagedObject::new("v1", "Service", Some("dev-alice"), "db")],
+            ),
+        ]);
         assert_eq!(
-            removal_message("alice", false, &record),
+            removal_message("alice", false, &record, &made),
             "layer alice expired: removed 2 Comb (dev-alice/api, dev-alice/db), 1 Namespace \
-             (dev-alice) (each Comb with its bridges, copies and objects)"
+             (dev-alice); with the Combs went what they made: 1 Deployment, 2 Service"
         );
-        assert!(removal_message("alice", true, &record).starts_with("layer alice was deleted: "));
+        assert_eq!(
+            removal_message("alice", true, &record, &BTreeMap::new()),
+            "layer alice was deleted: removed 2 Comb (dev-alice/api, dev-alice/db), 1 Namespace \
+             (dev-alice)"
+        );
     }
 
     #[test]
