@@ -597,3 +597,72 @@ async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
     on_demand.stop().await;
     running.stop().await;
 }
+
+/// The template narrowed while the layer ran (a new configuration, a new controller): the
+/// layer is refused and stops, what comb made for it stays; deleted, it is still cleaned up,
+/// by its record, and the CombLayer goes.
+#[tokio::test]
+async fn a_layer_its_template_no_longer_allows_stops_and_is_still_cleaned_up() {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    let on_demand = world.run_layers_on_demand(config.clone(), &running);
+    create_layer(
+        &world,
+        "frank",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-frank"],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}}),
+    )
+    .await;
+    wait_layer(&world, "frank", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    on_demand.stop().await;
+
+    let narrowed = world.config(&CONFIG.replace("namespaces: [dev-*]", "namespaces: [review-*]"));
+    let on_demand = world.run_layers_on_demand(narrowed, &running);
+    let refused = wait_layer(&world, "frank", "to be refused", |status| {
+        status.phase == Some(LayerPhase::Error)
+    })
+    .await;
+    assert_eq!(ready_reason(&refused).as_deref(), Some("TemplateForbidden"));
+    assert_eq!(
+        refused.managed_resources.len(),
+        3,
+        "the record stays: {refused:?}"
+    );
+    world
+        .wait_phase("dev", "dev-frank", "api", "Running", None)
+        .await;
+
+    layers(&world)
+        .await
+        .delete("frank", &Default::default())
+        .await
+        .expect("frank is deleted");
+    let api = layers(&world).await;
+    wait_until("CombLayer frank to be gone", async || {
+        api.get_opt("frank")
+            .await
+            .expect("the read answers")
+            .is_none()
+    })
+    .await;
+    let namespaces: Api<Namespace> = Api::all(world.client("dev").await);
+    wait_until("dev-frank to be gone", async || {
+        namespaces
+            .get_opt("dev-frank")
+            .await
+            .expect("the read answers")
+            .is_none()
+    })
+    .await;
+    assert_eq!(
+        everything_in(&world, "dev", "dev-frank").await,
+        Vec::<String>::new()
+    );
+    on_demand.stop().await;
+    running.stop().await;
+}

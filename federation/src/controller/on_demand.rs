@@ -906,8 +906,10 @@ impl LayersOnDemand {
         })
     }
 
-    /// The layer of `cr` for its cleanup: as its template makes it, with the expiry and the
-    /// other layers left out of the judgement (an expired layer is still cleaned up).
+    /// The layer of `cr` for its cleanup: as its template makes it, with the expiry left out
+    /// of the judgement (an expired layer is still cleaned up); when the template refuses it
+    /// now (narrowed since), the narrowest layer there is, its namespaces and the default
+    /// tenancy, so that its Combs' cleanup still runs, and runs no wider than before.
     fn layer_of(&self, cr: &CombLayer, running: &BTreeMap<String, Running>) -> Option<Layer> {
         let created = cr
             .metadata
@@ -917,15 +919,28 @@ impl LayersOnDemand {
         let mut spec = cr.spec.clone();
         spec.ttl = None;
         spec.expires_at = None;
-        layer_from_template(
+        match layer_from_template(
             &self.with_others(running, cr.name()),
             cr.name(),
             &spec,
             created,
             created,
-        )
-        .ok()
-        .map(|admitted| admitted.layer)
+        ) {
+            Ok(admitted) => Some(admitted.layer),
+            Err(_) => self.layer_context_of(cr).map(|context| Layer {
+                name: cr.name().to_string(),
+                context,
+                namespaces: Some(cr.spec.namespaces.clone()),
+                borrow: None,
+                stubs: Vec::new(),
+                allow_namespaces: Vec::new(),
+                allow_cluster_scoped: Vec::new(),
+                service_account: None,
+                source_service_account: None,
+                allow_upstreams: Vec::new(),
+                template: None,
+            }),
+        }
     }
 }
 
