@@ -4,6 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use serde_json::{Value, json};
 
 use crate::comb::{KIND, NO_RESOURCE_RECONCILIATION, PLURAL, VERSION};
+use crate::layer::{LAYER_KIND, LAYER_PLURAL, LAYER_SHORT_NAME};
 use crate::{Error, Result};
 
 /// The upstream classes a Comb may name (`spec.upstream.class`): the short names and the Perl
@@ -228,6 +229,181 @@ pub fn crd(group: &str) -> Result<Value> {
     }))
 }
 
+/// The CRD of the CombLayer resource in `group` (docs/adr/0005-layers-on-demand.md):
+/// cluster-scoped, with the status subresource the controller alone writes, short name `cmbl`,
+/// and the columns a developer looks at (template, phase, expiry, Combs ready of total, age).
+/// CEL rules refuse at the door a spec that names both or neither of `context` and
+/// `kubeconfigSecret`, or both `ttl` and `expiresAt`.
+pub fn layer_crd(group: &str) -> Result<Value> {
+    check_group(group)?;
+    let string = |description: &str| json!({"type": "string", "description": description});
+    let strings = |description: &str| json!({"type": "array", "description": description, "items": {"type": "string"}});
+    let borrow = json!({
+        "type": "object",
+        "description": "Which Combs of which layer the layer gets, as a configuration layer's borrow; its template bounds every key.",
+        "required": ["from"],
+        "properties": {
+            "from": string("The layer borrowed from; the template's borrowFrom lists those allowed."),
+            "namespace": string("The peers' namespace; default: each Comb's own."),
+            "combs": strings("Patterns of the Combs of `from` the layer gets (default all)."),
+            "local": strings("Patterns of the Combs that run in the layer instead of borrowing."),
+            "replicate": {
+                "type": "array",
+                "description": "Secrets and ConfigMaps copied from the peer's namespace; the template's replicate lists those allowed.",
+                "items": {
+                    "type": "object",
+                    "required": ["kind", "name"],
+                    "properties": {
+                        "kind": {"type": "string", "enum": ["Secret", "ConfigMap"]},
+                        "name": {"type": "string"}
+                    }
+                }
+            },
+            "fallback": strings("Where the borrowers go while `from` is unhealthy; the template's fallback lists those allowed.")
+        }
+    });
+    let spec = json!({
+        "type": "object",
+        "description": "What the layer is: a template of the controller's configuration, narrowed.",
+        "required": ["template"],
+        "properties": {
+            "template": string("A layerTemplates entry of the controller's configuration."),
+            "context": string("A kube context of the controller's kubeconfig (one of the template's contexts)."),
+            "kubeconfigSecret": {
+                "type": "object",
+                "description": "A Secret holding a kubeconfig for the layer's cluster (one of the template's kubeconfigSecrets).",
+                "required": ["namespace", "name"],
+                "properties": {
+                    "namespace": {"type": "string"},
+                    "name": {"type": "string"},
+                    "key": string("The key of the Secret's data holding the kubeconfig (default kubeconfig).")
+                }
+            },
+            "namespaces": strings("The namespaces the layer manages; each matches a pattern of the template's namespaces."),
+            "borrow": borrow,
+            "stubs": strings("Patterns of the Combs built as their stub."),
+            "ttl": string("How long the layer lives from its creation, e.g. 8h (at most the template's maxTTL)."),
+            "expiresAt": {"type": "string", "format": "date-time", "description": "When the layer goes (at most the template's maxTTL after its creation)."}
+        },
+        "x-kubernetes-validations": [
+            {
+                "rule": "has(self.context) != has(self.kubeconfigSecret)",
+                "message": "name the layer's cluster once: context or kubeconfigSecret"
+            },
+            {
+                "rule": "!(has(self.ttl) && has(self.expiresAt))",
+                "message": "give ttl or expiresAt, not both"
+            }
+        ]
+    });
+    let condition = json!({
+        "type": "object",
+        "required": ["type", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+            "reason": {"type": "string"},
+            "message": {"type": "string"},
+            "lastTransitionTime": {"type": "string", "format": "date-time"}
+        }
+    });
+    let count = |description: &str| json!({"type": "integer", "format": "int32", "description": description});
+    let status = json!({
+        "type": "object",
+        "description": "What the controller recorded of the layer.",
+        "properties": {
+            "phase": {"type": "string"},
+            "conditions": {"type": "array", "items": condition},
+            "observedGeneration": {"type": "integer", "format": "int64"},
+            "expiresAt": {"type": "string", "format": "date-time"},
+            "combs": {
+                "type": "object",
+                "description": "The layer's Combs by phase.",
+                "properties": {
+                    "total": count("Every Comb of the layer."),
+                    "ready": count("Running."),
+                    "pending": count("Pending."),
+                    "failed": count("Error, Blocked or NeedsConfig.")
+                }
+            },
+            "managedResources": {
+                "type": "array",
+                "description": "What comb made for the layer (its Combs, the namespaces it created), each with its uid: all that removing the layer deletes.",
+                "items": {
+                    "type": "object",
+                    "required": ["apiVersion", "kind", "name"],
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "namespace": {"type": "string"},
+                        "name": {"type": "string"},
+                        "uid": {"type": "string"}
+                    }
+                }
+            }
+        }
+    });
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{LAYER_PLURAL}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {
+                "kind": LAYER_KIND,
+                "listKind": format!("{LAYER_KIND}List"),
+                "plural": LAYER_PLURAL,
+                "singular": LAYER_KIND.to_lowercase(),
+                "shortNames": [LAYER_SHORT_NAME],
+                "categories": ["comb"]
+            },
+            "scope": "Cluster",
+            "versions": [{
+                "name": VERSION,
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Template", "type": "string", "jsonPath": ".spec.template"},
+                    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                    {"name": "Expires", "type": "date", "jsonPath": ".status.expiresAt"},
+                    {"name": "Ready", "type": "integer", "jsonPath": ".status.combs.ready"},
+                    {"name": "Combs", "type": "integer", "jsonPath": ".status.combs.total"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    // `-o wide` only.
+                    {"name": "Context", "type": "string", "priority": 1, "jsonPath": ".spec.context"},
+                    {"name": "From", "type": "string", "priority": 1, "jsonPath": ".spec.borrow.from"},
+                    {"name": "Message", "type": "string", "priority": 1, "jsonPath": ".status.conditions[?(@.type==\"Ready\")].message"}
+                ],
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "description": "A layer made on demand from a template of the comb controller's configuration.",
+                        "required": ["spec"],
+                        "properties": {"spec": spec, "status": status},
+                        // The layer's name is a label value on the Combs made for it.
+                        "x-kubernetes-validations": [{
+                            "rule": "size(self.metadata.name) <= 63",
+                            "message": "a layer's name is a label value on the Combs made for it, so it has at most 63 characters"
+                        }]
+                    }
+                }
+            }]
+        }
+    }))
+}
+
+/// Every CRD comb serves in `group`, in the order `comb crd` prints them: the Comb's, then the
+/// CombLayer's.
+pub fn crds(group: &str) -> Result<Vec<Value>> {
+    Ok(vec![crd(group)?, layer_crd(group)?])
+}
+
+/// [`layer_crd`] as the typed k8s-openapi object.
+pub fn layer_custom_resource_definition(group: &str) -> Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(layer_crd(group)?)?)
+}
+
 /// [`crd`] as the typed k8s-openapi object, e.g. to create it with a client.
 pub fn custom_resource_definition(group: &str) -> Result<CustomResourceDefinition> {
     Ok(serde_json::from_value(crd(group)?)?)
@@ -334,6 +510,31 @@ mod tests {
         assert_eq!(typed.spec.group, "comb.example.com");
         assert_eq!(typed.spec.names.list_kind.as_deref(), Some("CombList"));
         assert_eq!(typed.spec.names.singular.as_deref(), Some("comb"));
+    }
+
+    #[test]
+    fn the_layer_crd_is_cluster_scoped_with_the_columns_a_developer_reads() {
+        let crd = layer_crd("comb.internal").unwrap();
+        assert_eq!(crd["metadata"]["name"], "comblayers.comb.internal");
+        assert_eq!(crd["spec"]["scope"], "Cluster");
+        assert_eq!(crd["spec"]["names"]["shortNames"], json!(["cmbl"]));
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["subresources"], json!({"status": {}}));
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["priority"].is_null())
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            columns,
+            ["Template", "Phase", "Expires", "Ready", "Combs", "Age"]
+        );
+        let typed = layer_custom_resource_definition("comb.example.com").unwrap();
+        assert_eq!(typed.spec.names.kind, "CombLayer");
+        assert_eq!(crds("comb.internal").unwrap().len(), 2);
+        assert!(layer_crd("Comb").is_err());
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! - [`Endpoint`] with [`name_problem`], and [`Address`] for `host:port`;
 //! - [`LabelKeys`]: every label and annotation key from one prefix;
 //! - [`CombRef`]: references of the form `LAYER:NAMESPACE/NAME` (layer and namespace optional);
-//! - [`crd()`]: the CustomResourceDefinition for a group;
+//! - [`crd()`]: the CustomResourceDefinition for a group; [`layer_crd`] the CombLayer's;
+//! - [`CombLayer`]: a layer made on demand from a template of the configuration;
 //! - [`managed_fields`]: comb's field manager and the takeover of older combs' writes;
 //! - [`ownership`]: whose an existing object is, the rule every write and delete of comb's asks;
 //! - [`names`]: Kubernetes names, checked before they reach a request path.
@@ -18,6 +19,7 @@ mod crd;
 mod endpoint;
 mod error;
 mod labels;
+mod layer;
 pub mod managed_fields;
 pub mod names;
 pub mod ownership;
@@ -29,10 +31,17 @@ pub use comb::{
     Comb, CombAnswer, CombSpec, DEFAULT_GROUP, KIND, NO_RESOURCE_RECONCILIATION, OrphanResource,
     PLURAL, UpstreamSpec, VERSION, api_resource,
 };
-pub use crd::{UPSTREAM_CLASSES, crd, custom_resource_definition};
+pub use crd::{
+    UPSTREAM_CLASSES, crd, crds, custom_resource_definition, layer_crd,
+    layer_custom_resource_definition,
+};
 pub use endpoint::{Address, DEFAULT_PROTOCOL, Endpoint, Host, name_problem};
 pub use error::{Error, Result};
 pub use labels::{DEFAULT_PREFIX, LabelKeys, MANAGED_BY_LABEL, is_label_value};
+pub use layer::{
+    CombCounts, CombLayer, CombLayerSpec, CombLayerStatus, EXPIRED, LAYER_KIND, LAYER_PLURAL,
+    LAYER_SHORT_NAME, LayerBorrowSpec, LayerPhase, ReplicateSpec, SecretRef, layer_api_resource,
+};
 pub use phase::{Phase, Reason};
 pub use reference::CombRef;
 pub use status::{

@@ -103,6 +103,19 @@ pub enum Error {
     #[strum(serialize = "forbidden")]
     UpstreamForbidden(String),
 
+    /// A layer on demand whose cluster did not take its credentials, or did not answer: only
+    /// that layer is not Ready (`CredentialsInvalid`); `fix` says what to change.
+    #[error(
+        "the API server of context {context} did not take the layer's credentials: {message}; {fix}"
+    )]
+    Credentials {
+        context: String,
+        message: String,
+        fix: String,
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A value written on the command line or in the configuration that does not parse (a
     /// duration, a context, a Service's name); the message says what it should look like.
     #[error("{0}")]
@@ -298,6 +311,15 @@ mod tests {
             (forbidden(), "kube"),
             (Error::request("get Pod", "no namespace"), "request"),
             (Error::UpstreamForbidden("u".into()), "forbidden"),
+            (
+                Error::Credentials {
+                    context: "dev".into(),
+                    message: "401".into(),
+                    fix: "fix it".into(),
+                    source: Box::new(forbidden()),
+                },
+                "credentials",
+            ),
             (Error::Config("c".into()), "config"),
             (Error::Value("v".into()), "value"),
             (Error::controller("c"), "controller"),

@@ -159,6 +159,73 @@ impl ClientPool {
         })
     }
 
+    /// This pool's contexts and one more, `name`: the current context of `kubeconfig` (else
+    /// its first), under that name, with its cluster and user renamed alike so that they
+    /// cannot clash with this pool's. `what` names where the kubeconfig came from (a Secret)
+    /// in messages. The new pool builds its own clients.
+    pub fn with_context(&self, name: &str, kubeconfig: Kubeconfig, what: &str) -> Result<Self> {
+        let malformed = |message: &str| Error::Read {
+            path: PathBuf::from(what),
+            message: message.to_string(),
+        };
+        let chosen = kubeconfig
+            .current_context
+            .as_deref()
+            .and_then(|current| kubeconfig.contexts.iter().find(|c| c.name == current))
+            .or_else(|| kubeconfig.contexts.first())
+            .ok_or_else(|| malformed("it defines no context"))?;
+        let mut context = chosen
+            .context
+            .clone()
+            .ok_or_else(|| malformed("its context is empty"))?;
+        let mut cluster = kubeconfig
+            .clusters
+            .iter()
+            .find(|named| named.name == context.cluster)
+            .cloned()
+            .ok_or_else(|| {
+                malformed(&format!("its context names no cluster {}", context.cluster))
+            })?;
+        cluster.name = name.to_string();
+        context.cluster = name.to_string();
+        let mut users = Vec::new();
+        if let Some(user) = &context.user {
+            let mut named = kubeconfig
+                .auth_infos
+                .iter()
+                .find(|named| &named.name == user)
+                .cloned()
+                .ok_or_else(|| malformed(&format!("its context names no user {user}")))?;
+            named.name = name.to_string();
+            context.user = Some(name.to_string());
+            users.push(named);
+        }
+        let (mut merged, in_cluster) = match &self.inner.source {
+            Source::Kubeconfig {
+                kubeconfig,
+                in_cluster,
+            } => ((**kubeconfig).clone(), in_cluster.clone()),
+            Source::InCluster(config) => (Kubeconfig::default(), Some(config.clone())),
+        };
+        merged.contexts.retain(|named| named.name != name);
+        merged.clusters.retain(|named| named.name != name);
+        merged.auth_infos.retain(|named| named.name != name);
+        let mut named = chosen.clone();
+        named.name = name.to_string();
+        named.context = Some(context);
+        merged.contexts.push(named);
+        merged.clusters.push(cluster);
+        merged.auth_infos.extend(users);
+        let origin = format!("{} and {what}", self.inner.origin);
+        Ok(Self::new(
+            Source::Kubeconfig {
+                kubeconfig: Box::new(merged),
+                in_cluster,
+            },
+            origin,
+        ))
+    }
+
     /// Where the contexts come from, e.g. `the kubeconfig /home/me/.kube/config`.
     pub fn origin(&self) -> &str {
         &self.inner.origin
@@ -393,6 +460,37 @@ users:
     user:
       token: not-a-secret
 "#;
+
+    #[tokio::test]
+    async fn a_kubeconfig_held_elsewhere_adds_one_context_under_its_own_name() {
+        let (_dir, _path, pool) = pool();
+        let held = Kubeconfig::from_yaml(
+            "apiVersion: v1\nkind: Config\ncurrent-context: dev\nclusters:\n  - {name: prod, cluster: {server: 'http://127.0.0.1:9443'}}\ncontexts:\n  - {name: dev, context: {cluster: prod, user: admin}}\nusers:\n  - {name: admin, user: {token: other}}\n",
+        )
+        .unwrap();
+        let wider = pool
+            .with_context("secret/comb-system/dev", held, "Secret comb-system/dev")
+            .unwrap();
+        assert_eq!(
+            wider.server_url("secret/comb-system/dev").unwrap(),
+            "http://127.0.0.1:9443"
+        );
+        // The pool's own contexts, cluster `prod` and user `admin` keep theirs.
+        assert_eq!(wider.server_url("prod").unwrap(), "http://127.0.0.1:6443");
+        assert!(wider.client("secret/comb-system/dev").await.is_ok());
+        assert!(
+            wider
+                .contexts()
+                .contains(&"secret/comb-system/dev".to_string())
+        );
+        let empty = Kubeconfig::default();
+        assert_eq!(
+            pool.with_context("x", empty, "Secret a/b")
+                .unwrap_err()
+                .to_string(),
+            "reading the kubeconfig Secret a/b failed: it defines no context"
+        );
+    }
 
     fn write_kubeconfig(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
         let path = dir.path().join(name);

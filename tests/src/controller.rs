@@ -7,7 +7,8 @@ use std::time::Duration;
 use comb_api::Comb;
 use comb_federation::config::Config;
 use comb_federation::controller::{
-    BackoffPolicy, Controller, ControllerHandle, ControllerOptions, RunOutcome, Transition,
+    BackoffPolicy, Controller, ControllerHandle, ControllerOptions, LayersOnDemand, RunOutcome,
+    Transition,
 };
 use comb_federation::engine::class::ClassRegistry;
 use comb_federation::error::Result;
@@ -60,6 +61,35 @@ impl World {
         World {
             pool: kit.pool.clone(),
             kit,
+        }
+    }
+
+    /// The clusters `setup` says (dead contexts and all), the Comb CRD on every cluster.
+    pub async fn from_setup(setup: Setup) -> World {
+        init_logging();
+        let kit = setup.start().await;
+        World {
+            pool: kit.pool.clone(),
+            kit,
+        }
+    }
+
+    /// Starts the layers on demand of `config` (its `layerTemplates`, the CombLayers of its
+    /// `layerContext`) beside `controller`, the file's layers' (they run while it reconciles),
+    /// with test retries.
+    pub fn run_layers_on_demand(&self, config: Config, controller: &Running) -> OnDemand {
+        let on_demand = LayersOnDemand::new(
+            config,
+            self.pool.clone(),
+            ClassRegistry::with_builtins(),
+            test_options(),
+        )
+        .while_reconciling(controller.handle.clone());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(on_demand.run(shutdown.clone()));
+        OnDemand {
+            shutdown,
+            task: Some(task),
         }
     }
 
@@ -242,6 +272,32 @@ impl World {
             test(object.as_ref()).then_some(object)
         })
         .await
+    }
+}
+
+/// Layers on demand, running.
+pub struct OnDemand {
+    pub shutdown: CancellationToken,
+    task: Option<JoinHandle<Result<()>>>,
+}
+
+impl OnDemand {
+    /// Stops them; the layers' controllers stop with them.
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(crate::deadline() * 4, task)
+                .await
+                .expect("the layers on demand stop in time")
+                .expect("the layers on demand do not panic")
+                .expect("the layers on demand run");
+        }
+    }
+}
+
+impl Drop for OnDemand {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
     }
 }
 

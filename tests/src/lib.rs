@@ -508,17 +508,25 @@ impl World {
     pub async fn install_crd(&self, cluster: &str) {
         let client = self.client(cluster).await;
         let crd = comb_api::custom_resource_definition(DEFAULT_GROUP).expect("the Comb CRD");
-        match Api::<CustomResourceDefinition>::all(client.clone())
-            .create(&PostParams::default(), &crd)
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(error) => panic!("creating the Comb CRD on {cluster}: {error}"),
-        }
+        create_crd(&client, cluster, &crd).await;
         let combs: Api<Comb> = Api::all_with(client, &comb_api::api_resource(DEFAULT_GROUP));
         wait_until(format!("the Comb CRD served on {cluster}"), || async {
             combs.list(&Default::default()).await.map(|_| ())
+        })
+        .await;
+    }
+
+    /// Installs the CombLayer CRD on `cluster` (the controller's `layerContext`) and waits
+    /// until it is served. Already there is fine.
+    pub async fn install_layer_crd(&self, cluster: &str) {
+        let client = self.client(cluster).await;
+        let crd =
+            comb_api::layer_custom_resource_definition(DEFAULT_GROUP).expect("the CombLayer CRD");
+        create_crd(&client, cluster, &crd).await;
+        let layers: Api<comb_api::CombLayer> =
+            Api::all_with(client, &comb_api::layer_api_resource(DEFAULT_GROUP));
+        wait_until(format!("the CombLayer CRD served on {cluster}"), || async {
+            layers.list(&Default::default()).await.map(|_| ())
         })
         .await;
     }
@@ -645,4 +653,16 @@ where
         }
     })
     .await
+}
+
+/// Creates `crd` on `cluster`; already there is fine.
+async fn create_crd(client: &kube::Client, cluster: &str, crd: &CustomResourceDefinition) {
+    match Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), crd)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => panic!("creating a CRD on {cluster}: {error}"),
+    }
 }

@@ -1,4 +1,4 @@
-//! The Helm chart ships the CRD that `comb crd` prints; this test fails when they drift.
+//! The Helm chart ships the CRDs (Comb, CombLayer) that `comb crd` prints; this test fails when they drift.
 //! Regenerate with `cargo run -- crd > charts/comb/crds/comb.yaml`.
 
 use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
@@ -28,16 +28,26 @@ fn the_chart_crd_is_what_comb_crd_prints() {
     );
 }
 
+/// The YAML documents of `text`, parsed.
+fn documents(text: &str) -> Vec<serde_json::Value> {
+    text.split("---\n")
+        .map(serde_saphyr::from_str)
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|error| panic!("the CRDs do not parse: {error}"))
+}
+
 #[test]
-fn the_printed_yaml_is_the_crd() {
-    let parsed: serde_json::Value = serde_saphyr::from_str(CHART_CRD).unwrap();
-    assert_eq!(parsed, comb_api::crd(comb_api::DEFAULT_GROUP).unwrap());
+fn the_printed_yaml_is_the_comb_and_comblayer_crds() {
+    assert_eq!(
+        documents(CHART_CRD),
+        comb_api::crds(comb_api::DEFAULT_GROUP).unwrap()
+    );
 
     let output = comb_crd(&["--group", "comb.example.com"]);
-    let parsed: serde_json::Value =
-        serde_saphyr::from_str(&String::from_utf8(output.stdout).unwrap()).unwrap();
-    assert_eq!(parsed, comb_api::crd("comb.example.com").unwrap());
-    assert_eq!(parsed["metadata"]["name"], "combs.comb.example.com");
+    let parsed = documents(&String::from_utf8(output.stdout).unwrap());
+    assert_eq!(parsed, comb_api::crds("comb.example.com").unwrap());
+    assert_eq!(parsed[0]["metadata"]["name"], "combs.comb.example.com");
+    assert_eq!(parsed[1]["metadata"]["name"], "comblayers.comb.example.com");
 }
 
 #[test]

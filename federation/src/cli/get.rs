@@ -16,7 +16,8 @@ use crate::config::Layer;
 
 #[derive(Debug, clap::Args)]
 pub struct GetArgs {
-    /// Only these Combs, each `[LAYER:][NAMESPACE/]NAME` (a part left out matches any).
+    /// Only these Combs, each `[LAYER:][NAMESPACE/]NAME` (a part left out matches any);
+    /// `layers` lists the CombLayers instead.
     #[arg(value_name = "REF")]
     references: Vec<CombRef>,
     /// Only the Combs of this layer.
@@ -47,6 +48,17 @@ enum GetFormat {
     Name,
     Json,
     Yaml,
+}
+
+impl GetArgs {
+    /// `comb get layers` (or `comblayers`, `cmbl`): the CombLayers, as `comb layer list`. A
+    /// Comb of that name is `NAMESPACE/layers`.
+    pub fn lists_layers(&self) -> bool {
+        matches!(self.references.as_slice(), [only]
+            if only.layer.is_none()
+                && only.namespace.is_none()
+                && matches!(only.name.as_str(), "layers" | "comblayers" | "cmbl"))
+    }
 }
 
 /// The JSON/YAML document of `get`.

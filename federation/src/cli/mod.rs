@@ -17,6 +17,7 @@ mod get;
 mod graph;
 #[cfg(feature = "sandbox")]
 pub mod in_cluster;
+mod layer;
 mod logs;
 mod output;
 #[cfg(feature = "sandbox")]
@@ -51,6 +52,7 @@ enum Command {
     Crd(crd::CrdArgs),
     /// Every Comb of every layer: phase, reason, upstream and via chain.
     Get(get::GetArgs),
+    Layer(layer::LayerArgs),
     /// The layers, their Combs and every borrow edge, as Graphviz DOT, Mermaid or an HTML page.
     Graph(graph::GraphArgs),
     /// The endpoints Combs published; `-o env` writes an env file.
@@ -127,7 +129,9 @@ pub fn main_with(registry: ClassRegistry) -> ExitCode {
         #[cfg(feature = "sandbox")]
         Command::Demo(args) => demo::run(args, &registry),
         Command::Crd(args) => crd::run(args),
+        Command::Get(args) if args.lists_layers() => layer::get_layers(&cli.global),
         Command::Get(args) => get::run(&cli.global, args),
+        Command::Layer(args) => layer::run(&cli.global, args),
         Command::Graph(args) => graph::run(&cli.global, args),
         Command::Endpoints(args) => endpoints::run(&cli.global, args),
         Command::Via(args) => via::run(&cli.global, args),

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::common::{GlobalArgs, StopSignals, block_on};
 use crate::config::{Config, duration_arg};
 use crate::controller::{
-    Controller, ControllerOptions, LeaderElection, OnceOptions, RunOutcome, Sharding,
-    default_identity,
+    Controller, ControllerOptions, LayersOnDemand, LeaderElection, OnceOptions, RunOutcome,
+    Sharding, default_identity,
 };
 use crate::engine::class::ClassRegistry;
 use crate::webhook::{Certificates, ServiceName, WebhookOptions};
@@ -118,10 +118,42 @@ pub fn run(
         let options = options(&args, &config);
         // Listening before the controller starts: a signal during its start is not lost.
         let stop_signals = StopSignals::listen()?;
-        let controller = Controller::new(config, registry.clone(), options).await?;
+        let pool = crate::config::client_pool(&config)?;
+        // Layers on demand run beside the file's layers while they are reconciled (with
+        // leader election, by the leader alone); sharded, another replica could run the same
+        // CombLayer.
+        let on_demand = (!config.layer_templates.is_empty() && !args.once).then(|| {
+            if options.sharding.is_some() {
+                tracing::warn!(
+                    "layerTemplates are not served with --sharded yet: CombLayers stay as they are"
+                );
+                return None;
+            }
+            Some(LayersOnDemand::new(
+                config.clone(),
+                pool.clone(),
+                registry.clone(),
+                options.clone(),
+            ))
+        });
+        let controller = Controller::with_pool(config, pool, registry.clone(), options).await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_on_signal(stop_signals, shutdown.clone()));
-        let outcome = controller.run(shutdown).await?;
+        let leader = controller.handle();
+        let layers = on_demand.flatten().map(|on_demand| {
+            let on_demand = on_demand.while_reconciling(leader);
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                if let Err(error) = on_demand.run(shutdown).await {
+                    tracing::error!(%error, "layers on demand stopped");
+                }
+            })
+        });
+        let outcome = controller.run(shutdown.clone()).await?;
+        shutdown.cancel();
+        if let Some(layers) = layers {
+            let _ = layers.await;
+        }
         if args.once {
             print_outcome(&outcome);
         }

@@ -9,6 +9,7 @@
 mod duration;
 mod load;
 pub use load::{check, check_pool, client_pool};
+mod on_demand;
 mod raw;
 mod selector;
 mod validate;
@@ -24,6 +25,7 @@ use kube::Api;
 use serde_json::{Map, Value, json};
 
 pub use duration::{duration_arg, parse_duration, parse_positive_duration};
+pub use on_demand::{Admitted, Refusal, RefusalReason, layer_from_template, secret_context};
 pub use selector::matches_any;
 pub use validate::{
     DEFAULT_CLUSTER_DOMAIN, DEFAULT_MANAGED_BY, DEFAULT_MAX_UPSTREAM_DEPTH, DEFAULT_RESYNC,
@@ -57,6 +59,62 @@ pub struct Config {
     pub resync: Duration,
     /// Highest first is customary but not required; borrowing defines the order.
     pub layers: Vec<Layer>,
+    /// The kube context whose cluster holds the CombLayers; `None`: the first layer's.
+    pub layer_context: Option<String>,
+    /// What a CombLayer made from each may be (docs/adr/0005-layers-on-demand.md).
+    pub layer_templates: Vec<LayerTemplate>,
+}
+
+/// `layerTemplates[]`: the administrator's word on what a layer made on demand may be. A
+/// CombLayer names one and may only narrow it ([`layer_from_template`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerTemplate {
+    pub name: String,
+    /// Kube contexts of the controller's kubeconfig a layer from it may run in.
+    pub contexts: Vec<String>,
+    /// Secrets (in the `layerContext` cluster) holding a kubeconfig a layer from it may use.
+    pub kubeconfig_secrets: Vec<SecretName>,
+    /// Patterns (`*` any run) the layer's namespaces must match; at least one.
+    pub namespaces: Vec<String>,
+    /// The layers a layer from it may borrow from.
+    pub borrow_from: Vec<String>,
+    /// The entries its `borrow.fallback` may use.
+    pub fallback: Vec<Candidate>,
+    /// What its borrow may copy; none by default.
+    pub replicate: Vec<Replicate>,
+    /// Given to the layer as they are: a CombLayer has no say in them.
+    pub allow_upstreams: Vec<AllowUpstream>,
+    pub allow_namespaces: Vec<String>,
+    pub allow_cluster_scoped: Vec<GroupKind>,
+    pub service_account: Option<ServiceAccountRef>,
+    pub source_service_account: Option<ServiceAccountRef>,
+    /// The longest a layer from it lives, counted from now.
+    pub max_ttl: Duration,
+    /// How long a layer from it lives when its CombLayer says nothing.
+    pub default_ttl: Duration,
+    /// Whether comb creates the layer's namespaces that do not exist (and deletes those it
+    /// created when the layer goes).
+    pub create_namespaces: bool,
+}
+
+/// A Secret by `NAMESPACE/NAME`, as `kubeconfigSecrets` lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SecretName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for SecretName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The template a layer was made from: its name and its index in `layerTemplates`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplateRef {
+    pub name: String,
+    pub index: usize,
 }
 
 /// One place Combs run: a kube context, optionally narrowed to namespaces.
@@ -83,6 +141,8 @@ pub struct Layer {
     /// Which upstreams a Comb's own `spec.upstream` may name besides a peer in its own context
     /// and namespace (none by default).
     pub allow_upstreams: Vec<AllowUpstream>,
+    /// For a layer made from a CombLayer, its template; `None` for a layer of the file.
+    pub template: Option<TemplateRef>,
 }
 
 /// `layers[].allowUpstreams[]`: peers a Comb's own `spec.upstream` may name.
@@ -267,6 +327,22 @@ fn peer_spec(
 }
 
 impl Config {
+    /// The kube context whose cluster holds the CombLayers: `layerContext`, else the first
+    /// layer's (where the leader Lease is too).
+    pub fn layer_context(&self) -> Option<&str> {
+        self.layer_context
+            .as_deref()
+            .or_else(|| self.layers.first().map(|layer| layer.context.as_str()))
+    }
+
+    /// The layer template named `name`, with its index.
+    pub fn template(&self, name: &str) -> Option<(usize, &LayerTemplate)> {
+        self.layer_templates
+            .iter()
+            .enumerate()
+            .find(|(_, template)| template.name == name)
+    }
+
     /// The layer named `name`.
     pub fn layer(&self, name: &str) -> Option<&Layer> {
         self.layers.iter().find(|layer| layer.name == name)
@@ -530,11 +606,19 @@ impl Config {
             .iter()
             .position(|candidate| candidate.name == layer.name)
             .unwrap_or(self.layers.len());
-        Tenancy {
-            origin: PolicyOrigin::Layer {
+        let origin = match &layer.template {
+            Some(template) => PolicyOrigin::Template {
+                layer: layer.name.clone(),
+                template: template.name.clone(),
+                index: template.index,
+            },
+            None => PolicyOrigin::Layer {
                 name: layer.name.clone(),
                 index,
             },
+        };
+        Tenancy {
+            origin,
             allow_namespaces: layer.allow_namespaces.clone(),
             allow_cluster_scoped: layer.allow_cluster_scoped.clone(),
             service_account: layer.service_account.clone(),

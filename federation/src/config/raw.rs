@@ -36,6 +36,31 @@ pub struct RawConfig {
     pub cluster_domain: Option<String>,
     pub resync: Option<Scalar>,
     pub layers: Option<Vec<RawLayer>>,
+    pub layer_context: Option<String>,
+    pub layer_templates: Option<Vec<RawLayerTemplate>>,
+}
+
+/// `layerTemplates[]`: what a CombLayer made from it may be.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawLayerTemplate {
+    pub name: Option<String>,
+    pub contexts: Option<Vec<String>>,
+    pub kubeconfig_secrets: Option<Vec<String>>,
+    pub namespaces: Option<Vec<String>>,
+    pub borrow_from: Option<Vec<String>>,
+    pub fallback: Option<Vec<String>>,
+    pub replicate: Option<Vec<RawReplicate>>,
+    pub allow_upstreams: Option<Vec<RawAllowUpstream>>,
+    pub allow_namespaces: Option<Vec<String>>,
+    pub allow_cluster_scoped: Option<Vec<String>>,
+    pub service_account: Option<String>,
+    pub source_service_account: Option<String>,
+    #[serde(rename = "maxTTL")]
+    pub max_ttl: Option<Scalar>,
+    #[serde(rename = "defaultTTL")]
+    pub default_ttl: Option<Scalar>,
+    pub create_namespaces: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

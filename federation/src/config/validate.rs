@@ -13,10 +13,13 @@ use comb_api::names::{
 use comb_api::{DEFAULT_GROUP, DEFAULT_PREFIX, is_label_value};
 
 use super::duration::parse_positive_duration;
-use super::raw::{RawAllowUpstream, RawBorrow, RawConfig, RawLayer, Scalar};
+use super::raw::{
+    RawAllowUpstream, RawBorrow, RawConfig, RawLayer, RawLayerTemplate, RawReplicate, Scalar,
+};
 use super::selector::pattern_problem;
 use super::{
-    AllowUpstream, Borrow, Config, Fallback, Layer, Probe, Replicate, ReplicateKind, UpstreamTarget,
+    AllowUpstream, Borrow, Config, Fallback, Layer, LayerTemplate, Probe, Replicate, ReplicateKind,
+    SecretName, UpstreamTarget,
 };
 use crate::engine::borrow::fallback::{DEFAULT_HEALTHY_AFTER, DEFAULT_UNHEALTHY_AFTER};
 use crate::engine::borrow::{Candidate, HealthPolicy};
@@ -99,6 +102,13 @@ pub fn from_raw(
         .enumerate()
         .map(|(index, layer)| layer_from_raw(index, layer, &mut problems))
         .collect();
+    let layer_templates: Vec<LayerTemplate> = raw
+        .layer_templates
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(index, template)| template_from_raw(index, template, &mut problems))
+        .collect();
     let kubeconfig = raw.kubeconfig.map(|path| match base_dir {
         Some(base) => base.join(path),
         None => path.into(),
@@ -125,6 +135,8 @@ pub fn from_raw(
             .unwrap_or_else(|| DEFAULT_CLUSTER_DOMAIN.to_string()),
         resync,
         layers,
+        layer_context: raw.layer_context,
+        layer_templates,
     };
     problems.extend(check(&config));
     if problems.is_empty() {
@@ -195,6 +207,106 @@ fn layer_from_raw(index: usize, raw: RawLayer, problems: &mut Vec<Problem>) -> L
                 allow_upstream_from_raw(&format!("{key}.allowUpstreams[{n}]"), entry, problems)
             })
             .collect(),
+        template: None,
+    }
+}
+
+/// The default `maxTTL` of a layer template.
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The default `defaultTTL` of a layer template.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(8 * 3600);
+
+/// `layerTemplates[index]` as written; what needs the rest of the configuration is checked by
+/// [`check`].
+fn template_from_raw(
+    index: usize,
+    raw: RawLayerTemplate,
+    problems: &mut Vec<Problem>,
+) -> LayerTemplate {
+    let key = format!("layerTemplates[{index}]");
+    let name = raw.name.unwrap_or_else(|| {
+        problems.push(Problem::new(
+            format!("{key}.name"),
+            "missing; a CombLayer names its template by it",
+        ));
+        String::new()
+    });
+    let kubeconfig_secrets = raw
+        .kubeconfig_secrets
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(n, text)| {
+            let skey = format!("{key}.kubeconfigSecrets[{n}]");
+            match text.split_once('/') {
+                Some((namespace, name)) if is_dns_label(namespace) && is_dns_subdomain(name) => {
+                    Some(SecretName {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                    })
+                }
+                _ => {
+                    problems.push(Problem::new(
+                        skey,
+                        format!(
+                            "'{text}' is not NAMESPACE/NAME of a Secret (in the cluster of \
+                             layerContext) holding a kubeconfig"
+                        ),
+                    ));
+                    None
+                }
+            }
+        })
+        .collect();
+    let max_ttl = raw
+        .max_ttl
+        .and_then(|value| duration_from_raw(&format!("{key}.maxTTL"), value, problems))
+        .unwrap_or(DEFAULT_MAX_TTL);
+    let default_ttl = raw
+        .default_ttl
+        .and_then(|value| duration_from_raw(&format!("{key}.defaultTTL"), value, problems))
+        .unwrap_or(DEFAULT_TTL.min(max_ttl));
+    LayerTemplate {
+        name,
+        contexts: raw.contexts.unwrap_or_default(),
+        kubeconfig_secrets,
+        namespaces: raw.namespaces.unwrap_or_default(),
+        borrow_from: raw.borrow_from.unwrap_or_default(),
+        fallback: raw
+            .fallback
+            .unwrap_or_default()
+            .into_iter()
+            .map(|entry| match entry.as_str() {
+                "local" => Candidate::Local,
+                _ => Candidate::Layer(entry),
+            })
+            .collect(),
+        replicate: replicate_from_raw(&key, raw.replicate.unwrap_or_default(), problems),
+        allow_upstreams: raw
+            .allow_upstreams
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(n, entry)| {
+                allow_upstream_from_raw(&format!("{key}.allowUpstreams[{n}]"), entry, problems)
+            })
+            .collect(),
+        allow_namespaces: raw.allow_namespaces.unwrap_or_default(),
+        allow_cluster_scoped: raw
+            .allow_cluster_scoped
+            .unwrap_or_default()
+            .iter()
+            .map(|entry| group_kind_from_raw(entry))
+            .collect(),
+        service_account: raw.service_account.and_then(|text| {
+            service_account_from_raw(&format!("{key}.serviceAccount"), &text, problems)
+        }),
+        source_service_account: raw.source_service_account.and_then(|text| {
+            service_account_from_raw(&format!("{key}.sourceServiceAccount"), &text, problems)
+        }),
+        max_ttl,
+        default_ttl,
+        create_namespaces: raw.create_namespaces.unwrap_or(false),
     }
 }
 
@@ -359,19 +471,13 @@ fn fallback_from_raw(
     })
 }
 
-fn borrow_from_raw(key: &str, mut raw: RawBorrow, problems: &mut Vec<Problem>) -> Borrow {
-    let fallback = fallback_from_raw(key, &mut raw, problems);
-    let from = raw.from.unwrap_or_else(|| {
-        problems.push(Problem::new(
-            format!("{key}.from"),
-            "missing; name the layer to borrow from",
-        ));
-        String::new()
-    });
-    let replicate = raw
-        .replicate
-        .unwrap_or_default()
-        .into_iter()
+/// The `replicate` entries at `key`: a kind comb copies and an object name each.
+fn replicate_from_raw(
+    key: &str,
+    raw: Vec<RawReplicate>,
+    problems: &mut Vec<Problem>,
+) -> Vec<Replicate> {
+    raw.into_iter()
         .enumerate()
         .filter_map(|(index, item)| {
             let key = format!("{key}.replicate[{index}]");
@@ -407,7 +513,19 @@ fn borrow_from_raw(key: &str, mut raw: RawBorrow, problems: &mut Vec<Problem>) -
                 name: name?,
             })
         })
-        .collect();
+        .collect()
+}
+
+fn borrow_from_raw(key: &str, mut raw: RawBorrow, problems: &mut Vec<Problem>) -> Borrow {
+    let fallback = fallback_from_raw(key, &mut raw, problems);
+    let from = raw.from.unwrap_or_else(|| {
+        problems.push(Problem::new(
+            format!("{key}.from"),
+            "missing; name the layer to borrow from",
+        ));
+        String::new()
+    });
+    let replicate = replicate_from_raw(key, raw.replicate.unwrap_or_default(), problems);
     Borrow {
         from,
         namespace: raw.namespace,
@@ -470,6 +588,10 @@ pub fn check(config: &Config) -> Vec<Problem> {
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (index, layer) in config.layers.iter().enumerate() {
         check_layer(config, index, layer, &mut seen, &mut problems);
+    }
+    let mut templates: BTreeMap<&str, usize> = BTreeMap::new();
+    for (index, template) in config.layer_templates.iter().enumerate() {
+        check_template(config, index, template, &mut templates, &mut problems);
     }
     problems.extend(borrow_cycles(config));
     problems.extend(overlaps(config, |a, b| {
@@ -566,6 +688,122 @@ fn check_layer<'a>(
     if let Some(fallback) = &borrow.fallback {
         check_fallback(config, &bkey, &borrow.from, fallback, problems);
     }
+}
+
+/// `layerTemplates[index]`: a unique name, a cluster, namespace patterns, layers that exist,
+/// a default TTL within the maximum, and the tenancy keys as a layer's are checked.
+fn check_template<'a>(
+    config: &Config,
+    index: usize,
+    template: &'a LayerTemplate,
+    seen: &mut BTreeMap<&'a str, usize>,
+    problems: &mut Vec<Problem>,
+) {
+    let key = format!("layerTemplates[{index}]");
+    if !template.name.is_empty() {
+        if !is_label_value(&template.name) {
+            problems.push(Problem::new(
+                format!("{key}.name"),
+                format!(
+                    "'{}' cannot name a template (letters, digits, -, _ and ., alphanumeric at both ends, at most 63)",
+                    template.name
+                ),
+            ));
+        } else if let Some(first) = seen.insert(&template.name, index) {
+            seen.insert(&template.name, first);
+            problems.push(Problem::new(
+                format!("{key}.name"),
+                format!(
+                    "template '{}' is already defined by layerTemplates[{first}]; template names are unique",
+                    template.name
+                ),
+            ));
+        }
+    }
+    if template.contexts.is_empty() && template.kubeconfig_secrets.is_empty() {
+        problems.push(Problem::new(
+            &key,
+            "names no cluster; list the kube contexts (contexts) or the Secrets holding a \
+             kubeconfig (kubeconfigSecrets) a layer from it may run in",
+        ));
+    }
+    if template.namespaces.is_empty() {
+        problems.push(Problem::new(
+            format!("{key}.namespaces"),
+            "missing; a layer from a template names its namespaces, each matching a pattern \
+             listed here (e.g. dev-*)",
+        ));
+    }
+    for (n, pattern) in template.namespaces.iter().enumerate() {
+        let fits = !pattern.is_empty()
+            && pattern.len() <= 63
+            && pattern
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '*');
+        if !fits {
+            problems.push(Problem::new(
+                format!("{key}.namespaces[{n}]"),
+                format!(
+                    "'{pattern}' is not a namespace pattern (lowercase letters, digits, - and the \
+                     wildcard *)"
+                ),
+            ));
+        }
+    }
+    for (n, from) in template.borrow_from.iter().enumerate() {
+        if config.layer(from).is_none() {
+            problems.push(Problem::new(
+                format!("{key}.borrowFrom[{n}]"),
+                format!("unknown layer \"{from}\" (layers: {})", layer_names(config)),
+            ));
+        }
+    }
+    for (n, entry) in template.fallback.iter().enumerate() {
+        if let Candidate::Layer(name) = entry
+            && config.layer(name).is_none()
+        {
+            problems.push(Problem::new(
+                format!("{key}.fallback[{n}]"),
+                format!(
+                    "unknown layer \"{name}\" (layers: {}); a fallback is a layer or local",
+                    layer_names(config)
+                ),
+            ));
+        }
+    }
+    if template.default_ttl > template.max_ttl {
+        problems.push(Problem::new(
+            format!("{key}.defaultTTL"),
+            format!(
+                "{}s is longer than maxTTL ({}s); a layer never lives longer than maxTTL",
+                template.default_ttl.as_secs(),
+                template.max_ttl.as_secs()
+            ),
+        ));
+    }
+    // The tenancy keys are a layer's, given to every layer of the template as they are.
+    let bounds = Layer {
+        name: template.name.clone(),
+        context: String::new(),
+        namespaces: None,
+        borrow: (!template.replicate.is_empty()).then(|| Borrow {
+            from: String::new(),
+            namespace: None,
+            combs: Vec::new(),
+            local: Vec::new(),
+            replicate: template.replicate.clone(),
+            fallback: None,
+        }),
+        stubs: Vec::new(),
+        allow_namespaces: template.allow_namespaces.clone(),
+        allow_cluster_scoped: template.allow_cluster_scoped.clone(),
+        service_account: template.service_account.clone(),
+        source_service_account: template.source_service_account.clone(),
+        allow_upstreams: template.allow_upstreams.clone(),
+        template: None,
+    };
+    check_tenancy(&key, &bounds, problems);
+    check_allow_upstreams(config, &key, &bounds, problems);
 }
 
 /// The entries of `fallback` (of the borrow at `key`, from layer `from`): each a layer further
@@ -915,7 +1153,22 @@ pub fn check_contexts(config: &Config, contexts: &[KubeContext], origin: &str) -
         })
     };
     let mut problems: Vec<Problem> = Vec::new();
+    if let Some(context) = &config.layer_context {
+        problems.extend(missing("layerContext".to_string(), context));
+    }
+    for (index, template) in config.layer_templates.iter().enumerate() {
+        for (n, context) in template.contexts.iter().enumerate() {
+            problems.extend(missing(
+                format!("layerTemplates[{index}].contexts[{n}]"),
+                context,
+            ));
+        }
+    }
     for (index, layer) in config.layers.iter().enumerate() {
+        if layer.template.is_some() {
+            // A layer from a CombLayer is checked against its template when it is admitted.
+            continue;
+        }
         problems.extend(missing(format!("layers[{index}].context"), &layer.context));
         for (n, allowed) in layer.allow_upstreams.iter().enumerate() {
             if let UpstreamTarget::Context(context) = &allowed.target {

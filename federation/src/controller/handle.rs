@@ -95,6 +95,12 @@ impl ControllerHandle {
             .collect()
     }
 
+    /// Whether the controller reconciles now: running, and with leader election holding the
+    /// Lease.
+    pub fn is_reconciling(&self) -> bool {
+        self.shared.active.load(Ordering::SeqCst)
+    }
+
     /// Ready when waiting for the Lease, or when every layer has listed its Combs once (a layer
     /// that is down does not count: the others serve).
     pub fn readiness(&self) -> Readiness {

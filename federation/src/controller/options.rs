@@ -59,6 +59,10 @@ pub struct ControllerOptions {
     /// Answer the steps' reads of managed objects, Pods and peer Combs from the watches
     /// (default); off, every read goes to the API server, as `--once` always does.
     pub read_from_watches: bool,
+    /// Step only these layers, and watch the Combs of only these and the layers they borrow
+    /// from, directly, through others or as a fallback (`None`: every layer). A layer on
+    /// demand runs so, beside the layers of the file, stepping none of theirs.
+    pub steps_only: Option<Vec<String>>,
 }
 
 impl Default for ControllerOptions {
@@ -82,6 +86,7 @@ impl Default for ControllerOptions {
             upstream_classes: UpstreamClasses::default(),
             webhook: None,
             read_from_watches: true,
+            steps_only: None,
         }
     }
 }

@@ -288,7 +288,11 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
     let mut tasks = JoinSet::new();
     // Every replica watches every layer's Combs, held or not: a layer's peers in lower layers
     // are woken by its Combs' status, and a taker's queue is ready when it starts.
-    for layer in shared.layers.iter() {
+    for layer in shared
+        .layers
+        .iter()
+        .filter(|layer| watched(shared, layer.name()))
+    {
         let span = info_span!("layer", layer = layer.name());
         for (index, scope) in layer.scopes().into_iter().enumerate() {
             tasks.spawn(
@@ -332,6 +336,7 @@ async fn run_every_layer(shared: &Arc<Shared>, shutdown: &CancellationToken) -> 
     let works: Vec<LayerWork> = shared
         .layers
         .iter()
+        .filter(|layer| stepped(shared, layer.name()))
         .map(|layer| LayerWork::start(shared, layer, &unlimited, false))
         .collect();
     let timed_out = match shared.options.once {
@@ -361,6 +366,40 @@ async fn run_every_layer(shared: &Arc<Shared>, shutdown: &CancellationToken) -> 
         work.join().await;
     }
     timed_out
+}
+
+/// Whether this controller steps layer `name` (`steps_only`).
+fn stepped(shared: &Shared, name: &str) -> bool {
+    shared
+        .options
+        .steps_only
+        .as_ref()
+        .is_none_or(|only| only.iter().any(|layer| layer == name))
+}
+
+/// Whether this controller watches the Combs of layer `name`: a layer it steps, or one such a
+/// layer borrows from (directly, through others, or as a fallback).
+fn watched(shared: &Shared, name: &str) -> bool {
+    let Some(only) = &shared.options.steps_only else {
+        return true;
+    };
+    only.iter().any(|stepped| {
+        let config = &shared.config;
+        let fallbacks = config
+            .layer(stepped)
+            .and_then(|layer| layer.borrow.as_ref())
+            .and_then(|borrow| borrow.fallback.as_ref())
+            .map(|fallback| fallback.to.as_slice())
+            .unwrap_or_default();
+        stepped == name
+            || config
+                .chain_above(stepped)
+                .iter()
+                .any(|above| above.name == name)
+            || fallbacks.iter().any(|entry| {
+                matches!(entry, crate::engine::borrow::Candidate::Layer(layer) if layer == name)
+            })
+    })
 }
 
 /// `--once`: waits until every layer has listed and every Comb is settled; returns whether the

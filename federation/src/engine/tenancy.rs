@@ -142,6 +142,13 @@ pub fn endpoint_refusals(items: &[(ManagedObject, &Value)]) -> Vec<String> {
 pub enum PolicyOrigin {
     /// The layer `name`, `layers[index]` of the configuration.
     Layer { name: String, index: usize },
+    /// The layer `layer` made from a CombLayer of template `template`,
+    /// `layerTemplates[index]` of the configuration: the template's keys allow more.
+    Template {
+        layer: String,
+        template: String,
+        index: usize,
+    },
     /// No layer: the engine's default (tests, library users).
     #[default]
     Engine,
@@ -151,6 +158,9 @@ impl PolicyOrigin {
     fn who(&self) -> String {
         match self {
             PolicyOrigin::Layer { name, .. } => format!("layer {name}"),
+            PolicyOrigin::Template {
+                layer, template, ..
+            } => format!("layer {layer} (template {template})"),
             PolicyOrigin::Engine => "the engine's default tenancy".to_string(),
         }
     }
@@ -160,6 +170,9 @@ impl PolicyOrigin {
     fn key(&self, layer_key: &str, engine_key: &str) -> String {
         match self {
             PolicyOrigin::Layer { index, .. } => format!("layers[{index}].{layer_key}"),
+            PolicyOrigin::Template { index, .. } => {
+                format!("layerTemplates[{index}].{layer_key}")
+            }
             PolicyOrigin::Engine => format!("Settings.tenancy.{engine_key}"),
         }
     }

@@ -7,7 +7,7 @@ use comb_api::Comb;
 use comb_kubeconfigs::ClientPool;
 use kube::config::Kubeconfig;
 
-use crate::config::{Config, Layer};
+use crate::config::{Config, Layer, RefusalReason};
 use crate::engine::borrow::spec_upstream;
 use crate::engine::class::{ClassRegistry, CombInstance};
 use crate::engine::keys::{CombKey, dependency_key};
@@ -43,6 +43,31 @@ impl Refusal {
             message,
         }
     }
+}
+
+/// Why the controller would not run CombLayer `layer`: its template's refusal, in the sentence
+/// its status would record (403 for an ask wider than the template or a name taken, 422 for a
+/// spec that makes no layer), or `None`. Judged at `now`, as if made now; another CombLayer's
+/// namespaces are the controller's to weigh, as it runs them.
+pub fn layer_refusal(
+    layer: &comb_api::CombLayer,
+    config: &Config,
+    now: jiff::Timestamp,
+) -> Option<Refusal> {
+    let created = layer
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(now, |time| time.0);
+    let refusal =
+        crate::config::layer_from_template(config, layer.name(), &layer.spec, created, now)
+            .err()?;
+    Some(match refusal.reason {
+        RefusalReason::InvalidSpec => Refusal::invalid(refusal.message),
+        RefusalReason::TemplateForbidden | RefusalReason::NameTaken => {
+            Refusal::forbidden(refusal.message)
+        }
+    })
 }
 
 /// The layers that manage a Comb in `namespace`: those whose namespaces contain it.
@@ -512,5 +537,71 @@ layers:
         };
         assert_eq!(names("platform"), ["prod", "all"]);
         assert_eq!(names("other"), ["all"]);
+    }
+
+    #[test]
+    fn a_comblayer_is_refused_at_the_door_as_its_template_refuses_it() {
+        let config = Config::from_yaml(
+            "layers:\n  - {name: staging, context: prod, namespaces: [staging]}\nlayerTemplates:\n  - {name: dev, contexts: [dev], namespaces: [dev-*], borrowFrom: [staging]}\n",
+            "comb.yaml",
+            None,
+        )
+        .unwrap();
+        let layer = |name: &str, spec: Value| -> comb_api::CombLayer {
+            serde_json::from_value(json!({
+                "apiVersion": "comb.internal/v1", "kind": "CombLayer",
+                "metadata": {"name": name}, "spec": spec
+            }))
+            .unwrap()
+        };
+        let now: jiff::Timestamp = "2026-12-05T08:00:00Z".parse().unwrap();
+        let cases = [
+            (
+                layer(
+                    "alice",
+                    json!({"template": "dev", "context": "dev", "namespaces": ["dev-alice"]}),
+                ),
+                None,
+            ),
+            (
+                layer(
+                    "alice",
+                    json!({"template": "dev", "context": "prod", "namespaces": ["dev-alice"]}),
+                ),
+                Some((
+                    403,
+                    "spec.context names context prod, which template dev does not allow: add prod to layerTemplates[0].contexts",
+                )),
+            ),
+            (
+                layer(
+                    "staging",
+                    json!({"template": "dev", "context": "dev", "namespaces": ["dev-x"]}),
+                ),
+                Some((
+                    403,
+                    "layer staging is a layer of the configuration (context prod); give the CombLayer another name",
+                )),
+            ),
+            (
+                layer(
+                    "alice",
+                    json!({"template": "dev", "context": "dev", "namespaces": ["Dev"]}),
+                ),
+                Some((
+                    422,
+                    "spec.namespaces[0]: 'Dev' is not a namespace name (a DNS-1123 label)",
+                )),
+            ),
+        ];
+        for (asked, want) in cases {
+            let got =
+                layer_refusal(&asked, &config, now).map(|refusal| (refusal.code, refusal.message));
+            assert_eq!(
+                got,
+                want.map(|(code, message)| (code, message.to_string())),
+                "{asked:?}"
+            );
+        }
     }
 }

@@ -33,7 +33,7 @@ use tower::Service;
 use crate::config::Config;
 use crate::engine::class::ClassRegistry;
 use crate::error::{Error, Result};
-pub use decision::{Refusal, refusal};
+pub use decision::{Refusal, layer_refusal, refusal};
 pub use tls::{ServiceName, ServingTls};
 
 /// Where the webhook listens and what it serves.
@@ -246,6 +246,9 @@ async fn judge_request(judge: &Judge, request: &AdmissionRequest) -> Option<Refu
     if request.operation == "UPDATE" && !judged_on_update(object, request.old_object.as_ref()) {
         return None;
     }
+    if object.get("kind").and_then(Value::as_str) == Some(comb_api::LAYER_KIND) {
+        return judge_layer(judge, object, &request.operation);
+    }
     let comb = match Comb::from_value(object.clone()) {
         Ok(comb) => comb,
         Err(error) => {
@@ -268,6 +271,30 @@ async fn judge_request(judge: &Judge, request: &AdmissionRequest) -> Option<Refu
             "admission refused"
         ),
         None => tracing::debug!(namespace, comb = name, operation = %request.operation, "admitted"),
+    }
+    refused
+}
+
+/// A CombLayer: refused as its template refuses it.
+fn judge_layer(judge: &Judge, object: &Value, operation: &str) -> Option<Refusal> {
+    let layer: comb_api::CombLayer = match serde_json::from_value(object.clone()) {
+        Ok(layer) => layer,
+        Err(error) => {
+            return Some(Refusal {
+                code: 422,
+                reason: "Invalid",
+                message: format!("the object is not a CombLayer: {error}"),
+            });
+        }
+    };
+    let refused = decision::layer_refusal(&layer, &judge.config, jiff::Timestamp::now());
+    if let Some(refusal) = &refused {
+        tracing::info!(
+            layer = layer.name(),
+            operation,
+            reason = refusal.reason,
+            "admission refused"
+        );
     }
     refused
 }

@@ -1,0 +1,1281 @@
+//! Layers on demand (docs/adr/0005-layers-on-demand.md): the CombLayers of the `layerContext`
+//! cluster, each admitted by its template ([`layer_from_template`]) and run as a layer beside
+//! those of the file, added, changed and removed while the controller runs.
+//!
+//! Each admitted layer runs in a controller of its own that steps that layer only
+//! (`ControllerOptions::steps_only`) and watches the Combs of the layers it borrows from: adding,
+//! changing or removing it starts or stops that controller alone, so the file's layers are
+//! never relisted nor stepped for it. comb creates the layer's namespaces (when its template
+//! says so) and a Comb for each Comb of the layer it borrows from that its `borrow.combs` or
+//! `borrow.local` names, and records each one's uid in the CombLayer's
+//! `status.managedResources`. When the layer expires or its CombLayer is deleted, exactly
+//! those go: the Combs first (their finalizers, served by the layer's controller, remove their
+//! bridges, copies and objects by their own records), then the namespaces, each delete
+//! conditional on the recorded uid; an Event on the CombLayer says what was removed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use comb_api::{
+    Comb, CombCondition, CombCounts, CombLayer, CombLayerStatus, ConditionStatus, EXPIRED,
+    LAYER_KIND, LayerPhase, ManagedObject, Phase, READY, Reason, SecretRef, VERSION,
+    layer_api_resource,
+};
+use comb_kubeconfigs::ClientPool;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::once::CombOutcome;
+use super::run::Controller;
+use super::{ControllerHandle, ControllerOptions, RunOutcome};
+use crate::config::{Admitted, Config, Layer, layer_from_template, matches_any};
+use crate::engine::class::ClassRegistry;
+use crate::error::{Error, Result};
+
+/// The finalizer comb puts on a CombLayer: its removal waits until what comb made for it went.
+fn finalizer(group: &str) -> String {
+    format!("{group}/layer-cleanup")
+}
+
+/// How often the CombLayers held are looked at (their expiry, their Combs' phases). A look at
+/// a settled layer sends nothing.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// The CombLayers of a federation, run as layers. Build it beside the [`Controller`] of the
+/// file's layers and [`run`](LayersOnDemand::run) it.
+pub struct LayersOnDemand {
+    config: Arc<Config>,
+    pool: ClientPool,
+    registry: ClassRegistry,
+    options: ControllerOptions,
+    /// The controller of the file's layers: layers on demand run only while it reconciles
+    /// (with leader election, while it holds the Lease).
+    leader: Option<ControllerHandle>,
+}
+
+/// A layer admitted and running.
+struct Running {
+    uid: String,
+    /// When the layer goes, as admitted.
+    expires_at: Timestamp,
+    /// The resourceVersion of the kubeconfig Secret the layer's clients were built from.
+    secret_version: Option<String>,
+    /// The clients of the layer's controller: the controller's, and the layer's cluster's
+    /// when a Secret holds its kubeconfig.
+    pool: ClientPool,
+    generation: Option<i64>,
+    layer: Layer,
+    handle: ControllerHandle,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<RunOutcome>>,
+}
+
+/// What the looks keep between them.
+#[derive(Default)]
+struct State {
+    running: BTreeMap<String, Running>,
+    /// CombLayers whose cluster refused them, by name: not asked again before `at`, unless
+    /// the CombLayer changes.
+    retries: BTreeMap<String, Retry>,
+    /// The resourceVersion of each kubeconfig Secret a template lists, as its watch shows it:
+    /// a layer built from an older one is built again (a rotated credential).
+    secrets: BTreeMap<String, String>,
+    /// While a layer is removed: what each of its Combs recorded making, by Comb, read before
+    /// it is deleted, for the Event that says what went.
+    made_by_combs: BTreeMap<String, BTreeMap<String, Vec<ManagedObject>>>,
+}
+
+/// When a CombLayer whose cluster refused it is asked again.
+struct Retry {
+    uid: String,
+    generation: Option<i64>,
+    /// The kubeconfig Secret's resourceVersion then: a rotated Secret is tried at once.
+    secret_version: Option<String>,
+    at: tokio::time::Instant,
+    delay: Duration,
+}
+
+/// The first wait after a refused credential, and the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+impl LayersOnDemand {
+    /// Layers on demand of `config` (its `layerTemplates` and `layerContext`), with the clients
+    /// of `pool` and the classes of `registry`; `options` is how each layer's controller runs
+    /// (its servers, leader election and sharding are the file's controller's, never repeated).
+    pub fn new(
+        config: Config,
+        pool: ClientPool,
+        registry: ClassRegistry,
+        options: ControllerOptions,
+    ) -> LayersOnDemand {
+        LayersOnDemand {
+            config: Arc::new(config),
+            pool,
+            registry,
+            options: ControllerOptions {
+                admin_address: None,
+                leader_election: None,
+                sharding: None,
+                once: None,
+                webhook: None,
+                ..options
+            },
+            leader: None,
+        }
+    }
+
+    /// Runs the layers only while `controller` reconciles: with leader election, in the replica
+    /// holding the Lease alone. When it stops, the layers' controllers stop (what they made
+    /// stays) until it reconciles again.
+    pub fn while_reconciling(mut self, controller: ControllerHandle) -> LayersOnDemand {
+        self.leader = Some(controller);
+        self
+    }
+
+    /// Watches the CombLayers until `shutdown`, adding, changing and removing their layers.
+    /// The layers still running when it ends stop with it; what they made stays (it is removed
+    /// when they expire or their CombLayer is deleted, by whichever run sees it).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let context = self
+            .config
+            .layer_context()
+            .ok_or_else(|| Error::Config("no layers, so no layerContext".to_string()))?
+            .to_string();
+        let client = self
+            .pool
+            .client(&context)
+            .await
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("the CombLayers of layerContext {context}"),
+                source,
+            })?;
+        let api: Api<CombLayer> =
+            Api::all_with(client.clone(), &layer_api_resource(&self.config.group));
+        let mut events = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
+        let mut secrets = self.secret_watches(&client);
+        let mut held = Held::default();
+        let mut state = State::default();
+        let mut tick = tokio::time::interval(LOOK_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        info!(context = %context, "layers on demand: watching CombLayers");
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                event = events.next() => match event {
+                    Some(Ok(event)) => held.take(event),
+                    Some(Err(error)) => {
+                        warn!(%error, "the CombLayer watch failed; it starts again");
+                        tokio::time::sleep(LOOK_EVERY).await;
+                    }
+                    None => break,
+                },
+                Some((secret, event)) = secrets.next() => match event {
+                    Ok(watcher::Event::Apply(seen) | watcher::Event::InitApply(seen)) => {
+                        if let Some(version) = seen.metadata.resource_version {
+                            state.secrets.insert(secret, version);
+                        }
+                    }
+                    Ok(watcher::Event::Delete(_)) => {
+                        state.secrets.remove(&secret);
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        warn!(secret = %secret, %error, "the watch of a kubeconfig Secret failed; it starts again");
+                    }
+                },
+                _ = tick.tick() => {
+                    if self.leader.as_ref().is_some_and(|leader| !leader.is_reconciling()) {
+                        for (_, run) in std::mem::take(&mut state.running) {
+                            stop(run).await;
+                        }
+                        continue;
+                    }
+                    let gone: Vec<String> = state
+                        .running
+                        .keys()
+                        .filter(|name| !held.layers.contains_key(*name))
+                        .cloned()
+                        .collect();
+                    for name in gone {
+                        if let Some(run) = state.running.remove(&name) {
+                            stop(run).await;
+                        }
+                    }
+                    state.retries.retain(|name, _| held.layers.contains_key(name));
+                    for cr in held.layers.values() {
+                        if let Err(error) = self.look(&api, &client, cr, &mut state).await {
+                            warn!(layer = cr.name(), %error, "looking at the CombLayer failed; the next look tries again");
+                        }
+                    }
+                }
+            }
+        }
+        for (_, run) in std::mem::take(&mut state.running) {
+            stop(run).await;
+        }
+        Ok(())
+    }
+
+    /// A watch of each kubeconfig Secret the templates list (by name: nothing else is read),
+    /// each event with the Secret's `NAMESPACE/NAME`.
+    fn secret_watches(
+        &self,
+        client: &Client,
+    ) -> futures::stream::SelectAll<
+        futures::stream::BoxStream<'static, (String, watcher::Result<watcher::Event<Secret>>)>,
+    > {
+        let listed: BTreeSet<crate::config::SecretName> = self
+            .config
+            .layer_templates
+            .iter()
+            .flat_map(|template| template.kubeconfig_secrets.iter().cloned())
+            .collect();
+        futures::stream::select_all(listed.into_iter().map(|secret| {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
+            let config =
+                watcher::Config::default().fields(&format!("metadata.name={}", secret.name));
+            let named = secret.to_string();
+            watcher::watcher(api, config)
+                .map(move |event| (named.clone(), event))
+                .boxed()
+        }))
+    }
+
+    /// One look at CombLayer `cr`: remove its layer when it expired or is deleted, else admit
+    /// it (again, when its spec changed) and record how its Combs stand.
+    async fn look(
+        &self,
+        api: &Api<CombLayer>,
+        client: &Client,
+        cr: &CombLayer,
+        state: &mut State,
+    ) -> Result<()> {
+        let running = &mut state.running;
+        let name = cr.name().to_string();
+        let now = Timestamp::now();
+        let created = cr
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |time| time.0);
+        let status = cr.status.clone().unwrap_or_default();
+        if cr.metadata.deletion_timestamp.is_some() {
+            return self.remove(api, client, cr, state).await;
+        }
+        let uid = cr.metadata.uid.clone().unwrap_or_default();
+        let secret_version = cr
+            .spec
+            .kubeconfig_secret
+            .as_ref()
+            .and_then(|secret| state.secrets.get(&secret.to_string()));
+        let current = running.get(&name).is_some_and(|run| {
+            run.uid == uid
+                && run.generation == cr.metadata.generation
+                && (secret_version.is_none() || run.secret_version.as_ref() == secret_version)
+        });
+        if current {
+            // Admitted for this spec: only its expiry and its Combs' phases are looked at,
+            // which costs no request while nothing changes.
+            if running.get(&name).is_some_and(|run| run.expires_at <= now) {
+                return self.remove(api, client, cr, state).await;
+            }
+            return match state.running.get(&name) {
+                Some(run) => record_progress(api, cr, &status, run, now).await,
+                None => Ok(()),
+            };
+        }
+        let others = self.with_others(running, &name);
+        let admission = layer_from_template(&others, &name, &cr.spec, created, now);
+        let expires_at = match &admission {
+            Ok(admitted) => Some(admitted.expires_at),
+            Err(_) => status.expires_at.as_ref().map(|at| at.0),
+        };
+        if expires_at.is_some_and(|at| at <= now) {
+            // Removed once; `comb layer extend` gives it a new expiry, and a new life.
+            if status.phase == Some(LayerPhase::Expired) {
+                return Ok(());
+            }
+            return self.remove(api, client, cr, state).await;
+        }
+        let admitted = match admission {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                if let Some(run) = running.remove(&name) {
+                    stop(run).await;
+                }
+                let mut next = status.clone();
+                next.phase = Some(LayerPhase::Error);
+                set_condition(
+                    &mut next,
+                    READY,
+                    false,
+                    refusal.reason.as_str(),
+                    &refusal.message,
+                    now,
+                );
+                next.observed_generation = cr.metadata.generation;
+                return write_status(api, cr, &status, next, true).await;
+            }
+        };
+        if let Some(retry) = state.retries.get(&name)
+            && retry.uid == uid
+            && retry.generation == cr.metadata.generation
+            && retry.secret_version.as_ref() == secret_version
+            && tokio::time::Instant::now() < retry.at
+        {
+            return Ok(());
+        }
+        if let Some(run) = running.remove(&name) {
+            stop(run).await;
+        }
+        let mut next = status.clone();
+        let checked = match self.layer_pool(client, &admitted).await {
+            Ok(built) => self.credentials(&built.0, &admitted).await.map(|()| built),
+            Err(refused) => Err(refused),
+        };
+        let (pool, secret_version) = match checked {
+            Ok(built) => {
+                state.retries.remove(&name);
+                built
+            }
+            Err(refused) => {
+                // Asked again after a backoff, or at once when the CombLayer changes.
+                let delay = state
+                    .retries
+                    .get(&name)
+                    .filter(|retry| retry.uid == uid && retry.generation == cr.metadata.generation)
+                    .map_or(RETRY_FIRST, |retry| (retry.delay * 2).min(RETRY_MAX));
+                state.retries.insert(
+                    name.clone(),
+                    Retry {
+                        uid: uid.clone(),
+                        generation: cr.metadata.generation,
+                        secret_version: secret_version.cloned(),
+                        at: tokio::time::Instant::now() + delay,
+                        delay,
+                    },
+                );
+                next.phase = Some(LayerPhase::Error);
+                let message = refused.to_string();
+                set_condition(&mut next, READY, false, "CredentialsInvalid", &message, now);
+                next.observed_generation = cr.metadata.generation;
+                return write_status(api, cr, &status, next, true).await;
+            }
+        };
+        {
+            // The record is written on the copy the server holds now: what is made below is
+            // the layer's only once it is recorded, so this write is not conditional.
+            let fresh = self.add_finalizer(api, cr).await?;
+            let status = fresh.status.clone().unwrap_or_default();
+            let mut next = status.clone();
+            let notes = self.make(&pool, cr, &admitted, &mut next).await?;
+            next.expires_at = Some(Time(admitted.expires_at));
+            next.observed_generation = cr.metadata.generation;
+            if next.phase != Some(LayerPhase::Ready) {
+                next.phase = Some(LayerPhase::Pending);
+            }
+            set_condition(&mut next, EXPIRED, false, "Admitted", "", now);
+            let mut message = format!(
+                "added as a layer of template {}, until {}",
+                cr.spec.template, admitted.expires_at
+            );
+            for note in &notes {
+                message.push_str("; ");
+                message.push_str(note);
+            }
+            set_condition(&mut next, READY, false, "Admitted", &message, now);
+            write_status(api, &fresh, &status, next, false).await?;
+            let mut run = self
+                .start(pool, cr, &uid, admitted.layer.clone(), admitted.expires_at)
+                .await?;
+            run.secret_version = secret_version;
+            info!(layer = %name, context = %admitted.layer.context, "layer on demand added");
+            running.insert(name.clone(), run);
+            Ok(())
+        }
+    }
+
+    /// The configuration with the layers on demand running now (but `name`'s), so that a
+    /// CombLayer cannot take a namespace another one manages.
+    fn with_others(&self, running: &BTreeMap<String, Running>, name: &str) -> Config {
+        let mut config = (*self.config).clone();
+        config.layers.extend(
+            running
+                .iter()
+                .filter(|(other, _)| other.as_str() != name)
+                .map(|(_, run)| run.layer.clone()),
+        );
+        config
+    }
+
+    /// The clients the layer's controller uses: the controller's own, and, for a layer whose
+    /// kubeconfig a Secret holds, that cluster's too (read now: a rotated Secret is taken when
+    /// the layer is admitted again).
+    async fn layer_pool(
+        &self,
+        client: &Client,
+        admitted: &Admitted,
+    ) -> Result<(ClientPool, Option<String>)> {
+        match &admitted.kubeconfig_secret {
+            None => Ok((self.pool.clone(), None)),
+            Some(secret) => self
+                .secret_pool(client, secret)
+                .await
+                .map(|(pool, version)| (pool, Some(version)))
+                .map_err(|source| Error::Credentials {
+                    context: admitted.layer.context.clone(),
+                    message: source.to_string(),
+                    fix: format!("fix the kubeconfig in Secret {secret}"),
+                    source: Box::new(source),
+                }),
+        }
+    }
+
+    /// The controller's clients and the cluster of the kubeconfig Secret `secret` holds (key
+    /// `kubeconfig` unless it names another), read in the `layerContext` cluster; and the
+    /// Secret's resourceVersion.
+    async fn secret_pool(
+        &self,
+        client: &Client,
+        secret: &SecretRef,
+    ) -> Result<(ClientPool, String)> {
+        let key = secret.key.as_deref().unwrap_or("kubeconfig");
+        let read = Api::<Secret>::namespaced(client.clone(), &secret.namespace)
+            .get(&secret.name)
+            .await
+            .map_err(|error| Error::kube(format!("get Secret {secret}"), error))?;
+        let text = read
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .map(|bytes| String::from_utf8_lossy(&bytes.0).into_owned())
+            .ok_or_else(|| Error::Value(format!("Secret {secret} has no key {key}")))?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|error| {
+            Error::Value(format!(
+                "key {key} of Secret {secret} is not a kubeconfig: {error}"
+            ))
+        })?;
+        let pool = self
+            .pool
+            .with_context(
+                &crate::config::secret_context(secret),
+                kubeconfig,
+                &format!("Secret {secret}"),
+            )
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("Secret {secret}"),
+                source,
+            })?;
+        Ok((pool, read.metadata.resource_version.unwrap_or_default()))
+    }
+
+    /// Whether the layer's cluster takes its credentials: one read of Combs in its first
+    /// namespace. The refusal ([`Error::Credentials`]) says what to fix.
+    async fn credentials(&self, pool: &ClientPool, admitted: &Admitted) -> Result<()> {
+        let layer = &admitted.layer;
+        let fix = match &admitted.kubeconfig_secret {
+            Some(secret) => format!("fix the kubeconfig in Secret {secret}"),
+            None => format!(
+                "fix the user of context {} in the controller's kubeconfig",
+                layer.context
+            ),
+        };
+        let refused = |source: Error| Error::Credentials {
+            context: layer.context.clone(),
+            message: match &source {
+                Error::Kube { message, .. } => message.clone(),
+                other => other.to_string(),
+            },
+            fix: fix.clone(),
+            source: Box::new(source),
+        };
+        let client = pool.client(&layer.context).await.map_err(|source| {
+            refused(Error::Kubeconfig {
+                what: format!("layer {}", layer.name),
+                source,
+            })
+        })?;
+        let namespace = layer
+            .namespaces
+            .as_ref()
+            .and_then(|namespaces| namespaces.first())
+            .cloned()
+            .unwrap_or_default();
+        let combs: Api<Comb> = Api::namespaced_with(
+            client,
+            &namespace,
+            &comb_api::api_resource(&self.config.group),
+        );
+        combs
+            .list(&ListParams::default().limit(1))
+            .await
+            .map(drop)
+            .map_err(|error| refused(Error::kube(format!("list Combs in {namespace}"), error)))
+    }
+
+    /// Puts comb's finalizer on `cr`; the CombLayer as the server holds it after.
+    async fn add_finalizer(&self, api: &Api<CombLayer>, cr: &CombLayer) -> Result<CombLayer> {
+        let finalizer = finalizer(&self.config.group);
+        let mut finalizers = cr.metadata.finalizers.clone().unwrap_or_default();
+        if finalizers.contains(&finalizer) {
+            return api
+                .get(cr.name())
+                .await
+                .map_err(|error| Error::kube(format!("get CombLayer {}", cr.name()), error));
+        }
+        finalizers.push(finalizer);
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": cr.metadata.resource_version,
+        }});
+        api.patch(cr.name(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|error| {
+                Error::kube(
+                    format!("add the finalizer of CombLayer {}", cr.name()),
+                    error,
+                )
+            })
+    }
+
+    /// Makes what the layer needs and records it in `status`: its namespaces (when the template
+    /// creates them) and a Comb for each Comb of the layer it borrows from that it takes.
+    /// Returns notes on what it left alone.
+    async fn make(
+        &self,
+        pool: &ClientPool,
+        cr: &CombLayer,
+        admitted: &Admitted,
+        status: &mut CombLayerStatus,
+    ) -> Result<Vec<String>> {
+        let layer = &admitted.layer;
+        let name = cr.name();
+        let client = pool
+            .client(&layer.context)
+            .await
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("layer {name}"),
+                source,
+            })?;
+        let mut notes = Vec::new();
+        let namespaces = layer.namespaces.clone().unwrap_or_default();
+        if admitted.create_namespaces {
+            let api: Api<Namespace> = Api::all(client.clone());
+            for namespace in &namespaces {
+                if api
+                    .get_opt(namespace)
+                    .await
+                    .map_err(|error| Error::kube(format!("get Namespace {namespace}"), error))?
+                    .is_some()
+                {
+                    continue;
+                }
+                let made = api
+                    .create(
+                        &PostParams::default(),
+                        &Namespace {
+                            metadata: ObjectMeta {
+                                name: Some(namespace.clone()),
+                                labels: Some(BTreeMap::from([(
+                                    self.layer_label(),
+                                    name.to_string(),
+                                )])),
+                                ..ObjectMeta::default()
+                            },
+                            ..Namespace::default()
+                        },
+                    )
+                    .await
+                    .map_err(|error| Error::kube(format!("create Namespace {namespace}"), error))?;
+                record(
+                    status,
+                    ManagedObject::new("v1", "Namespace", None, namespace.as_str())
+                        .with_uid(made.metadata.uid.as_deref()),
+                );
+            }
+        }
+        let Some(borrow) = &layer.borrow else {
+            return Ok(notes);
+        };
+        let Some(from) = self.config.layer(&borrow.from) else {
+            return Ok(notes);
+        };
+        let source_client =
+            pool.client(&from.context)
+                .await
+                .map_err(|source| Error::Kubeconfig {
+                    what: format!("layer {}", from.name),
+                    source,
+                })?;
+        let resource = comb_api::api_resource(&self.config.group);
+        for namespace in &namespaces {
+            let peer_namespace = borrow.namespace.as_deref().unwrap_or(namespace);
+            let sources: Api<Comb> =
+                Api::namespaced_with(source_client.clone(), peer_namespace, &resource);
+            let listed = sources
+                .list(&ListParams::default())
+                .await
+                .map_err(|error| {
+                    Error::kube(
+                        format!("list Combs of layer {} in {peer_namespace}", from.name),
+                        error,
+                    )
+                })?;
+            let ours: Api<Comb> = Api::namespaced_with(client.clone(), namespace, &resource);
+            for source in listed.items {
+                let Some(comb_name) = source.metadata.name.clone() else {
+                    continue;
+                };
+                let taken = matches_any(&borrow.combs, peer_namespace, &comb_name)
+                    || matches_any(&borrow.local, namespace, &comb_name);
+                if !taken || recorded(status, "Comb", Some(namespace), &comb_name) {
+                    continue;
+                }
+                let mut comb = Comb::new(&self.config.group, namespace, &comb_name, source.spec);
+                comb.metadata.labels =
+                    Some(BTreeMap::from([(self.layer_label(), name.to_string())]));
+                match ours.create(&PostParams::default(), &comb).await {
+                    Ok(made) => record(
+                        status,
+                        ManagedObject::new(
+                            format!("{}/{VERSION}", self.config.group),
+                            comb_api::KIND,
+                            Some(namespace),
+                            comb_name.as_str(),
+                        )
+                        .with_uid(made.metadata.uid.as_deref()),
+                    ),
+                    Err(kube::Error::Api(answer)) if answer.code == 409 => notes.push(format!(
+                        "Comb {namespace}/{comb_name} exists and is not this layer's; comb \
+                         leaves it alone"
+                    )),
+                    Err(error) => {
+                        return Err(Error::kube(
+                            format!("create Comb {namespace}/{comb_name}"),
+                            error,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(notes)
+    }
+
+    fn layer_label(&self) -> String {
+        format!("{}layer", self.config.label_prefix)
+    }
+
+    /// Starts the controller of `layer`: it steps that layer alone.
+    async fn start(
+        &self,
+        pool: ClientPool,
+        cr: &CombLayer,
+        uid: &str,
+        layer: Layer,
+        expires_at: Timestamp,
+    ) -> Result<Running> {
+        let mut config = (*self.config).clone();
+        config.layers.push(layer.clone());
+        let options = ControllerOptions {
+            steps_only: Some(vec![layer.name.clone()]),
+            ..self.options.clone()
+        };
+        let controller =
+            Controller::with_pool(config, pool.clone(), self.registry.clone(), options).await?;
+        let handle = controller.handle();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(controller.run(shutdown.clone()));
+        Ok(Running {
+            uid: uid.to_string(),
+            expires_at,
+            secret_version: None,
+            pool,
+            generation: cr.metadata.generation,
+            layer,
+            handle,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Removes what comb made for the layer of `cr`, by its record: its Combs first (the
+    /// layer's controller runs their cleanup), then, once they are gone, the namespaces it
+    /// created; says so in an Event, records the layer Expired, and lets a deleted CombLayer go.
+    async fn remove(
+        &self,
+        api: &Api<CombLayer>,
+        client: &Client,
+        cr: &CombLayer,
+        state: &mut State,
+    ) -> Result<()> {
+        let running = &mut state.running;
+        let name = cr.name().to_string();
+        let status = cr.status.clone().unwrap_or_default();
+        let record = &status.managed_resources;
+        let combs: Vec<&ManagedObject> =
+            record.iter().filter(|o| o.kind == comb_api::KIND).collect();
+        let pool = match running.get(&name) {
+            Some(run) => run.pool.clone(),
+            None => match &cr.spec.kubeconfig_secret {
+                Some(secret) => self.secret_pool(client, secret).await?.0,
+                None => self.pool.clone(),
+            },
+        };
+        let context = running
+            .get(&name)
+            .map(|run| run.layer.context.clone())
+            .or_else(|| self.layer_context_of(cr));
+        let layer_client = match &context {
+            Some(context) => {
+                Some(
+                    pool.client(context)
+                        .await
+                        .map_err(|source| Error::Kubeconfig {
+                            what: format!("layer {name}"),
+                            source,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        if let Some(layer_client) = &layer_client {
+            if !combs.is_empty() && !running.contains_key(&name) {
+                // The Combs' cleanup needs the layer's controller.
+                if let Some(layer) = self.layer_of(cr, running) {
+                    let uid = cr.metadata.uid.clone().unwrap_or_default();
+                    let expires_at = Timestamp::now();
+                    let run = self
+                        .start(pool.clone(), cr, &uid, layer, expires_at)
+                        .await?;
+                    running.insert(name.clone(), run);
+                }
+            }
+            let mut waiting = false;
+            let resource = comb_api::api_resource(&self.config.group);
+            for comb in &combs {
+                let namespace = comb.namespace.as_deref().unwrap_or_default();
+                let api: Api<Comb> =
+                    Api::namespaced_with(layer_client.clone(), namespace, &resource);
+                let live = api.get_opt(&comb.name).await.map_err(|error| {
+                    Error::kube(format!("get Comb {namespace}/{}", comb.name), error)
+                })?;
+                let Some(live) = live.filter(|live| live.metadata.uid == comb.uid) else {
+                    continue;
+                };
+                waiting = true;
+                state
+                    .made_by_combs
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(format!("{namespace}/{}", comb.name))
+                    .or_insert_with(|| {
+                        live.status
+                            .as_ref()
+                            .map(|status| status.managed().to_vec())
+                            .unwrap_or_default()
+                    });
+                if live.metadata.deletion_timestamp.is_none() {
+                    let params = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            uid: comb.uid.clone(),
+                            resource_version: None,
+                        }),
+                        ..DeleteParams::default()
+                    };
+                    match api.delete(&comb.name, &params).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(answer)) if matches!(answer.code, 404 | 409) => {}
+                        Err(error) => {
+                            return Err(Error::kube(
+                                format!("delete Comb {namespace}/{}", comb.name),
+                                error,
+                            ));
+                        }
+                    }
+                }
+            }
+            if waiting {
+                return Ok(());
+            }
+        }
+        if let Some(run) = running.remove(&name) {
+            stop(run).await;
+        }
+        let namespaces: Vec<&ManagedObject> =
+            record.iter().filter(|o| o.kind == "Namespace").collect();
+        if let Some(layer_client) = &layer_client {
+            let api: Api<Namespace> = Api::all(layer_client.clone());
+            for namespace in &namespaces {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: namespace.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&namespace.name, &params).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(answer)) if matches!(answer.code, 404 | 409) => {}
+                    Err(error) => {
+                        return Err(Error::kube(
+                            format!("delete Namespace {}", namespace.name),
+                            error,
+                        ));
+                    }
+                }
+            }
+        }
+        let deleting = cr.metadata.deletion_timestamp.is_some();
+        let message = removal_message(
+            &name,
+            deleting,
+            record,
+            &state.made_by_combs.get(&name).cloned().unwrap_or_default(),
+        );
+        if !record.is_empty() {
+            info!(layer = %name, "{message}");
+            let event = layer_event(
+                &self.config.group,
+                cr,
+                "LayerRemoved",
+                &message,
+                &self.options.identity,
+            );
+            if let Err(error) = super::events::publish(client.clone(), &event).await {
+                warn!(layer = %name, %error, "the Event on the CombLayer was not written");
+            }
+        }
+        if deleting {
+            let finalizer = finalizer(&self.config.group);
+            let finalizers: Vec<String> = cr
+                .metadata
+                .finalizers
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|other| *other != finalizer)
+                .collect();
+            let patch = json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": cr.metadata.resource_version,
+            }});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|error| {
+                    Error::kube(format!("remove the finalizer of CombLayer {name}"), error)
+                })?;
+            state.made_by_combs.remove(&name);
+            return Ok(());
+        }
+        let now = Timestamp::now();
+        let mut next = status.clone();
+        next.phase = Some(LayerPhase::Expired);
+        next.managed_resources = Vec::new();
+        next.combs = None;
+        let message = if record.is_empty() {
+            "the layer's TTL ran out".to_string()
+        } else {
+            message
+        };
+        set_condition(&mut next, EXPIRED, true, "TTLExpired", &message, now);
+        set_condition(&mut next, READY, false, "Expired", &message, now);
+        write_status(api, cr, &status, next, true).await?;
+        state.made_by_combs.remove(&name);
+        Ok(())
+    }
+
+    /// The kube context of the layer of `cr` without admitting it: its `context`, or the name
+    /// its kubeconfig Secret's cluster goes by.
+    fn layer_context_of(&self, cr: &CombLayer) -> Option<String> {
+        cr.spec.context.clone().or_else(|| {
+            cr.spec
+                .kubeconfig_secret
+                .as_ref()
+                .map(crate::config::secret_context)
+        })
+    }
+
+    /// The layer of `cr` for its cleanup: as its template makes it, with the expiry left out
+    /// of the judgement (an expired layer is still cleaned up); when the template refuses it
+    /// now (narrowed since), the narrowest layer there is, its namespaces and the default
+    /// tenancy, so that its Combs' cleanup still runs, and runs no wider than before.
+    fn layer_of(&self, cr: &CombLayer, running: &BTreeMap<String, Running>) -> Option<Layer> {
+        let created = cr
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or_else(Timestamp::now, |time| time.0);
+        let mut spec = cr.spec.clone();
+        spec.ttl = None;
+        spec.expires_at = None;
+        match layer_from_template(
+            &self.with_others(running, cr.name()),
+            cr.name(),
+            &spec,
+            created,
+            created,
+        ) {
+            Ok(admitted) => Some(admitted.layer),
+            Err(_) => self.layer_context_of(cr).map(|context| Layer {
+                name: cr.name().to_string(),
+                context,
+                namespaces: Some(cr.spec.namespaces.clone()),
+                borrow: None,
+                stubs: Vec::new(),
+                allow_namespaces: Vec::new(),
+                allow_cluster_scoped: Vec::new(),
+                service_account: None,
+                source_service_account: None,
+                allow_upstreams: Vec::new(),
+                template: None,
+            }),
+        }
+    }
+}
+
+/// How the Combs of the running layer of `cr` stand, recorded when it changed.
+async fn record_progress(
+    api: &Api<CombLayer>,
+    cr: &CombLayer,
+    status: &CombLayerStatus,
+    run: &Running,
+    now: Timestamp,
+) -> Result<()> {
+    let counts = count(&run.handle.combs(), &run.layer.name);
+    let mut next = status.clone();
+    next.combs = Some(counts.clone());
+    next.expires_at = Some(Time(run.expires_at));
+    // Every Comb Running, once the layer's Combs were listed (before, none is seen yet).
+    let listed = run
+        .handle
+        .layer(&run.layer.name)
+        .is_some_and(|layer| layer.listed);
+    let ready = listed && counts.ready == counts.total;
+    next.phase = Some(if ready {
+        LayerPhase::Ready
+    } else {
+        LayerPhase::Pending
+    });
+    let message = format!(
+        "{} of {} Combs Running, until {}",
+        counts.ready, counts.total, run.expires_at
+    );
+    let reason = if ready {
+        "CombsRunning"
+    } else {
+        "CombsPending"
+    };
+    set_condition(&mut next, READY, ready, reason, &message, now);
+    write_status(api, cr, status, next, true).await
+}
+
+/// Stops a layer's controller and waits for its running steps.
+async fn stop(run: Running) {
+    run.shutdown.cancel();
+    match run.task.await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => warn!(layer = %run.layer.name, %error, "the layer's controller failed"),
+        Err(error) => warn!(layer = %run.layer.name, %error, "the layer's controller panicked"),
+    }
+}
+
+/// The CombLayers as the watch shows them; a relist replaces them once it is whole, so that
+/// no layer seems gone while it runs.
+#[derive(Default)]
+struct Held {
+    layers: BTreeMap<String, CombLayer>,
+    relisting: Option<BTreeMap<String, CombLayer>>,
+}
+
+impl Held {
+    fn take(&mut self, event: watcher::Event<CombLayer>) {
+        match event {
+            watcher::Event::Apply(cr) => {
+                self.layers.insert(cr.name().to_string(), cr);
+            }
+            watcher::Event::Delete(cr) => {
+                self.layers.remove(cr.name());
+            }
+            watcher::Event::Init => self.relisting = Some(BTreeMap::new()),
+            watcher::Event::InitApply(cr) => {
+                self.relisting
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(cr.name().to_string(), cr);
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = self.relisting.take() {
+                    self.layers = listed;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `status` records `kind` `namespace/name` as made for the layer.
+fn recorded(status: &CombLayerStatus, kind: &str, namespace: Option<&str>, name: &str) -> bool {
+    status.managed_resources.iter().any(|made| {
+        made.kind == kind && made.namespace.as_deref() == namespace && made.name == name
+    })
+}
+
+fn record(status: &mut CombLayerStatus, made: ManagedObject) {
+    status.managed_resources.push(made);
+}
+
+/// The Combs of layer `name` among `combs`, counted by phase.
+fn count(combs: &[CombOutcome], name: &str) -> CombCounts {
+    let mut counts = CombCounts::default();
+    for comb in combs.iter().filter(|comb| comb.layer == name) {
+        counts.total += 1;
+        match &comb.phase {
+            Some(Phase::Running) => counts.ready += 1,
+            Some(Phase::Error | Phase::Blocked | Phase::NeedsConfig) => counts.failed += 1,
+            _ => counts.pending += 1,
+        }
+    }
+    counts
+}
+
+/// What an Event and the status say when the layer's things went: each kind comb made for the
+/// layer with its names, then what its Combs had made, counted by kind.
+fn removal_message(
+    name: &str,
+    deleted: bool,
+    record: &[ManagedObject],
+    made_by_combs: &BTreeMap<String, Vec<ManagedObject>>,
+) -> String {
+    let mut by_kind: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for made in record {
+        let named = match &made.namespace {
+            Some(namespace) => format!("{namespace}/{}", made.name),
+            None => made.name.clone(),
+        };
+        by_kind.entry(made.kind.as_str()).or_default().insert(named);
+    }
+    let listed: Vec<String> = by_kind
+        .iter()
+        .map(|(kind, names)| {
+            format!(
+                "{} {kind} ({})",
+                names.len(),
+                names.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
+        })
+        .collect();
+    let mut counted: BTreeMap<&str, usize> = BTreeMap::new();
+    for made in made_by_combs.values().flatten() {
+        *counted.entry(made.kind.as_str()).or_default() += 1;
+    }
+    let theirs = if counted.is_empty() {
+        String::new()
+    } else {
+        let counts: Vec<String> = counted
+            .iter()
+            .map(|(kind, count)| format!("{count} {kind}"))
+            .collect();
+        format!(
+            "; with the Combs went what they made: {}",
+            counts.join(", ")
+        )
+    };
+    format!(
+        "layer {name} {}: removed {}{theirs}",
+        if deleted { "was deleted" } else { "expired" },
+        listed.join(", ")
+    )
+}
+
+/// Sets condition `kind` of `status`, keeping its transition time while its status stays.
+fn set_condition(
+    status: &mut CombLayerStatus,
+    kind: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let value = ConditionStatus::from(value);
+    let kept = status
+        .condition(kind)
+        .filter(|old| old.status == value)
+        .and_then(|old| old.last_transition_time.clone());
+    let condition = CombCondition {
+        type_: kind.to_string(),
+        status: value,
+        reason: Some(Reason::from(reason)),
+        message: (!message.is_empty()).then(|| message.to_string()),
+        last_transition_time: Some(kept.unwrap_or(Time(now))),
+    };
+    match status.conditions.iter_mut().find(|old| old.type_ == kind) {
+        Some(old) => *old = condition,
+        None => status.conditions.push(condition),
+    }
+    status
+        .conditions
+        .sort_by_key(|condition| (condition.type_ != READY, condition.type_.clone()));
+}
+
+/// Writes `next` as the status of `cr` when it differs from `before`: a settled layer costs no
+/// request.
+async fn write_status(
+    api: &Api<CombLayer>,
+    cr: &CombLayer,
+    before: &CombLayerStatus,
+    next: CombLayerStatus,
+    conditional: bool,
+) -> Result<()> {
+    if *before == next && cr.status.is_some() {
+        return Ok(());
+    }
+    // A merge patch leaves out what it does not name: the record and the counts are named
+    // even when empty, so that what went is gone from the status too.
+    let mut status = serde_json::to_value(&next)
+        .map_err(|error| Error::request(format!("CombLayer {}", cr.name()), error.to_string()))?;
+    status["managedResources"] = json!(next.managed_resources);
+    status["combs"] = json!(next.combs);
+    // Conditional on the copy it was built on: a look at a copy older than the status comb
+    // wrote last must not put an older record back. The watch brings the newer copy.
+    let mut patch = json!({ "status": status });
+    if conditional {
+        patch["metadata"] = json!({"resourceVersion": cr.metadata.resource_version});
+    }
+    match api
+        .patch_status(cr.name(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(answer)) if answer.code == 409 => Ok(()),
+        Err(error) => Err(Error::kube(
+            format!("write the status of CombLayer {}", cr.name()),
+            error,
+        )),
+    }
+}
+
+/// An Event about CombLayer `cr` (cluster-scoped: the Event is in namespace default).
+fn layer_event(group: &str, cr: &CombLayer, reason: &str, message: &str, instance: &str) -> Event {
+    let name = cr.name().to_string();
+    let now = Time(Timestamp::now());
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{:016x}", rand::random::<u64>())),
+            namespace: Some("default".to_string()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some(format!("{group}/{VERSION}")),
+            kind: Some(LAYER_KIND.to_string()),
+            name: Some(name),
+            uid: cr.metadata.uid.clone(),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        type_: Some("Normal".to_string()),
+        source: Some(EventSource {
+            component: Some(super::events::COMPONENT.to_string()),
+            host: None,
+        }),
+        reporting_component: Some(super::events::COMPONENT.to_string()),
+        reporting_instance: Some(instance.to_string()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Event::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_layers_combs_are_counted_by_phase() {
+        let comb = |layer: &str, phase: Option<Phase>| CombOutcome {
+            layer: layer.into(),
+            namespace: "dev-alice".into(),
+            name: "x".into(),
+            phase,
+            reason: None,
+            message: None,
+        };
+        let combs = [
+            comb("alice", Some(Phase::Running)),
+            comb("alice", Some(Phase::Running)),
+            comb("alice", Some(Phase::Pending)),
+            comb("alice", None),
+            comb("alice", Some(Phase::Error)),
+            comb("alice", Some(Phase::Blocked)),
+            comb("staging", Some(Phase::Running)),
+        ];
+        assert_eq!(
+            count(&combs, "alice"),
+            CombCounts {
+                total: 6,
+                ready: 2,
+                pending: 2,
+                failed: 2
+            }
+        );
+    }
+
+    #[test]
+    fn the_removal_says_what_went_by_kind() {
+        let record = [
+            ManagedObject::new("comb.internal/v1", "Comb", Some("dev-alice"), "db")
+                .with_uid(Some("1")),
+            ManagedObject::new("comb.internal/v1", "Comb", Some("dev-alice"), "api")
+                .with_uid(Some("2")),
+            ManagedObject::new("v1", "Namespace", None, "dev-alice").with_uid(Some("3")),
+        ];
+        let made = BTreeMap::from([
+            (
+                "dev-alice/api".to_string(),
+                vec![
+                    ManagedObject::new("apps/v1", "Deployment", Some("dev-alice"), "api"),
+                    ManagedObject::new("v1", "Service", Some("dev-alice"), "api"),
+                ],
+            ),
+            (
+                "dev-alice/db".to_string(),
+                vec![ManagedObject::new("v1", "Service", Some("dev-alice"), "db")],
+            ),
+        ]);
+        assert_eq!(
+            removal_message("alice", false, &record, &made),
+            "layer alice expired: removed 2 Comb (dev-alice/api, dev-alice/db), 1 Namespace \
+             (dev-alice); with the Combs went what they made: 1 Deployment, 2 Service"
+        );
+        assert_eq!(
+            removal_message("alice", true, &record, &BTreeMap::new()),
+            "layer alice was deleted: removed 2 Comb (dev-alice/api, dev-alice/db), 1 Namespace \
+             (dev-alice)"
+        );
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_it_holds() {
+        let mut status = CombLayerStatus::default();
+        let first: Timestamp = "2026-12-05T08:00:00Z".parse().unwrap();
+        let later: Timestamp = "2026-12-05T09:00:00Z".parse().unwrap();
+        set_condition(&mut status, EXPIRED, false, "Admitted", "", first);
+        set_condition(&mut status, READY, false, "CombsPending", "0 of 2", first);
+        set_condition(&mut status, READY, false, "CombsPending", "1 of 2", later);
+        assert_eq!(status.conditions[0].type_, READY);
+        assert_eq!(status.conditions[0].last_transition_time, Some(Time(first)));
+        set_condition(&mut status, READY, true, "CombsRunning", "2 of 2", later);
+        assert_eq!(status.conditions[0].last_transition_time, Some(Time(later)));
+        assert_eq!(status.conditions[1].type_, EXPIRED);
+    }
+}
