@@ -6,8 +6,12 @@
 //! emptied) and holds that it is refused with the status saying why, and that nothing was
 //! written or deleted. An object its owner hands over (`comb.internal/adopt`) is taken.
 
+use std::time::Duration;
+
+use comb_sandbox::controls::Fault;
 use comb_testkit::controller::World;
 use comb_testkit::fixtures::ready_message;
+use comb_testkit::wait_until;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -438,4 +442,69 @@ where
         + std::fmt::Debug,
 {
     now::<K>(world, "team-a", name).await.is_some()
+}
+
+/// A controller stopped between making an object and recording it (killed, its Pod deleted,
+/// its node gone) leaves that object to the next one, not `ResourceNotOwned`: what a deploy
+/// makes is recorded in the Comb's status before it is made (the write-ahead), so the object
+/// the next controller finds is the Comb's by that record, and its uid is recorded then.
+/// Without the write-ahead the Comb stayed `ResourceNotOwned` ("comb has no record of making
+/// it") until a person handed the object back: the handover test of issue 32 found it, three
+/// Combs of 900 when a replica's container was killed.
+#[tokio::test]
+async fn an_object_made_just_before_the_controller_stopped_is_still_the_combs() {
+    let world = World::start(&["prod"], &[], &[("prod", "team-a")]).await;
+    let controls = world.controls("prod");
+    // The object's create is held long enough to stop every status write meanwhile: the
+    // controller then stops with the object made and its uid recorded nowhere.
+    controls.inject(Fault::delay(
+        "PATCH",
+        "/api/v1/namespaces/team-a/configmaps/settings",
+        Duration::from_secs(2),
+        1,
+    ));
+    let running = world.run(world.config(CONFIG)).await;
+    world
+        .create_comb(
+            "prod",
+            "team-a",
+            "web",
+            manifests(vec![json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "settings"}, "data": {"mode": "new"}})]),
+        )
+        .await;
+    let combs = world.combs("prod", "team-a").await;
+    wait_until("the ConfigMap recorded before it is made", async || {
+        let comb = combs.get("web").await.ok()?;
+        comb.status?
+            .managed()
+            .iter()
+            .any(|entry| entry.name == "settings" && entry.uid.is_none())
+            .then_some(())
+    })
+    .await;
+    controls.inject(Fault::status(
+        "*",
+        "/apis/comb.internal/v1/namespaces/team-a/combs/web/status",
+        500,
+        1_000,
+    ));
+    let made: ConfigMap = wait_until("the ConfigMap made", async || {
+        now::<ConfigMap>(&world, "team-a", "settings").await
+    })
+    .await;
+    running.stop().await;
+    controls.clear_faults();
+
+    let running = world.run(world.config(CONFIG)).await;
+    let comb = world
+        .wait_phase("prod", "team-a", "web", "Running", Some("Healthy"))
+        .await;
+    let recorded = comb.status.expect("a status").managed().to_vec();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(
+        recorded[0].uid, made.metadata.uid,
+        "the object made before the stop is recorded as the Comb's, by its uid"
+    );
+    running.stop().await;
 }

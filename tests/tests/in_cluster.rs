@@ -268,15 +268,15 @@ async fn comb_runs_as_a_pod_installed_by_its_chart() {
             .ok_or(format!("value {value:?}"))
     })
     .await;
-    world
-        .apply(
-            "prod",
-            &json!({"apiVersion": "comb.internal/v1", "kind": "Comb",
-                    "metadata": {"name": "local-cm", "namespace": "local"},
-                    "spec": {"class": "Manifests", "config": {"manifests": [{
-                        "apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": "local-cm"}, "data": {"layer": "local"}}]}}}),
-        )
+    let local_comb = json!({"apiVersion": "comb.internal/v1", "kind": "Comb",
+            "metadata": {"name": "local-cm", "namespace": "local"},
+            "spec": {"class": "Manifests", "config": {"manifests": [{
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "local-cm"}, "data": {"layer": "local"}}]}}});
+    // The webhook's Pod may be a moment away from the API server's egress (a 502 from the node
+    // proxy under load): a write is asked again while the webhook is unreachable, as for every
+    // batch of Combs here.
+    in_cluster::while_the_webhook_is_unreachable(|| world.apply("prod", &local_comb))
         .await
         .expect("a Comb of the in-cluster layer");
     let local: Api<ConfigMap> = Api::namespaced(prod.clone(), "local");
@@ -531,11 +531,21 @@ fn watch_writes(world: &DemoWorld, seen: &Seen) -> Vec<tokio::task::JoinHandle<(
                     &namespace,
                     &comb_api::api_resource(comb_api::DEFAULT_GROUP),
                 );
+                // A watch the API server ends or fails is resumed (with backoff), not given up:
+                // a watch that stopped would leave the batch waiting and its writes uncounted.
                 let stream =
                     kube::runtime::watcher(combs, kube::runtime::watcher::Config::default());
+                let stream = kube::runtime::WatchStreamExt::default_backoff(stream);
                 let mut stream =
                     std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
-                while let Ok(Some(comb)) = stream.try_next().await {
+                while let Some(next) = stream.next().await {
+                    let comb = match next {
+                        Ok(comb) => comb,
+                        Err(error) => {
+                            eprintln!("the watch of {context}'s Combs failed, resuming: {error}");
+                            continue;
+                        }
+                    };
                     let name = comb.metadata.name.clone().unwrap_or_default();
                     let status = comb
                         .status
@@ -637,6 +647,55 @@ async fn events_of_batch(world: &DemoWorld, batch: usize) -> usize {
     total
 }
 
+/// The batch's Combs the API server does not show Running for their generation, with what
+/// their status says (the first few), so that a batch that does not converge says why.
+async fn stragglers(world: &DemoWorld, batch: usize) -> String {
+    let prefix = format!("b{batch}-");
+    let mut found = Vec::new();
+    for (_, context, namespace) in LAYERS {
+        let Ok(client) = world.pool.client(context).await else {
+            continue;
+        };
+        let combs: Api<comb_api::Comb> = Api::namespaced_with(
+            client,
+            namespace,
+            &comb_api::api_resource(comb_api::DEFAULT_GROUP),
+        );
+        let list = match combs.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(error) => {
+                found.push(format!("{context}: listing failed: {error}"));
+                continue;
+            }
+        };
+        for comb in list.items {
+            let name = comb.metadata.name.clone().unwrap_or_default();
+            let status = comb.status.as_ref();
+            let phase = status.and_then(|s| s.phase.as_ref());
+            let observed = status.and_then(|s| s.observed_generation);
+            if !name.starts_with(&prefix)
+                || (phase == Some(&comb_api::Phase::Running)
+                    && observed == comb.metadata.generation)
+            {
+                continue;
+            }
+            found.push(format!(
+                "{context}/{name}: phase {phase:?}, observed {observed:?} of {:?}, reason {:?}, \
+                 message {:?}",
+                comb.metadata.generation,
+                status
+                    .and_then(|s| s.ready())
+                    .and_then(|c| c.reason.as_ref()),
+                status
+                    .and_then(|s| s.ready())
+                    .and_then(|c| c.message.as_deref()),
+            ));
+        }
+    }
+    let shown = found.len().min(5);
+    format!("{} not Running: {}", found.len(), found[..shown].join("; "))
+}
+
 /// Runs one batch of `PER_LAYER` Combs per layer to convergence, disturbed as said, and counts
 /// what comb wrote for them.
 async fn run_batch(
@@ -713,9 +772,13 @@ async fn run_batch(
     created.expect("the batch's Combs");
     wait_until(format!("every Comb of batch {batch} Running"), async || {
         let now = running(&seen);
-        (now == total)
-            .then_some(())
-            .ok_or(format!("{now} of {total}"))
+        if now == total {
+            return Ok(());
+        }
+        Err(format!(
+            "{now} of {total}; the API server has: {}",
+            stragglers(world, batch).await
+        ))
     })
     .await;
     // Settled: nothing more is written for a while (a write still on its way counts).

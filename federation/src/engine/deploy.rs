@@ -163,6 +163,45 @@ pub fn stored_identities(items: &[RenderedItem], stored: &[Projection]) -> Vec<M
         .collect()
 }
 
+/// What a deploy of `items` would make anew, written into the Comb's record (as entries
+/// without a uid) before it is made: the write-ahead that keeps a controller killed between
+/// making an object and recording its uid from losing it (docs/adr/0004-ownership.md). After
+/// such a kill the object carries both of the Comb's labels and its identity is in the record,
+/// so it is the Comb's by that record ([`Ownership::RecordedBefore`]) and the next step records
+/// its uid; without the write-ahead it would be `ResourceNotOwned` until a person handed it back.
+///
+/// An item is made anew when it has no live object, or its Job is deleted and created again.
+/// Items from the first one the deploy would refuse (an object that is not the Comb's) on are
+/// left out: the deploy stops there and makes none of them. So is an identity the record
+/// already holds without a uid: written ahead before, or by an older comb.
+pub fn made_anew(
+    items: &[RenderedItem],
+    live: &LiveObjects,
+    record: &[ManagedObject],
+    ctx: &CombContext,
+) -> Vec<ManagedObject> {
+    let mut ahead = Vec::new();
+    for (item, object) in items.iter().zip(live) {
+        let resource = item.resource();
+        let recreated = match object {
+            None => true,
+            Some(object) => {
+                let claim = Claim::new(&ctx.namespace, &ctx.name, record, &resource);
+                if !claim.decide(object).is_owned() {
+                    break;
+                }
+                existing_treatment(&item.api_version, &item.kind, object)
+                    == ExistingTreatment::Recreate
+            }
+        };
+        if recreated && comb_api::ownership::recorded_in(record, &resource) != Recorded::WithoutUid
+        {
+            ahead.push(resource.with_uid(None));
+        }
+    }
+    ahead
+}
+
 /// The controllers that keep a Service's endpoints for its selector, by the label they put on
 /// their EndpointSlices: kube-controller-manager's EndpointSlice controller, and its mirroring
 /// controller, which copies the Endpoints object of a Service without a selector.
@@ -626,6 +665,85 @@ mod tests {
             json!("IfNotPresent");
         live["status"] = json!({"replicas": 1});
         live
+    }
+
+    #[test]
+    fn what_a_deploy_makes_anew_is_written_ahead_up_to_the_first_refusal() {
+        let ctx = test_context("web", "platform", json!({}));
+        let render = |kind: &str, name: &str| {
+            let (api_version, spec) = match kind {
+                "Job" => (
+                    "batch/v1",
+                    json!({"template": {"spec": {"containers": []}}}),
+                ),
+                _ => ("v1", json!(null)),
+            };
+            let manifest = json!({"apiVersion": api_version, "kind": kind,
+                                  "metadata": {"name": name}, "spec": spec});
+            render_manifest("Manifests", &manifest, &ctx, &Scopes::default()).expect("renders")
+        };
+        let items = [
+            render("ConfigMap", "made"),
+            render("ConfigMap", "stands"),
+            render("Job", "migrate"),
+            render("ConfigMap", "someone-elses"),
+            render("ConfigMap", "after"),
+        ];
+        // The live object of `item` with `uid`, as comb made it (its labels), or stripped of
+        // them (someone else's).
+        let object = |item: &RenderedItem, uid: &str, combs: bool, status: Value| {
+            let mut live = item.manifest.clone();
+            live["metadata"]["uid"] = json!(uid);
+            live["status"] = status;
+            if !combs {
+                live["metadata"]["labels"] = json!({});
+            }
+            Some(projected(item, &live))
+        };
+        let failed = json!({"failed": 1});
+        let live: LiveObjects = vec![
+            None,
+            object(&items[1], "u-stands", true, json!(null)),
+            object(&items[2], "u-job", true, failed.clone()),
+            object(&items[3], "u-other", false, json!(null)),
+            None,
+        ];
+        let entry = |item: &RenderedItem, uid: Option<&str>| item.resource().with_uid(uid);
+        let names = |list: Vec<ManagedObject>| -> Vec<String> {
+            list.into_iter().map(|entry| entry.name).collect()
+        };
+        let recorded = vec![
+            entry(&items[1], Some("u-stands")),
+            entry(&items[2], Some("u-job")),
+        ];
+        // (what, record, what is written ahead)
+        let cases: [(&str, Vec<ManagedObject>, Vec<&str>); 3] = [
+            (
+                "the absent object and the Job made anew; nothing from the refused object on",
+                recorded.clone(),
+                vec!["made", "migrate"],
+            ),
+            (
+                "an identity written ahead before is not written again",
+                [recorded.clone(), vec![entry(&items[0], None)]].concat(),
+                vec!["migrate"],
+            ),
+            (
+                "nothing but the refusal when the first object is someone else's",
+                recorded.clone(),
+                vec![],
+            ),
+        ];
+        for (index, (what, record, expected)) in cases.into_iter().enumerate() {
+            let (items, live) = if index == 2 {
+                (&items[3..], &live[3..])
+            } else {
+                (&items[..], &live[..])
+            };
+            let ahead = made_anew(items, &live.to_vec(), &record, &ctx);
+            assert!(ahead.iter().all(|entry| entry.uid.is_none()), "{what}");
+            assert_eq!(names(ahead), expected, "{what}");
+        }
     }
 
     #[test]

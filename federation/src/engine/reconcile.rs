@@ -24,10 +24,10 @@ pub use crate::engine::borrow::UpstreamResolution;
 use crate::engine::borrow::{Borrowing, FallbackState, observe_upstream, replication_note};
 use crate::engine::class::CombInstance;
 use crate::engine::context::CombContext;
-use crate::engine::deploy::{Applied, apply_and_prune};
+use crate::engine::deploy::{Applied, apply_and_prune, made_anew};
 use crate::engine::kube_ops::KubeOps;
 use crate::engine::live_status::LiveStatus;
-use crate::engine::observe::{LiveObjects, observe_local};
+use crate::engine::observe::{LiveObjects, fetch_live, observe_local};
 use crate::engine::ownership::Claim;
 use crate::engine::prune::{changed_items, record_differs};
 use crate::engine::render::{RenderedItem, identified};
@@ -137,7 +137,12 @@ pub async fn reconcile(
     let recorded = AssertUnwindSafe(async {
         let mut record = record;
         publish_endpoints(&mut record, comb, previous.is_none(), resolved_local).await;
-        record_status(env, group, comb.cr().clone(), &record).await
+        // Written over the version the write-ahead stored, if the step wrote one.
+        let cr = match record.written_ahead.take() {
+            Some(cr) => *cr,
+            None => comb.cr().clone(),
+        };
+        record_status(env, group, cr, &record).await
     })
     .catch_unwind()
     .await;
@@ -592,6 +597,29 @@ impl Step<'_> {
     ) -> ControlFlow<()> {
         let ctx = self.comb.context();
         let previous = self.previous_managed();
+        // What the deploy will make is recorded before it is made (made_anew says why); the
+        // live objects read for that serve the deploy too.
+        let fetched = match live {
+            Some(_) => None,
+            // A failed read is the deploy's to report: it reads again, and fails as it says.
+            None => fetch_live(self.env.ops, ctx, items).await.ok(),
+        };
+        let live = live.or(fetched.as_ref());
+        let ahead = live
+            .map(|live| made_anew(items, live, previous, ctx))
+            .unwrap_or_default();
+        if !ahead.is_empty() {
+            match self.write_ahead(&ahead).await {
+                Ok(cr) => r.written_ahead = Some(Box::new(cr)),
+                // As with any status that cannot be written (reference §6.8, 4), the step goes
+                // on and memory holds its record; only a restart before a status is written
+                // again would find what it makes unrecorded.
+                Err(error) => tracing::warn!(
+                    namespace = %ctx.namespace, comb = %ctx.name, %error,
+                    "recording what the deploy makes before making it failed; deploying with the record in memory"
+                ),
+            }
+        }
         match apply_and_prune(self.env.ops, ctx, items, live, replicas, previous).await {
             Applied::Done { managed, notes } => {
                 let (phase, reason, message) = verdict;
@@ -609,7 +637,17 @@ impl Step<'_> {
                 r.finish(Phase::Error, Reason::ResourceNotOwned, message);
             }
             Applied::Failed { managed, message } => {
-                r.managed = Some(managed);
+                // What it was about to make stays recorded: a create whose answer was lost
+                // may have made it, and the next attempt does not write it ahead again. (A
+                // refusal above records none of it: its identity may be someone else's.)
+                let untried: Vec<ManagedObject> = ahead
+                    .into_iter()
+                    .filter(|intent| {
+                        let key = ResourceKey::of(intent);
+                        !managed.iter().any(|entry| ResourceKey::of(entry) == key)
+                    })
+                    .collect();
+                r.managed = Some(refreshed(&managed, &untried));
                 // The upstream path has established even when its bridge failed; the local
                 // path has not, so what served before is carried forward.
                 r.established = (established == Established::Upstream).then_some(established);
@@ -621,6 +659,25 @@ impl Step<'_> {
             }
         }
         ControlFlow::Break(())
+    }
+
+    /// Writes the status the step started from with `ahead` recorded (without uids) beside
+    /// what it held, and returns the CR as stored. On a conflict the CR is read again and
+    /// `ahead` recorded into its status.
+    async fn write_ahead(&self, ahead: &[ManagedObject]) -> crate::error::Result<Comb> {
+        let with_ahead = |status: Option<&CombStatus>| {
+            let mut status = status.cloned().unwrap_or_default();
+            status.managed_resources = Some(refreshed(status.managed(), ahead));
+            status
+        };
+        let mut cr = self.comb.cr().clone();
+        let status = with_ahead(self.previous);
+        self.env
+            .ops
+            .write_comb_status(&self.comb.settings().group, &mut cr, &status, |current| {
+                Some(with_ahead(current.status.as_ref()))
+            })
+            .await
     }
 
     fn previous_managed(&self) -> &[ManagedObject] {

@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use comb_api::{
-    CONFIG_READY, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus, ConditionStatus,
-    DEPENDENCIES_READY, ManagedObject, Phase, READY, Reason, STATUS_WRITTEN, group_of,
+    CONFIG_READY, Comb, CombCondition, CombEndpoint, CombStatus, CombUpstreamStatus,
+    ConditionStatus, DEPENDENCIES_READY, ManagedObject, Phase, READY, Reason, STATUS_WRITTEN,
+    group_of,
 };
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -89,7 +90,7 @@ impl Verdict {
 }
 
 /// What one reconcile step decided (the reference's record `r`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StepRecord {
     /// The phase and the Ready condition's reason and message.
     pub phase: Phase,
@@ -109,6 +110,9 @@ pub struct StepRecord {
     /// The prune notes of the step's apply (also in the Ready message): the controller makes
     /// each an Event the first time it comes.
     pub notes: Vec<String>,
+    /// The CR as the step's write-ahead left it (what the deploy was about to make, recorded
+    /// before it was made): the step's status is written over this version.
+    pub written_ahead: Option<Box<Comb>>,
 }
 
 impl StepRecord {
@@ -124,6 +128,7 @@ impl StepRecord {
             upstream: None,
             established: None,
             notes: Vec::new(),
+            written_ahead: None,
         }
     }
 
