@@ -38,6 +38,21 @@
 //!    phase 4's plain client on fresh clusters, and how each time grew from the smallest size:
 //!    comb's growth beside the server's own.
 //!
+//! 8. **Layers on demand** (issue 34; not in the default phases). Clusters of the same shape,
+//!    the CombLayer CRD on prod, and a configuration of staging alone with a template `dev`
+//!    (contexts `[dev]`, namespaces `dev-*`, borrowing from staging, `createNamespaces`):
+//!    `COMB_BENCH_LAYER_COMBS` (20) Combs in staging, `comb run` started, then
+//!    `COMB_BENCH_LAYERS` (200) CombLayers created one after another, each once the one
+//!    before is Ready and the servers have seen no read or write of the controller for 1 s,
+//!    each borrowing every Comb of staging into its own namespace `dev-lNNNN` of dev: the time
+//!    from each create until the observer sees it Ready; `comb run`'s VmRSS with 0, 1 and every
+//!    layer settled; the requests creating the first layer and all of them; one resync period
+//!    settled with every layer; the watches open per cluster and kind with 0, 1 and every layer
+//!    (the watch requests of the 290 s before: each watch is opened again after its 290 s
+//!    timeout, so it is counted once in any such window); then 5 layers removed one at a time
+//!    (their CombLayer deleted): the time until the CombLayer is gone, and its namespace
+//!    Terminating and gone.
+//!
 //! Phases 1 and 2 also print comb's writes against **the floor** a truthful controller needs
 //! (issue 23): each object written once (for an edit, the one Deployment), one finalizer per
 //! Comb, and one status write and one Event per transition comb recorded (its
@@ -56,7 +71,8 @@
 //! COMB_BENCH_RESYNC 60s, COMB_BENCH_SETTLE 10s / 30s, COMB_BENCH_EDITS 20 / 5,
 //! COMB_BENCH_EDIT_COMBS 20 / 5, COMB_BENCH_WORKERS 8, COMB_BENCH_RSS `1000,3000` / `150` (add
 //! 10000 for the issue's figure; empty for none), COMB_BENCH_PHASES
-//! `edit,converge,plain,floor,rss` (any subset, and `growth`; plain and floor need converge).
+//! `edit,converge,plain,floor,rss` (any subset, and `growth`, `layers`; plain and floor need
+//! converge), COMB_BENCH_LAYERS 200, COMB_BENCH_LAYER_COMBS 20.
 //! COMB_BENCH_LOGS=DIR keeps each controller's log there, COMB_BENCH_RUST_LOG sets its RUST_LOG
 //! (default `warn`). COMB_BENCH_AGAINST=PATH runs the
 //! edit phase of that other build of `comb` too, in turns with this one's on the same settled
@@ -79,7 +95,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
-use comb_api::{Comb, CombSpec, CombStatus, DEFAULT_GROUP};
+use comb_api::{
+    Comb, CombLayer, CombLayerSpec, CombSpec, CombStatus, DEFAULT_GROUP, LayerBorrowSpec,
+    LayerPhase, layer_api_resource,
+};
 use comb_federation::controller::events;
 use comb_sandbox::controls::{LoggedRequest, epoch_micros};
 use comb_testkit::fixtures::deployment_image;
@@ -89,8 +108,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{
-    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
-    WatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
 };
 use kube::core::{GroupVersionKind, TypeMeta};
 use kube::runtime::watcher::{self, Event};
@@ -129,6 +148,10 @@ struct Settings {
     rss_sizes: Vec<usize>,
     /// The sizes of the growth phase (Combs in all), smallest first.
     growth_sizes: Vec<usize>,
+    /// The layers phase: how many CombLayers, and how many Combs staging has (each layer
+    /// borrows every one).
+    layers: usize,
+    layer_combs: usize,
     phases: Vec<String>,
     /// Another build of `comb` (`COMB_BENCH_AGAINST`) whose edit phase runs beside this one's.
     against: Option<PathBuf>,
@@ -189,6 +212,8 @@ impl Settings {
             workers: env_number("COMB_BENCH_WORKERS", 8)?.max(1),
             rss_sizes,
             growth_sizes,
+            layers: env_number("COMB_BENCH_LAYERS", 200)?.max(1),
+            layer_combs: env_number("COMB_BENCH_LAYER_COMBS", 20)?,
             phases: env_or("COMB_BENCH_PHASES", "edit,converge,plain,floor,rss")
                 .split(',')
                 .map(|phase| phase.trim().to_string())
@@ -259,23 +284,32 @@ struct ControllerProcess {
 
 impl ControllerProcess {
     async fn start(world: &World, resync: Duration, workers: usize) -> Result<ControllerProcess> {
-        Self::start_build(comb_testkit::bin::comb_path(), world, resync, workers).await
+        Self::start_build(
+            comb_testkit::bin::comb_path(),
+            world,
+            CONFIG,
+            resync,
+            workers,
+        )
+        .await
     }
 
-    /// `comb run` of the build at `comb`.
+    /// `comb run` of the build at `comb`, on the configuration `config` (its `KUBECONFIG` and
+    /// `RESYNC` filled in).
     async fn start_build(
         comb: &Path,
         world: &World,
+        config: &str,
         resync: Duration,
         workers: usize,
     ) -> Result<ControllerProcess> {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig.yaml");
         world.write_kubeconfig(&kubeconfig);
-        let config = dir.path().join("comb.yaml");
+        let config_path = dir.path().join("comb.yaml");
         std::fs::write(
-            &config,
-            CONFIG
+            &config_path,
+            config
                 .replace("KUBECONFIG", &kubeconfig.display().to_string())
                 .replace("RESYNC", &format!("{}ms", resync.as_millis())),
         )?;
@@ -287,7 +321,7 @@ impl ControllerProcess {
         command
             .arg("run")
             .arg("--config")
-            .arg(&config)
+            .arg(&config_path)
             .arg("--admin-address")
             .arg(admin.to_string())
             .arg("--workers")
@@ -548,8 +582,13 @@ struct Requests {
 impl Requests {
     /// What both clusters logged since the last [`reset`].
     fn collect(world: &World) -> Requests {
+        Requests::collect_from(world, &["prod", "dev"])
+    }
+
+    /// What `clusters` logged since the last [`reset`].
+    fn collect_from(world: &World, clusters: &[&str]) -> Requests {
         let mut entries = Vec::new();
-        for cluster in ["prod", "dev"] {
+        for cluster in clusters {
             for request in world.controls(cluster).request_log() {
                 if request.user.as_deref() != Some(OBSERVER) {
                     entries.push((layer_of(cluster, &request.namespace), request));
@@ -573,6 +612,18 @@ impl Requests {
                 .entries
                 .iter()
                 .filter(|(l, _)| *l == layer)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The requests that arrived from `from` until before `to` (the log's microseconds).
+    fn between(&self, from: u64, to: u64) -> Requests {
+        Requests {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(_, request)| (from..to).contains(&request.at_micros))
                 .cloned()
                 .collect(),
         }
@@ -633,12 +684,38 @@ fn request_total(world: &World) -> u64 {
         .sum()
 }
 
+/// Reads and writes so far of everyone but the observer: [`request_total`] without the
+/// watches, which a controller holding thousands of them renews all the time (each after its
+/// 290 s timeout).
+fn reads_and_writes(world: &World) -> u64 {
+    let not_watches = |counts: BTreeMap<String, u64>| -> u64 {
+        counts
+            .iter()
+            .filter(|(key, _)| !key.starts_with("watch "))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    ["prod", "dev"]
+        .iter()
+        .map(|cluster| {
+            let controls = world.controls(cluster);
+            not_watches(controls.requests())
+                .saturating_sub(not_watches(controls.requests_as(OBSERVER)))
+        })
+        .sum()
+}
+
 /// Waits until the controller has sent no request for `quiet` (watches opening count too).
 async fn quiet(world: &World, quiet: Duration) -> Result<()> {
+    quiet_by(world, quiet, request_total).await
+}
+
+/// Waits until `total` (a count of the controller's requests) has not moved for `quiet`.
+async fn quiet_by(world: &World, quiet: Duration, total: fn(&World) -> u64) -> Result<()> {
     let mut seen = u64::MAX;
     let mut since = Instant::now();
     loop {
-        let now = request_total(world);
+        let now = total(world);
         if now != seen {
             seen = now;
             since = Instant::now();
@@ -884,6 +961,7 @@ struct Figures {
     /// VmRSS and VmHWM of phase 2's controller after its settled resync.
     converged_memory: Option<(u64, u64)>,
     growth: Vec<Growth>,
+    layers: Option<LayerRun>,
 }
 
 /// The plain client's creation of what the Combs deployed.
@@ -956,6 +1034,7 @@ async fn edit_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
         let mut controller = ControllerProcess::start_build(
             comb,
             &world,
+            CONFIG,
             Duration::from_secs(3600),
             settings.workers,
         )
@@ -1866,6 +1945,262 @@ fn within_budget(memory: &[(usize, u64, u64, Duration)], budget: f64) -> Result<
 }
 
 // ---------------------------------------------------------------------------------------------
+// Layers on demand (issue 34)
+
+/// The layers phase's configuration: staging alone in the file (`layerContext` is its
+/// context, so CombLayers live on prod), and a template that lets a CombLayer borrow from it
+/// in namespaces `dev-*` of dev, which comb creates.
+const LAYERS_CONFIG: &str = "
+kubeconfig: KUBECONFIG
+resync: RESYNC
+layers:
+  - {name: staging, context: staging, namespaces: [staging]}
+layerTemplates:
+  - name: dev
+    contexts: [dev]
+    namespaces: [dev-*]
+    borrowFrom: [staging]
+    maxTTL: 24h
+    createNamespaces: true
+";
+
+/// How long a watch of kube-rs lasts before its watcher opens it again (its `timeoutSeconds`,
+/// which comb's watches keep): a watch open throughout a window this long is opened once in
+/// it, so the watch requests of the last 290 s are the watches open.
+const WATCH_RENEWAL: Duration = Duration::from_secs(290);
+
+/// The layers removed, one at a time, at the end of the layers phase.
+const LAYER_REMOVALS: usize = 5;
+
+/// One run of the layers phase. Times are the request log's (microseconds since the epoch).
+struct LayerRun {
+    /// From each CombLayer's create until the observer saw it Ready, in the order created.
+    ready: Vec<Duration>,
+    /// From the first create until the last layer was Ready and quiet.
+    creating: Duration,
+    /// `(layers, VmRSS KiB, VmHWM KiB)` with 0, 1 and every layer settled.
+    memory: Vec<(usize, u64, u64)>,
+    /// Each cluster's requests (the observer's left out) from the controller's start.
+    requests: Vec<(&'static str, Requests)>,
+    /// When 0, 1 and every layer were settled: `(layers, at)`.
+    settled_at: Vec<(usize, u64)>,
+    /// The first layer's creation, and all of them: from its create until it was quiet.
+    first: (u64, u64),
+    creation: (u64, u64),
+    /// The settled window, one resync period with every layer settled.
+    window: (u64, u64),
+    /// Per removal: the CombLayer gone, its namespace Terminating, its namespace gone, each
+    /// from the delete.
+    removals: Vec<(Duration, Duration, Duration)>,
+    removal: (u64, u64),
+}
+
+fn layer_name(index: usize) -> String {
+    format!("l{index:04}")
+}
+
+fn now_micros() -> u64 {
+    epoch_micros(SystemTime::now())
+}
+
+fn layer_ready(layer: &CombLayer) -> bool {
+    layer
+        .status
+        .as_ref()
+        .is_some_and(|status| status.phase == Some(LayerPhase::Ready))
+}
+
+/// Lets `settle` pass while `comb run` serves, then its VmRSS and VmHWM.
+async fn settled_memory(
+    settings: &Settings,
+    controller: &mut ControllerProcess,
+) -> Result<(u64, u64)> {
+    controller
+        .guard(async {
+            tokio::time::sleep(settings.settle).await;
+            Ok(())
+        })
+        .await?;
+    controller.memory()
+}
+
+/// Layers on demand at scale: `COMB_BENCH_LAYER_COMBS` Combs in staging, then
+/// `COMB_BENCH_LAYERS` CombLayers created one after another (each once the one before is Ready
+/// and its requests have stopped), each borrowing every Comb of staging into a namespace of
+/// dev comb creates; one resync period settled; then a few layers removed, one at a time.
+async fn layers_phase(settings: &Settings, figures: &mut Figures) -> Result<()> {
+    let world = clusters(settings, true).await;
+    world.install_layer_crd("prod").await;
+    let combs = settings.layer_combs;
+    create_combs(&world, &[0; 3], &[0, combs, 0]).await?;
+    reset(&world);
+    let mut controller = ControllerProcess::start_build(
+        comb_testkit::bin::comb_path(),
+        &world,
+        LAYERS_CONFIG,
+        settings.resync,
+        settings.workers,
+    )
+    .await?;
+    controller
+        .guard(within(
+            settings.deadline,
+            "staging's Combs Running",
+            all_running(&world, &[0, combs, 0]),
+        ))
+        .await?;
+    // Only reads and writes: thousands of watches are renewed all the time.
+    let settle = |world| quiet_by(world, settings.quiet, reads_and_writes);
+    controller.guard(settle(&world)).await?;
+    let (rss, hwm) = settled_memory(settings, &mut controller).await?;
+    let mut memory = vec![(0, rss, hwm)];
+    let mut settled_at = vec![(0, now_micros())];
+
+    let layers: Api<CombLayer> = Api::all_with(
+        world.observer("prod").await,
+        &layer_api_resource(DEFAULT_GROUP),
+    );
+    let mut ready = Vec::new();
+    let mut first = (0, 0);
+    let creation_start = now_micros();
+    let started = Instant::now();
+    for index in 0..settings.layers {
+        let name = layer_name(index);
+        let layer = CombLayer::new(
+            DEFAULT_GROUP,
+            &name,
+            CombLayerSpec {
+                template: "dev".to_string(),
+                context: Some("dev".to_string()),
+                namespaces: vec![format!("dev-{name}")],
+                borrow: Some(LayerBorrowSpec {
+                    from: "staging".to_string(),
+                    namespace: Some("staging".to_string()),
+                    ..LayerBorrowSpec::default()
+                }),
+                ttl: Some("12h".to_string()),
+                ..CombLayerSpec::default()
+            },
+        );
+        let at = Instant::now();
+        layers
+            .create(&PostParams::default(), &layer)
+            .await
+            .with_context(|| format!("creating CombLayer {name}"))?;
+        controller
+            .guard(within(
+                settings.deadline,
+                &format!("CombLayer {name} Ready"),
+                watch_until(layers.clone(), index + 1, layer_ready),
+            ))
+            .await?;
+        ready.push(at.elapsed());
+        controller.guard(settle(&world)).await?;
+        if index == 0 {
+            first = (creation_start, now_micros());
+            let (rss, hwm) = settled_memory(settings, &mut controller).await?;
+            memory.push((1, rss, hwm));
+            settled_at.push((1, now_micros()));
+        }
+        if (index + 1) % 10 == 0 || index + 1 == settings.layers {
+            let (rss, _) = controller.memory()?;
+            eprintln!(
+                "layers: {} Ready in {}, the last in {}, VmRSS {:.1} MiB",
+                index + 1,
+                seconds(started.elapsed()),
+                millis(*ready.last().unwrap_or(&Duration::ZERO)),
+                rss as f64 / 1024.0
+            );
+        }
+    }
+    let creating = started.elapsed();
+    let creation = (creation_start, now_micros());
+    let (rss, hwm) = settled_memory(settings, &mut controller).await?;
+    memory.push((settings.layers, rss, hwm));
+    settled_at.push((settings.layers, now_micros()));
+
+    // One resync period of every layer settled.
+    let window_start = now_micros();
+    controller
+        .guard(async {
+            tokio::time::sleep(settings.resync).await;
+            Ok(())
+        })
+        .await?;
+    let window = (window_start, now_micros());
+
+    // A few layers removed, one at a time.
+    let namespaces: Api<Namespace> = Api::all(world.observer("dev").await);
+    let mut removals = Vec::new();
+    let removal_start = now_micros();
+    for index in 0..settings.layers.min(LAYER_REMOVALS) {
+        let name = layer_name(index);
+        let namespace = format!("dev-{name}");
+        let at = Instant::now();
+        layers
+            .delete(&name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting CombLayer {name}"))?;
+        let (mut layer_gone, mut terminating, mut namespace_gone) = (None, None, None);
+        let removed = async {
+            while layer_gone.is_none() || namespace_gone.is_none() {
+                if layer_gone.is_none() && layers.get_opt(&name).await?.is_none() {
+                    layer_gone = Some(at.elapsed());
+                }
+                if namespace_gone.is_none() {
+                    match namespaces.get_opt(&namespace).await? {
+                        None => {
+                            namespace_gone = Some(at.elapsed());
+                            terminating.get_or_insert(at.elapsed());
+                        }
+                        Some(seen) if seen.metadata.deletion_timestamp.is_some() => {
+                            terminating.get_or_insert(at.elapsed());
+                        }
+                        Some(_) => {}
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(())
+        };
+        controller
+            .guard(within(
+                settings.deadline,
+                &format!("CombLayer {name} and namespace {namespace} gone"),
+                removed,
+            ))
+            .await?;
+        removals.push((
+            layer_gone.unwrap_or_default(),
+            terminating.unwrap_or_default(),
+            namespace_gone.unwrap_or_default(),
+        ));
+        controller.guard(settle(&world)).await?;
+    }
+    let removal = (removal_start, now_micros());
+
+    let requests = ["prod", "dev"]
+        .into_iter()
+        .map(|cluster| (cluster, Requests::collect_from(&world, &[cluster])))
+        .collect();
+    controller.stop("layers").await?;
+    world.shutdown().await;
+    figures.layers = Some(LayerRun {
+        ready,
+        creating,
+        memory,
+        requests,
+        settled_at,
+        first,
+        creation,
+        window,
+        removals,
+        removal,
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
 // The report
 
 fn ratio(a: f64, b: f64) -> String {
@@ -1940,6 +2275,17 @@ fn all_edits(edits: &[Requests]) -> Requests {
 }
 
 fn report(settings: &Settings, figures: &Figures) {
+    // The layers phase has its own shape and tables.
+    if settings.phases.iter().any(|phase| phase != "layers") {
+        report_phases(settings, figures);
+    }
+    if let Some(run) = &figures.layers {
+        print_layers(settings, run);
+    }
+}
+
+/// The tables of every phase but the layers phase.
+fn report_phases(settings: &Settings, figures: &Figures) {
     let combs = 3 * settings.combs;
     println!();
     println!(
@@ -2377,6 +2723,281 @@ fn print_growth(growth: &[Growth]) {
     }
 }
 
+/// `1 layer`, `200 layers`.
+fn layer_count(layers: usize) -> String {
+    if layers == 1 {
+        "1 layer".to_string()
+    } else {
+        format!("{layers} layers")
+    }
+}
+
+/// The layers phase's tables ([`layers_phase`]).
+fn print_layers(settings: &Settings, run: &LayerRun) {
+    let n = run.ready.len();
+    if n == 0 {
+        return;
+    }
+    let removed = run.removals.len();
+    println!();
+    println!(
+        "## layers on demand: {}, {n} CombLayers created one after another, each borrowing all {} Combs of staging ({} Combs on dev); resync {} s, {} workers per layer; `comb run` {}",
+        settings.backend_name(),
+        settings.layer_combs,
+        thousands((n * settings.layer_combs) as u64),
+        settings.resync.as_secs_f64(),
+        settings.workers,
+        comb_testkit::bin::comb_path().display()
+    );
+    println!();
+    // Every cluster's requests in a window of the log, each key prefixed with its cluster.
+    let between = |(from, to): (u64, u64)| -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for (cluster, requests) in &run.requests {
+            for (key, count) in requests.between(from, to).by_key() {
+                counts.insert(format!("{cluster}: {key}"), count);
+            }
+        }
+        counts
+    };
+    let class_total = |counts: &BTreeMap<String, u64>, class: Class| -> u64 {
+        counts
+            .iter()
+            .filter(|(key, _)| {
+                let verb = key.split(' ').nth(1).unwrap_or_default();
+                class_of(verb) == class
+            })
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let classes = |counts: &BTreeMap<String, u64>, of: usize| {
+        format!(
+            "{} writes, {} reads, {} watches opened",
+            per(class_total(counts, Class::Write), of),
+            per(class_total(counts, Class::Read), of),
+            per(class_total(counts, Class::Watch), of)
+        )
+    };
+    let first = between(run.first);
+    let creation = between(run.creation);
+    let window = between(run.window);
+    let removal = between(run.removal);
+
+    let mut ready = run.ready.clone();
+    ready.sort_unstable();
+    println!("| layers on demand | value |");
+    println!("|---|---|");
+    println!(
+        "| create -> Ready, the first layer | {} |",
+        millis(run.ready[0])
+    );
+    println!(
+        "| create -> Ready, per layer (all {n}) | median {}, p90 {}, max {} (the last: {}) |",
+        millis(percentile(&ready, 0.5)),
+        millis(percentile(&ready, 0.9)),
+        millis(ready[n - 1]),
+        millis(run.ready[n - 1])
+    );
+    println!(
+        "| all {n} created, each Ready and its requests stopped before the next | {} |",
+        seconds(run.creating)
+    );
+    let idle = run.memory.first().map_or(0, |(_, rss, _)| *rss);
+    for (layers, rss, hwm) in &run.memory {
+        let each = if *layers > 0 {
+            format!(
+                ", {:.1} KiB per layer over no layer",
+                rss.saturating_sub(idle) as f64 / *layers as f64
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "| VmRSS of `comb run`, {} settled | {:.1} MiB (peak {:.1} MiB{each}) |",
+            layer_count(*layers),
+            *rss as f64 / 1024.0,
+            *hwm as f64 / 1024.0
+        );
+    }
+    println!(
+        "| requests creating the first layer | {} |",
+        classes(&first, 1)
+    );
+    println!(
+        "| requests creating a layer (mean of {n}) | {} |",
+        classes(&creation, n)
+    );
+    // The answers >= 400 while creating, by code and request.
+    let mut failed: BTreeMap<String, u64> = BTreeMap::new();
+    for (cluster, requests) in &run.requests {
+        for (_, request) in &requests.between(run.creation.0, run.creation.1).entries {
+            if request.code >= 400 {
+                *failed
+                    .entry(format!("{} {cluster}: {}", request.code, request.key()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    println!(
+        "| answers >= 400 creating them | {} |",
+        if failed.is_empty() {
+            "none".to_string()
+        } else {
+            failed
+                .iter()
+                .map(|(what, count)| format!("{count}x {what}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    println!(
+        "| settled window ({} s, {n} layers): all requests | {} (the watches: renewals, each watch is opened again after its 290 s) |",
+        (run.window.1 - run.window.0) / 1_000_000,
+        classes(&window, 1)
+    );
+    if removed > 0 {
+        let mut layer_gone: Vec<Duration> = run.removals.iter().map(|r| r.0).collect();
+        let mut terminating: Vec<Duration> = run.removals.iter().map(|r| r.1).collect();
+        let mut namespace_gone: Vec<Duration> = run.removals.iter().map(|r| r.2).collect();
+        for times in [&mut layer_gone, &mut terminating, &mut namespace_gone] {
+            times.sort_unstable();
+        }
+        println!(
+            "| remove a layer (delete its CombLayer; median of {removed}, one at a time) | CombLayer gone {}, its namespace Terminating {}, gone {} (max {}, {}, {}) |",
+            millis(percentile(&layer_gone, 0.5)),
+            millis(percentile(&terminating, 0.5)),
+            millis(percentile(&namespace_gone, 0.5)),
+            millis(layer_gone[removed - 1]),
+            millis(terminating[removed - 1]),
+            millis(namespace_gone[removed - 1])
+        );
+        println!(
+            "| requests removing a layer (mean of {removed}) | {} |",
+            classes(&removal, removed)
+        );
+    }
+    println!();
+
+    // Requests by cluster, verb and resource.
+    let columns: Vec<(String, &BTreeMap<String, u64>, usize)> = [
+        Some(("the first layer".to_string(), &first, 1)),
+        Some((format!("a layer, mean of {n}"), &creation, n)),
+        Some((
+            format!(
+                "settled window ({} s), all",
+                (run.window.1 - run.window.0) / 1_000_000
+            ),
+            &window,
+            1,
+        )),
+        (removed > 0).then(|| (format!("a removal, mean of {removed}"), &removal, removed)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut keys: Vec<&String> = columns.iter().flat_map(|(_, c, _)| c.keys()).collect();
+    keys.sort_by_key(|key| {
+        let (cluster, request) = key.split_once(": ").unwrap_or((key, ""));
+        let (verb, resource) = request.split_once(' ').unwrap_or((request, ""));
+        let order = match class_of(verb) {
+            Class::Write => 0,
+            Class::Read => 1,
+            Class::Watch => 2,
+        };
+        (
+            cluster.to_string(),
+            order,
+            resource.to_string(),
+            verb.to_string(),
+        )
+    });
+    keys.dedup();
+    println!(
+        "| requests by cluster, verb and resource (prod: staging and the CombLayers; dev: the layers) | {} |",
+        columns
+            .iter()
+            .map(|(name, ..)| name.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---|{}", "---|".repeat(columns.len()));
+    for key in keys {
+        println!(
+            "| {key} | {} |",
+            columns
+                .iter()
+                .map(|(_, counts, of)| per(counts.get(key).copied().unwrap_or(0), *of))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+    }
+    println!();
+
+    // Watches open: the watch requests of the 290 s before each point, per cluster and kind.
+    let open: Vec<(usize, BTreeMap<String, u64>)> = run
+        .settled_at
+        .iter()
+        .map(|(layers, at)| {
+            let from = at.saturating_sub(WATCH_RENEWAL.as_micros() as u64);
+            let mut counts = BTreeMap::new();
+            for (cluster, requests) in &run.requests {
+                for (key, count) in requests.between(from, at + 1).by_key() {
+                    if let Some(resource) = key.strip_prefix("watch ") {
+                        *counts
+                            .entry(format!("{cluster}: {resource}"))
+                            .or_insert(0u64) += count;
+                        *counts.entry(format!("{cluster}: all")).or_insert(0u64) += count;
+                    }
+                }
+            }
+            (*layers, counts)
+        })
+        .collect();
+    let mut kinds: Vec<&String> = open.iter().flat_map(|(_, c)| c.keys()).collect();
+    kinds.sort();
+    kinds.dedup();
+    let none = BTreeMap::new();
+    let idle = open
+        .iter()
+        .find(|(layers, _)| *layers == 0)
+        .map_or(&none, |(_, c)| c);
+    let most = open.iter().max_by_key(|(layers, _)| *layers);
+    println!(
+        "| watches open (watch requests in the {} s before; each is renewed once in that time) | {} | per layer ({} layers - none) / {} |",
+        WATCH_RENEWAL.as_secs(),
+        open.iter()
+            .map(|(layers, _)| layer_count(*layers))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        most.map_or(0, |(layers, _)| *layers),
+        most.map_or(0, |(layers, _)| *layers)
+    );
+    println!("|---|{}---|", "---|".repeat(open.len()));
+    for kind in kinds {
+        let cells: Vec<String> = open
+            .iter()
+            .map(|(_, counts)| thousands(counts.get(kind).copied().unwrap_or(0)))
+            .collect();
+        let each = most.map_or("-".to_string(), |(layers, counts)| {
+            per(
+                counts
+                    .get(kind)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(idle.get(kind).copied().unwrap_or(0)),
+                *layers,
+            )
+        });
+        let row = if kind.ends_with(": all") {
+            format!("**{kind}**")
+        } else {
+            kind.clone()
+        };
+        println!("| {row} | {} | {each} |", cells.join(" | "));
+    }
+    println!();
+}
+
 /// The edit phase's rows of one build (`whose` tells which, after the figure's name).
 fn print_edits(settings: &Settings, whose: &str, edits: &Edits) {
     let count = edits.requests.len();
@@ -2475,6 +3096,10 @@ async fn run(settings: &Settings) -> Result<Figures> {
     if settings.runs("growth") {
         growth_phase(settings, &mut figures).await?;
         eprintln!("growth phase done");
+    }
+    if settings.runs("layers") {
+        layers_phase(settings, &mut figures).await?;
+        eprintln!("layers phase done");
     }
     Ok(figures)
 }
