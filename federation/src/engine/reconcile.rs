@@ -630,7 +630,23 @@ impl Step<'_> {
                 r.finish(phase, reason, message);
                 r.notes = notes;
             }
-            Applied::NotOwned { managed, message } => {
+            Applied::NotOwned {
+                mut managed,
+                message,
+            } => {
+                // The refused object is the first item not stored; an entry without a uid for
+                // it (written ahead by an earlier step whose create failed) goes: its identity
+                // is someone else's object now.
+                let stored = |item: &RenderedItem| {
+                    let key = ResourceKey::of(&item.resource());
+                    managed
+                        .iter()
+                        .any(|entry| entry.uid.is_some() && ResourceKey::of(entry) == key)
+                };
+                if let Some(refused) = items.iter().find(|item| !stored(item)) {
+                    let key = ResourceKey::of(&refused.resource());
+                    managed.retain(|entry| entry.uid.is_some() || ResourceKey::of(entry) != key);
+                }
                 r.managed = Some(managed);
                 // As a failed deploy: the upstream path has established, the local one not.
                 r.established = (established == Established::Upstream).then_some(established);
