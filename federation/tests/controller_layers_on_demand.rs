@@ -666,3 +666,72 @@ async fn a_layer_its_template_no_longer_allows_stops_and_is_still_cleaned_up() {
     on_demand.stop().await;
     running.stop().await;
 }
+
+/// The watches the controller has opened on `cluster`, by resource (`watch deployments.apps`).
+fn watches_opened(world: &World, cluster: &str) -> BTreeMap<String, u64> {
+    world
+        .kit
+        .requests(cluster)
+        .into_iter()
+        .filter(|(request, _)| request.starts_with("watch "))
+        .collect()
+}
+
+/// Layers on demand share their watches per cluster and kind (issue 34 item 3): the layers
+/// after the first open no watch at all, on their own cluster or on their source's, and each
+/// is handed what is in its namespaces (every one of them becomes Ready, its local Comb
+/// Healthy from the shared watches' objects).
+#[tokio::test]
+async fn more_layers_open_no_more_watches_than_one() {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    let on_demand = world.run_layers_on_demand(config, &running);
+    let spec = |name: &str| {
+        json!({"template": "dev", "context": "dev", "namespaces": [format!("dev-{name}")],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}, "ttl": "2h"})
+    };
+    create_layer(&world, "alice", spec("alice")).await;
+    wait_layer(&world, "alice", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    let with_one = (
+        watches_opened(&world, "dev"),
+        watches_opened(&world, "staging"),
+    );
+    assert!(
+        with_one.0.len() >= 12,
+        "alice's layer watches its Combs and the 11 managed kinds on dev: {with_one:?}"
+    );
+    let others = ["bob", "carol", "dave"];
+    for name in others {
+        create_layer(&world, name, spec(name)).await;
+    }
+    for name in others {
+        wait_layer(&world, name, "to be Ready", |status| {
+            status.phase == Some(LayerPhase::Ready)
+        })
+        .await;
+        world
+            .wait_phase(
+                "dev",
+                &format!("dev-{name}"),
+                "api",
+                "Running",
+                Some("Healthy"),
+            )
+            .await;
+    }
+    let with_four = (
+        watches_opened(&world, "dev"),
+        watches_opened(&world, "staging"),
+    );
+    assert_eq!(
+        with_four, with_one,
+        "(dev, staging) watches opened with four layers, then with one"
+    );
+    on_demand.stop().await;
+    running.stop().await;
+}

@@ -25,7 +25,9 @@ use kube::Api;
 use serde_json::{Map, Value, json};
 
 pub use duration::{duration_arg, parse_duration, parse_positive_duration};
-pub use on_demand::{Admitted, Refusal, RefusalReason, layer_from_template, secret_context};
+pub use on_demand::{
+    Admitted, Refusal, RefusalReason, SECRET_CONTEXT_PREFIX, layer_from_template, secret_context,
+};
 pub use selector::matches_any;
 pub use validate::{
     DEFAULT_CLUSTER_DOMAIN, DEFAULT_MANAGED_BY, DEFAULT_MAX_UPSTREAM_DEPTH, DEFAULT_RESYNC,

@@ -82,9 +82,15 @@ fn invalid(message: String) -> Refusal {
     }
 }
 
+/// How the name comb gives the kube context of a cluster a kubeconfig Secret holds starts.
+pub const SECRET_CONTEXT_PREFIX: &str = "secret/";
+
 /// The name comb gives the kube context of a cluster whose kubeconfig a Secret holds.
 pub fn secret_context(secret: &SecretRef) -> String {
-    format!("secret/{}/{}", secret.namespace, secret.name)
+    format!(
+        "{SECRET_CONTEXT_PREFIX}{}/{}",
+        secret.namespace, secret.name
+    )
 }
 
 /// The layer CombLayer `name` with `spec` is, as its template in `config` allows; `created` is

@@ -40,6 +40,7 @@ mod fanout;
 pub mod graph;
 mod handle;
 mod health;
+mod hub;
 mod layer;
 pub mod leader;
 pub mod metrics;
@@ -67,6 +68,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffPolicy;
 pub use handle::{ControllerHandle, LayerQueue, Readiness};
+pub use hub::SharedWatches;
 pub use layer::{LayerState, LayerStatus};
 pub use leader::LeaderElection;
 pub use on_demand::LayersOnDemand;

@@ -129,6 +129,7 @@ impl LayersOnDemand {
                 sharding: None,
                 once: None,
                 webhook: None,
+                shared_watches: Some(options.shared_watches.clone().unwrap_or_default()),
                 ..options
             },
             leader: None,
@@ -396,10 +397,16 @@ impl LayersOnDemand {
             }
             set_condition(&mut next, READY, false, "Admitted", &message, now);
             write_status(api, &fresh, &status, next, false).await?;
-            let mut run = self
-                .start(pool, cr, &uid, admitted.layer.clone(), admitted.expires_at)
+            let run = self
+                .start(
+                    pool,
+                    cr,
+                    &uid,
+                    admitted.layer.clone(),
+                    admitted.expires_at,
+                    secret_version,
+                )
                 .await?;
-            run.secret_version = secret_version;
             info!(layer = %name, context = %admitted.layer.context, "layer on demand added");
             running.insert(name.clone(), run);
             Ok(())
@@ -676,7 +683,10 @@ impl LayersOnDemand {
         format!("{}layer", self.config.label_prefix)
     }
 
-    /// Starts the controller of `layer`: it steps that layer alone.
+    /// Starts the controller of `layer`: it steps that layer alone, watching through the
+    /// watches the layers on demand share. A cluster a kubeconfig Secret holds is another one
+    /// for each version of the Secret (another client), and the layer's own when the version
+    /// is not known.
     async fn start(
         &self,
         pool: ClientPool,
@@ -684,11 +694,24 @@ impl LayersOnDemand {
         uid: &str,
         layer: Layer,
         expires_at: Timestamp,
+        secret_version: Option<String>,
     ) -> Result<Running> {
         let mut config = (*self.config).clone();
         config.layers.push(layer.clone());
+        let mut watches = self.options.shared_watches.clone().unwrap_or_default();
+        if layer
+            .context
+            .starts_with(crate::config::SECRET_CONTEXT_PREFIX)
+        {
+            let version = match &secret_version {
+                Some(version) => format!("version {version}"),
+                None => format!("layer {uid}"),
+            };
+            watches = watches.with_cluster(&layer.context, format!("{} {version}", layer.context));
+        }
         let options = ControllerOptions {
             steps_only: Some(vec![layer.name.clone()]),
+            shared_watches: Some(watches),
             ..self.options.clone()
         };
         let controller =
@@ -699,7 +722,7 @@ impl LayersOnDemand {
         Ok(Running {
             uid: uid.to_string(),
             expires_at,
-            secret_version: None,
+            secret_version,
             pool,
             generation: cr.metadata.generation,
             layer,
@@ -756,7 +779,7 @@ impl LayersOnDemand {
                     let uid = cr.metadata.uid.clone().unwrap_or_default();
                     let expires_at = Timestamp::now();
                     let run = self
-                        .start(pool.clone(), cr, &uid, layer, expires_at)
+                        .start(pool.clone(), cr, &uid, layer, expires_at, None)
                         .await?;
                     running.insert(name.clone(), run);
                 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use comb_upstreams::UpstreamClasses;
 
 use super::backoff::BackoffPolicy;
+use super::hub::SharedWatches;
 use super::leader::LeaderElection;
 use super::shards::Sharding;
 use crate::webhook::WebhookOptions;
@@ -63,6 +64,10 @@ pub struct ControllerOptions {
     /// from, directly, through others or as a fallback (`None`: every layer). A layer on
     /// demand runs so, beside the layers of the file, stepping none of theirs.
     pub steps_only: Option<Vec<String>>,
+    /// Watches shared with the other controllers of the process that hold them (the layers on
+    /// demand's): one watch per cluster, kind and scope for all of them, the layers made from
+    /// a template watching every namespace of their cluster (`None`: watches of its own).
+    pub shared_watches: Option<SharedWatches>,
 }
 
 impl Default for ControllerOptions {
@@ -87,6 +92,7 @@ impl Default for ControllerOptions {
             webhook: None,
             read_from_watches: true,
             steps_only: None,
+            shared_watches: None,
         }
     }
 }

@@ -4,14 +4,15 @@
 //! Comb is woken, so that the step it wakes reads at least that change from it.
 //!
 //! Watches resume after errors by themselves (kube's watcher re-lists after 410 Expired); we add
-//! a backoff between failed attempts and tell the layer's health about transport failures.
+//! a backoff between failed attempts ([`paced`]) and tell the layer's health about transport
+//! failures. In a controller of layers on demand they are shared with the other such
+//! controllers of the process ([`SharedWatches`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use comb_api::Comb;
-use futures::stream::BoxStream;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::{PartialObjectMeta, TypeMeta};
 use kube::runtime::watcher::{self, Event};
@@ -20,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::Shared;
-use super::backoff::Retries;
-use super::health::{Failure, classify};
+use super::health::Failure;
+use super::hub::{Deliveries, Delivery, SharedWatches, Unencodable, deliveries, paced};
 use super::layer::LayerRuntime;
 use super::triggers::{Source, comb_key, owner_of};
 use crate::engine::cache::ObjectCache;
@@ -49,24 +50,6 @@ pub const WATCHED_KINDS: [(&str, &str, &str); 11] = [
     ("discovery.k8s.io", "v1", "EndpointSlice"),
 ];
 
-/// Reports a failed watch and waits before it tries again (an expired one lists again at
-/// once); false when stopping.
-async fn after_error(
-    shared: &Arc<Shared>,
-    layer: &Arc<LayerRuntime>,
-    what: &str,
-    failure: Failure,
-    message: &str,
-    retries: &mut Retries,
-    cancel: &CancellationToken,
-) -> bool {
-    shared.health.watch_failed(layer, what, failure, message);
-    if failure == Failure::Expired {
-        return true;
-    }
-    shared.health.pause(retries.next_delay(), cancel).await
-}
-
 /// Watches the Comb CRs of one scope (a namespace, or all) of `layer` until `cancel`.
 pub async fn watch_combs(
     shared: Arc<Shared>,
@@ -75,49 +58,32 @@ pub async fn watch_combs(
     scope: Option<String>,
     cancel: CancellationToken,
 ) {
-    let resource = comb_api::api_resource(&shared.config.group);
-    let client = layer.ops.client().clone();
-    let api: Api<Comb> = match &scope {
-        Some(namespace) => Api::namespaced_with(client, namespace, &resource),
-        None => Api::all_with(client, &resource),
-    };
-    let stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE))
-        .take_until(cancel.cancelled());
+    let stream = comb_deliveries(&shared, &layer, scope.clone()).take_until(cancel.cancelled());
     futures::pin_mut!(stream);
-    let mut retries = shared.health.retries();
     let mut listing: Option<HashSet<CombKey>> = None;
-    while let Some(item) = stream.next().await {
-        let event = match item {
-            Ok(event) => event,
-            Err(error) => {
-                let message = match classify(&error) {
+    while let Some(delivery) = stream.next().await {
+        let event = match delivery {
+            Delivery::Event(event) => event,
+            Delivery::Failed(failed) => {
+                let message = match failed.failure {
                     Failure::NotServed => format!(
-                        "the Comb CRD (combs.{}) is not installed; install it with `comb crd | kubectl apply -f -` ({error})",
-                        shared.config.group
+                        "the Comb CRD (combs.{}) is not installed; install it with `comb crd | kubectl apply -f -` ({})",
+                        shared.config.group, failed.message
                     ),
-                    _ => error.to_string(),
+                    _ => failed.message,
                 };
-                if !after_error(
-                    &shared,
-                    &layer,
-                    "Comb",
-                    classify(&error),
-                    &message,
-                    &mut retries,
-                    &cancel,
-                )
-                .await
-                {
-                    return;
-                }
+                shared
+                    .health
+                    .watch_failed(&layer, "Comb", failed.failure, &message);
                 continue;
             }
+            // A Comb that does not decode fails the watch instead.
+            Delivery::Unencodable(_) => continue,
         };
         // kube's watcher yields `Init` before it lists, on every retry: only what the server
         // sent proves it answers (counting `Init` kept a failing watch retrying at its first,
         // shortest delay, and marked a partitioned layer back up several times a second).
         if !matches!(event, Event::Init) {
-            retries.reset();
             shared.health.layer_answered(&layer);
         }
         match event {
@@ -153,20 +119,54 @@ pub async fn watch_combs(
     }
 }
 
+/// Where a watch of `layer`'s `scope` comes from: its own, or one shared with the other
+/// controllers of the process (their layers on demand). A layer made from a template shares the
+/// watch of every namespace of its cluster, handed its `scope`; any other layer shares the
+/// watch of its `scope` (its RBAC may stop there). `None`: its own.
+fn shared_scope<'a>(
+    shared: &'a Shared,
+    layer: &LayerRuntime,
+    scope: &Option<String>,
+) -> Option<(&'a SharedWatches, Option<String>)> {
+    let watches = shared.options.shared_watches.as_ref()?;
+    let opened_in = if layer.layer.template.is_some() {
+        None
+    } else {
+        scope.clone()
+    };
+    Some((watches, opened_in))
+}
+
+/// The Comb CRs of `scope` of `layer`, as its watch delivers them, paced after failures.
+fn comb_deliveries(
+    shared: &Shared,
+    layer: &LayerRuntime,
+    scope: Option<String>,
+) -> Deliveries<Comb> {
+    let resource = comb_api::api_resource(&shared.config.group);
+    let client = layer.ops.client().clone();
+    let backoff = shared.options.watch_backoff;
+    let open = move |opened_in: Option<String>| {
+        let api: Api<Comb> = match &opened_in {
+            Some(namespace) => Api::namespaced_with(client, namespace, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        let events = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE));
+        paced(deliveries(events, Ok), backoff, false)
+    };
+    match shared_scope(shared, layer, &scope) {
+        Some((watches, opened_in)) => {
+            watches.combs(&layer.layer.context, opened_in.clone(), scope, || {
+                open(opened_in)
+            })
+        }
+        None => open(scope),
+    }
+}
+
 /// Kinds whose objects the steps read only by their metadata (their data stays on the server):
 /// watched as metadata.
 pub const METADATA_KINDS: [&str; 2] = ["Secret", "ConfigMap"];
-
-/// An object a watch delivered that does not encode as JSON (it cannot: its maps have string
-/// keys; were it to, it would be reported, never kept as `null`), by its name.
-struct Unencodable {
-    namespace: String,
-    name: String,
-    error: String,
-}
-
-/// One event a watch delivered, its object as JSON, or the object that does not encode.
-type Delivered = Result<Event<Value>, Unencodable>;
 
 /// The events of one kind's watch as JSON objects with their `apiVersion` and `kind` (list
 /// items come without). `managedFields` stay: the cache keeps them as one hash per manager,
@@ -176,7 +176,7 @@ fn object_events(
     kind: &ApiResource,
     scope: Option<&str>,
     config: watcher::Config,
-) -> BoxStream<'static, watcher::Result<Delivered>> {
+) -> Deliveries<Value> {
     let types = TypeMeta {
         api_version: kind.api_version.clone(),
         kind: kind.kind.clone(),
@@ -202,7 +202,7 @@ fn json_events<K>(
     config: watcher::Config,
     types: TypeMeta,
     types_of: fn(&mut K) -> &mut Option<TypeMeta>,
-) -> BoxStream<'static, watcher::Result<Delivered>>
+) -> Deliveries<Value>
 where
     K: kube::Resource
         + Clone
@@ -212,30 +212,13 @@ where
         + Send
         + 'static,
 {
-    watcher::watcher(api, config)
-        .map_ok(move |event| {
-            try_map_event(event, |mut object| {
-                *types_of(&mut object) = Some(types.clone());
-                serde_json::to_value(&object).map_err(|error| Unencodable {
-                    namespace: object.meta().namespace.clone().unwrap_or_default(),
-                    name: object.meta().name.clone().unwrap_or_default(),
-                    error: error.to_string(),
-                })
-            })
+    deliveries(watcher::watcher(api, config), move |mut object: K| {
+        *types_of(&mut object) = Some(types.clone());
+        serde_json::to_value(&object).map_err(|error| Unencodable {
+            namespace: object.meta().namespace.clone().unwrap_or_default(),
+            name: object.meta().name.clone().unwrap_or_default(),
+            error: error.to_string(),
         })
-        .boxed()
-}
-
-fn try_map_event<K, T, E>(
-    event: Event<K>,
-    f: impl FnOnce(K) -> Result<T, E>,
-) -> Result<Event<T>, E> {
-    Ok(match event {
-        Event::Apply(object) => Event::Apply(f(object)?),
-        Event::Delete(object) => Event::Delete(f(object)?),
-        Event::Init => Event::Init,
-        Event::InitApply(object) => Event::InitApply(f(object)?),
-        Event::InitDone => Event::InitDone,
     })
 }
 
@@ -264,20 +247,9 @@ pub async fn watch_managed(
     scope: Option<String>,
     cancel: CancellationToken,
 ) {
-    let client = layer.ops.client().clone();
     let keys = shared.config.label_keys();
-    // Everything that carries a Comb's name label: a superset of what the steps select by
-    // (the name label, or name and namespace labels), so the cache can answer their lists.
-    let selector = keys.name_label().to_string();
-    let stream = object_events(
-        client,
-        &kind,
-        scope.as_deref(),
-        watcher::Config::default()
-            .labels(&selector)
-            .page_size(LIST_PAGE),
-    )
-    .take_until(cancel.cancelled());
+    let stream =
+        object_deliveries(&shared, &layer, &kind, scope.clone()).take_until(cancel.cancelled());
     futures::pin_mut!(stream);
     let cache = layer.ops.cache().cloned();
     let (api_version, kind_name) = (kind.api_version.clone(), kind.kind.clone());
@@ -288,54 +260,36 @@ pub async fn watch_managed(
         kind: kind_name.clone(),
         scope: scope.clone(),
     });
-    let mut retries = shared.health.retries();
     let mut forbidden = Forbidden::default();
-    while let Some(item) = stream.next().await {
-        let event = match item {
-            Ok(event) => event,
-            Err(error) => {
-                let failure = classify(&error);
-                if failure == Failure::NotServed {
-                    warn!(
-                        layer = layer.name(),
-                        kind = %kind.kind,
-                        "not watching {}: the API server does not serve it ({error})",
-                        kind.kind
-                    );
-                    return;
-                }
-                if failure == Failure::Forbidden {
-                    // Said once; RBAC may be granted later, so the watch looks again, seldom.
-                    forbidden.report(&layer, &kind, scope.as_deref(), &error);
-                    shared.metrics.api_error(layer.name(), "watch");
-                    if !shared
-                        .health
-                        .pause(shared.options.watch_backoff.max, &cancel)
-                        .await
-                    {
+    while let Some(delivery) = stream.next().await {
+        let event = match delivery {
+            Delivery::Event(event) => event,
+            Delivery::Failed(failed) => {
+                match failed.failure {
+                    Failure::NotServed => {
+                        warn!(
+                            layer = layer.name(),
+                            kind = %kind.kind,
+                            "not watching {}: the API server does not serve it ({})",
+                            kind.kind,
+                            failed.message
+                        );
                         return;
                     }
-                    continue;
-                }
-                if !after_error(
-                    &shared,
-                    &layer,
-                    &kind.kind,
-                    failure,
-                    &error.to_string(),
-                    &mut retries,
-                    &cancel,
-                )
-                .await
-                {
-                    return;
+                    // Said once; RBAC may be granted later, so the watch looks again, seldom.
+                    Failure::Forbidden => {
+                        forbidden.report(&layer, &kind, scope.as_deref(), &failed.message);
+                        shared.metrics.api_error(layer.name(), "watch");
+                    }
+                    failure => {
+                        shared
+                            .health
+                            .watch_failed(&layer, &kind.kind, failure, &failed.message);
+                    }
                 }
                 continue;
             }
-        };
-        let event = match event {
-            Ok(event) => event,
-            Err(object) => {
+            Delivery::Unencodable(object) => {
                 warn!(
                     layer = layer.name(),
                     kind = %kind.kind,
@@ -369,7 +323,6 @@ pub async fn watch_managed(
                     cache.list_done(&api_version, &kind_name, scope.as_deref());
                 }
                 forbidden.granted(&layer, &kind, scope.as_deref());
-                retries.reset();
                 shared.health.layer_answered(&layer);
                 continue;
             }
@@ -394,7 +347,6 @@ pub async fn watch_managed(
                 owner_and_name(&object, &keys)
             }
         };
-        retries.reset();
         shared.health.layer_answered(&layer);
         if let Some(owner) = owner
             && layer.knows(&owner)
@@ -412,6 +364,41 @@ pub async fn watch_managed(
     }
 }
 
+/// The objects of managed kind `kind` in `scope` of `layer` that carry a Comb's name label (a
+/// superset of what the steps select by: the name label, or name and namespace labels, so that
+/// the cache can answer their lists), as its watch delivers them, paced after failures; a kind
+/// the server does not serve ends the watch.
+fn object_deliveries(
+    shared: &Shared,
+    layer: &LayerRuntime,
+    kind: &ApiResource,
+    scope: Option<String>,
+) -> Deliveries<Value> {
+    let client = layer.ops.client().clone();
+    let selector = shared.config.label_keys().name_label().to_string();
+    let backoff = shared.options.watch_backoff;
+    let resource = kind.clone();
+    let open = move |opened_in: Option<String>| {
+        let config = watcher::Config::default()
+            .labels(&selector)
+            .page_size(LIST_PAGE);
+        paced(
+            object_events(client, &resource, opened_in.as_deref(), config),
+            backoff,
+            true,
+        )
+    };
+    match shared_scope(shared, layer, &scope) {
+        Some((watches, opened_in)) => {
+            let kind = format!("{}/{}", kind.api_version, kind.kind);
+            watches.objects(&layer.layer.context, kind, opened_in.clone(), scope, || {
+                open(opened_in)
+            })
+        }
+        None => open(scope),
+    }
+}
+
 /// Whether a managed kind's watch was refused (403), so that the refusal is said once, with
 /// what to grant, and its end once too.
 #[derive(Debug, Default)]
@@ -425,7 +412,7 @@ impl Forbidden {
         layer: &LayerRuntime,
         kind: &ApiResource,
         scope: Option<&str>,
-        error: &watcher::Error,
+        error: &str,
     ) {
         if std::mem::replace(&mut self.reported, true) {
             debug!(layer = layer.name(), kind = %kind.kind, "still not allowed to watch: {error}");
