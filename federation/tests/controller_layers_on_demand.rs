@@ -735,3 +735,116 @@ async fn more_layers_open_no_more_watches_than_one() {
     on_demand.stop().await;
     running.stop().await;
 }
+
+/// A layer follows the layer it borrows from while it runs: a Comb added to staging is made
+/// in the layer (and borrowed), a new spec of a Comb it borrows is taken, a Comb gone from
+/// staging goes from the layer and from its record; the Comb it runs itself is the
+/// developer's and follows nothing.
+#[tokio::test]
+async fn a_layer_follows_what_its_source_gains_changes_and_loses() {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    let on_demand = world.run_layers_on_demand(config, &running);
+    create_layer(
+        &world,
+        "alice",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-alice"],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}, "ttl": "2h"}),
+    )
+    .await;
+    wait_layer(&world, "alice", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    let recorded = |status: &CombLayerStatus| -> Vec<String> {
+        status
+            .managed_resources
+            .iter()
+            .filter(|made| made.kind == "Comb")
+            .map(|made| made.name.clone())
+            .collect()
+    };
+
+    // Gained: cache, borrowed like db (db's spec, its objects named cache).
+    let cache = db_spec("ClusterIP", Some("192.0.2.11:5432"))
+        .to_string()
+        .replace("\"db\"", "\"cache\"");
+    world
+        .create_comb(
+            "staging",
+            "shop",
+            "cache",
+            serde_json::from_str(&cache).expect("cache's spec"),
+        )
+        .await;
+    world
+        .wait_phase("staging", "shop", "cache", "Running", None)
+        .await;
+    world
+        .wait_phase("dev", "dev-alice", "cache", "Running", Some("Borrowed"))
+        .await;
+    let status = wait_layer(&world, "alice", "to record cache", |status| {
+        recorded(status).contains(&"cache".to_string())
+    })
+    .await;
+    assert!(
+        status
+            .managed_resources
+            .iter()
+            .all(|made| made.uid.is_some()),
+        "{status:?}"
+    );
+
+    // Changed: db's new spec is taken; api's is not (alice runs it).
+    let api_before = world
+        .combs("dev", "dev-alice")
+        .await
+        .get("api")
+        .await
+        .expect("alice's api")
+        .spec;
+    world
+        .patch_spec("staging", "shop", "db", json!({"enabled": true}))
+        .await;
+    world
+        .patch_spec("staging", "shop", "api", json!({"enabled": true}))
+        .await;
+    let staging_db = world
+        .combs("staging", "shop")
+        .await
+        .get("db")
+        .await
+        .expect("staging's db")
+        .spec;
+    let dev_combs = world.combs("dev", "dev-alice").await;
+    comb_testkit::wait_until("alice's db to take staging's new spec", || {
+        let dev_combs = dev_combs.clone();
+        let staging_db = staging_db.clone();
+        async move {
+            let db = dev_combs.get_opt("db").await.ok().flatten()?;
+            (db.spec == staging_db).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        dev_combs.get("api").await.expect("alice's api").spec,
+        api_before,
+        "the Comb alice runs is hers: staging's edit is not taken"
+    );
+
+    // Lost: cache goes from staging, then from alice's layer and its record.
+    world.delete_comb("staging", "shop", "cache").await;
+    world.wait_gone("dev", "dev-alice", "cache").await;
+    let status = wait_layer(&world, "alice", "to forget cache", |status| {
+        !recorded(status).contains(&"cache".to_string())
+    })
+    .await;
+    assert_eq!(recorded(&status), ["api", "db"], "{status:?}");
+    world
+        .wait_phase("dev", "dev-alice", "db", "Running", Some("Borrowed"))
+        .await;
+    on_demand.stop().await;
+    running.stop().await;
+}

@@ -1,16 +1,19 @@
 //! A cheap view of a running controller: layers, queues, readiness, metrics, outcomes.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use comb_api::Comb;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use super::layer::{LayerState, LayerStatus};
+use super::layer::{LayerRuntime, LayerState, LayerStatus, Origin};
 use super::once::CombOutcome;
 use super::queue::QueueEntryView;
 use super::{Shared, Transition};
+use crate::engine::keys::CombKey;
 use crate::error::Result;
 use crate::picture::LayerCombs;
 
@@ -79,6 +82,34 @@ impl ControllerHandle {
     /// The health of layer `name`.
     pub fn layer(&self, name: &str) -> Option<LayerStatus> {
         self.layers().into_iter().find(|layer| layer.name == name)
+    }
+
+    /// The uid and generation of every Comb CR of layer `name`, once its watches listed them
+    /// all (`None` before, or when this controller has no such layer): cheap to compare, to
+    /// tell whether [`ControllerHandle::listed_combs`] changed.
+    pub fn listed_origins(&self, name: &str) -> Option<BTreeMap<CombKey, Origin>> {
+        let layer = self.listed_layer(name)?;
+        Some(layer.origins())
+    }
+
+    /// The Comb CRs of layer `name` as its watches show them, once they listed them all.
+    pub fn listed_combs(&self, name: &str) -> Option<Vec<Comb>> {
+        let layer = self.listed_layer(name)?;
+        Some(
+            layer
+                .keys()
+                .iter()
+                .filter_map(|key| layer.cr(key))
+                .collect(),
+        )
+    }
+
+    fn listed_layer(&self, name: &str) -> Option<&Arc<LayerRuntime>> {
+        self.shared
+            .layers
+            .iter()
+            .find(|layer| layer.name() == name)
+            .filter(|layer| layer.status().listed)
     }
 
     /// Every layer's queue.

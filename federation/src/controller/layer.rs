@@ -1,7 +1,7 @@
 //! One layer at run time: its Comb CRs as watched, what the controller keeps per Comb, its work
 //! queue, its dependency graph and whether its API server answers.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -595,6 +595,16 @@ impl LayerRuntime {
             .lock()
             .get(key)
             .map(|entry| Origin::of_metadata(entry.cr.metadata()))
+    }
+
+    /// The uid and generation of every Comb CR the layer holds: what changes when a Comb comes,
+    /// goes or gets a new spec (not when its status is written).
+    pub fn origins(&self) -> BTreeMap<CombKey, Origin> {
+        self.store
+            .lock()
+            .iter()
+            .map(|(key, entry)| (key.clone(), Origin::of_metadata(entry.cr.metadata())))
+            .collect()
     }
 
     /// What dependents judge `key` by, if it is kept for `origin`.

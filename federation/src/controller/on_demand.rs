@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use comb_api::{
-    Comb, CombCondition, CombCounts, CombLayer, CombLayerStatus, ConditionStatus, EXPIRED,
-    LAYER_KIND, LayerPhase, ManagedObject, Phase, READY, Reason, SecretRef, VERSION,
+    Comb, CombCondition, CombCounts, CombLayer, CombLayerStatus, CombSpec, ConditionStatus,
+    EXPIRED, LAYER_KIND, LayerPhase, ManagedObject, Phase, READY, Reason, SecretRef, VERSION,
     layer_api_resource,
 };
 use comb_kubeconfigs::ClientPool;
@@ -29,17 +29,19 @@ use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference,
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::layer::Origin;
 use super::once::CombOutcome;
 use super::run::Controller;
 use super::{ControllerHandle, ControllerOptions, RunOutcome};
 use crate::config::{Admitted, Config, Layer, layer_from_template, matches_any};
 use crate::engine::class::ClassRegistry;
+use crate::engine::keys::CombKey;
 use crate::error::{Error, Result};
 
 /// The finalizer comb puts on a CombLayer: its removal waits until what comb made for it went.
@@ -76,6 +78,9 @@ struct Running {
     generation: Option<i64>,
     layer: Layer,
     handle: ControllerHandle,
+    /// What the source layer's and the layer's Combs were (their uids and generations) when
+    /// [`LayersOnDemand::follow`] last found nothing to do.
+    followed: Option<Followed>,
     shutdown: CancellationToken,
     task: JoinHandle<Result<RunOutcome>>,
 }
@@ -291,10 +296,14 @@ impl LayersOnDemand {
             if running.get(&name).is_some_and(|run| run.expires_at <= now) {
                 return self.remove(api, client, cr, state).await;
             }
-            return match state.running.get(&name) {
-                Some(run) => record_progress(api, cr, &status, run, now).await,
-                None => Ok(()),
+            let Some(run) = state.running.get_mut(&name) else {
+                return Ok(());
             };
+            if self.follow(api, cr, run).await? {
+                // The counts wait for the next look, on the copy with this record.
+                return Ok(());
+            }
+            return record_progress(api, cr, &status, run, now).await;
         }
         let others = self.with_others(running, &name);
         let admission = layer_from_template(&others, &name, &cr.spec, created, now);
@@ -649,34 +658,170 @@ impl LayersOnDemand {
                 if !taken || recorded(status, "Comb", Some(namespace), &comb_name) {
                     continue;
                 }
-                let mut comb = Comb::new(&self.config.group, namespace, &comb_name, source.spec);
-                comb.metadata.labels =
-                    Some(BTreeMap::from([(self.layer_label(), name.to_string())]));
-                match ours.create(&PostParams::default(), &comb).await {
-                    Ok(made) => record(
-                        status,
-                        ManagedObject::new(
-                            format!("{}/{VERSION}", self.config.group),
-                            comb_api::KIND,
-                            Some(namespace),
-                            comb_name.as_str(),
-                        )
-                        .with_uid(made.metadata.uid.as_deref()),
-                    ),
-                    Err(kube::Error::Api(answer)) if answer.code == 409 => notes.push(format!(
-                        "Comb {namespace}/{comb_name} exists and is not this layer's; comb \
-                         leaves it alone"
-                    )),
-                    Err(error) => {
-                        return Err(Error::kube(
-                            format!("create Comb {namespace}/{comb_name}"),
-                            error,
-                        ));
-                    }
+                if let Some(note) = self
+                    .create_comb(&ours, namespace, &comb_name, source.spec, name, status)
+                    .await?
+                {
+                    notes.push(note);
                 }
             }
         }
         Ok(notes)
+    }
+
+    /// Creates Comb `namespace/name` with `spec` for layer `layer` and records its uid in
+    /// `status`; a note instead when a Comb of that name exists and is not the layer's.
+    async fn create_comb(
+        &self,
+        ours: &Api<Comb>,
+        namespace: &str,
+        name: &str,
+        spec: CombSpec,
+        layer: &str,
+        status: &mut CombLayerStatus,
+    ) -> Result<Option<String>> {
+        let mut comb = Comb::new(&self.config.group, namespace, name, spec);
+        comb.metadata.labels = Some(BTreeMap::from([(self.layer_label(), layer.to_string())]));
+        match ours.create(&PostParams::default(), &comb).await {
+            Ok(made) => {
+                record(
+                    status,
+                    ManagedObject::new(
+                        format!("{}/{VERSION}", self.config.group),
+                        comb_api::KIND,
+                        Some(namespace),
+                        name,
+                    )
+                    .with_uid(made.metadata.uid.as_deref()),
+                );
+                Ok(None)
+            }
+            Err(kube::Error::Api(answer)) if answer.code == 409 => Ok(Some(format!(
+                "Comb {namespace}/{name} exists and is not this layer's; comb leaves it alone"
+            ))),
+            Err(error) => Err(Error::kube(
+                format!("create Comb {namespace}/{name}"),
+                error,
+            )),
+        }
+    }
+
+    /// Keeps the Combs comb made for the running layer of `cr` those of the layer it borrows
+    /// from, as its controller's watches show both: a Comb added there is made here, a
+    /// borrowing Comb whose source's spec changed gets that spec, and one whose source went
+    /// goes (each by its recorded uid); a Comb the layer runs locally is the developer's once
+    /// made. Sends nothing while neither layer's Combs came, went or got a new spec; true
+    /// when it wrote the record.
+    async fn follow(
+        &self,
+        api: &Api<CombLayer>,
+        cr: &CombLayer,
+        run: &mut Running,
+    ) -> Result<bool> {
+        let Some(borrow) = run.layer.borrow.clone() else {
+            return Ok(false);
+        };
+        let seen = (
+            run.handle.listed_origins(&borrow.from),
+            run.handle.listed_origins(&run.layer.name),
+        );
+        let (Some(_), Some(_)) = &seen else {
+            return Ok(false);
+        };
+        if run.followed.as_ref() == Some(&seen) {
+            return Ok(false);
+        }
+        let (Some(sources), Some(ours)) = (
+            run.handle.listed_combs(&borrow.from),
+            run.handle.listed_combs(&run.layer.name),
+        ) else {
+            return Ok(false);
+        };
+        let stale = cr.status.clone().unwrap_or_default();
+        if following(&run.layer, &sources, &ours, &stale).is_empty() {
+            run.followed = Some(seen);
+            return Ok(false);
+        }
+        // Decided on the record as the server holds it: the watch's copy may predate comb's
+        // last write of it.
+        let fresh = api
+            .get(cr.name())
+            .await
+            .map_err(|error| Error::kube(format!("get CombLayer {}", cr.name()), error))?;
+        let status = fresh.status.clone().unwrap_or_default();
+        let plan = following(&run.layer, &sources, &ours, &status);
+        if plan.is_empty() {
+            run.followed = Some(seen);
+            return Ok(false);
+        }
+        let client = run
+            .pool
+            .client(&run.layer.context)
+            .await
+            .map_err(|source| Error::Kubeconfig {
+                what: format!("layer {}", run.layer.name),
+                source,
+            })?;
+        let resource = comb_api::api_resource(&self.config.group);
+        let combs = |namespace: &str| -> Api<Comb> {
+            Api::namespaced_with(client.clone(), namespace, &resource)
+        };
+        let mut next = status.clone();
+        for (namespace, source) in plan.make {
+            let name = source.name_any();
+            if let Some(note) = self
+                .create_comb(
+                    &combs(&namespace),
+                    &namespace,
+                    &name,
+                    source.spec,
+                    &run.layer.name,
+                    &mut next,
+                )
+                .await?
+            {
+                info!(layer = %run.layer.name, "{note}");
+            }
+        }
+        for (mut comb, spec) in plan.respec {
+            // A replace of the copy the watch holds: refused (409) when the Comb changed
+            // meanwhile, or is another one by now (its uid); the next look sees it again.
+            let key = format!(
+                "{}/{}",
+                comb.namespace().unwrap_or_default(),
+                comb.name_any()
+            );
+            comb.spec = spec;
+            comb.status = None;
+            combs(&comb.namespace().unwrap_or_default())
+                .replace(&comb.name_any(), &PostParams::default(), &comb)
+                .await
+                .map_err(|error| Error::kube(format!("replace the spec of Comb {key}"), error))?;
+        }
+        for (key, uid) in plan.remove {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match combs(&key.namespace).delete(&key.name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(answer)) if answer.code == 404 => {}
+                Err(error) => {
+                    return Err(Error::kube(format!("delete Comb {key}"), error));
+                }
+            }
+            next.managed_resources.retain(|made| {
+                !(made.kind == comb_api::KIND
+                    && made.namespace.as_deref() == Some(key.namespace.as_str())
+                    && made.name == key.name)
+            });
+        }
+        // The record is comb's alone: written over the copy just read.
+        write_status(api, &fresh, &status, next, false).await?;
+        Ok(true)
     }
 
     fn layer_label(&self) -> String {
@@ -727,6 +872,7 @@ impl LayersOnDemand {
             generation: cr.metadata.generation,
             layer,
             handle,
+            followed: None,
             shutdown,
             task,
         })
@@ -1045,6 +1191,96 @@ impl Held {
     }
 }
 
+/// What [`LayersOnDemand::follow`] compares between looks: the uids and generations of the
+/// source layer's Combs and of the layer's.
+type Followed = (
+    Option<BTreeMap<CombKey, Origin>>,
+    Option<BTreeMap<CombKey, Origin>>,
+);
+
+/// What keeps a layer's Combs those of the layer it borrows from.
+#[derive(Debug, Default)]
+struct Following {
+    /// Combs of the source the layer takes and has none of, with the namespace each is made in.
+    make: Vec<(String, Comb)>,
+    /// Borrowing Combs comb made, as the layer holds them, whose source has another spec; with
+    /// that spec.
+    respec: Vec<(Comb, CombSpec)>,
+    /// Borrowing Combs comb made whose source is gone, with their recorded uid.
+    remove: Vec<(CombKey, String)>,
+}
+
+impl Following {
+    fn is_empty(&self) -> bool {
+        self.make.is_empty() && self.respec.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// What keeps the Combs of `layer` (`ours`, as its watch holds them; `status`, what comb
+/// recorded making) those of the layer it borrows from (`sources`): a Comb of the source the
+/// layer takes is made unless the layer has one of that name (comb's or not); a borrowing Comb
+/// comb made follows its source's spec, and goes with its source. A Comb the layer runs
+/// locally is the developer's once made: neither its spec nor its end follow the source.
+fn following(
+    layer: &Layer,
+    sources: &[Comb],
+    ours: &[Comb],
+    status: &CombLayerStatus,
+) -> Following {
+    let mut plan = Following::default();
+    let Some(borrow) = &layer.borrow else {
+        return plan;
+    };
+    for namespace in layer.namespaces.iter().flatten() {
+        let peer = borrow.namespace.as_deref().unwrap_or(namespace);
+        let in_namespace = |combs: &'_ [Comb], namespace: &str, name: &str| {
+            combs
+                .iter()
+                .find(|comb| {
+                    comb.namespace().as_deref() == Some(namespace) && comb.name_any() == name
+                })
+                .cloned()
+        };
+        let local = |name: &str| matches_any(&borrow.local, namespace, name);
+        for source in sources
+            .iter()
+            .filter(|source| source.namespace().as_deref() == Some(peer))
+        {
+            let name = source.name_any();
+            let taken = matches_any(&borrow.combs, peer, &name) || local(&name);
+            if taken
+                && !recorded(status, comb_api::KIND, Some(namespace), &name)
+                && in_namespace(ours, namespace, &name).is_none()
+            {
+                plan.make.push((namespace.clone(), source.clone()));
+            }
+        }
+        for made in &status.managed_resources {
+            if made.kind != comb_api::KIND
+                || made.namespace.as_deref() != Some(namespace.as_str())
+                || local(&made.name)
+            {
+                continue;
+            }
+            let Some(uid) = &made.uid else { continue };
+            match in_namespace(sources, peer, &made.name) {
+                None => plan
+                    .remove
+                    .push((CombKey::new(namespace, &made.name), uid.clone())),
+                Some(source) => {
+                    if let Some(mine) = in_namespace(ours, namespace, &made.name)
+                        && mine.metadata.uid.as_ref() == Some(uid)
+                        && mine.spec != source.spec
+                    {
+                        plan.respec.push((mine, source.spec));
+                    }
+                }
+            }
+        }
+    }
+    plan
+}
+
 /// Whether `status` records `kind` `namespace/name` as made for the layer.
 fn recorded(status: &CombLayerStatus, kind: &str, namespace: Option<&str>, name: &str) -> bool {
     status.managed_resources.iter().any(|made| {
@@ -1251,6 +1487,159 @@ mod tests {
                 failed: 2
             }
         );
+    }
+
+    /// The layer of the table: alice in dev-alice, borrowing every Comb of staging's `shop`,
+    /// running `api` itself.
+    fn alice() -> Layer {
+        Layer {
+            name: "alice".into(),
+            context: "dev".into(),
+            namespaces: Some(vec!["dev-alice".into()]),
+            borrow: Some(crate::config::Borrow {
+                from: "staging".into(),
+                namespace: Some("shop".into()),
+                combs: vec!["*".into()],
+                local: vec!["api".into()],
+                replicate: Vec::new(),
+                fallback: None,
+            }),
+            stubs: Vec::new(),
+            allow_namespaces: Vec::new(),
+            allow_cluster_scoped: Vec::new(),
+            service_account: None,
+            source_service_account: None,
+            allow_upstreams: Vec::new(),
+            template: None,
+        }
+    }
+
+    fn comb(namespace: &str, name: &str, uid: &str, class: &str) -> Comb {
+        let mut comb = Comb::new("comb.internal", namespace, name, CombSpec::of_class(class));
+        comb.metadata.uid = Some(uid.into());
+        comb
+    }
+
+    fn made(name: &str, uid: &str) -> ManagedObject {
+        ManagedObject::new("comb.internal/v1", "Comb", Some("dev-alice"), name).with_uid(Some(uid))
+    }
+
+    /// What keeps a layer's Combs its source's: `(case, source's Combs, the layer's, the
+    /// record, what is made, respecified, removed)`.
+    #[test]
+    fn a_layer_follows_the_combs_of_its_source_but_those_it_runs() {
+        let shop = |name: &str, class: &str| comb("shop", name, &format!("s-{name}"), class);
+        let ours = |name: &str, uid: &str, class: &str| comb("dev-alice", name, uid, class);
+        type Case = (
+            &'static str,
+            Vec<Comb>,
+            Vec<Comb>,
+            Vec<ManagedObject>,
+            Vec<&'static str>,
+            Vec<&'static str>,
+            Vec<&'static str>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "as made: nothing to do",
+                vec![shop("db", "A"), shop("api", "A")],
+                vec![ours("db", "1", "A"), ours("api", "2", "A")],
+                vec![made("db", "1"), made("api", "2")],
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "a Comb added to the source is made",
+                vec![shop("db", "A"), shop("cache", "A")],
+                vec![ours("db", "1", "A")],
+                vec![made("db", "1")],
+                vec!["dev-alice/cache"],
+                vec![],
+                vec![],
+            ),
+            (
+                "one of that name that is not comb's is left alone",
+                vec![shop("cache", "A")],
+                vec![ours("cache", "9", "B")],
+                vec![],
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "a borrowing Comb takes its source's new spec, a local one does not",
+                vec![shop("db", "B"), shop("api", "B")],
+                vec![ours("db", "1", "A"), ours("api", "2", "A")],
+                vec![made("db", "1"), made("api", "2")],
+                vec![],
+                vec!["dev-alice/db"],
+                vec![],
+            ),
+            (
+                "a Comb another made under comb's recorded name is not respecified",
+                vec![shop("db", "B")],
+                vec![ours("db", "other", "A")],
+                vec![made("db", "1")],
+                vec![],
+                vec![],
+                vec![],
+            ),
+            (
+                "a borrowing Comb goes with its source, a local one stays",
+                vec![],
+                vec![ours("db", "1", "A"), ours("api", "2", "A")],
+                vec![made("db", "1"), made("api", "2")],
+                vec![],
+                vec![],
+                vec!["dev-alice/db 1"],
+            ),
+        ];
+        for (case, sources, combs, record, make, respec, remove) in cases {
+            let status = CombLayerStatus {
+                managed_resources: record,
+                ..CombLayerStatus::default()
+            };
+            let plan = following(&alice(), &sources, &combs, &status);
+            let made: Vec<String> = plan
+                .make
+                .iter()
+                .map(|(namespace, source)| format!("{namespace}/{}", source.name_any()))
+                .collect();
+            let respecified: Vec<String> = plan
+                .respec
+                .iter()
+                .map(|(comb, spec)| {
+                    assert_eq!(
+                        sources
+                            .iter()
+                            .find(|source| source.name_any() == comb.name_any())
+                            .map(|source| &source.spec),
+                        Some(spec),
+                        "{case}: the source's spec"
+                    );
+                    format!(
+                        "{}/{}",
+                        comb.namespace().unwrap_or_default(),
+                        comb.name_any()
+                    )
+                })
+                .collect();
+            let removed: Vec<String> = plan
+                .remove
+                .iter()
+                .map(|(key, uid)| format!("{key} {uid}"))
+                .collect();
+            assert_eq!(
+                (made, respecified, removed),
+                (
+                    make.iter().map(ToString::to_string).collect(),
+                    respec.iter().map(ToString::to_string).collect(),
+                    remove.iter().map(ToString::to_string).collect()
+                ),
+                "{case}"
+            );
+        }
     }
 
     #[test]
