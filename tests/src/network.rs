@@ -205,7 +205,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Whether `outcome` was answered by a Pod whose identity starts with `who`.
-fn answered_by(outcome: &CallOutcome, who: &str) -> bool {
+pub fn answered_by(outcome: &CallOutcome, who: &str) -> bool {
     outcome
         .answered_by
         .as_deref()

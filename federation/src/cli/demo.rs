@@ -39,7 +39,7 @@ use crate::cli::endpoints::{self, Published};
 use crate::cli::get::{self, CombRow};
 use crate::cli::packets;
 use crate::config::{Config, Layer};
-use crate::controller::{Controller, ControllerOptions, Transition};
+use crate::controller::{Controller, ControllerOptions, LayersOnDemand, Transition};
 use crate::engine::class::ClassRegistry;
 use comb_sandbox::real::network::NetworkOptions;
 
@@ -452,30 +452,54 @@ impl DemoWorld {
 }
 
 /// A controller with the built-in classes over `config`, on the current runtime until
-/// [`RunningController::stop`]: for the tests and benchmarks that switch configurations.
+/// [`RunningController::stop`]: for the tests and benchmarks that switch configurations. With
+/// `layerTemplates`, the layers on demand run beside it while it reconciles, as `comb run`
+/// runs them.
 pub struct RunningController {
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<crate::error::Result<crate::controller::RunOutcome>>,
+    layers: Option<tokio::task::JoinHandle<crate::error::Result<()>>>,
 }
 
 impl RunningController {
     pub async fn start(config: &Config) -> anyhow::Result<RunningController> {
-        let controller = Controller::with_pool(
-            config.clone(),
-            crate::config::client_pool(config)?,
-            ClassRegistry::with_builtins(),
-            ControllerOptions::default(),
-        )
-        .await?;
+        let pool = crate::config::client_pool(config)?;
+        let registry = ClassRegistry::with_builtins();
+        let options = ControllerOptions::default();
+        let on_demand = (!config.layer_templates.is_empty()).then(|| {
+            LayersOnDemand::new(
+                config.clone(),
+                pool.clone(),
+                registry.clone(),
+                options.clone(),
+            )
+        });
+        let controller = Controller::with_pool(config.clone(), pool, registry, options).await?;
         let shutdown = CancellationToken::new();
+        let layers = on_demand.map(|on_demand| {
+            tokio::spawn(
+                on_demand
+                    .while_reconciling(controller.handle())
+                    .run(shutdown.clone()),
+            )
+        });
         let task = tokio::spawn(controller.run(shutdown.clone()));
-        Ok(RunningController { shutdown, task })
+        Ok(RunningController {
+            shutdown,
+            task,
+            layers,
+        })
     }
 
     /// Stops it and waits until it ended.
     pub async fn stop(self) -> anyhow::Result<()> {
         self.shutdown.cancel();
         self.task.await.context("the controller task failed")??;
+        if let Some(layers) = self.layers {
+            layers
+                .await
+                .context("the task of the layers on demand failed")??;
+        }
         Ok(())
     }
 }
