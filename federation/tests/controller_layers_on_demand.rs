@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use comb_api::{CombLayer, CombLayerStatus, LayerPhase, layer_api_resource};
 use comb_testkit::Setup;
-use comb_testkit::controller::World;
+use comb_testkit::controller::{OnDemand, Running, World};
 use comb_testkit::fixtures::{config_map, db_spec, web};
 use comb_testkit::wait_until;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Secret};
@@ -44,6 +44,17 @@ async fn world() -> World {
     .await;
     world.kit.install_layer_crd("staging").await;
     world
+}
+
+/// The file's controller on [`CONFIG`] with staging's Combs Running, and the layers on demand
+/// beside it.
+async fn started() -> (World, Running, OnDemand) {
+    let world = world().await;
+    let config = world.config(CONFIG);
+    let running = world.run(config.clone()).await;
+    staging_combs(&world).await;
+    let on_demand = world.run_layers_on_demand(config, &running);
+    (world, running, on_demand)
 }
 
 /// staging's Combs: `db` (borrowable: it publishes an external address) and `api`.
@@ -547,11 +558,7 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
 
 #[tokio::test]
 async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
-    let world = world().await;
-    let config = world.config(CONFIG);
-    let running = world.run(config.clone()).await;
-    staging_combs(&world).await;
-    let on_demand = world.run_layers_on_demand(config, &running);
+    let (world, running, on_demand) = started().await;
     create_layer(
         &world,
         "dave",
@@ -603,11 +610,7 @@ async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
 /// by its record, and the CombLayer goes.
 #[tokio::test]
 async fn a_layer_its_template_no_longer_allows_stops_and_is_still_cleaned_up() {
-    let world = world().await;
-    let config = world.config(CONFIG);
-    let running = world.run(config.clone()).await;
-    staging_combs(&world).await;
-    let on_demand = world.run_layers_on_demand(config.clone(), &running);
+    let (world, running, on_demand) = started().await;
     create_layer(
         &world,
         "frank",
@@ -683,11 +686,7 @@ fn watches_opened(world: &World, cluster: &str) -> BTreeMap<String, u64> {
 /// Healthy from the shared watches' objects).
 #[tokio::test]
 async fn more_layers_open_no_more_watches_than_one() {
-    let world = world().await;
-    let config = world.config(CONFIG);
-    let running = world.run(config.clone()).await;
-    staging_combs(&world).await;
-    let on_demand = world.run_layers_on_demand(config, &running);
+    let (world, running, on_demand) = started().await;
     let spec = |name: &str| {
         json!({"template": "dev", "context": "dev", "namespaces": [format!("dev-{name}")],
                "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}, "ttl": "2h"})
@@ -742,11 +741,7 @@ async fn more_layers_open_no_more_watches_than_one() {
 /// developer's and follows nothing.
 #[tokio::test]
 async fn a_layer_follows_what_its_source_gains_changes_and_loses() {
-    let world = world().await;
-    let config = world.config(CONFIG);
-    let running = world.run(config.clone()).await;
-    staging_combs(&world).await;
-    let on_demand = world.run_layers_on_demand(config, &running);
+    let (world, running, on_demand) = started().await;
     create_layer(
         &world,
         "alice",

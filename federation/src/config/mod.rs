@@ -240,6 +240,24 @@ pub enum BorrowDecision<'a> {
 }
 
 impl Layer {
+    /// Layer `name` of `context` over `namespaces` (`None`: every one), with no borrow, stubs,
+    /// allowances nor service accounts.
+    pub fn plain(name: &str, context: &str, namespaces: Option<Vec<String>>) -> Layer {
+        Layer {
+            name: name.to_string(),
+            context: context.to_string(),
+            namespaces,
+            borrow: None,
+            stubs: Vec::new(),
+            allow_namespaces: Vec::new(),
+            allow_cluster_scoped: Vec::new(),
+            service_account: None,
+            source_service_account: None,
+            allow_upstreams: Vec::new(),
+            template: None,
+        }
+    }
+
     /// Whether the layer manages Combs in `namespace`.
     pub fn manages(&self, namespace: &str) -> bool {
         self.namespaces

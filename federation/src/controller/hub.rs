@@ -214,31 +214,29 @@ impl<O: Placed + Clone> HubState<O> {
     /// Hands `delivery` to those it concerns, and keeps what it says. A subscriber whose
     /// receiver is gone is left for its guard to remove.
     fn deliver(&mut self, delivery: Delivery<O>) {
+        // Keeps `object` in `objects` (when there are), and says its namespace.
+        fn keep<O: Placed + Clone>(
+            objects: Option<&mut BTreeMap<(String, String), O>>,
+            object: &O,
+        ) -> Option<String> {
+            let place = object.place();
+            let namespace = place.0.clone();
+            if let Some(objects) = objects {
+                objects.insert(place, object.clone());
+            }
+            Some(namespace)
+        }
         let namespace = match &delivery {
             Delivery::Event(Event::Init) => {
                 self.listing = Some(BTreeMap::new());
                 None
             }
-            Delivery::Event(Event::InitApply(object)) => {
-                let place = object.place();
-                let namespace = place.0.clone();
-                if let Some(listing) = self.listing.as_mut() {
-                    listing.insert(place, object.clone());
-                }
-                Some(namespace)
-            }
+            Delivery::Event(Event::InitApply(object)) => keep(self.listing.as_mut(), object),
             Delivery::Event(Event::InitDone) => {
                 self.held = Some(self.listing.take().unwrap_or_default());
                 None
             }
-            Delivery::Event(Event::Apply(object)) => {
-                let place = object.place();
-                let namespace = place.0.clone();
-                if let Some(held) = self.held.as_mut() {
-                    held.insert(place, object.clone());
-                }
-                Some(namespace)
-            }
+            Delivery::Event(Event::Apply(object)) => keep(self.held.as_mut(), object),
             Delivery::Event(Event::Delete(object)) => {
                 let place = object.place();
                 let namespace = place.0.clone();

@@ -1096,19 +1096,9 @@ impl LayersOnDemand {
             created,
         ) {
             Ok(admitted) => Some(admitted.layer),
-            Err(_) => self.layer_context_of(cr).map(|context| Layer {
-                name: cr.name().to_string(),
-                context,
-                namespaces: Some(cr.spec.namespaces.clone()),
-                borrow: None,
-                stubs: Vec::new(),
-                allow_namespaces: Vec::new(),
-                allow_cluster_scoped: Vec::new(),
-                service_account: None,
-                source_service_account: None,
-                allow_upstreams: Vec::new(),
-                template: None,
-            }),
+            Err(_) => self
+                .layer_context_of(cr)
+                .map(|context| Layer::plain(cr.name(), &context, Some(cr.spec.namespaces.clone()))),
         }
     }
 }
@@ -1493,9 +1483,6 @@ mod tests {
     /// running `api` itself.
     fn alice() -> Layer {
         Layer {
-            name: "alice".into(),
-            context: "dev".into(),
-            namespaces: Some(vec!["dev-alice".into()]),
             borrow: Some(crate::config::Borrow {
                 from: "staging".into(),
                 namespace: Some("shop".into()),
@@ -1504,13 +1491,7 @@ mod tests {
                 replicate: Vec::new(),
                 fallback: None,
             }),
-            stubs: Vec::new(),
-            allow_namespaces: Vec::new(),
-            allow_cluster_scoped: Vec::new(),
-            service_account: None,
-            source_service_account: None,
-            allow_upstreams: Vec::new(),
-            template: None,
+            ..Layer::plain("alice", "dev", Some(vec!["dev-alice".into()]))
         }
     }
 
