@@ -10,8 +10,9 @@ use serde_json::json;
 const STATUS_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats/status";
 const COMB_PATH: &str = "/apis/comb.internal/v1/namespaces/platform/combs/nats";
 
-#[tokio::test]
-async fn a_deploy_that_fails_half_way_prunes_nothing() {
+/// A deploy of three objects over a settled Comb whose second object's apply the API server
+/// answers with `code`: the Comb's status after that step, and the next.
+async fn half_way(code: u16, answer: &str) -> (CombStatus, CombStatus, Cluster) {
     let cluster = Cluster::start_own().await;
     let comb = cluster
         .settled(
@@ -36,46 +37,82 @@ async fn a_deploy_that_fails_half_way_prunes_nothing() {
     cluster.fail(
         "PATCH",
         "/api/v1/namespaces/platform/services/nats",
-        403,
+        code,
         1,
-        "quota exceeded",
+        answer,
     );
-    let status = cluster.reconcile(&mut comb).await;
-
-    let (phase, reason, message) = verdict(&status);
+    let failed = cluster.reconcile(&mut comb).await;
+    let (phase, reason, _) = verdict(&failed);
     assert_eq!((phase.as_str(), reason.as_str()), ("Error", "DeployFailed"));
-    assert_eq!(
-        message,
-        "deploy failed: ensure Service nats: Kubernetes API error (apply Service): 403 Forbidden: quota exceeded"
-    );
     // What came before the failure was applied, nothing after it, nothing pruned.
-    let a = cluster.peek("v1", "ConfigMap", "nats-a").await.unwrap();
+    let a = cluster
+        .peek("v1", "ConfigMap", "nats-a")
+        .await
+        .expect("nats-a");
     assert_eq!(a["data"]["changed"], "yes");
     assert!(cluster.peek("v1", "ConfigMap", "nats-b").await.is_none());
     assert!(cluster.peek("v1", "ConfigMap", "nats-old").await.is_some());
-    // What the deploy was about to make stays recorded as written ahead, without uids (the
-    // refused create may yet have been made, docs/adr/0004-ownership.md), so the next step
-    // writes nothing ahead again; what it made is recorded with its uid.
+    let next = cluster.reconcile(&mut comb).await;
+    (failed, next, cluster)
+}
+
+/// What a deploy that stops half-way records: what it made with uids, and what it was about to
+/// make without (written ahead), but for an object the server refused (it was not made, and
+/// the record must not name an object comb did not make); the next step finishes and prunes.
+#[tokio::test]
+async fn a_deploy_that_fails_half_way_prunes_nothing() {
+    let (refused, next, cluster) = half_way(403, "quota exceeded").await;
     assert_eq!(
-        managed(&status),
+        verdict(&refused).2,
+        "deploy failed: ensure Service nats: Kubernetes API error (apply Service): 403 Forbidden: quota exceeded"
+    );
+    let recorded = |status: &CombStatus| -> Vec<String> {
+        status
+            .managed()
+            .iter()
+            .map(|entry| format!("{}/{} {}", entry.kind, entry.name, entry.uid.is_some()))
+            .collect()
+    };
+    assert_eq!(
+        recorded(&refused),
         [
-            "ConfigMap/nats-a",
-            "ConfigMap/nats-old",
-            "Service/nats",
-            "ConfigMap/nats-b"
+            "ConfigMap/nats-a true",
+            "ConfigMap/nats-old true",
+            "ConfigMap/nats-b false"
+        ],
+        "the refused Service is not recorded"
+    );
+    assert_eq!(
+        recorded(&next),
+        [
+            "ConfigMap/nats-a true",
+            "Service/nats true",
+            "ConfigMap/nats-b true"
         ]
     );
-    let uids: Vec<bool> = status.managed().iter().map(|r| r.uid.is_some()).collect();
-    assert_eq!(uids, [true, true, false, false]);
-
-    // The next step finishes the job and prunes.
-    let status = cluster.reconcile(&mut comb).await;
-    assert_eq!(status.phase.as_ref().map(|p| p.as_str()), Some("Pending"));
-    assert_eq!(
-        managed(&status),
-        ["ConfigMap/nats-a", "Service/nats", "ConfigMap/nats-b"]
-    );
+    assert_eq!(next.phase.as_ref().map(|p| p.as_str()), Some("Pending"));
     assert!(cluster.peek("v1", "ConfigMap", "nats-old").await.is_none());
+
+    // Unanswered, the Service may have been made: it stays written ahead, so the next step
+    // writes nothing ahead again and takes it if it is there.
+    let (unanswered, next, _) = half_way(503, "etcd timeout").await;
+    assert_eq!(
+        recorded(&unanswered),
+        [
+            "ConfigMap/nats-a true",
+            "ConfigMap/nats-old true",
+            "Service/nats false",
+            "ConfigMap/nats-b false"
+        ]
+    );
+    assert_eq!(
+        recorded(&next),
+        [
+            "ConfigMap/nats-a true",
+            "Service/nats true",
+            "ConfigMap/nats-b true"
+        ]
+    );
 }
 
 /// Records a status the next step will not find (another Ready message), so that the step

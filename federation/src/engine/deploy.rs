@@ -559,6 +559,10 @@ pub enum Applied {
     Failed {
         managed: Vec<ManagedObject>,
         message: String,
+        /// The API server answered the request for the object it stopped at with a refusal
+        /// (400, 403, 404, 422): that object was not made. Otherwise (no answer, 5xx, a
+        /// conflict) it may have been.
+        refused: bool,
     },
     /// The deploy stopped at an object that is not the Comb's (`message` names it), which it
     /// left untouched; nothing was pruned. `managed` as for [`Applied::Failed`].
@@ -566,6 +570,12 @@ pub enum Applied {
         managed: Vec<ManagedObject>,
         message: String,
     },
+}
+
+/// Whether an API server's answer `code` to a write says it did not make the object: the
+/// request was malformed, not allowed, aimed at what is not there, or invalid.
+fn is_refusal(code: u16) -> bool {
+    matches!(code, 400 | 403 | 404 | 422)
 }
 
 /// Deploys `items` and, only when that succeeded, prunes `previous − desired` (reference §6.7,
@@ -605,12 +615,19 @@ pub async fn apply_and_prune(
             let managed = union(&stored, previous);
             match source.map(|source| *source) {
                 Some(Error::NotOwned(message)) => Applied::NotOwned { managed, message },
-                _ => Applied::Failed { managed, message },
+                source => Applied::Failed {
+                    managed,
+                    message,
+                    refused: source
+                        .and_then(|source| source.status_code())
+                        .is_some_and(is_refusal),
+                },
             }
         }
         // deploy fails with Error::Deploy only; anything else is reported the same way.
         Err(other) => Applied::Failed {
             managed: previous.to_vec(),
+            refused: other.status_code().is_some_and(is_refusal),
             message: other.to_string(),
         },
     }

@@ -630,32 +630,22 @@ impl Step<'_> {
                 r.finish(phase, reason, message);
                 r.notes = notes;
             }
-            Applied::NotOwned {
-                mut managed,
-                message,
-            } => {
-                // The refused object is the first item not stored; an entry without a uid for
-                // it (written ahead by an earlier step whose create failed) goes: its identity
-                // is someone else's object now.
-                let stored = |item: &RenderedItem| {
-                    let key = ResourceKey::of(&item.resource());
-                    managed
-                        .iter()
-                        .any(|entry| entry.uid.is_some() && ResourceKey::of(entry) == key)
-                };
-                if let Some(refused) = items.iter().find(|item| !stored(item)) {
-                    let key = ResourceKey::of(&refused.resource());
-                    managed.retain(|entry| entry.uid.is_some() || ResourceKey::of(entry) != key);
-                }
-                r.managed = Some(managed);
+            Applied::NotOwned { managed, message } => {
+                // The refused object's identity is someone else's object now.
+                r.managed = Some(without_the_refused(items, managed));
                 // As a failed deploy: the upstream path has established, the local one not.
                 r.established = (established == Established::Upstream).then_some(established);
                 r.finish(Phase::Error, Reason::ResourceNotOwned, message);
             }
-            Applied::Failed { managed, message } => {
+            Applied::Failed {
+                managed,
+                message,
+                refused,
+            } => {
                 // What it was about to make stays recorded: a create whose answer was lost
-                // may have made it, and the next attempt does not write it ahead again. (A
-                // refusal above records none of it: its identity may be someone else's.)
+                // may have made it, and the next attempt does not write it ahead again. An
+                // object the server refused was not made: its entry goes, so that the record
+                // never names an object comb did not make (someone may make one of that name).
                 let untried: Vec<ManagedObject> = ahead
                     .into_iter()
                     .filter(|intent| {
@@ -663,7 +653,12 @@ impl Step<'_> {
                         !managed.iter().any(|entry| ResourceKey::of(entry) == key)
                     })
                     .collect();
-                r.managed = Some(refreshed(&managed, &untried));
+                let managed = refreshed(&managed, &untried);
+                r.managed = Some(if refused {
+                    without_the_refused(items, managed)
+                } else {
+                    managed
+                });
                 // The upstream path has established even when its bridge failed; the local
                 // path has not, so what served before is carried forward.
                 r.established = (established == Established::Upstream).then_some(established);
@@ -900,6 +895,26 @@ fn only_progress(previous: &CombStatus, status: &CombStatus) -> bool {
         && previous.phase == status.phase
         && previous != status
         && without_progress(previous) == without_progress(status)
+}
+
+/// `managed` without a uid-less entry for the object a deploy of `items` stopped at (the first
+/// item `managed` holds no uid for): written ahead by this step or an earlier one, it names an
+/// object comb did not make.
+fn without_the_refused(
+    items: &[RenderedItem],
+    mut managed: Vec<ManagedObject>,
+) -> Vec<ManagedObject> {
+    let stored = |item: &RenderedItem| {
+        let key = ResourceKey::of(&item.resource());
+        managed
+            .iter()
+            .any(|entry| entry.uid.is_some() && ResourceKey::of(entry) == key)
+    };
+    if let Some(refused) = items.iter().find(|item| !stored(item)) {
+        let key = ResourceKey::of(&refused.resource());
+        managed.retain(|entry| entry.uid.is_some() || ResourceKey::of(entry) != key);
+    }
+    managed
 }
 
 #[cfg(test)]
