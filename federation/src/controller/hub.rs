@@ -31,6 +31,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 use super::backoff::{BackoffPolicy, Retries};
 use super::health::{Failure, classify};
@@ -155,6 +156,17 @@ pub trait Placed {
     fn place(&self) -> (String, String);
 }
 
+/// What a shared watch delivers: placed, cloned for each subscriber it concerns, kept as JSON.
+pub trait Watched:
+    Placed + Clone + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<O> Watched for O where
+    O: Placed + Clone + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
+{
+}
+
 impl Placed for Comb {
     fn place(&self) -> (String, String) {
         (self.namespace().unwrap_or_default(), self.name_any())
@@ -191,9 +203,9 @@ struct Hub<O> {
 
 struct HubState<O> {
     /// What the watch holds, once it listed.
-    held: Option<BTreeMap<(String, String), O>>,
+    held: Option<BTreeMap<(String, String), Kept>>,
     /// While it lists: what the list brought so far.
-    listing: Option<BTreeMap<(String, String), O>>,
+    listing: Option<BTreeMap<(String, String), Kept>>,
     subscribers: BTreeMap<u64, Subscriber<O>>,
     next_id: u64,
 }
@@ -210,19 +222,34 @@ impl<O> Subscriber<O> {
     }
 }
 
-impl<O: Placed + Clone> HubState<O> {
+/// What a shared watch keeps of an object for the subscribers that join later: its JSON text,
+/// a fraction of what the decoded object takes (serde_json's maps and strings), decoded again
+/// only for a joiner.
+type Kept = Box<str>;
+
+impl<O: Watched> HubState<O> {
     /// Hands `delivery` to those it concerns, and keeps what it says. A subscriber whose
     /// receiver is gone is left for its guard to remove.
     fn deliver(&mut self, delivery: Delivery<O>) {
         // Keeps `object` in `objects` (when there are), and says its namespace.
-        fn keep<O: Placed + Clone>(
-            objects: Option<&mut BTreeMap<(String, String), O>>,
+        fn keep<O: Watched>(
+            objects: Option<&mut BTreeMap<(String, String), Kept>>,
             object: &O,
         ) -> Option<String> {
             let place = object.place();
             let namespace = place.0.clone();
             if let Some(objects) = objects {
-                objects.insert(place, object.clone());
+                match serde_json::to_string(object) {
+                    Ok(text) => {
+                        objects.insert(place, text.into_boxed_str());
+                    }
+                    // A JSON value or a decoded Comb always encodes; were one not to, a later
+                    // subscriber would miss it, so it is said.
+                    Err(error) => warn!(
+                        namespace = %place.0, name = %place.1, %error,
+                        "a watched object does not encode: subscribers that join later miss it"
+                    ),
+                }
             }
             Some(namespace)
         }
@@ -272,7 +299,8 @@ impl<O: Placed + Clone> HubState<O> {
                 objects
                     .iter()
                     .filter(|((namespace, _), _)| subscriber.takes(namespace))
-                    .map(|(_, object)| Event::InitApply(object.clone())),
+                    .filter_map(|(_, kept)| serde_json::from_str(kept).ok())
+                    .map(Event::InitApply),
             );
             if done {
                 frame.push(Event::InitDone);
@@ -301,7 +329,7 @@ impl<O> Default for Hubs<O> {
     }
 }
 
-impl<O: Placed + Clone + Send + Sync + 'static> Hubs<O> {
+impl<O: Watched> Hubs<O> {
     /// Joins the watch of `key` (opened with `open` if none is), handed what is in `namespace`.
     fn subscribe(
         self: &Arc<Self>,
@@ -358,7 +386,7 @@ impl<O: Placed + Clone + Send + Sync + 'static> Hubs<O> {
 
 /// Takes the watch in until it ends (not served) or its last subscriber leaves; then its
 /// subscribers' streams end with it.
-async fn run_hub<O: Placed + Clone + Send + Sync + 'static>(
+async fn run_hub<O: Watched>(
     hubs: Arc<Hubs<O>>,
     key: HubKey,
     hub: Arc<Hub<O>>,
