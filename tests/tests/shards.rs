@@ -34,6 +34,13 @@ fn config(kubeconfig: &str) -> String {
     text
 }
 
+/// With a template: CombLayers in namespaces `dev-*` of home, borrowing from alpha.
+fn config_with_templates(kubeconfig: &str) -> String {
+    config(kubeconfig)
+        + "layerTemplates:\n  - {name: dev, contexts: [home], namespaces: [\"dev-*\"], \
+           borrowFrom: [alpha], createNamespaces: true, maxTTL: 1h}\n"
+}
+
 /// A replica: the process and its admin address.
 struct Replica {
     id: &'static str,
@@ -43,6 +50,15 @@ struct Replica {
 
 impl Replica {
     fn start(world: &World, dir: &Path, id: &'static str) -> Replica {
+        Replica::start_with(world, dir, id, config)
+    }
+
+    fn start_with(
+        world: &World,
+        dir: &Path,
+        id: &'static str,
+        config: fn(&str) -> String,
+    ) -> Replica {
         // Its own kubeconfig, impersonating a user of its own: the request log names it.
         let mut kubeconfig = world.kubeconfig();
         for named in &mut kubeconfig.auth_infos {
@@ -540,4 +556,180 @@ async fn a_holder_that_cannot_renew_stops_stepping_before_its_lease_ends() {
     let status = replica.stop();
     assert!(status.success(), "{status:?}");
     world.shutdown().await;
+}
+
+const COMB_LAYERS: [&str; 4] = ["l0", "l1", "l2", "l3"];
+
+/// The holder and transitions of each of `names`' shard Leases, read as the observer (`None`:
+/// no Lease).
+async fn lease_holders(
+    world: &World,
+    names: &[&str],
+) -> BTreeMap<String, Option<(Option<String>, i32)>> {
+    let leases: Api<Lease> = Api::namespaced(world.observer("home").await, "default");
+    let mut holders = BTreeMap::new();
+    for name in names {
+        let lease = leases
+            .get_opt(&format!("comb-shard-{name}"))
+            .await
+            .ok()
+            .flatten()
+            .map(|lease| {
+                let spec = lease.spec.unwrap_or_default();
+                (
+                    spec.holder_identity.filter(|h| !h.is_empty()),
+                    spec.lease_transitions.unwrap_or(0),
+                )
+            });
+        holders.insert(name.to_string(), lease);
+    }
+    holders
+}
+
+async fn create_comb_layer(world: &World, name: &str) {
+    let layers: Api<comb_api::CombLayer> = Api::all_with(
+        world.client("home").await,
+        &comb_api::layer_api_resource(comb_api::DEFAULT_GROUP),
+    );
+    let layer: comb_api::CombLayer = serde_json::from_value(serde_json::json!({
+        "apiVersion": "comb.internal/v1", "kind": "CombLayer", "metadata": {"name": name},
+        "spec": {"template": "dev", "context": "home", "namespaces": [format!("dev-{name}")],
+                 "borrow": {"from": "alpha", "namespace": "alpha"}, "ttl": "1h"}
+    }))
+    .expect("a CombLayer");
+    layers
+        .create(&Default::default(), &layer)
+        .await
+        .expect("the CombLayer is created");
+}
+
+/// Whether every CombLayer of `names` is Ready, held by one live replica of `replicas`.
+async fn comb_layers_held(
+    world: &World,
+    names: &[&str],
+    replicas: &[&str],
+) -> Result<BTreeMap<String, (String, i32)>, String> {
+    let layers: Api<comb_api::CombLayer> = Api::all_with(
+        world.observer("home").await,
+        &comb_api::layer_api_resource(comb_api::DEFAULT_GROUP),
+    );
+    let mut held = BTreeMap::new();
+    for (name, lease) in lease_holders(world, names).await {
+        let Some((Some(holder), transitions)) = lease else {
+            return Err(format!("{name}: no holder"));
+        };
+        if !replicas.contains(&holder.as_str()) {
+            return Err(format!("{name}: held by {holder}, not a live replica"));
+        }
+        let layer = layers.get(&name).await.map_err(|error| error.to_string())?;
+        let phase = layer.status.and_then(|status| status.phase);
+        if phase != Some(comb_api::LayerPhase::Ready) {
+            return Err(format!("{name}: {phase:?}"));
+        }
+        held.insert(name, (holder, transitions));
+    }
+    Ok(held)
+}
+
+/// Who wrote each CombLayer's status or finalizer, in the order they wrote, runs of one writer
+/// merged.
+fn comb_layer_writers(log: &[LoggedRequest]) -> BTreeMap<String, Vec<String>> {
+    let mut runs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for request in log {
+        let Some(user) = &request.user else { continue };
+        if !REPLICAS.contains(&user.as_str())
+            || !matches!(request.verb.as_str(), "update" | "patch")
+            || !request.resource.starts_with("comblayers")
+        {
+            continue;
+        }
+        let run = runs.entry(request.name.clone()).or_default();
+        if run.last() != Some(user) {
+            run.push(user.clone());
+        }
+    }
+    runs
+}
+
+/// Sharded, CombLayers are shared between the replicas like the file's layers (issue 34 item
+/// 5): each is run by the one replica holding its Lease (the only one writing its status), a
+/// CombLayer made or deleted moves no other one (their Leases keep holder and transitions; a
+/// deleted one's Lease goes), and a killed replica's CombLayers are taken over by a survivor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comblayers_are_shared_by_their_leases_and_one_made_or_gone_moves_no_other() {
+    let (world, dir) = home_cluster().await;
+    world.install_layer_crd("home").await;
+    world.controls("home").record_requests(true);
+    let mut replicas: Vec<Replica> = REPLICAS[..2]
+        .iter()
+        .map(|id| Replica::start_with(&world, dir.path(), id, config_with_templates))
+        .collect();
+    let ids: Vec<&str> = replicas.iter().map(|replica| replica.id).collect();
+    for name in COMB_LAYERS {
+        create_comb_layer(&world, name).await;
+    }
+    let held = wait_until("every CombLayer Ready, held by one replica", async || {
+        comb_layers_held(&world, &COMB_LAYERS, &ids).await
+    })
+    .await;
+    let writers = comb_layer_writers(&world.controls("home").request_log());
+    for (name, (holder, _)) in &held {
+        assert_eq!(
+            writers.get(name),
+            Some(&vec![holder.clone()]),
+            "{name}'s status is written by its holder alone: {writers:?}"
+        );
+    }
+
+    // One made and one deleted: no other moves.
+    create_comb_layer(&world, "l4").await;
+    let layers: Api<comb_api::CombLayer> = Api::all_with(
+        world.client("home").await,
+        &comb_api::layer_api_resource(comb_api::DEFAULT_GROUP),
+    );
+    layers
+        .delete("l0", &Default::default())
+        .await
+        .expect("l0 deleted");
+    let kept = ["l1", "l2", "l3"];
+    wait_until("l4 Ready, l0 and its Lease gone", async || {
+        comb_layers_held(&world, &["l4"], &ids).await?;
+        let l0 = lease_holders(&world, &["l0"]).await;
+        if layers.get_opt("l0").await.ok().flatten().is_some() || l0["l0"].is_some() {
+            return Err(format!("l0 still there: {l0:?}"));
+        }
+        Ok(())
+    })
+    .await;
+    let after = comb_layers_held(&world, &kept, &ids)
+        .await
+        .expect("the others still held");
+    for name in kept {
+        assert_eq!(after[name], held[name], "{name} moved");
+    }
+
+    // A replica killed: its CombLayers go to the survivor, a transition each.
+    let victim_id = held["l1"].0.clone();
+    let victim = replicas
+        .iter()
+        .position(|replica| replica.id == victim_id)
+        .expect("the holder is a replica");
+    let mut victim = replicas.remove(victim);
+    victim.kill();
+    let survivor = replicas[0].id;
+    let taken = wait_until(
+        "the victim's CombLayers taken by the survivor",
+        async || {
+            let held = comb_layers_held(&world, &["l1", "l2", "l3", "l4"], &[survivor]).await?;
+            Ok::<_, String>(held)
+        },
+    )
+    .await;
+    assert!(
+        taken["l1"].1 > held["l1"].1,
+        "l1 changed hands with a transition: {taken:?} after {held:?}"
+    );
+    for mut replica in replicas {
+        assert!(replica.stop().success(), "{} ends cleanly", replica.id);
+    }
 }

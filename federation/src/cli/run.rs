@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::common::{GlobalArgs, StopSignals, block_on};
 use crate::config::{Config, duration_arg};
 use crate::controller::{
-    Controller, ControllerOptions, LayersOnDemand, LeaderElection, OnceOptions, RunOutcome,
-    Sharding, default_identity,
+    Controller, ControllerOptions, LayerGate, LayersOnDemand, LeaderElection, OnceOptions,
+    RunOutcome, Sharding, default_identity,
 };
 use crate::engine::class::ClassRegistry;
 use crate::webhook::{Certificates, ServiceName, WebhookOptions};
@@ -115,32 +115,29 @@ pub fn run(
     init_logging(args.log_json);
     let config = Config::load(&global.config)?;
     block_on(async move {
-        let options = options(&args, &config);
+        let mut options = options(&args, &config);
         // Listening before the controller starts: a signal during its start is not lost.
         let stop_signals = StopSignals::listen()?;
         let pool = crate::config::client_pool(&config)?;
         // Layers on demand run beside the file's layers while they are reconciled (with
-        // leader election, by the leader alone); sharded, another replica could run the same
-        // CombLayer.
+        // leader election, by the leader alone; sharded, each CombLayer by the replica that
+        // holds its Lease, through the gate the coordinator shares with them).
         let on_demand = (!config.layer_templates.is_empty() && !args.once).then(|| {
             if options.sharding.is_some() {
-                tracing::warn!(
-                    "layerTemplates are not served with --sharded yet: CombLayers stay as they are"
-                );
-                return None;
+                options.layer_gate = Some(LayerGate::default());
             }
-            Some(LayersOnDemand::new(
+            LayersOnDemand::new(
                 config.clone(),
                 pool.clone(),
                 registry.clone(),
                 options.clone(),
-            ))
+            )
         });
         let controller = Controller::with_pool(config, pool, registry.clone(), options).await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(stop_on_signal(stop_signals, shutdown.clone()));
         let leader = controller.handle();
-        let layers = on_demand.flatten().map(|on_demand| {
+        let layers = on_demand.map(|on_demand| {
             let on_demand = on_demand.while_reconciling(leader);
             let shutdown = shutdown.clone();
             tokio::spawn(async move {

@@ -2,7 +2,7 @@
 //! replica's member Lease, claims, renews and releases the layers' Leases as [`assign`] and
 //! [`claim`] decide, and starts and stops each held layer's work under its [`Fence`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +15,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::Shared;
+use super::gate::{Fence, LayerGate};
 use super::shards::{
-    Claim, Observed, ShardView, Sharding, ShardsView, assign, claim, holder_of, transitions_of,
+    Claim, Observed, ShardView, Sharding, ShardsView, assign, claim, holder_of, rendezvous,
+    transitions_of,
 };
-use super::work::{Fence, LayerWork};
+use super::work::LayerWork;
 use crate::error::{Error, Result};
 
 /// A layer this replica holds the Lease of.
@@ -27,8 +29,8 @@ struct Held {
     lease: Lease,
     /// When the last successful write of it was sent.
     renewed_at: Instant,
-    fence: Fence,
-    work: Option<LayerWork>,
+    fence: Arc<Fence>,
+    work: Option<Work>,
     /// Drops the running steps of the work, running or draining.
     abort: CancellationToken,
     /// The work stopping: the task that waits for its running steps.
@@ -37,14 +39,33 @@ struct Held {
     lost: bool,
 }
 
+/// What runs under a held Lease: the work of a layer of the file, or a CombLayer's layer,
+/// which the layers on demand run while the gate grants it.
+enum Work {
+    Layer(LayerWork),
+    OnDemand { gate: LayerGate, name: String },
+}
+
 impl Held {
     fn drain(&mut self, abort: bool) {
         if abort {
             self.abort.cancel();
         }
-        if let Some(work) = self.work.take() {
-            work.stop();
-            self.draining = Some(tokio::spawn(work.join()));
+        match self.work.take() {
+            Some(Work::Layer(work)) => {
+                work.stop();
+                self.draining = Some(tokio::spawn(work.join()));
+            }
+            Some(Work::OnDemand { gate, name }) => {
+                gate.revoke(&name);
+                if abort {
+                    // The layer's running steps are dropped now: its fence's deadlines passed.
+                    let now = Instant::now();
+                    self.fence.send_replace(Some((now, now)));
+                }
+                self.draining = Some(tokio::spawn(async move { gate.stopped(&name).await }));
+            }
+            None => {}
         }
     }
 }
@@ -221,16 +242,50 @@ impl Coordinator {
             .collect()
     }
 
-    /// One tick: look at the Leases, hold what is assigned here.
+    /// The CombLayers there are, and those this replica still holds the Lease of (a deleted
+    /// one is drained, then its Lease goes).
+    fn comb_layer_names(&self) -> (BTreeSet<String>, Vec<String>) {
+        let Some(gate) = &self.shared.options.layer_gate else {
+            return (BTreeSet::new(), Vec::new());
+        };
+        let wanted = gate.wanted();
+        let file = self.layer_names();
+        let names = wanted
+            .iter()
+            .chain(self.held.keys())
+            .filter(|name| !file.contains(name))
+            .cloned()
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .collect();
+        (wanted, names)
+    }
+
+    /// One tick: look at the Leases, hold what is assigned here: the file's layers by
+    /// [`assign`], the CombLayers by [`rendezvous`].
     async fn step(&mut self) {
         self.observe().await;
         let members = self.live_members(Instant::now());
-        let assignment = assign(&self.layer_names(), &members, &self.holders());
+        let mut assignment = assign(&self.layer_names(), &members, &self.holders());
         for name in self.layer_names() {
             let mine = assignment.get(&name) == Some(&self.sharding.identity);
             self.tend(&name, mine).await;
         }
-        self.publish(&members, &assignment);
+        let (wanted, comb_layers) = self.comb_layer_names();
+        for name in &comb_layers {
+            let holder = wanted
+                .contains(name)
+                .then(|| rendezvous(name, &members))
+                .flatten();
+            let mine = holder.as_ref() == Some(&self.sharding.identity);
+            if let Some(holder) = holder {
+                assignment.insert(name.clone(), holder);
+            }
+            self.tend(name, mine).await;
+        }
+        let mut names = self.layer_names();
+        names.extend(comb_layers);
+        self.publish(&names, &members, &assignment);
     }
 
     /// Lists the federation's Leases and records which changed.
@@ -347,7 +402,7 @@ impl Coordinator {
                 }
                 self.shared.metrics.set_shard_held(layer, false);
                 if let Some(held) = self.held.remove(layer).filter(|held| !held.lost) {
-                    self.release(layer, held.lease).await;
+                    self.release(layer, held.lease, !self.is_unit(layer)).await;
                 }
                 return;
             }
@@ -394,15 +449,28 @@ impl Coordinator {
                 }
             };
         self.remember(written.clone());
-        let fence = Fence::new(Some(self.deadlines(sent)));
-        let Some(runtime) = self
+        let fence = Arc::new(Fence::new(Some(self.deadlines(sent))));
+        let runtime = self
             .shared
             .layers
             .iter()
             .find(|runtime| runtime.name() == layer)
-            .cloned()
-        else {
-            return;
+            .cloned();
+        let (work, abort) = match (runtime, &self.shared.options.layer_gate) {
+            (Some(runtime), _) => {
+                let work = LayerWork::start(&self.shared, &runtime, &fence, true);
+                let abort = work.abort.clone();
+                (Work::Layer(work), abort)
+            }
+            (None, Some(gate)) => {
+                gate.grant(layer, fence.clone());
+                let work = Work::OnDemand {
+                    gate: gate.clone(),
+                    name: layer.to_string(),
+                };
+                (work, CancellationToken::new())
+            }
+            (None, None) => return,
         };
         let transitions = transitions_of(&written);
         info!(
@@ -410,14 +478,13 @@ impl Coordinator {
             transitions, "holding the layer's Lease: stepping its Combs"
         );
         self.shared.metrics.shard_acquired(layer);
-        let work = LayerWork::start(&self.shared, &runtime, &fence, true);
         self.held.insert(
             layer.to_string(),
             Held {
                 lease: written,
                 renewed_at: sent,
                 fence,
-                abort: work.abort.clone(),
+                abort,
                 work: Some(work),
                 draining: None,
                 lost: false,
@@ -525,10 +592,42 @@ impl Coordinator {
         }
     }
 
+    /// Whether `layer` is one the federation has now: a layer of the file, or a CombLayer.
+    fn is_unit(&self, layer: &str) -> bool {
+        self.layer_names().iter().any(|name| name == layer)
+            || self
+                .shared
+                .options
+                .layer_gate
+                .as_ref()
+                .is_some_and(|gate| gate.wanted().contains(layer))
+    }
+
     /// Frees a Lease this replica holds and no longer steps under (best effort: otherwise it
-    /// expires).
-    async fn release(&mut self, layer: &str, mut lease: Lease) {
+    /// expires); the Lease of a CombLayer that is gone is deleted (unless changed meanwhile).
+    async fn release(&mut self, layer: &str, mut lease: Lease, gone: bool) {
         let name = self.sharding.shard_lease(layer);
+        if gone {
+            let params = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: lease.metadata.uid.clone(),
+                    resource_version: lease.metadata.resource_version.clone(),
+                }),
+                ..DeleteParams::default()
+            };
+            match bounded(
+                self.sharding.request_limit(),
+                self.api.delete(&name, &params),
+            )
+            .await
+            {
+                Ok(_) => info!(layer, "the CombLayer is gone: deleted its Lease"),
+                Err(error) => {
+                    warn!(layer, %error, "deleting the Lease of a CombLayer that is gone failed")
+                }
+            }
+            return;
+        }
         if let Some(spec) = lease.spec.as_mut() {
             spec.holder_identity = None;
             spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
@@ -554,15 +653,16 @@ impl Coordinator {
             }
             self.shared.metrics.set_shard_held(&layer, false);
             if !held.lost {
-                self.release(&layer, held.lease).await;
+                let gone = !self.is_unit(&layer);
+                self.release(&layer, held.lease, gone).await;
             }
         }
     }
 
-    fn publish(&self, members: &[String], assignment: &BTreeMap<String, String>) {
-        let layers = self
-            .layer_names()
-            .into_iter()
+    fn publish(&self, names: &[String], members: &[String], assignment: &BTreeMap<String, String>) {
+        let layers = names
+            .iter()
+            .cloned()
             .map(|layer| {
                 let lease = self.sharding.shard_lease(&layer);
                 let observed = self.observed.get(&lease);

@@ -37,6 +37,7 @@ mod dependencies;
 pub mod events;
 mod fallback;
 mod fanout;
+mod gate;
 pub mod graph;
 mod handle;
 mod health;
@@ -67,6 +68,7 @@ use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
 pub use backoff::BackoffPolicy;
+pub use gate::LayerGate;
 pub use handle::{ControllerHandle, LayerQueue, Readiness};
 pub use hub::SharedWatches;
 pub use layer::{LayerState, LayerStatus};

@@ -35,6 +35,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::gate::LayerGate;
 use super::layer::Origin;
 use super::once::CombOutcome;
 use super::run::Controller;
@@ -63,6 +64,8 @@ pub struct LayersOnDemand {
     /// The controller of the file's layers: layers on demand run only while it reconciles
     /// (with leader election, while it holds the Lease).
     leader: Option<ControllerHandle>,
+    /// Sharded: which CombLayers this replica may run (the coordinator holds their Leases).
+    gate: Option<LayerGate>,
 }
 
 /// A layer admitted and running.
@@ -135,9 +138,12 @@ impl LayersOnDemand {
                 once: None,
                 webhook: None,
                 shared_watches: Some(options.shared_watches.clone().unwrap_or_default()),
+                layer_gate: None,
+                fence: None,
                 ..options
             },
             leader: None,
+            gate: options.layer_gate.clone(),
         }
     }
 
@@ -201,28 +207,9 @@ impl LayersOnDemand {
                     }
                 },
                 _ = tick.tick() => {
-                    if self.leader.as_ref().is_some_and(|leader| !leader.is_reconciling()) {
-                        for (_, run) in std::mem::take(&mut state.running) {
-                            stop(run).await;
-                        }
-                        continue;
-                    }
-                    let gone: Vec<String> = state
-                        .running
-                        .keys()
-                        .filter(|name| !held.layers.contains_key(*name))
-                        .cloned()
-                        .collect();
-                    for name in gone {
-                        if let Some(run) = state.running.remove(&name) {
-                            stop(run).await;
-                        }
-                    }
-                    state.retries.retain(|name, _| held.layers.contains_key(name));
-                    for cr in held.layers.values() {
-                        if let Err(error) = self.look(&api, &client, cr, &mut state).await {
-                            warn!(layer = cr.name(), %error, "looking at the CombLayer failed; the next look tries again");
-                        }
+                    self.tick(&api, &client, &held, &mut state).await;
+                    if let Some(gate) = &self.gate {
+                        gate.set_running(state.running.keys().cloned().collect());
                     }
                 }
             }
@@ -230,7 +217,61 @@ impl LayersOnDemand {
         for (_, run) in std::mem::take(&mut state.running) {
             stop(run).await;
         }
+        if let Some(gate) = &self.gate {
+            gate.set_running(BTreeSet::new());
+        }
         Ok(())
+    }
+
+    /// One look at every CombLayer held: the layers of those gone, of those not granted here
+    /// (sharded) and all of them while the controller does not reconcile are stopped; the others
+    /// are looked at.
+    async fn tick(&self, api: &Api<CombLayer>, client: &Client, held: &Held, state: &mut State) {
+        if self
+            .leader
+            .as_ref()
+            .is_some_and(|leader| !leader.is_reconciling())
+        {
+            for (_, run) in std::mem::take(&mut state.running) {
+                stop(run).await;
+            }
+            return;
+        }
+        if let Some(gate) = &self.gate {
+            gate.want(
+                held.layers
+                    .keys()
+                    .filter(|name| self.config.layer(name).is_none())
+                    .cloned()
+                    .collect(),
+            );
+        }
+        let here = |name: &str| {
+            held.layers.contains_key(name)
+                && self
+                    .gate
+                    .as_ref()
+                    .is_none_or(|gate| gate.granted(name).is_some())
+        };
+        let gone: Vec<String> = state
+            .running
+            .keys()
+            .filter(|name| !here(name))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(run) = state.running.remove(&name) {
+                stop(run).await;
+            }
+        }
+        state
+            .retries
+            .retain(|name, _| held.layers.contains_key(name));
+        for cr in held.layers.values().filter(|cr| here(cr.name())) {
+            if let Err(error) = self.look(api, client, cr, state).await {
+                warn!(layer = cr.name(), %error, "looking at the CombLayer failed; the next look tries again");
+            }
+        }
     }
 
     /// A watch of each kubeconfig Secret the templates list (by name: nothing else is read),
@@ -857,6 +898,11 @@ impl LayersOnDemand {
         let options = ControllerOptions {
             steps_only: Some(vec![layer.name.clone()]),
             shared_watches: Some(watches),
+            // Sharded, the layer's steps run under its CombLayer's Lease.
+            fence: self
+                .gate
+                .as_ref()
+                .and_then(|gate| gate.granted(&layer.name)),
             ..self.options.clone()
         };
         let controller =

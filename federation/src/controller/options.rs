@@ -2,11 +2,13 @@
 //! and `--once` (the configuration file says what it runs on).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use comb_upstreams::UpstreamClasses;
 
 use super::backoff::BackoffPolicy;
+use super::gate::{Fence, LayerGate};
 use super::hub::SharedWatches;
 use super::leader::LeaderElection;
 use super::shards::Sharding;
@@ -68,6 +70,12 @@ pub struct ControllerOptions {
     /// demand's): one watch per cluster, kind and scope for all of them, the layers made from
     /// a template watching every namespace of their cluster (`None`: watches of its own).
     pub shared_watches: Option<SharedWatches>,
+    /// With sharding and layer templates: which CombLayers this replica may run, shared with
+    /// the layers on demand (the coordinator holds their Leases).
+    pub layer_gate: Option<LayerGate>,
+    /// The fence the workers run under (`None`: none): a layer on demand's controller runs
+    /// under its CombLayer's Lease, as the coordinator moves it.
+    pub fence: Option<Arc<Fence>>,
 }
 
 impl Default for ControllerOptions {
@@ -93,6 +101,8 @@ impl Default for ControllerOptions {
             read_from_watches: true,
             steps_only: None,
             shared_watches: None,
+            layer_gate: None,
+            fence: None,
         }
     }
 }

@@ -17,13 +17,14 @@ use tracing::{Instrument, error, info, info_span, warn};
 use super::LeaderElection;
 use super::fallback::Fallbacks;
 use super::fanout::Fanout;
+use super::gate::Fence;
 use super::health::Health;
 use super::layer::{LayerRuntime, Layers};
 use super::once::{RunOutcome, SettleView, is_settled, outcomes};
 use super::queue::WorkQueue;
 use super::reads::LayerPeers;
 use super::report::Reports;
-use super::work::{Fence, LayerWork};
+use super::work::LayerWork;
 use super::{
     ControllerHandle, ControllerOptions, OnceOptions, Shared, Transition, admin, coordinator,
     leader, metrics, watch,
@@ -333,11 +334,12 @@ async fn run_active(shared: &Arc<Shared>, shutdown: &CancellationToken) -> RunOu
 /// timeout hit.
 async fn run_every_layer(shared: &Arc<Shared>, shutdown: &CancellationToken) -> bool {
     let unlimited = Fence::new(None);
+    let fence = shared.options.fence.as_deref().unwrap_or(&unlimited);
     let works: Vec<LayerWork> = shared
         .layers
         .iter()
         .filter(|layer| stepped(shared, layer.name()))
-        .map(|layer| LayerWork::start(shared, layer, &unlimited, false))
+        .map(|layer| LayerWork::start(shared, layer, fence, false))
         .collect();
     let timed_out = match shared.options.once {
         Some(once) => {

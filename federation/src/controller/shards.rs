@@ -152,6 +152,19 @@ pub fn stable_hash(text: &str) -> u64 {
     hash ^ (hash >> 31)
 }
 
+/// Which member holds CombLayer `layer`: the member with the best rendezvous score for it,
+/// whoever holds the others. Not bounded like [`assign`]: a CombLayer made or removed moves no
+/// other one, and a membership change moves only those whose best member came or went.
+pub fn rendezvous(layer: &str, members: &[String]) -> Option<String> {
+    members
+        .iter()
+        .max_by(|a, b| {
+            let score = |member: &str| stable_hash(&format!("{member}\u{0}{layer}"));
+            score(a).cmp(&score(b)).then(b.cmp(a))
+        })
+        .cloned()
+}
+
 /// Which member holds each layer, given who holds them now (`holders`: layer -> member, from
 /// the shard Leases). Each member's share is `layers / members` rounded down, or one more while
 /// fewer members than the remainder have one more, so shares are within one of each other.
@@ -319,6 +332,40 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    /// CombLayers by rendezvous: each goes to one member, the same from any view; a CombLayer
+    /// made or removed moves none of the others, a member that leaves moves only its own.
+    #[test]
+    fn a_comblayer_made_removed_or_left_moves_no_other() {
+        let members = |names: &[&str]| names.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let three = members(&["r0", "r1", "r2"]);
+        let layers: Vec<String> = (0..60).map(|index| format!("l{index:03}")).collect();
+        let placed = |members: &[String]| -> BTreeMap<String, String> {
+            layers
+                .iter()
+                .map(|layer| (layer.clone(), rendezvous(layer, members).expect("a member")))
+                .collect()
+        };
+        let before = placed(&three);
+        let mut reversed = three.clone();
+        reversed.reverse();
+        assert_eq!(placed(&reversed), before, "the same from any order");
+        for member in &three {
+            let share = before.values().filter(|held| *held == member).count();
+            assert!(share >= 10, "{member} holds {share} of 60");
+        }
+        // r1 leaves: only its CombLayers move.
+        let after = placed(&members(&["r0", "r2"]));
+        for (layer, held) in &before {
+            if held != "r1" {
+                assert_eq!(
+                    &after[layer], held,
+                    "{layer} moved though its holder stayed"
+                );
+            }
+        }
+        assert_eq!(rendezvous("l000", &[]), None);
+    }
 
     fn names(prefix: &str, count: usize) -> Vec<String> {
         (0..count).map(|i| format!("{prefix}{i}")).collect()

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, error, info_span, warn};
 
+use super::gate::{Deadlines, Fence};
 use super::layer::LayerRuntime;
 use super::queue::{StepReport, StepState};
 use super::{Shared, step, watch as watches};
@@ -173,13 +174,6 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-
-/// The soft and hard deadlines of a layer's work: no step starts after the first, a running
-/// step is dropped at the second. `None`: no limit (the layer is not sharded).
-pub(super) type Deadlines = Option<(Instant, Instant)>;
-
-/// The deadlines a layer's workers obey, moved on by every renewal (`send_replace`).
-pub(super) type Fence = watch::Sender<Deadlines>;
 
 /// Resolves once the hard deadline passes (as renewals move it) or `abort` is cancelled.
 pub(super) async fn fence_expired(
