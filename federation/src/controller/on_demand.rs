@@ -267,7 +267,19 @@ impl LayersOnDemand {
         state
             .retries
             .retain(|name, _| held.layers.contains_key(name));
-        for cr in held.layers.values().filter(|cr| here(cr.name())) {
+        // Sharded, what the look writes (the record, the layer's Combs, its namespaces) waits
+        // while the Lease's renewal is late, as the layer's steps do: past the soft deadline
+        // another replica may soon hold it.
+        let may_write = |name: &str| {
+            self.gate.as_ref().is_none_or(|gate| {
+                gate.granted(name).is_some_and(|fence| {
+                    fence
+                        .borrow()
+                        .is_none_or(|(soft, _)| tokio::time::Instant::now() < soft)
+                })
+            })
+        };
+        for cr in held.layers.values().filter(|cr| may_write(cr.name())) {
             if let Err(error) = self.look(api, client, cr, state).await {
                 warn!(layer = cr.name(), %error, "looking at the CombLayer failed; the next look tries again");
             }
