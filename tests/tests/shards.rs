@@ -708,6 +708,26 @@ async fn comblayers_are_shared_by_their_leases_and_one_made_or_gone_moves_no_oth
         assert_eq!(after[name], held[name], "{name} moved");
     }
 
+    // One named like a layer of the file has no Lease of its own: it is refused all the same.
+    create_comb_layer(&world, "alpha").await;
+    wait_until("the CombLayer alpha refused as NameTaken", async || {
+        let alpha = layers
+            .get("alpha")
+            .await
+            .map_err(|error| error.to_string())?;
+        let reason = alpha
+            .status
+            .as_ref()
+            .and_then(|status| status.condition(comb_api::READY))
+            .and_then(|ready| ready.reason.clone());
+        if reason.as_ref().map(ToString::to_string).as_deref() == Some("NameTaken") {
+            Ok(())
+        } else {
+            Err(format!("{:?}", alpha.status))
+        }
+    })
+    .await;
+
     // A replica killed: its CombLayers go to the survivor, a transition each.
     let victim_id = held["l1"].0.clone();
     let victim = replicas

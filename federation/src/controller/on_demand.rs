@@ -270,14 +270,18 @@ impl LayersOnDemand {
         // Sharded, what the look writes (the record, the layer's Combs, its namespaces) waits
         // while the Lease's renewal is late, as the layer's steps do: past the soft deadline
         // another replica may soon hold it.
+        // A CombLayer named like a layer of the file has no Lease of its own (the name is the
+        // layer's): every replica looks at it, and the look only refuses it (`NameTaken`),
+        // each writing the same status.
         let may_write = |name: &str| {
-            self.gate.as_ref().is_none_or(|gate| {
-                gate.granted(name).is_some_and(|fence| {
-                    fence
-                        .borrow()
-                        .is_none_or(|(soft, _)| tokio::time::Instant::now() < soft)
+            self.config.layer(name).is_some()
+                || self.gate.as_ref().is_none_or(|gate| {
+                    gate.granted(name).is_some_and(|fence| {
+                        fence
+                            .borrow()
+                            .is_none_or(|(soft, _)| tokio::time::Instant::now() < soft)
+                    })
                 })
-            })
         };
         for cr in held.layers.values().filter(|cr| may_write(cr.name())) {
             if let Err(error) = self.look(api, client, cr, state).await {
