@@ -408,6 +408,46 @@ async fn a_layer_is_added_changed_and_refused_at_runtime_without_touching_the_ot
 
 /// Every namespaced object in `namespace` of `context`, of every kind the server serves, as
 /// `Kind name`.
+/// Every cluster-scoped object of `context` (of every kind it lists) that carries a label of
+/// comb's (`comb.internal/...`), as `Kind name`.
+async fn cluster_scoped_of_combs(world: &World, context: &str) -> Vec<String> {
+    let client = world.client(context).await;
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    let mut found = Vec::new();
+    for group in discovery.groups() {
+        for (resource, capabilities) in group.recommended_resources() {
+            if capabilities.scope != Scope::Cluster
+                || !capabilities.supports_operation(kube::discovery::verbs::LIST)
+            {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            if let Ok(list) = api.list(&ListParams::default()).await {
+                found.extend(
+                    list.items
+                        .into_iter()
+                        .filter(|object| {
+                            object.metadata.labels.as_ref().is_some_and(|labels| {
+                                labels.keys().any(|key| key.starts_with("comb.internal/"))
+                            })
+                        })
+                        .map(|object| {
+                            format!(
+                                "{} {}",
+                                resource.kind,
+                                object.metadata.name.unwrap_or_default()
+                            )
+                        }),
+                );
+            }
+        }
+    }
+    found
+}
+
 async fn everything_in(world: &World, context: &str, namespace: &str) -> Vec<String> {
     let client = world.client(context).await;
     let discovery = Discovery::new(client.clone())
@@ -482,6 +522,11 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
         "alice's local api runs in dev-alice: {made:?}"
     );
     assert!(made.iter().any(|object| object == "Service db"), "{made:?}");
+    assert_eq!(
+        cluster_scoped_of_combs(&world, "dev").await,
+        ["Namespace dev-alice"],
+        "the one cluster-scoped object comb made for the layer"
+    );
 
     // Its time runs out: the expiry is moved to now, as `comb layer extend` moves it.
     let now = jiff::Timestamp::now().to_string();
@@ -517,9 +562,14 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
             .is_none()
     })
     .await;
-    // Nothing is left in dev-alice, and in dev-kept only what was there before the layer.
+    // Nothing is left in dev-alice, nothing of comb's cluster-wide, and in dev-kept only what
+    // was there before the layer.
     assert_eq!(
         everything_in(&world, "dev", "dev-alice").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cluster_scoped_of_combs(&world, "dev").await,
         Vec::<String>::new()
     );
     let left: Vec<String> = everything_in(&world, "dev", "dev-kept")
