@@ -12,10 +12,11 @@ use comb_sandbox::controls::Fault;
 use comb_testkit::controller::World;
 use comb_testkit::fixtures::ready_message;
 use comb_testkit::wait_until;
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -81,6 +82,45 @@ fn refusal(object: &str, why: &str, comb: &str) -> String {
         "{object} exists and is not this Comb's: {why}; comb leaves it untouched (to hand it to \
          this Comb, annotate it comb.internal/adopt=team-a/{comb})"
     )
+}
+
+/// Every `status.managedResources` Comb `team-a/name` of prod holds from `patch` of its spec
+/// until it has recorded a step of the patched spec: each version the API server stored, by a
+/// watch started before the patch.
+async fn records_through_a_step(world: &World, name: &str, patch: Value) -> Vec<Vec<String>> {
+    let api = world.combs("prod", "team-a").await;
+    let before = api.get(name).await.expect("the Comb");
+    let version = before.metadata.resource_version.clone().expect("a version");
+    let generation = before.metadata.generation.expect("a generation") + 1;
+    let watch = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut events = api.watch(&watch, &version).await.expect("a watch").boxed();
+    world.patch_spec("prod", "team-a", name, patch).await;
+    let mut records = Vec::new();
+    let stepped = tokio::time::timeout(comb_testkit::deadline(), async {
+        while let Some(event) = events.next().await {
+            let WatchEvent::Modified(comb) = event.expect("the watch answers") else {
+                continue;
+            };
+            let status = comb.status.unwrap_or_default();
+            records.push(
+                status
+                    .managed()
+                    .iter()
+                    .map(|entry| entry.name.clone())
+                    .collect(),
+            );
+            if status.observed_generation == Some(generation) {
+                return;
+            }
+        }
+        panic!("the watch of {name} ended");
+    })
+    .await;
+    assert!(
+        stepped.is_ok(),
+        "{name} recorded no step of generation {generation}"
+    );
+    records
 }
 
 /// Attack 1: a Comb whose manifests render a person's Secret, a ConfigMap marked keep (twice)
@@ -175,6 +215,19 @@ async fn manifests_take_over_nothing_and_prune_deletes_none_of_it() {
     assert!(untouched(&world, "team-a", &tls).await, "tls-cert as made");
     assert!(untouched(&world, "team-a", &kept).await, "kept-cm as made");
     assert!(untouched(&world, "team-a", &copy).await, "the copy as made");
+    // A step after the refusal never records the other's object, not even written ahead for
+    // the moment before its create is refused (the record of every retry named it, CI saw one).
+    let records = records_through_a_step(
+        &world,
+        "thief-copy",
+        json!({"config": {"manifests": [{"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "db-password"}, "stringData": {"password": "again"}}]}}),
+    )
+    .await;
+    assert!(
+        records.iter().all(Vec::is_empty),
+        "a retry recorded {records:?}"
+    );
 
     // Emptied: the step that prunes has nothing of theirs to delete.
     for (name, _, _) in &attacks {

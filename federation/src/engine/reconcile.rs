@@ -605,9 +605,13 @@ impl Step<'_> {
             None => fetch_live(self.env.ops, ctx, items).await.ok(),
         };
         let live = live.or(fetched.as_ref());
-        let ahead = live
-            .map(|live| made_anew(items, live, previous, ctx))
-            .unwrap_or_default();
+        let ahead = match live {
+            Some(live) => {
+                let seen = self.seen_after_a_refusal(items, live).await;
+                made_anew(items, seen.as_ref().unwrap_or(live), previous, ctx)
+            }
+            None => Vec::new(),
+        };
         if !ahead.is_empty() {
             match self.write_ahead(&ahead).await {
                 Ok(cr) => r.written_ahead = Some(Box::new(cr)),
@@ -689,6 +693,37 @@ impl Step<'_> {
                 Some(with_ahead(current.status.as_ref()))
             })
             .await
+    }
+
+    /// After a step refused an object that is not the Comb's, `live` with each item it does not
+    /// hold read by name: such an object carries no label of this Comb's, so `live` cannot
+    /// show it, and [`made_anew`] would write its identity ahead again at every retry (a status
+    /// write, and a record naming another's object until the deploy drops it). A read per item
+    /// not yet made costs less, and only a Comb whose last step was that refusal pays it. `None`
+    /// when the last step was not a refusal; an item that cannot be read stays as `live` has it.
+    async fn seen_after_a_refusal(
+        &self,
+        items: &[RenderedItem],
+        live: &LiveObjects,
+    ) -> Option<LiveObjects> {
+        let refused = self
+            .previous
+            .and_then(CombStatus::ready)
+            .is_some_and(|ready| ready.reason == Some(Reason::ResourceNotOwned));
+        if !refused {
+            return None;
+        }
+        let ops = self.env.ops;
+        let mut seen = live.clone();
+        for (item, object) in items.iter().zip(seen.iter_mut()) {
+            if object.is_some() {
+                continue;
+            }
+            let whole = ops.get_whole(&item.resource()).await.ok().flatten();
+            *object =
+                whole.and_then(|whole| ops.project(&item.api_version, &item.kind, &whole).ok());
+        }
+        Some(seen)
     }
 
     fn previous_managed(&self) -> &[ManagedObject] {
