@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use comb_api::{CombLayer, CombLayerStatus, LayerPhase, layer_api_resource};
+use comb_sandbox::controls::Fault;
 use comb_testkit::Setup;
 use comb_testkit::controller::{OnDemand, Running, World};
 use comb_testkit::fixtures::{config_map, db_spec, web};
@@ -651,6 +652,65 @@ async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
         2,
         "staging's Combs stand"
     );
+    on_demand.stop().await;
+    running.stop().await;
+}
+
+/// A create that fails halfway through making a layer loses nothing: what comb was about to
+/// make is in the CombLayer's record before it is made, so the namespace made before the
+/// failed Comb create is the layer's, and goes with it. Before, the record was written only
+/// after everything was made: the namespace made before the failure was never recorded, the
+/// next look found it existing and left it, and it outlived the layer.
+#[tokio::test]
+async fn a_create_that_fails_halfway_loses_nothing_the_layer_made() {
+    let (world, running, on_demand) = started().await;
+    world.controls("dev").inject(Fault::status(
+        "POST",
+        "/apis/comb.internal/v1/namespaces/dev-erin/combs",
+        500,
+        1,
+    ));
+    create_layer(
+        &world,
+        "erin",
+        json!({"template": "dev", "context": "dev", "namespaces": ["dev-erin"],
+               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}}),
+    )
+    .await;
+    let ready = wait_layer(&world, "erin", "to be Ready", |status| {
+        status.phase == Some(LayerPhase::Ready)
+    })
+    .await;
+    let mut record: Vec<(String, String, bool)> = ready
+        .managed_resources
+        .iter()
+        .map(|made| (made.kind.clone(), made.name.clone(), made.uid.is_some()))
+        .collect();
+    record.sort();
+    let entry = |kind: &str, name: &str| (kind.to_string(), name.to_string(), true);
+    assert_eq!(
+        record,
+        [
+            entry("Comb", "api"),
+            entry("Comb", "db"),
+            entry("Namespace", "dev-erin")
+        ],
+        "every object made, recorded with its uid"
+    );
+    layers(&world)
+        .await
+        .delete("erin", &Default::default())
+        .await
+        .expect("erin is deleted");
+    let namespaces: Api<Namespace> = Api::all(world.client("dev").await);
+    wait_until("dev-erin to be gone", async || {
+        namespaces
+            .get_opt("dev-erin")
+            .await
+            .expect("the read answers")
+            .is_none()
+    })
+    .await;
     on_demand.stop().await;
     running.stop().await;
 }

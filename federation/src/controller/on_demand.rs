@@ -446,7 +446,7 @@ impl LayersOnDemand {
             let fresh = self.add_finalizer(api, cr).await?;
             let status = fresh.status.clone().unwrap_or_default();
             let mut next = status.clone();
-            let notes = self.make(&pool, cr, &admitted, &mut next).await?;
+            let notes = self.make(api, &fresh, &pool, &admitted, &mut next).await?;
             next.expires_at = Some(Time(admitted.expires_at));
             next.observed_generation = cr.metadata.generation;
             if next.phase != Some(LayerPhase::Ready) {
@@ -624,16 +624,20 @@ impl LayersOnDemand {
 
     /// Makes what the layer needs and records it in `status`: its namespaces (when the template
     /// creates them) and a Comb for each Comb of the layer it borrows from that it takes.
-    /// Returns notes on what it left alone.
+    /// What it is about to make is written into the record first, without uids (`fresh` is the
+    /// CombLayer as the server holds it, `status` its status): a create whose uid never reached
+    /// the record (a failure further on, a controller stopped) is then still the layer's, and
+    /// goes with it ([`LayersOnDemand::settle`]). Returns notes on what it left alone.
     async fn make(
         &self,
+        api: &Api<CombLayer>,
+        fresh: &CombLayer,
         pool: &ClientPool,
-        cr: &CombLayer,
         admitted: &Admitted,
         status: &mut CombLayerStatus,
     ) -> Result<Vec<String>> {
         let layer = &admitted.layer;
-        let name = cr.name();
+        let name = fresh.name();
         let client = pool
             .client(&layer.context)
             .await
@@ -641,8 +645,10 @@ impl LayersOnDemand {
                 what: format!("layer {name}"),
                 source,
             })?;
-        let mut notes = Vec::new();
+        self.settle(&client, name, status).await?;
+        let written = status.clone();
         let namespaces = layer.namespaces.clone().unwrap_or_default();
+        let mut new_namespaces = Vec::new();
         if admitted.create_namespaces {
             let api: Api<Namespace> = Api::all(client.clone());
             for namespace in &namespaces {
@@ -654,80 +660,114 @@ impl LayersOnDemand {
                 {
                     continue;
                 }
-                let made = api
-                    .create(
-                        &PostParams::default(),
-                        &Namespace {
-                            metadata: ObjectMeta {
-                                name: Some(namespace.clone()),
-                                labels: Some(BTreeMap::from([(
-                                    self.layer_label(),
-                                    name.to_string(),
-                                )])),
-                                ..ObjectMeta::default()
-                            },
-                            ..Namespace::default()
-                        },
-                    )
-                    .await
-                    .map_err(|error| Error::kube(format!("create Namespace {namespace}"), error))?;
-                record(
-                    status,
-                    ManagedObject::new("v1", "Namespace", None, namespace.as_str())
-                        .with_uid(made.metadata.uid.as_deref()),
-                );
+                new_namespaces.push(namespace.clone());
             }
         }
-        let Some(borrow) = &layer.borrow else {
-            return Ok(notes);
-        };
-        let Some(from) = self.config.layer(&borrow.from) else {
-            return Ok(notes);
-        };
-        let source_client =
-            pool.client(&from.context)
-                .await
-                .map_err(|source| Error::Kubeconfig {
-                    what: format!("layer {}", from.name),
-                    source,
-                })?;
+        let mut new_combs = Vec::new();
+        if let Some(borrow) = &layer.borrow
+            && let Some(from) = self.config.layer(&borrow.from)
+        {
+            let source_client =
+                pool.client(&from.context)
+                    .await
+                    .map_err(|source| Error::Kubeconfig {
+                        what: format!("layer {}", from.name),
+                        source,
+                    })?;
+            let resource = comb_api::api_resource(&self.config.group);
+            for namespace in &namespaces {
+                let peer_namespace = borrow.namespace.as_deref().unwrap_or(namespace);
+                let sources: Api<Comb> =
+                    Api::namespaced_with(source_client.clone(), peer_namespace, &resource);
+                let listed = sources
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|error| {
+                        Error::kube(
+                            format!("list Combs of layer {} in {peer_namespace}", from.name),
+                            error,
+                        )
+                    })?;
+                for source in listed.items {
+                    let Some(comb_name) = source.metadata.name.clone() else {
+                        continue;
+                    };
+                    let taken = matches_any(&borrow.combs, peer_namespace, &comb_name)
+                        || matches_any(&borrow.local, namespace, &comb_name);
+                    if taken && !recorded(status, comb_api::KIND, Some(namespace), &comb_name) {
+                        new_combs.push((namespace.clone(), comb_name, source.spec));
+                    }
+                }
+            }
+        }
+        if new_namespaces.is_empty() && new_combs.is_empty() {
+            return Ok(Vec::new());
+        }
+        for namespace in &new_namespaces {
+            record(status, namespace_made(namespace, None));
+        }
+        for (namespace, comb_name, _) in &new_combs {
+            record(status, self.comb_made(namespace, comb_name, None));
+        }
+        write_status(api, fresh, &written, status.clone(), false).await?;
+
+        let mut notes = Vec::new();
+        let namespace_api: Api<Namespace> = Api::all(client.clone());
+        for namespace in &new_namespaces {
+            let made = namespace_api
+                .create(
+                    &PostParams::default(),
+                    &Namespace {
+                        metadata: ObjectMeta {
+                            name: Some(namespace.clone()),
+                            labels: Some(BTreeMap::from([(self.layer_label(), name.to_string())])),
+                            ..ObjectMeta::default()
+                        },
+                        ..Namespace::default()
+                    },
+                )
+                .await;
+            match made {
+                Ok(made) => record(
+                    status,
+                    namespace_made(namespace, made.metadata.uid.as_deref()),
+                ),
+                // Made by someone else since it was looked up: not the layer's.
+                Err(kube::Error::Api(answer)) if answer.code == 409 => {
+                    forget(status, &namespace_made(namespace, None));
+                }
+                Err(error) => {
+                    return Err(Error::kube(format!("create Namespace {namespace}"), error));
+                }
+            }
+        }
         let resource = comb_api::api_resource(&self.config.group);
-        for namespace in &namespaces {
-            let peer_namespace = borrow.namespace.as_deref().unwrap_or(namespace);
-            let sources: Api<Comb> =
-                Api::namespaced_with(source_client.clone(), peer_namespace, &resource);
-            let listed = sources
-                .list(&ListParams::default())
-                .await
-                .map_err(|error| {
-                    Error::kube(
-                        format!("list Combs of layer {} in {peer_namespace}", from.name),
-                        error,
-                    )
-                })?;
-            let ours: Api<Comb> = Api::namespaced_with(client.clone(), namespace, &resource);
-            for source in listed.items {
-                let Some(comb_name) = source.metadata.name.clone() else {
-                    continue;
-                };
-                let taken = matches_any(&borrow.combs, peer_namespace, &comb_name)
-                    || matches_any(&borrow.local, namespace, &comb_name);
-                if !taken || recorded(status, "Comb", Some(namespace), &comb_name) {
-                    continue;
-                }
-                if let Some(note) = self
-                    .create_comb(&ours, namespace, &comb_name, source.spec, name, status)
-                    .await?
-                {
-                    notes.push(note);
-                }
+        for (namespace, comb_name, spec) in new_combs {
+            let ours: Api<Comb> = Api::namespaced_with(client.clone(), &namespace, &resource);
+            if let Some(note) = self
+                .create_comb(&ours, &namespace, &comb_name, spec, name, status)
+                .await?
+            {
+                notes.push(note);
             }
         }
         Ok(notes)
     }
 
+    /// The record's entry for Comb `namespace/name` made for a layer.
+    fn comb_made(&self, namespace: &str, name: &str, uid: Option<&str>) -> ManagedObject {
+        ManagedObject::new(
+            format!("{}/{VERSION}", self.config.group),
+            comb_api::KIND,
+            Some(namespace),
+            name,
+        )
+        .with_uid(uid)
+    }
+
     /// Creates Comb `namespace/name` with `spec` for layer `layer` and records its uid in
-    /// `status`; a note instead when a Comb of that name exists and is not the layer's.
+    /// `status` (over the entry written ahead for it); a note instead, and no entry, when a
+    /// Comb of that name exists and is not the layer's.
     async fn create_comb(
         &self,
         ours: &Api<Comb>,
@@ -743,24 +783,77 @@ impl LayersOnDemand {
             Ok(made) => {
                 record(
                     status,
-                    ManagedObject::new(
-                        format!("{}/{VERSION}", self.config.group),
-                        comb_api::KIND,
-                        Some(namespace),
-                        name,
-                    )
-                    .with_uid(made.metadata.uid.as_deref()),
+                    self.comb_made(namespace, name, made.metadata.uid.as_deref()),
                 );
                 Ok(None)
             }
-            Err(kube::Error::Api(answer)) if answer.code == 409 => Ok(Some(format!(
-                "Comb {namespace}/{name} exists and is not this layer's; comb leaves it alone"
-            ))),
+            Err(kube::Error::Api(answer)) if answer.code == 409 => {
+                forget(status, &self.comb_made(namespace, name, None));
+                Ok(Some(format!(
+                    "Comb {namespace}/{name} exists and is not this layer's; comb leaves it alone"
+                )))
+            }
             Err(error) => Err(Error::kube(
                 format!("create Comb {namespace}/{name}"),
                 error,
             )),
         }
+    }
+
+    /// Settles what `status` records without a uid: identities written ahead of their create
+    /// ([`LayersOnDemand::make`]) whose uid was never recorded. The object of that name made
+    /// for layer `layer` (it carries the layer's label) is the layer's: its uid is recorded.
+    /// Any other, or none, leaves the record: the label alone never makes an object the
+    /// layer's, the record written ahead by comb does (as ADR 0004 rule 3 for a Comb's).
+    async fn settle(
+        &self,
+        client: &Client,
+        layer: &str,
+        status: &mut CombLayerStatus,
+    ) -> Result<()> {
+        if status
+            .managed_resources
+            .iter()
+            .all(|made| made.uid.is_some())
+        {
+            return Ok(());
+        }
+        let label = self.layer_label();
+        let resource = comb_api::api_resource(&self.config.group);
+        let mut settled = Vec::with_capacity(status.managed_resources.len());
+        for made in &status.managed_resources {
+            if made.uid.is_some() {
+                settled.push(made.clone());
+                continue;
+            }
+            let what = format!(
+                "get {} {}{}",
+                made.kind,
+                made.namespace
+                    .as_deref()
+                    .map(|namespace| format!("{namespace}/"))
+                    .unwrap_or_default(),
+                made.name
+            );
+            let found = if made.kind == "Namespace" {
+                Api::<Namespace>::all(client.clone())
+                    .get_opt(&made.name)
+                    .await
+                    .map(|found| found.map(|namespace| namespace.metadata))
+            } else {
+                let namespace = made.namespace.as_deref().unwrap_or_default();
+                Api::<Comb>::namespaced_with(client.clone(), namespace, &resource)
+                    .get_opt(&made.name)
+                    .await
+                    .map(|found| found.map(|comb| comb.metadata))
+            }
+            .map_err(|error| Error::kube(what, error))?;
+            if let Some(uid) = made_for_layer(found.as_ref(), &label, layer) {
+                settled.push(made.clone().with_uid(Some(uid)));
+            }
+        }
+        status.managed_resources = settled;
+        Ok(())
     }
 
     /// Keeps the Combs comb made for the running layer of `cr` those of the layer it borrows
@@ -795,7 +888,11 @@ impl LayersOnDemand {
             return Ok(false);
         };
         let stale = cr.status.clone().unwrap_or_default();
-        if following(&run.layer, &sources, &ours, &stale).is_empty() {
+        let unsettled = stale
+            .managed_resources
+            .iter()
+            .any(|made| made.uid.is_none());
+        if !unsettled && following(&run.layer, &sources, &ours, &stale).is_empty() {
             run.followed = Some(seen);
             return Ok(false);
         }
@@ -806,11 +903,6 @@ impl LayersOnDemand {
             .await
             .map_err(|error| Error::kube(format!("get CombLayer {}", cr.name()), error))?;
         let status = fresh.status.clone().unwrap_or_default();
-        let plan = following(&run.layer, &sources, &ours, &status);
-        if plan.is_empty() {
-            run.followed = Some(seen);
-            return Ok(false);
-        }
         let client = run
             .pool
             .client(&run.layer.context)
@@ -819,11 +911,31 @@ impl LayersOnDemand {
                 what: format!("layer {}", run.layer.name),
                 source,
             })?;
+        let mut next = status.clone();
+        self.settle(&client, &run.layer.name, &mut next).await?;
+        let plan = following(&run.layer, &sources, &ours, &next);
+        if plan.is_empty() {
+            if next == status {
+                run.followed = Some(seen);
+                return Ok(false);
+            }
+            write_status(api, &fresh, &status, next, false).await?;
+            return Ok(true);
+        }
         let resource = comb_api::api_resource(&self.config.group);
         let combs = |namespace: &str| -> Api<Comb> {
             Api::namespaced_with(client.clone(), namespace, &resource)
         };
-        let mut next = status.clone();
+        if !plan.make.is_empty() {
+            // Written ahead, as at admission (`make` says why).
+            for (namespace, source) in &plan.make {
+                record(
+                    &mut next,
+                    self.comb_made(namespace, &source.name_any(), None),
+                );
+            }
+            write_status(api, &fresh, &status, next.clone(), false).await?;
+        }
         for (namespace, source) in plan.make {
             let name = source.name_any();
             if let Some(note) = self
@@ -953,9 +1065,6 @@ impl LayersOnDemand {
         let running = &mut state.running;
         let name = cr.name().to_string();
         let status = cr.status.clone().unwrap_or_default();
-        let record = &status.managed_resources;
-        let combs: Vec<&ManagedObject> =
-            record.iter().filter(|o| o.kind == comb_api::KIND).collect();
         let pool = match running.get(&name) {
             Some(run) => run.pool.clone(),
             None => match &cr.spec.kubeconfig_secret {
@@ -980,6 +1089,17 @@ impl LayersOnDemand {
             }
             None => None,
         };
+        // What was written ahead and never settled is the layer's when its object says so; the
+        // rest of such entries name nothing comb made, and are never deleted by name.
+        let mut settled = status.clone();
+        if let Some(layer_client) = &layer_client {
+            self.settle(layer_client, &name, &mut settled).await?;
+        }
+        let record = &settled.managed_resources;
+        let combs: Vec<&ManagedObject> = record
+            .iter()
+            .filter(|o| o.kind == comb_api::KIND && o.uid.is_some())
+            .collect();
         if let Some(layer_client) = &layer_client {
             if !combs.is_empty() && !running.contains_key(&name) {
                 // The Combs' cleanup needs the layer's controller.
@@ -1043,8 +1163,10 @@ impl LayersOnDemand {
         if let Some(run) = running.remove(&name) {
             stop(run).await;
         }
-        let namespaces: Vec<&ManagedObject> =
-            record.iter().filter(|o| o.kind == "Namespace").collect();
+        let namespaces: Vec<&ManagedObject> = record
+            .iter()
+            .filter(|o| o.kind == "Namespace" && o.uid.is_some())
+            .collect();
         if let Some(layer_client) = &layer_client {
             let api: Api<Namespace> = Api::all(layer_client.clone());
             for namespace in &namespaces {
@@ -1340,8 +1462,34 @@ fn recorded(status: &CombLayerStatus, kind: &str, namespace: Option<&str>, name:
     })
 }
 
+/// Records `made` in `status`, over an entry of the same identity (one written ahead).
 fn record(status: &mut CombLayerStatus, made: ManagedObject) {
+    forget(status, &made);
     status.managed_resources.push(made);
+}
+
+/// Drops the entry of `made`'s identity from `status`.
+fn forget(status: &mut CombLayerStatus, made: &ManagedObject) {
+    status.managed_resources.retain(|entry| {
+        !(entry.kind == made.kind && entry.namespace == made.namespace && entry.name == made.name)
+    });
+}
+
+/// The record's entry for Namespace `name` made for a layer.
+fn namespace_made(name: &str, uid: Option<&str>) -> ManagedObject {
+    ManagedObject::new("v1", "Namespace", None, name).with_uid(uid)
+}
+
+/// The uid of `found` when it was made for layer `layer` (its `label` says so): an identity
+/// written ahead whose object is that one is the layer's. None for any other object, or none.
+fn made_for_layer<'a>(found: Option<&'a ObjectMeta>, label: &str, layer: &str) -> Option<&'a str> {
+    let found = found?;
+    let labelled = found
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(label))
+        .is_some_and(|value| value == layer);
+    labelled.then_some(found.uid.as_deref()).flatten()
 }
 
 /// The Combs of layer `name` among `combs`, counted by phase.
@@ -1680,6 +1828,47 @@ mod tests {
                     respec.iter().map(ToString::to_string).collect(),
                     remove.iter().map(ToString::to_string).collect()
                 ),
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_was_written_ahead_is_the_layers_when_its_object_was_made_for_it() {
+        let meta = |labels: &[(&str, &str)], uid: Option<&str>| ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(key, value)| (key.to_string(), value.to_string()))
+                    .collect(),
+            ),
+            uid: uid.map(str::to_string),
+            ..ObjectMeta::default()
+        };
+        let label = "comb.internal/layer";
+        let cases = [
+            (
+                "made for alice",
+                Some(meta(&[(label, "alice")], Some("u1"))),
+                Some("u1"),
+            ),
+            ("never made", None, None),
+            (
+                "made for bob",
+                Some(meta(&[(label, "bob")], Some("u2"))),
+                None,
+            ),
+            ("made by someone else", Some(meta(&[], Some("u3"))), None),
+            (
+                "another prefix's label",
+                Some(meta(&[("other.io/layer", "alice")], Some("u4"))),
+                None,
+            ),
+        ];
+        for (case, found, uid) in cases {
+            assert_eq!(
+                made_for_layer(found.as_ref(), label, "alice"),
+                uid,
                 "{case}"
             );
         }
