@@ -607,42 +607,48 @@ async fn at_expiry_everything_the_layer_made_goes_and_nothing_else() {
     running.stop().await;
 }
 
-#[tokio::test]
-async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
-    let (world, running, on_demand) = started().await;
+/// Creates CombLayer `name` of template dev in namespace `dev-<name>`, running staging's api
+/// and borrowing the rest, and waits until it is Ready.
+async fn ready_layer(world: &World, name: &str) -> CombLayerStatus {
     create_layer(
-        &world,
-        "dave",
-        json!({"template": "dev", "context": "dev", "namespaces": ["dev-dave"],
+        world,
+        name,
+        json!({"template": "dev", "context": "dev", "namespaces": [format!("dev-{name}")],
                "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}}),
     )
     .await;
-    wait_layer(&world, "dave", "to be Ready", |status| {
+    wait_layer(world, name, "to be Ready", |status| {
         status.phase == Some(LayerPhase::Ready)
     })
-    .await;
-    layers(&world)
+    .await
+}
+
+/// Deletes CombLayer `name` and waits until it and its namespace `dev-<name>` are gone.
+async fn delete_layer(world: &World, name: &str) {
+    let api = layers(world).await;
+    api.delete(name, &Default::default())
         .await
-        .delete("dave", &Default::default())
-        .await
-        .expect("dave is deleted");
-    let api = layers(&world).await;
-    wait_until("CombLayer dave to be gone", async || {
-        api.get_opt("dave")
-            .await
-            .expect("the read answers")
-            .is_none()
+        .expect("the CombLayer is deleted");
+    wait_until(format!("CombLayer {name} to be gone"), async || {
+        api.get_opt(name).await.expect("the read answers").is_none()
     })
     .await;
     let namespaces: Api<Namespace> = Api::all(world.client("dev").await);
-    wait_until("dev-dave to be gone", async || {
+    wait_until(format!("dev-{name} to be gone"), async || {
         namespaces
-            .get_opt("dev-dave")
+            .get_opt(&format!("dev-{name}"))
             .await
             .expect("the read answers")
             .is_none()
     })
     .await;
+}
+
+#[tokio::test]
+async fn deleting_a_comblayer_removes_what_comb_made_then_the_comblayer() {
+    let (world, running, on_demand) = started().await;
+    ready_layer(&world, "dave").await;
+    delete_layer(&world, "dave").await;
     assert_eq!(
         everything_in(&world, "dev", "dev-dave").await,
         Vec::<String>::new()
@@ -670,17 +676,7 @@ async fn a_create_that_fails_halfway_loses_nothing_the_layer_made() {
         500,
         1,
     ));
-    create_layer(
-        &world,
-        "erin",
-        json!({"template": "dev", "context": "dev", "namespaces": ["dev-erin"],
-               "borrow": {"from": "staging", "namespace": "shop", "local": ["api"]}}),
-    )
-    .await;
-    let ready = wait_layer(&world, "erin", "to be Ready", |status| {
-        status.phase == Some(LayerPhase::Ready)
-    })
-    .await;
+    let ready = ready_layer(&world, "erin").await;
     let mut record: Vec<(String, String, bool)> = ready
         .managed_resources
         .iter()
@@ -697,20 +693,7 @@ async fn a_create_that_fails_halfway_loses_nothing_the_layer_made() {
         ],
         "every object made, recorded with its uid"
     );
-    layers(&world)
-        .await
-        .delete("erin", &Default::default())
-        .await
-        .expect("erin is deleted");
-    let namespaces: Api<Namespace> = Api::all(world.client("dev").await);
-    wait_until("dev-erin to be gone", async || {
-        namespaces
-            .get_opt("dev-erin")
-            .await
-            .expect("the read answers")
-            .is_none()
-    })
-    .await;
+    delete_layer(&world, "erin").await;
     on_demand.stop().await;
     running.stop().await;
 }
