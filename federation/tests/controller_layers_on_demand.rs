@@ -6,6 +6,7 @@
 //! made for it goes, by its record, and nothing else.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use comb_api::{CombLayer, CombLayerStatus, LayerPhase, layer_api_resource};
 use comb_sandbox::controls::Fault;
@@ -694,6 +695,98 @@ async fn a_create_that_fails_halfway_loses_nothing_the_layer_made() {
         "every object made, recorded with its uid"
     );
     delete_layer(&world, "erin").await;
+    on_demand.stop().await;
+    running.stop().await;
+}
+
+/// A Comb someone makes under the name comb is about to create for a layer, labelled as the
+/// layer's, never becomes the layer's: comb's create meets it (409), and the entry written
+/// ahead for it leaves the record the server holds. Before, the write after the creates was
+/// skipped when the layer's record came out as it started, so the intent stayed, and the next
+/// look took the forged Comb as the layer's by its label (and its removal would delete it).
+#[tokio::test]
+async fn a_comb_made_under_the_layers_label_meanwhile_is_never_the_layers() {
+    let (world, running, on_demand) = started().await;
+    ready_layer(&world, "fay").await;
+    world.controls("dev").inject(Fault::delay(
+        "POST",
+        "/apis/comb.internal/v1/namespaces/dev-fay/combs",
+        Duration::from_secs(3),
+        1,
+    ));
+    let cache = db_spec("ClusterIP", Some("192.0.2.11:5432"))
+        .to_string()
+        .replace("\"db\"", "\"cache\"");
+    let cache: Value = serde_json::from_str(&cache).expect("cache's spec");
+    world
+        .create_comb("staging", "shop", "cache", cache.clone())
+        .await;
+    let cache_entry = |status: &CombLayerStatus| {
+        status
+            .managed_resources
+            .iter()
+            .find(|made| made.kind == "Comb" && made.name == "cache")
+            .cloned()
+    };
+    wait_layer(&world, "fay", "to write cache ahead", |status| {
+        cache_entry(status).is_some_and(|made| made.uid.is_none())
+    })
+    .await;
+    // While comb's create waits: someone's Comb of that name, with the layer's label.
+    let mut forged = comb_api::Comb::new(
+        comb_api::DEFAULT_GROUP,
+        "dev-fay",
+        "cache",
+        serde_json::from_value(cache).expect("a spec"),
+    );
+    forged.metadata.labels = Some(BTreeMap::from([(
+        "comb.internal/layer".to_string(),
+        "fay".to_string(),
+    )]));
+    let forged = world
+        .combs("dev", "dev-fay")
+        .await
+        .create(&PostParams::default(), &forged)
+        .await
+        .expect("someone's cache");
+    wait_layer(&world, "fay", "to forget cache", |status| {
+        cache_entry(status).is_none()
+    })
+    .await;
+    // Looks go on (the layer follows its source): the record never takes the forged Comb.
+    world
+        .patch_spec("staging", "shop", "db", json!({"enabled": true}))
+        .await;
+    let staging_db = world
+        .combs("staging", "shop")
+        .await
+        .get("db")
+        .await
+        .expect("staging's db")
+        .spec;
+    let fay_combs = world.combs("dev", "dev-fay").await;
+    wait_until("fay's db to take staging's new spec", || {
+        let fay_combs = fay_combs.clone();
+        let staging_db = staging_db.clone();
+        async move {
+            let db = fay_combs.get_opt("db").await.ok().flatten()?;
+            (db.spec == staging_db).then_some(())
+        }
+    })
+    .await;
+    let status = layers(&world)
+        .await
+        .get("fay")
+        .await
+        .expect("fay")
+        .status
+        .unwrap_or_default();
+    assert_eq!(cache_entry(&status), None, "{status:?}");
+    let still = fay_combs
+        .get("cache")
+        .await
+        .expect("someone's cache stands");
+    assert_eq!(still.metadata.uid, forged.metadata.uid);
     on_demand.stop().await;
     running.stop().await;
 }

@@ -446,7 +446,10 @@ impl LayersOnDemand {
             let fresh = self.add_finalizer(api, cr).await?;
             let status = fresh.status.clone().unwrap_or_default();
             let mut next = status.clone();
-            let notes = self.make(api, &fresh, &pool, &admitted, &mut next).await?;
+            let mut written = status.clone();
+            let notes = self
+                .make(api, &fresh, &pool, &admitted, &mut next, &mut written)
+                .await?;
             next.expires_at = Some(Time(admitted.expires_at));
             next.observed_generation = cr.metadata.generation;
             if next.phase != Some(LayerPhase::Ready) {
@@ -462,7 +465,7 @@ impl LayersOnDemand {
                 message.push_str(note);
             }
             set_condition(&mut next, READY, false, "Admitted", &message, now);
-            write_status(api, &fresh, &status, next, false).await?;
+            write_status(api, &fresh, &written, next, false).await?;
             let run = self
                 .start(
                     pool,
@@ -625,9 +628,10 @@ impl LayersOnDemand {
     /// Makes what the layer needs and records it in `status`: its namespaces (when the template
     /// creates them) and a Comb for each Comb of the layer it borrows from that it takes.
     /// What it is about to make is written into the record first, without uids (`fresh` is the
-    /// CombLayer as the server holds it, `status` its status): a create whose uid never reached
-    /// the record (a failure further on, a controller stopped) is then still the layer's, and
-    /// goes with it ([`LayersOnDemand::settle`]). Returns notes on what it left alone.
+    /// CombLayer as the server holds it; `written` its status, kept as the server holds it
+    /// after this write): a create whose uid never reached the record (a failure further on, a
+    /// controller stopped) is then still the layer's, and goes with it
+    /// ([`LayersOnDemand::settle`]). Returns notes on what it left alone.
     async fn make(
         &self,
         api: &Api<CombLayer>,
@@ -635,6 +639,7 @@ impl LayersOnDemand {
         pool: &ClientPool,
         admitted: &Admitted,
         status: &mut CombLayerStatus,
+        written: &mut CombLayerStatus,
     ) -> Result<Vec<String>> {
         let layer = &admitted.layer;
         let name = fresh.name();
@@ -646,7 +651,6 @@ impl LayersOnDemand {
                 source,
             })?;
         self.settle(&client, name, status).await?;
-        let written = status.clone();
         let namespaces = layer.namespaces.clone().unwrap_or_default();
         let mut new_namespaces = Vec::new();
         if admitted.create_namespaces {
@@ -709,7 +713,10 @@ impl LayersOnDemand {
         for (namespace, comb_name, _) in &new_combs {
             record(status, self.comb_made(namespace, comb_name, None));
         }
-        write_status(api, fresh, &written, status.clone(), false).await?;
+        write_status(api, fresh, written, status.clone(), false).await?;
+        // The status write after the creates compares with this: an intent dropped again (its
+        // create refused) must leave the record the server holds too.
+        *written = status.clone();
 
         let mut notes = Vec::new();
         let namespace_api: Api<Namespace> = Api::all(client.clone());
@@ -912,6 +919,8 @@ impl LayersOnDemand {
                 source,
             })?;
         let mut next = status.clone();
+        // What the server holds: the last write below compares with it.
+        let mut written = status.clone();
         self.settle(&client, &run.layer.name, &mut next).await?;
         let plan = following(&run.layer, &sources, &ours, &next);
         if plan.is_empty() {
@@ -935,6 +944,7 @@ impl LayersOnDemand {
                 );
             }
             write_status(api, &fresh, &status, next.clone(), false).await?;
+            written = next.clone();
         }
         for (namespace, source) in plan.make {
             let name = source.name_any();
@@ -989,7 +999,7 @@ impl LayersOnDemand {
             });
         }
         // The record is comb's alone: written over the copy just read.
-        write_status(api, &fresh, &status, next, false).await?;
+        write_status(api, &fresh, &written, next, false).await?;
         Ok(true)
     }
 
