@@ -79,6 +79,35 @@ async fn staging_combs(world: &World) {
     }
 }
 
+/// staging's `cache`, borrowed like db: db's spec, its objects named cache.
+fn cache_spec() -> Value {
+    let cache = db_spec("ClusterIP", Some("192.0.2.11:5432"))
+        .to_string()
+        .replace("\"db\"", "\"cache\"");
+    serde_json::from_str(&cache).expect("cache's spec")
+}
+
+/// Waits until the `db` of the layer's namespace `namespace` of dev has staging's db's spec.
+async fn wait_db_follows_staging(world: &World, namespace: &str) {
+    let staging_db = world
+        .combs("staging", "shop")
+        .await
+        .get("db")
+        .await
+        .expect("staging's db")
+        .spec;
+    let combs = world.combs("dev", namespace).await;
+    wait_until(format!("{namespace}/db to take staging's new spec"), || {
+        let combs = combs.clone();
+        let staging_db = staging_db.clone();
+        async move {
+            let db = combs.get_opt("db").await.ok().flatten()?;
+            (db.spec == staging_db).then_some(())
+        }
+    })
+    .await;
+}
+
 async fn layers(world: &World) -> Api<CombLayer> {
     Api::all_with(
         world.client("staging").await,
@@ -714,12 +743,8 @@ async fn a_comb_made_under_the_layers_label_meanwhile_is_never_the_layers() {
         Duration::from_secs(3),
         1,
     ));
-    let cache = db_spec("ClusterIP", Some("192.0.2.11:5432"))
-        .to_string()
-        .replace("\"db\"", "\"cache\"");
-    let cache: Value = serde_json::from_str(&cache).expect("cache's spec");
     world
-        .create_comb("staging", "shop", "cache", cache.clone())
+        .create_comb("staging", "shop", "cache", cache_spec())
         .await;
     let cache_entry = |status: &CombLayerStatus| {
         status
@@ -737,7 +762,7 @@ async fn a_comb_made_under_the_layers_label_meanwhile_is_never_the_layers() {
         comb_api::DEFAULT_GROUP,
         "dev-fay",
         "cache",
-        serde_json::from_value(cache).expect("a spec"),
+        serde_json::from_value(cache_spec()).expect("a spec"),
     );
     forged.metadata.labels = Some(BTreeMap::from([(
         "comb.internal/layer".to_string(),
@@ -757,23 +782,7 @@ async fn a_comb_made_under_the_layers_label_meanwhile_is_never_the_layers() {
     world
         .patch_spec("staging", "shop", "db", json!({"enabled": true}))
         .await;
-    let staging_db = world
-        .combs("staging", "shop")
-        .await
-        .get("db")
-        .await
-        .expect("staging's db")
-        .spec;
-    let fay_combs = world.combs("dev", "dev-fay").await;
-    wait_until("fay's db to take staging's new spec", || {
-        let fay_combs = fay_combs.clone();
-        let staging_db = staging_db.clone();
-        async move {
-            let db = fay_combs.get_opt("db").await.ok().flatten()?;
-            (db.spec == staging_db).then_some(())
-        }
-    })
-    .await;
+    wait_db_follows_staging(&world, "dev-fay").await;
     let status = layers(&world)
         .await
         .get("fay")
@@ -782,7 +791,9 @@ async fn a_comb_made_under_the_layers_label_meanwhile_is_never_the_layers() {
         .status
         .unwrap_or_default();
     assert_eq!(cache_entry(&status), None, "{status:?}");
-    let still = fay_combs
+    let still = world
+        .combs("dev", "dev-fay")
+        .await
         .get("cache")
         .await
         .expect("someone's cache stands");
@@ -949,16 +960,8 @@ async fn a_layer_follows_what_its_source_gains_changes_and_loses() {
     };
 
     // Gained: cache, borrowed like db (db's spec, its objects named cache).
-    let cache = db_spec("ClusterIP", Some("192.0.2.11:5432"))
-        .to_string()
-        .replace("\"db\"", "\"cache\"");
     world
-        .create_comb(
-            "staging",
-            "shop",
-            "cache",
-            serde_json::from_str(&cache).expect("cache's spec"),
-        )
+        .create_comb("staging", "shop", "cache", cache_spec())
         .await;
     world
         .wait_phase("staging", "shop", "cache", "Running", None)
@@ -992,23 +995,8 @@ async fn a_layer_follows_what_its_source_gains_changes_and_loses() {
     world
         .patch_spec("staging", "shop", "api", json!({"enabled": true}))
         .await;
-    let staging_db = world
-        .combs("staging", "shop")
-        .await
-        .get("db")
-        .await
-        .expect("staging's db")
-        .spec;
+    wait_db_follows_staging(&world, "dev-alice").await;
     let dev_combs = world.combs("dev", "dev-alice").await;
-    comb_testkit::wait_until("alice's db to take staging's new spec", || {
-        let dev_combs = dev_combs.clone();
-        let staging_db = staging_db.clone();
-        async move {
-            let db = dev_combs.get_opt("db").await.ok().flatten()?;
-            (db.spec == staging_db).then_some(())
-        }
-    })
-    .await;
     assert_eq!(
         dev_combs.get("api").await.expect("alice's api").spec,
         api_before,
