@@ -699,8 +699,10 @@ impl Step<'_> {
     /// hold read by name: such an object carries no label of this Comb's, so `live` cannot
     /// show it, and [`made_anew`] would write its identity ahead again at every retry (a status
     /// write, and a record naming another's object until the deploy drops it). A read per item
-    /// not yet made costs less, and only a Comb whose last step was that refusal pays it. `None`
-    /// when the last step was not a refusal; an item that cannot be read stays as `live` has it.
+    /// not yet made costs less, and only a Comb whose last step was that refusal pays it. The
+    /// reads stop at the first object that is not the Comb's: [`made_anew`] writes nothing past
+    /// it. `None` when the last step was not a refusal; an item that
+    /// cannot be read stays as `live` has it.
     async fn seen_after_a_refusal(
         &self,
         items: &[RenderedItem],
@@ -713,7 +715,7 @@ impl Step<'_> {
         if !refused {
             return None;
         }
-        let ops = self.env.ops;
+        let (ops, ctx, previous) = (self.env.ops, self.comb.context(), self.previous_managed());
         let mut seen = live.clone();
         for (item, object) in items.iter().zip(seen.iter_mut()) {
             if object.is_some() {
@@ -722,6 +724,13 @@ impl Step<'_> {
             let whole = ops.get_whole(&item.resource()).await.ok().flatten();
             *object =
                 whole.and_then(|whole| ops.project(&item.api_version, &item.kind, &whole).ok());
+            let claim = Claim::new(&ctx.namespace, &ctx.name, previous, &item.resource());
+            if object
+                .as_ref()
+                .is_some_and(|found| !claim.decide(found).is_owned())
+            {
+                break;
+            }
         }
         Some(seen)
     }
