@@ -238,3 +238,24 @@ pub fn row<'a>(table: &'a str, first: &[&str]) -> Vec<&'a str> {
         .find(|cells| cells.len() >= first.len() && cells[..first.len()] == *first)
         .unwrap_or_else(|| panic!("no row {first:?} in\n{table}"))
 }
+
+/// A table's cells without the column headed `column`: two reads of one table compare equal
+/// though AGE ticked between them. Cells are split on whitespace, so the column must come
+/// before any cell that holds a space (MESSAGE is last where it exists).
+pub fn cells_without(table: &str, column: &str) -> Vec<Vec<String>> {
+    let at = table
+        .lines()
+        .next()
+        .and_then(|header| header.split_whitespace().position(|cell| cell == column))
+        .unwrap_or_else(|| panic!("no column {column} in\n{table}"));
+    table
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .enumerate()
+                .filter(|(index, _)| *index != at)
+                .map(|(_, cell)| cell.to_string())
+                .collect()
+        })
+        .collect()
+}

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use comb_testkit::cli::{ConvergedDemo, row};
+use comb_testkit::cli::{ConvergedDemo, cells_without, row};
 use comb_testkit::process::{COMMAND_DEADLINE, OutputWithin as _};
 
 fn kubectl_or_skip(test: &str) -> bool {
@@ -108,18 +108,9 @@ fn kubectl_lists_combs_by_short_name_and_category_with_wide_columns() {
         String::from_utf8_lossy(&output.stderr)
     );
     // The same rows as `comb get`, but for AGE, which may tick between the two.
-    let without_age = |table: &str| -> Vec<Vec<String>> {
-        table
-            .lines()
-            .map(|line| {
-                let cells: Vec<String> = line.split_whitespace().map(str::to_string).collect();
-                cells[..cells.len() - 1].to_vec()
-            })
-            .collect()
-    };
     assert_eq!(
-        without_age(&table),
-        without_age(&demo.ok(&["get"])),
+        cells_without(&table, "AGE"),
+        cells_without(&demo.ok(&["get"]), "AGE"),
         "kubectl comb get is comb get:\n{table}"
     );
 }
